@@ -1,0 +1,232 @@
+"""Command-line interface: parse, call the library, print. No model logic here.
+
+Every user error (unknown name, malformed size, impossible layout) is a :class:`CommodelError`,
+printed as one ``error:`` line on stderr with exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from commodel.errors import CommodelError
+
+app = typer.Typer(
+    help="commodel: traceable models of communication and computation in multi-GPU systems.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+hw_app = typer.Typer(help="Browse the hardware database.", no_args_is_help=True)
+roofline_app = typer.Typer(help="Roofline model of kernels on one GPU.", no_args_is_help=True)
+app.add_typer(hw_app, name="hw")
+app.add_typer(roofline_app, name="roofline")
+
+
+class Kind(StrEnum):
+    gpu = "gpu"
+    link = "link"
+    system = "system"
+
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+@app.command()
+def collective(
+    op: Annotated[
+        str,
+        typer.Argument(help="allreduce, allgather, reducescatter, broadcast, reduce, alltoall, sendrecv"),
+    ],
+    system: Annotated[str, typer.Option(help="System (node) name from the hardware database.")] = "dgx-h100",
+    size: Annotated[
+        str, typer.Option(help="One size, a list (8,1MiB) or a doubling range (8B:8GiB).")
+    ] = "8B:8GiB",
+    nodes: Annotated[int, typer.Option(help="Nodes in the cluster.")] = 1,
+    gpus: Annotated[int | None, typer.Option(help="GPUs taking part (default: all of them).")] = None,
+    algo: Annotated[
+        str, typer.Option(help="auto, ring, tree, nvls, hierarchical, recursive-doubling, ...")
+    ] = "auto",
+    protocol: Annotated[str, typer.Option(help="auto, ll, ll128 or simple.")] = "auto",
+    library: Annotated[
+        str, typer.Option(help="Algorithms auto may choose: nccl (what NCCL implements) or all.")
+    ] = "nccl",
+    as_json: JsonFlag = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
+) -> None:
+    """Time, algbw and busbw of a collective over a range of sizes (nccl-tests conventions)."""
+    from commodel.comm.collectives import run
+    from commodel.hardware import cluster
+    from commodel.report.tables import nccl_tests_table, to_json
+    from commodel.units import parse_sizes
+
+    if nodes < 1:
+        raise CommodelError(f"--nodes must be at least 1, got {nodes}")
+    frame = run(op, cluster(system, nodes), parse_sizes(size), gpus, algo, protocol, library)
+    if as_json:
+        typer.echo(to_json(frame))
+    elif as_csv:
+        typer.echo(frame.to_csv(index=False), nl=False)
+    else:
+        typer.echo(nccl_tests_table(frame, system))
+
+
+@roofline_app.command("gemm")
+def roofline_gemm(
+    gpu: Annotated[str, typer.Option(help="GPU name from the hardware database.")] = "h100-sxm",
+    m: Annotated[int, typer.Option(help="Rows of A and C.")] = 8192,
+    n: Annotated[int, typer.Option(help="Columns of B and C.")] = 8192,
+    k: Annotated[int, typer.Option(help="Inner dimension.")] = 8192,
+    dtype: Annotated[str, typer.Option(help="fp32, tf32, bf16, fp16, fp8.")] = "bf16",
+    as_json: JsonFlag = False,
+) -> None:
+    """Roofline time of one GEMM: time, achieved TFLOP/s and whether it is compute- or memory-bound."""
+    from commodel.compute import gemm, kernel_time
+    from commodel.hardware import default_db
+
+    kernel = gemm(m, n, k, dtype)
+    result = kernel_time(default_db().gpu(gpu), kernel)
+    record = {
+        "gpu": gpu,
+        "m": m,
+        "n": n,
+        "k": k,
+        "dtype": dtype,
+        "time_s": float(result.time_s),
+        "tflops": float(result.achieved_flops) / 1e12,
+        "bound": str(result.bound),
+        "intensity_flop_per_byte": float(kernel.intensity),
+    }
+    if as_json:
+        typer.echo(json.dumps(record, indent=2))
+    else:
+        typer.echo(
+            f"GEMM {m}x{n}x{k} {dtype} on {gpu}: {record['time_s'] * 1e6:.1f} us, "
+            f"{record['tflops']:.1f} TFLOP/s, {record['bound']}-bound "
+            f"(intensity {record['intensity_flop_per_byte']:.0f} FLOP/B)"
+        )
+
+
+@roofline_app.command("plot")
+def roofline_plot_cmd(
+    gpu: Annotated[str, typer.Option(help="GPU name from the hardware database.")] = "h100-sxm",
+    output: Annotated[Path, typer.Option("-o", "--output", help="Image file to write.")] = Path(
+        "roofline.png"
+    ),
+    seq: Annotated[int, typer.Option(help="Sequence length of the example attention kernel.")] = 4096,
+) -> None:
+    """Roofline chart of a GPU with typical training kernels placed on it."""
+    from commodel.compute import attention, elementwise, gemm
+    from commodel.hardware import default_db
+    from commodel.report.plots import roofline_plot
+
+    kernels = {
+        "GEMM 8192^3": gemm(8192, 8192, 8192),
+        "GEMM 4096x512x4096": gemm(4096, 512, 4096),
+        "GEMM 16x8192x8192 (decode)": gemm(16, 8192, 8192),
+        f"attention s={seq}": attention(4, 32, seq, 128),
+        "elementwise 256M": elementwise(2**28),
+    }
+    path = roofline_plot(default_db().gpu(gpu), gpu, kernels, output)
+    typer.echo(f"wrote {path}")
+
+
+@hw_app.command("list")
+def hw_list(
+    kind: Annotated[Kind | None, typer.Option(help="Only this kind of record.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List GPUs, links and systems with their description."""
+    from commodel.hardware import default_db
+
+    db = default_db()
+    kinds = [kind.value] if kind else [k.value for k in Kind]
+    rows = [
+        {"kind": k, "name": name, "description": record.description}
+        for k in kinds
+        for name, record in sorted(db.table(k).items())
+    ]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        typer.echo(f"{row['kind']:<7} {row['name']:<16} {row['description']}")
+
+
+@hw_app.command("show")
+def hw_show(
+    name: Annotated[str, typer.Argument(help="A GPU, link or system name.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Every field of one record, in SI units, with its source."""
+    from commodel.hardware import default_db
+
+    kind, record = default_db().find(name)
+    data = record.model_dump()
+    if as_json:
+        typer.echo(json.dumps({"kind": kind, "name": name, **data}, indent=2))
+        return
+    typer.echo(f"{kind} {name}")
+    for line in _describe(data):
+        typer.echo(line)
+
+
+def _describe(data: dict, prefix: str = "") -> list[str]:
+    """Flatten a record into ``field = value  [source]`` lines."""
+    lines = []
+    for key, value in data.items():
+        if isinstance(value, dict) and "source" in value:
+            lines.append(f"  {prefix}{key} = {value['value']:.6g}  [{value['source']}]")
+        elif isinstance(value, dict):
+            lines.extend(_describe(value, f"{prefix}{key}."))
+        elif value is not None:
+            lines.append(f"  {prefix}{key} = {value}")
+    return lines
+
+
+@app.command()
+def validate(as_json: JsonFlag = False) -> None:
+    """Model vs every published measurement: errors per row, and median/max error per kind."""
+    from commodel.report.tables import plain_table, to_json
+    from commodel.validate import accuracy_gates, summary, validation_table
+
+    table = validation_table()
+    stats = summary(table)
+    gates = accuracy_gates(table)
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "rows": json.loads(to_json(table)),
+                    "summary": json.loads(to_json(stats)),
+                    "gates": gates,
+                },
+                indent=2,
+            )
+        )
+        return
+    shown = table.drop(columns=["unit"]).rename(columns={"error_pct": "error_%"})
+    typer.echo(plain_table(shown))
+    typer.echo("\nPer kind (absolute error, %):")
+    typer.echo(plain_table(stats))
+    typer.echo("\nAccuracy gates (median absolute error):")
+    for gate in gates:
+        verdict = "holds" if gate["holds"] else "FAILS"
+        typer.echo(
+            f"  {gate['gate']:<22} {gate['median_abs_err_pct']:5.1f}% over {gate['rows']} rows "
+            f"(bound {gate['bound_pct']:g}%): {verdict}"
+        )
+
+
+def main() -> None:
+    """Console entry point: run the app, turning user errors into one line and exit code 2."""
+    try:
+        app()
+    except CommodelError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)

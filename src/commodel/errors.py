@@ -1,0 +1,22 @@
+"""The one exception type users see: a message they can act on, never a traceback."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class CommodelError(ValueError):
+    """Bad input: a name, a file, a size or a layout that commodel cannot use."""
+
+
+def suggest(name: str, choices: Iterable[str]) -> str:
+    """Return ``" (did you mean 'x'?)"`` for the closest of ``choices``, or ``""`` if none is close."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def unknown(kind: str, name: str, choices: Iterable[str]) -> CommodelError:
+    """Error for an unknown ``kind`` called ``name``, with a suggestion and the allowed values."""
+    choices = sorted(choices)
+    return CommodelError(f"unknown {kind} '{name}'{suggest(name, choices)}; known: {', '.join(choices)}")

@@ -1,0 +1,182 @@
+"""Typed, validated hardware records: GPUs, links (and fabrics), systems (nodes).
+
+Every number is a :class:`Sourced` quantity: its value in SI units plus the ``source`` it came from
+(a datasheet, a measurement row id, or an explicit assumption). Records reject unknown keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+
+from commodel.units import parse_quantity
+
+DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
+PROTOCOLS = ("ll", "ll128", "simple")
+
+
+class Strict(BaseModel):
+    """Base for every record: immutable, unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Sourced(Strict):
+    """A positive number with its unit parsed to SI and the source it came from."""
+
+    KIND: ClassVar[str | None] = None
+    value: float
+    source: str
+    note: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise ValueError('expected a table {value = ..., source = "..."}')
+        if "value" in data and cls.KIND is not None:
+            data = {**data, "value": parse_quantity(data["value"], cls.KIND)}
+        return data
+
+    @field_validator("value")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError(f"must be positive, got {v}")
+        return v
+
+    @field_validator("source")
+    @classmethod
+    def _has_source(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("every number needs a non-empty source")
+        return v
+
+
+class Bandwidth(Sourced):
+    KIND = "bandwidth"
+
+
+class Duration(Sourced):
+    KIND = "time"
+
+
+class ByteSize(Sourced):
+    KIND = "bytes"
+
+
+class FlopRate(Sourced):
+    KIND = "flop_rate"
+
+
+class Power(Sourced):
+    KIND = "power"
+
+
+class Count(Sourced):
+    """A positive whole number (SM count, links, NICs)."""
+
+    @field_validator("value")
+    @classmethod
+    def _whole(cls, v: float) -> float:
+        if v != int(v):
+            raise ValueError(f"must be a whole number, got {v}")
+        return v
+
+
+class Fraction(Sourced):
+    """A dimensionless fraction in (0, 1]: an achievable share of a peak."""
+
+    @field_validator("value")
+    @classmethod
+    def _at_most_one(cls, v: float) -> float:
+        if v > 1:
+            raise ValueError(f"must be at most 1, got {v}")
+        return v
+
+
+class GPU(Strict):
+    """One accelerator (or one GCD of a multi-die package, as the runtime sees it)."""
+
+    description: str
+    vendor: Literal["nvidia", "amd"]
+    architecture: str
+    peak_flops: dict[Literal[DTYPES], FlopRate]  # type: ignore[valid-type]
+    memory_capacity: ByteSize
+    memory_bandwidth: Bandwidth
+    compute_units: Count
+    tdp: Power
+    idle_power: Power
+    host_link: str
+    matmul_efficiency: Fraction
+    memory_efficiency: Fraction
+    launch_overhead: Duration
+
+    @field_validator("peak_flops")
+    @classmethod
+    def _has_bf16(cls, v: dict) -> dict:
+        if "bf16" not in v and "fp16" not in v:
+            raise ValueError("needs at least a bf16 or fp16 peak")
+        return v
+
+
+class StepLatency(Strict):
+    """Per-step latency of each NCCL protocol over one hop of this link kind."""
+
+    ll: Duration
+    ll128: Duration
+    simple: Duration
+
+    def __getitem__(self, protocol: str) -> float:
+        return getattr(self, protocol).value
+
+
+class Link(Strict):
+    """A link or fabric port: bandwidth per direction, latencies, achievable efficiency."""
+
+    description: str
+    kind: Literal["nvlink", "xgmi", "pcie", "infiniband", "slingshot", "roce", "ethernet"]
+    bandwidth: Bandwidth
+    latency: Duration
+    efficiency: Fraction
+    step_latency: StepLatency
+    switch: str = ""
+    in_network_reduction: bool = False
+    reduction_efficiency: Fraction | None = None
+
+    @model_validator(mode="after")
+    def _reduction_needs_efficiency(self) -> Link:
+        if self.in_network_reduction and self.reduction_efficiency is None:
+            raise ValueError("in_network_reduction = true needs a reduction_efficiency")
+        return self
+
+
+class ScaleUp(Strict):
+    """The fabric inside a node.
+
+    ``switch``: each GPU has ``links_per_gpu`` links to a switch (NVSwitch).
+    ``mesh``: each pair of GPUs has ``links_per_gpu`` direct links (xGMI / Infinity Fabric).
+    ``pcie``: GPUs talk through the host's PCIe hierarchy, ``links_per_gpu`` x16 ports each.
+    """
+
+    topology: Literal["switch", "mesh", "pcie"]
+    link: str
+    links_per_gpu: Count
+
+
+class ScaleOut(Strict):
+    """The fabric between nodes: ``nics_per_node`` ports of ``link``, rail-aligned."""
+
+    link: str
+    nics_per_node: Count
+
+
+class System(Strict):
+    """A node: GPUs of one kind, their scale-up fabric, and its ports to the scale-out fabric."""
+
+    description: str
+    gpu: str
+    gpus_per_node: Count
+    scale_up: ScaleUp
+    scale_out: ScaleOut

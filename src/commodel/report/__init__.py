@@ -1,0 +1,1 @@
+"""Human-facing output: text tables and plots. No model logic lives here."""

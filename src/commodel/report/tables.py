@@ -1,0 +1,53 @@
+"""Text tables in the layouts users already read (nccl-tests for collectives)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+
+from commodel.units import format_bytes
+
+
+def nccl_tests_table(frame: pd.DataFrame, system: str, dtype_bytes: int = 4) -> str:
+    """Format collective results like nccl-tests' output (size, count, type, time, algbw, busbw)."""
+    first = frame.iloc[0]
+    lines = [
+        f"# commodel collective {first.op} on {system}: {first.gpus} GPUs over {first.nodes} node(s)",
+        f"# {'size':>12} {'count':>12} {'type':>6} {'algo':>18} {'proto':>6} "
+        f"{'time':>10} {'algbw':>8} {'busbw':>8}",
+        f"# {'(B)':>12} {'(elements)':>12} {'':>6} {'':>18} {'':>6} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}",
+    ]
+    for row in frame.itertuples(index=False):
+        lines.append(
+            f"  {row.size_bytes:>12d} {row.size_bytes // dtype_bytes:>12d} {'float':>6} {row.algo:>18} "
+            f"{row.protocol:>6} {row.time_s * 1e6:>10.2f} {row.algbw_GBps:>8.2f} {row.busbw_GBps:>8.2f}"
+        )
+    big = frame[frame.size_bytes >= 2**20]
+    if len(big):
+        lines.append(
+            f"# Avg bus bandwidth for sizes >= {format_bytes(2**20)}: {big.busbw_GBps.mean():.2f} GB/s"
+        )
+    return "\n".join(lines)
+
+
+def to_json(frame: pd.DataFrame) -> str:
+    """Records as JSON; numpy scalars become plain numbers, missing values become null."""
+    records = json.loads(frame.to_json(orient="records"))
+    return json.dumps(records, indent=2)
+
+
+def plain_table(frame: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
+    """A left-aligned text table of ``frame`` with floats in ``floatfmt`` and blanks for missing values."""
+
+    def cell(value: object) -> str:
+        if isinstance(value, float):
+            return "" if math.isnan(value) else floatfmt.format(value)
+        return "" if value is None or value is pd.NA else str(value)
+
+    cells = [[str(c) for c in frame.columns]] + [
+        [cell(v) for v in row] for row in frame.itertuples(index=False)
+    ]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(frame.columns))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells)

@@ -1,0 +1,117 @@
+"""Parsing of human quantities ("400 Gbit/s", "1 GiB", "2 us") into SI floats.
+
+Only the hardware loader and the CLI call this module: models receive SI numbers (seconds, bytes,
+bytes/s, FLOP/s, watts). Parsing uses pint; bits are converted to bytes (8 bit = 1 B).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+import numpy as np
+
+from commodel.errors import CommodelError
+
+#: Canonical SI unit per physical kind, as pint spells it.
+SI_UNITS = {
+    "bandwidth": "B/s",
+    "bytes": "B",
+    "time": "s",
+    "flop_rate": "FLOP/s",
+    "power": "W",
+}
+
+#: How error messages name each kind, with example spellings.
+DESCRIPTIONS = {
+    "bandwidth": "a bandwidth such as '450 GB/s' or '400 Gbit/s'",
+    "bytes": "a size in bytes such as '4096', '80 GB' or '1GiB'",
+    "time": "a duration such as '0.6 us' or '2 ms'",
+    "flop_rate": "a compute rate such as '989 TFLOP/s'",
+    "power": "a power such as '700 W'",
+}
+
+
+@cache
+def _registry():
+    import pint
+
+    ureg = pint.UnitRegistry()
+    ureg.define("FLOP = [flop]")
+    return ureg
+
+
+def parse_quantity(text: str | float | int, kind: str) -> float:
+    """Parse ``text`` as a quantity of ``kind`` (a key of :data:`SI_UNITS`) and return it in SI units.
+
+    A bare number is taken to be already in SI units (bytes, seconds, ...).
+
+    Raises
+    ------
+    CommodelError
+        If ``text`` has no recognizable unit of the right kind.
+    """
+    if isinstance(text, bool):
+        raise CommodelError(f"expected {DESCRIPTIONS[kind]}, got {text!r}")
+    if isinstance(text, int | float):
+        return float(text)
+    ureg = _registry()
+    stripped = text.strip()
+    if re.fullmatch(r"[+-]?\d+(\.\d*)?([eE][+-]?\d+)?", stripped):
+        return float(stripped)
+    try:
+        quantity = ureg.Quantity(stripped)
+        if kind != "bytes" and quantity.dimensionless:
+            raise ValueError("no unit")
+        return float(quantity.to(SI_UNITS[kind]).magnitude)
+    except Exception as exc:  # pint raises several unrelated types for bad strings
+        raise CommodelError(f"cannot read {text!r}: expected {DESCRIPTIONS[kind]}") from exc
+
+
+def parse_sizes(spec: str) -> np.ndarray:
+    """Parse a CLI size list into bytes.
+
+    ``spec`` is one size (``1GiB``, ``4096``), a comma list (``8,1MiB,1GiB``) or a doubling range
+    ``LO:HI`` (``8B:8GiB``: LO, 2 LO, 4 LO, ... up to HI, like nccl-tests ``-b LO -e HI -f 2``).
+    Units are pint's (``kB`` = 1000 B, ``KiB`` = 1024 B); nccl-tests' bare suffixes ``K M G T`` are
+    binary (``128M`` = 128 MiB).
+    """
+    parts = [p for p in spec.replace(" ", "").split(",") if p]
+    if not parts:
+        raise CommodelError("empty size list: give e.g. '1GiB', '8,1MiB' or '8B:8GiB'")
+    sizes: list[float] = []
+    for part in parts:
+        if ":" in part:
+            lo_text, _, hi_text = part.partition(":")
+            lo, hi = _one_size(lo_text), _one_size(hi_text)
+            if hi < lo:
+                raise CommodelError(f"size range '{part}' ends below its start")
+            count = int(np.floor(np.log2(hi / lo) + 1e-9)) + 1
+            sizes.extend(lo * 2.0 ** np.arange(count))
+        else:
+            sizes.append(_one_size(part))
+    return np.asarray(sizes, dtype=float)
+
+
+#: nccl-tests' own size suffixes (``-b 8 -e 128M``): bare K, M, G, T are binary multiples.
+_NCCL_TESTS_SUFFIX = re.compile(r"(\d+)([KMGT])")
+
+
+def _one_size(text: str) -> float:
+    shorthand = _NCCL_TESTS_SUFFIX.fullmatch(text)
+    if shorthand:
+        return float(int(shorthand[1]) * 1024 ** ("KMGT".index(shorthand[2]) + 1))
+    value = parse_quantity(text, "bytes")
+    if not np.isfinite(value) or value <= 0:
+        raise CommodelError(f"size must be positive, got '{text}'")
+    if value != round(value):
+        raise CommodelError(f"size must be a whole number of bytes, got '{text}'")
+    return float(value)
+
+
+def format_bytes(n: float) -> str:
+    """Human form of a byte count with binary prefixes (``1 GiB``)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{n:g} B"

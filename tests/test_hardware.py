@@ -1,0 +1,162 @@
+import shutil
+from pathlib import Path
+
+import pytest
+
+from commodel.errors import CommodelError
+from commodel.hardware import cluster, default_db, load_database
+from commodel.resources import resource_dir
+
+GPUS = [
+    "a40",
+    "a100-sxm-80gb",
+    "h100-sxm",
+    "h200-sxm",
+    "b200-sxm",
+    "b300-sxm",
+    "mi250x",
+    "mi250x-gcd",
+    "mi300x",
+]
+SYSTEMS = [
+    "dgx-a100",
+    "dgx-h100",
+    "hgx-h200",
+    "dgx-b200",
+    "dgx-b300",
+    "mi300x-8",
+    "frontier-node",
+    "a40-pcie-8",
+]
+LINK_KINDS = {"nvlink", "xgmi", "pcie", "infiniband", "slingshot", "roce", "ethernet"}
+
+
+def test_required_records_exist():
+    db = default_db()
+    assert set(GPUS) <= set(db.gpus)
+    assert set(SYSTEMS) <= set(db.systems)
+    assert {link.kind for link in db.links.values()} >= LINK_KINDS
+    assert {
+        "pcie4",
+        "pcie5",
+        "pcie6",
+        "nvlink3",
+        "nvlink4",
+        "nvlink5",
+        "ib-hdr",
+        "ib-ndr",
+        "ib-xdr",
+    } <= set(db.links)
+
+
+def test_vendor_numbers_match_spec_sheet():
+    db = default_db()
+    h100 = db.gpu("h100-sxm")
+    assert h100.peak_flops["bf16"].value == pytest.approx(989e12)
+    assert h100.memory_bandwidth.value == pytest.approx(3.35e12)
+    assert h100.compute_units.value == 132
+    nvlink4 = db.link("nvlink4")
+    assert nvlink4.in_network_reduction and not db.link("nvlink3").in_network_reduction
+    assert db.system("dgx-h100").scale_up.links_per_gpu.value * nvlink4.bandwidth.value == pytest.approx(
+        450e9
+    )
+    assert db.link("ib-ndr").bandwidth.value == pytest.approx(50e9)
+
+
+def test_every_number_has_a_source():
+    db = default_db()
+    for table in (db.gpus, db.links, db.systems):
+        for record in table.values():
+            for field in _sourced(record.model_dump()):
+                assert field["source"].strip()
+
+
+def _sourced(data):
+    for value in data.values():
+        if isinstance(value, dict) and "source" in value:
+            yield value
+        elif isinstance(value, dict):
+            yield from _sourced(value)
+
+
+def test_cluster_counts_gpus():
+    c = cluster("frontier-node", nodes=4)
+    assert c.total_gpus == 32 and c.gpu.compute_units.value == 110
+
+
+def test_unknown_system_suggests_a_name():
+    with pytest.raises(CommodelError, match="did you mean 'dgx-h100'"):
+        cluster("dgx-h10")
+
+
+@pytest.fixture
+def db_copy(tmp_path: Path) -> Path:
+    root = tmp_path / "hw"
+    shutil.copytree(resource_dir("hardware_db"), root)
+    return root
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+
+
+@pytest.mark.parametrize(
+    ("file", "old", "new", "message"),
+    [
+        (
+            "gpus/h100-sxm.toml",
+            "tdp =",
+            "tdpp =",
+            r"h100-sxm.toml: unknown key 'tdpp' \(did you mean 'tdp'\?\)",
+        ),
+        ("gpus/h100-sxm.toml", "tdp =", "tdpp =", r"h100-sxm.toml: missing key 'tdp'"),
+        (
+            "gpus/h100-sxm.toml",
+            '"3.35 TB/s"',
+            '"3.35 TW"',
+            r"field 'memory_bandwidth': cannot read '3.35 TW'",
+        ),
+        (
+            "links/nvlink3.toml",
+            '"25 GB/s"',
+            '"-25 GB/s"',
+            r"nvlink3.toml: field 'bandwidth.value': must be positive",
+        ),
+        (
+            "links/ib-hdr.toml",
+            '"200 Gbit/s"',
+            '"0 Gbit/s"',
+            r"ib-hdr.toml: field 'bandwidth.value': must be positive",
+        ),
+        (
+            "systems/dgx-a100.toml",
+            'gpu = "a100-sxm-80gb"',
+            'gpu = "a100-sxm"',
+            r"field 'gpu': unknown gpu 'a100-sxm'",
+        ),
+        (
+            "links/pcie4.toml",
+            "efficiency = { value = 0.848",
+            "efficiency = { value = 1.5",
+            r"must be at most 1",
+        ),
+        (
+            "gpus/a40.toml",
+            'source = "elprocus.com"',
+            'source = ""',
+            r"a40.toml: field 'compute_units.source'",
+        ),
+    ],
+)
+def test_strict_loading_names_file_and_field(db_copy, file, old, new, message):
+    _edit(db_copy / file, old, new)
+    with pytest.raises(CommodelError, match=message):
+        load_database(db_copy)
+
+
+def test_invalid_toml_names_the_file(db_copy):
+    (db_copy / "gpus" / "broken.toml").write_text("tdp = {")
+    with pytest.raises(CommodelError, match=r"broken\.toml: not valid TOML"):
+        load_database(db_copy)
