@@ -169,7 +169,7 @@ def hw_show(
     kind, record = default_db().find(name)
     data = record.model_dump()
     if as_json:
-        typer.echo(json.dumps({"kind": kind, "name": name, **data}, indent=2))
+        typer.echo(json.dumps({"record": kind, "name": name, **data}, indent=2))
         return
     typer.echo(f"{kind} {name}")
     for line in _describe(data):

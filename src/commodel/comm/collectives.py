@@ -79,11 +79,13 @@ def collective_time(
         np.asarray(ranks, dtype=float),
         np.asarray(nodes, dtype=float),
     )
+    ok = available(algo, fab, N)
+    if not ok.any():
+        return np.where(p <= 1, 0.0, np.inf)
     point = Point(n=n, p=p, nodes=N, fab=fab, protocol=protocol, reduces=op in REDUCING_OPS)
     with np.errstate(divide="ignore", invalid="ignore"):
         cost = ALGORITHMS[algo](op, point)
-    t = fab.launch_s + BASE_LATENCY_S[protocol] + cost
-    t = np.where(available(algo, fab, N), t, np.inf)
+    t = np.where(ok, fab.launch_s + BASE_LATENCY_S[protocol] + cost, np.inf)
     return np.where(p <= 1, 0.0, t)
 
 
@@ -116,21 +118,18 @@ def tune(
 
 
 def resolve_layout(cluster: Cluster, gpus: int | None) -> tuple[int, int]:
-    """Ranks and nodes for ``gpus`` GPUs on ``cluster`` (default: all of them), packed node by node."""
-    total = cluster.total_gpus
+    """Ranks and nodes for ``gpus`` GPUs spread evenly over the cluster's nodes (default: all GPUs)."""
+    total, nodes = cluster.total_gpus, cluster.nodes
     gpus = total if gpus is None else gpus
     if gpus < 1:
         raise CommodelError(f"--gpus must be at least 1, got {gpus}")
     if gpus > total:
         raise CommodelError(
-            f"{gpus} GPUs requested but {cluster.nodes} node(s) of {cluster.name} have {total}; "
+            f"{gpus} GPUs requested but {nodes} node(s) of {cluster.name} have {total}; "
             f"raise --nodes to at least {-(-gpus // cluster.gpus_per_node)}"
         )
-    nodes = -(-gpus // cluster.gpus_per_node)
     if gpus % nodes:
-        raise CommodelError(
-            f"{gpus} GPUs do not split evenly over {nodes} nodes of {cluster.gpus_per_node} GPUs"
-        )
+        raise CommodelError(f"{gpus} GPUs do not spread evenly over {nodes} nodes; use a multiple of {nodes}")
     return gpus, nodes
 
 

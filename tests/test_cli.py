@@ -1,0 +1,113 @@
+"""The CLI contract other tools rely on, and its handling of bad input (exit 2, one line, no traceback)."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from commodel.cli import app, main
+
+runner = CliRunner()
+JSON_KEYS = {"op", "algo", "protocol", "size_bytes", "gpus", "nodes", "time_s", "algbw_GBps", "busbw_GBps"}
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_collective_table_like_nccl_tests():
+    result = invoke("collective", "allreduce", "--system", "dgx-h100", "--size", "8B:8GiB")
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if not line.startswith("#")]
+    assert len(lines) == 31
+    assert "busbw" in result.output and "Avg bus bandwidth" in result.output
+
+
+def test_collective_json_contract():
+    result = invoke(
+        "collective", "allgather", "--system", "dgx-a100", "--nodes", "2", "--size", "8,1MiB,1GiB", "--json"
+    )
+    assert result.exit_code == 0, result.output
+    records = json.loads(result.output)
+    assert len(records) == 3
+    assert set(records[0]) == JSON_KEYS
+    assert records[0]["gpus"] == 16 and records[0]["nodes"] == 2
+    assert records[2]["busbw_GBps"] == pytest.approx(records[2]["algbw_GBps"] * 15 / 16)
+
+
+def test_collective_csv_and_forced_algorithm():
+    result = invoke(
+        "collective", "allreduce", "--system", "dgx-h100", "--size", "1GiB", "--algo", "ring", "--csv"
+    )
+    assert result.exit_code == 0, result.output
+    header, row = result.output.strip().splitlines()
+    assert header.split(",")[:3] == ["op", "algo", "protocol"]
+    assert row.split(",")[1] == "ring"
+
+
+def test_roofline_gemm_json():
+    result = invoke(
+        "roofline", "gemm", "--gpu", "h100-sxm", "--m", "8192", "--n", "8192", "--k", "8192", "--json"
+    )
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.output)
+    assert {"time_s", "tflops", "bound"} <= set(record)
+    assert record["bound"] == "compute" and 600 < record["tflops"] < 800
+
+
+def test_roofline_plot_writes_png(tmp_path):
+    out = tmp_path / "roofline.png"
+    result = invoke("roofline", "plot", "--gpu", "mi300x", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_hw_list_and_show():
+    listed = invoke("hw", "list", "--kind", "system")
+    assert listed.exit_code == 0 and "frontier-node" in listed.output and "h100-sxm " not in listed.output
+    shown = invoke("hw", "show", "h100-sxm")
+    assert shown.exit_code == 0
+    assert "memory_bandwidth = 3.35e+12" in shown.output and "[ml-engineering" in shown.output
+    as_json = json.loads(invoke("hw", "show", "nvlink4", "--json").output)
+    assert (
+        as_json["record"] == "link"
+        and as_json["kind"] == "nvlink"
+        and as_json["in_network_reduction"] is True
+    )
+
+
+def test_validate_prints_errors_and_gates():
+    result = invoke("validate")
+    assert result.exit_code == 0, result.output
+    assert "error_%" in result.output and "median" in result.output and "holds" in result.output
+    data = json.loads(invoke("validate", "--json").output)
+    assert {"rows", "summary", "gates"} <= set(data)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["collective", "allreduce", "--system", "dgx-h10"], "did you mean 'dgx-h100'"),
+        (["collective", "allreduse", "--system", "dgx-h100"], "did you mean 'allreduce'"),
+        (["collective", "allreduce", "--size", "12XB"], "cannot read '12XB'"),
+        (["collective", "allreduce", "--gpus", "0"], "--gpus must be at least 1"),
+        (["collective", "allreduce", "--gpus", "-3"], "--gpus must be at least 1"),
+        (["collective", "allreduce", "--nodes", "0"], "--nodes must be at least 1"),
+        (["collective", "allreduce", "--gpus", "16"], "raise --nodes to at least 2"),
+        (["collective", "allreduce", "--system", "dgx-a100", "--algo", "nvls"], "no in-switch reduction"),
+        (["collective", "allreduce", "--algo", "rign"], "did you mean 'ring'"),
+        (["collective", "alltoall", "--algo", "ring"], "alltoall has no 'ring' algorithm"),
+        (["roofline", "gemm", "--gpu", "h100"], "did you mean 'h100-sxm'"),
+        (["roofline", "gemm", "--gpu", "a100-sxm-80gb", "--dtype", "fp8"], "no fp8 peak"),
+        (["hw", "show", "nvlink9"], "did you mean"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message, capsys, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["commodel", *args])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.startswith("error: ") and "Traceback" not in err

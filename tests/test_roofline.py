@@ -1,0 +1,77 @@
+import numpy as np
+import pytest
+
+from commodel.compute import attention, elementwise, gemm, kernel_time
+from commodel.compute.roofline import GEMM_TILE_OVERHEAD_K, achievable_flops
+from commodel.errors import CommodelError
+from commodel.hardware import default_db
+
+DB = default_db()
+H100 = DB.gpu("h100-sxm")
+
+
+def test_gemm_counts():
+    k = gemm(4096, 2048, 1024, "bf16")
+    assert k.flops == 2 * 4096 * 2048 * 1024
+    assert k.bytes == (4096 * 1024 + 1024 * 2048 + 4096 * 2048) * 2
+    assert k.tiles == (4096 / 128) * (2048 / 256)
+
+
+def test_attention_counts():
+    k = attention(2, 16, 1024, 128, causal=False)
+    assert k.flops == 4 * 2 * 16 * 1024**2 * 128
+    assert k.bytes == 4 * 2 * 16 * 1024 * 128 * 2
+    assert attention(2, 16, 1024, 128, causal=True).flops == k.flops / 2
+
+
+def test_large_gemm_is_compute_bound_near_calibrated_peak():
+    r = kernel_time(H100, gemm(16384, 16384, 16384), launch=False)
+    assert r.bound == "compute"
+    ceiling = 989e12 * H100.matmul_efficiency.value
+    assert 0.9 * ceiling < r.achieved_flops <= ceiling
+
+
+def test_skinny_gemm_and_elementwise_are_memory_bound():
+    assert kernel_time(H100, gemm(8, 8192, 8192)).bound == "memory"
+    r = kernel_time(H100, elementwise(2**28), launch=False)
+    assert r.bound == "memory"
+    assert r.time_s == pytest.approx(2**28 * 2 * 2 / (3.35e12 * H100.memory_efficiency.value))
+
+
+def test_wave_quantization_one_extra_tile_costs_a_wave():
+    # 132 tiles fill H100's 132 SMs in one wave; 133 tiles need two.
+    one_wave = gemm(128 * 132, 256, 4096)
+    spill = gemm(128 * 133, 256, 4096)
+    t1 = kernel_time(H100, one_wave, launch=False).compute_s
+    t2 = kernel_time(H100, spill, launch=False).compute_s
+    assert t2 / t1 == pytest.approx(2.0)
+
+
+def test_small_k_pays_tile_overhead():
+    # Same tiles (same waves), different depth: the ratio is the depth efficiency k / (k + K0).
+    shallow, deep = achievable_flops(H100, gemm(8192, 8192, [256, 8192]))
+    k0 = GEMM_TILE_OVERHEAD_K
+    assert shallow / deep == pytest.approx((256 / (256 + k0)) / (8192 / (8192 + k0)))
+
+
+def test_faster_gpu_is_never_slower():
+    kernels = [gemm(4096, 4096, 4096), attention(4, 32, 4096, 128), elementwise(2**26)]
+    faster = H100.model_copy(
+        update={
+            "peak_flops": {
+                k: v.model_copy(update={"value": v.value * 2}) for k, v in H100.peak_flops.items()
+            },
+            "memory_bandwidth": H100.memory_bandwidth.model_copy(update={"value": 2 * 3.35e12}),
+        }
+    )
+    for k in kernels:
+        assert np.all(kernel_time(faster, k).time_s <= kernel_time(H100, k).time_s)
+
+
+def test_missing_dtype_is_a_clear_error():
+    with pytest.raises(CommodelError, match="no fp8 peak"):
+        kernel_time(DB.gpu("a100-sxm-80gb"), gemm(1024, 1024, 1024, "fp8"))
+    with pytest.raises(CommodelError, match="unknown dtype"):
+        gemm(1, 1, 1, "bf61")
+    with pytest.raises(CommodelError, match="m must be positive"):
+        gemm(0, 1, 1)
