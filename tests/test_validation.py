@@ -24,7 +24,7 @@ def test_every_modelled_row_has_a_finite_error(table):
 
 
 def test_accuracy_gates_hold(table):
-    gates = {g["gate"]: g for g in accuracy_gates(table)}
+    gates = accuracy_gates(table).set_index("gate").to_dict("index")
     assert gates["collectives >= 1 MiB"]["median_abs_err_pct"] <= 10
     assert gates["collectives >= 1 MiB"]["rows"] >= 15
     assert gates["GEMM and STREAM"]["median_abs_err_pct"] <= 15

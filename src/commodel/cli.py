@@ -190,37 +190,31 @@ def _describe(data: dict, prefix: str = "") -> list[str]:
 
 
 @app.command()
-def validate(as_json: JsonFlag = False) -> None:
+def validate(
+    as_json: JsonFlag = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print the report as Markdown.")] = False,
+) -> None:
     """Model vs every published measurement: errors per row, and median/max error per kind."""
-    from commodel.report.tables import plain_table, to_json
+    from commodel.report.tables import markdown_table, plain_table, to_json
     from commodel.validate import accuracy_gates, summary, validation_table
 
     table = validation_table()
     stats = summary(table)
     gates = accuracy_gates(table)
     if as_json:
-        typer.echo(
-            json.dumps(
-                {
-                    "rows": json.loads(to_json(table)),
-                    "summary": json.loads(to_json(stats)),
-                    "gates": gates,
-                },
-                indent=2,
-            )
-        )
+        payload = {name: json.loads(to_json(f)) for name, f in (("rows", table), ("summary", stats))}
+        typer.echo(json.dumps({**payload, "gates": json.loads(to_json(gates))}, indent=2))
         return
     shown = table.drop(columns=["unit"]).rename(columns={"error_pct": "error_%"})
-    typer.echo(plain_table(shown))
-    typer.echo("\nPer kind (absolute error, %):")
-    typer.echo(plain_table(stats))
-    typer.echo("\nAccuracy gates (median absolute error):")
-    for gate in gates:
-        verdict = "holds" if gate["holds"] else "FAILS"
-        typer.echo(
-            f"  {gate['gate']:<22} {gate['median_abs_err_pct']:5.1f}% over {gate['rows']} rows "
-            f"(bound {gate['bound_pct']:g}%): {verdict}"
-        )
+    render = markdown_table if markdown else plain_table
+    sections = [
+        ("Per row", shown),
+        ("Per kind (absolute error, %)", stats),
+        ("Accuracy gates (median absolute error, %)", gates),
+    ]
+    for title, frame in sections:
+        typer.echo(f"\n## {title}\n" if markdown else f"\n{title}:")
+        typer.echo(render(frame))
 
 
 def main() -> None:

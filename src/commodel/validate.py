@@ -144,12 +144,12 @@ GATES = {
 }
 
 
-def accuracy_gates(table: pd.DataFrame) -> list[dict[str, object]]:
+def accuracy_gates(table: pd.DataFrame) -> pd.DataFrame:
     """Median absolute error of each gated group of rows, with its bound and whether it holds."""
     err = table.error_pct.abs()
     big = (table.kind == "collective") & (table.size_bytes.fillna(ASYMPTOTIC_SIZE) >= MiB)
     groups = {"collectives >= 1 MiB": big, "GEMM and STREAM": table.kind.isin(["gemm", "memory"])}
-    return [
+    return pd.DataFrame(
         {
             "gate": name,
             "rows": int(rows.sum()),
@@ -158,4 +158,4 @@ def accuracy_gates(table: pd.DataFrame) -> list[dict[str, object]]:
             "holds": bool(err[rows].median() <= GATES[name]),
         }
         for name, rows in groups.items()
-    ]
+    )

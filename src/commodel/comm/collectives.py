@@ -96,6 +96,19 @@ def candidates(op: str, fab: Fabric, algos: tuple[str, ...] | None = None) -> li
     return [(a, p) for a in names for p in protocols_for(a, fab)]
 
 
+def price(
+    op: str,
+    size_bytes: ArrayLike,
+    ranks: ArrayLike,
+    nodes: ArrayLike,
+    fab: Fabric,
+    pairs: list[tuple[str, str]] | None = None,
+) -> tuple[list[tuple[str, str]], np.ndarray]:
+    """Time of every (algorithm, protocol) pair at every point: an array of shape (pairs, *points)."""
+    pairs = candidates(op, fab) if pairs is None else pairs
+    return pairs, np.stack([collective_time(op, a, pr, size_bytes, ranks, nodes, fab) for a, pr in pairs])
+
+
 def tune(
     op: str,
     size_bytes: ArrayLike,
@@ -108,8 +121,7 @@ def tune(
 
     Returns ``(time_s, algo, protocol)`` arrays: the argmin of the same cost that reports the time.
     """
-    pairs = candidates(op, fab) if pairs is None else pairs
-    times = np.stack([collective_time(op, a, pr, size_bytes, ranks, nodes, fab) for a, pr in pairs])
+    pairs, times = price(op, size_bytes, ranks, nodes, fab, pairs)
     best = np.argmin(times, axis=0)
     time = np.take_along_axis(times, best[None], axis=0)[0]
     algo = np.array([a for a, _ in pairs])[best]

@@ -26,11 +26,14 @@ def roofline_plot(gpu: GPU, name: str, kernels: dict[str, Kernel], path: Path) -
     fig, ax = plt.subplots(figsize=(7.5, 5))
     intensity = np.logspace(-1, 4, 200)
     vendor_bw = gpu.memory_bandwidth.value
+    by_peak: dict[float, list[str]] = {}
     for dtype, peak in gpu.peak_flops.items():
-        if dtype in ("fp64", "fp4"):
-            continue
-        line = ax.loglog(intensity, np.minimum(peak.value, vendor_bw * intensity), label=f"{dtype} peak")
-        achievable = peak.value * gpu.matmul_efficiency.value
+        if dtype not in ("fp64", "fp4"):
+            by_peak.setdefault(peak.value, []).append(dtype)
+    for peak, dtypes in sorted(by_peak.items()):
+        label = "/".join(dtypes)
+        line = ax.loglog(intensity, np.minimum(peak, vendor_bw * intensity), label=f"{label} peak")
+        achievable = peak * gpu.matmul_efficiency.value
         ax.loglog(
             intensity,
             np.minimum(achievable, achievable_bandwidth(gpu) * intensity),
@@ -38,16 +41,24 @@ def roofline_plot(gpu: GPU, name: str, kernels: dict[str, Kernel], path: Path) -
             color=line[0].get_color(),
             lw=0.8,
         )
-    for label, kernel in kernels.items():
+    for index, (label, kernel) in enumerate(kernels.items()):
         result = kernel_time(gpu, kernel)
-        ax.scatter(np.atleast_1d(kernel.intensity), np.atleast_1d(result.achieved_flops), zorder=3)
-        for x, y in zip(np.atleast_1d(kernel.intensity), np.atleast_1d(result.achieved_flops), strict=True):
-            ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, -10), fontsize=8)
+        x, y = float(np.max(kernel.intensity)), float(np.max(result.achieved_flops))
+        ax.scatter([x], [y], color="black", zorder=3, s=18)
+        offset = (-6, 8) if index % 2 else (6, -12)
+        ax.annotate(
+            label,
+            (x, y),
+            textcoords="offset points",
+            xytext=offset,
+            fontsize=8,
+            ha="right" if index % 2 else "left",
+        )
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("FLOP/s")
     ax.set_title(f"Roofline: {name} (solid: vendor peak, dashed: achievable)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left")
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, bbox_inches="tight", format=Path(path).suffix.lstrip(".") or "png")
     plt.close(fig)
