@@ -6,15 +6,15 @@ Errors name the file and the field, and suggest the closest valid key or name.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from commodel.errors import CommodelError, suggest, unknown
 from commodel.hardware.schema import GPU, Link, System
+from commodel.records import load_record
 from commodel.resources import resource_dir
 
 KINDS: dict[str, type[BaseModel]] = {"gpu": GPU, "link": Link, "system": System}
@@ -60,53 +60,12 @@ class HardwareDB:
         raise unknown("hardware name", name, [n for k in KINDS for n in self.table(k)])
 
 
-def load_record(path: Path, kind: str) -> BaseModel:
-    """Parse and validate one TOML file as a record of ``kind``."""
-    try:
-        with path.open("rb") as handle:
-            data = tomllib.load(handle)
-    except tomllib.TOMLDecodeError as exc:
-        raise CommodelError(f"{path}: not valid TOML: {exc}") from None
-    try:
-        return KINDS[kind].model_validate(data)
-    except ValidationError as exc:
-        raise CommodelError(_describe(path, KINDS[kind], exc)) from None
-
-
-def _describe(path: Path, model: type[BaseModel], exc: ValidationError) -> str:
-    """One line per problem: file, dotted field path, and what is wrong."""
-    lines = []
-    for err in exc.errors():
-        loc = [str(p) for p in err["loc"] if not str(p).startswith("function-")]
-        field = ".".join(loc) or "(top level)"
-        if err["type"] == "extra_forbidden":
-            allowed = _allowed_keys(model, loc[:-1])
-            lines.append(f"{path}: unknown key '{field}'{suggest(loc[-1], allowed)}")
-        elif err["type"] == "missing":
-            lines.append(f"{path}: missing key '{field}'")
-        else:
-            message = str(err["msg"]).removeprefix("Value error, ")
-            lines.append(f"{path}: field '{field}': {message}")
-    return "\n".join(lines)
-
-
-def _allowed_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
-    """Field names of the (nested) model at ``loc``, for 'did you mean' suggestions."""
-    for part in loc:
-        field = model.model_fields.get(part)
-        annotation = getattr(field, "annotation", None)
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return []
-        model = annotation
-    return list(model.model_fields)
-
-
 def load_database(root: Path) -> HardwareDB:
     """Load and cross-check every record under ``root``."""
     tables: dict[str, dict[str, BaseModel]] = {}
     for kind, folder in FOLDERS.items():
         files = sorted((root / folder).glob("*.toml"))
-        tables[kind] = {f.stem: load_record(f, kind) for f in files}
+        tables[kind] = {f.stem: load_record(f, KINDS[kind]) for f in files}
     db = HardwareDB(tables["gpu"], tables["link"], tables["system"], root)  # type: ignore[arg-type]
     _check_references(db)
     return db

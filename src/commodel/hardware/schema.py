@@ -6,94 +6,23 @@ Every number is a :class:`Sourced` quantity: its value in SI units plus the ``so
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import field_validator, model_validator
 
-from commodel.units import parse_quantity
+from commodel.records import (
+    Bandwidth,
+    ByteSize,
+    Count,
+    Duration,
+    FlopRate,
+    Fraction,
+    Power,
+    Strict,
+)
 
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 PROTOCOLS = ("ll", "ll128", "simple")
-
-
-class Strict(BaseModel):
-    """Base for every record: immutable, unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Sourced(Strict):
-    """A positive number with its unit parsed to SI and the source it came from."""
-
-    KIND: ClassVar[str | None] = None
-    value: float
-    source: str
-    note: str = ""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _parse(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            raise ValueError('expected a table {value = ..., source = "..."}')
-        if "value" in data and cls.KIND is not None:
-            data = {**data, "value": parse_quantity(data["value"], cls.KIND)}
-        return data
-
-    @field_validator("value")
-    @classmethod
-    def _positive(cls, v: float) -> float:
-        if not v > 0:
-            raise ValueError(f"must be positive, got {v}")
-        return v
-
-    @field_validator("source")
-    @classmethod
-    def _has_source(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("every number needs a non-empty source")
-        return v
-
-
-class Bandwidth(Sourced):
-    KIND = "bandwidth"
-
-
-class Duration(Sourced):
-    KIND = "time"
-
-
-class ByteSize(Sourced):
-    KIND = "bytes"
-
-
-class FlopRate(Sourced):
-    KIND = "flop_rate"
-
-
-class Power(Sourced):
-    KIND = "power"
-
-
-class Count(Sourced):
-    """A positive whole number (SM count, links, NICs)."""
-
-    @field_validator("value")
-    @classmethod
-    def _whole(cls, v: float) -> float:
-        if v != int(v):
-            raise ValueError(f"must be a whole number, got {v}")
-        return v
-
-
-class Fraction(Sourced):
-    """A dimensionless fraction in (0, 1]: an achievable share of a peak."""
-
-    @field_validator("value")
-    @classmethod
-    def _at_most_one(cls, v: float) -> float:
-        if v > 1:
-            raise ValueError(f"must be at most 1, got {v}")
-        return v
 
 
 class GPU(Strict):

@@ -1,0 +1,138 @@
+"""Strict, sourced records read from TOML: the primitives every data file (hardware, workloads) uses.
+
+A :class:`Sourced` number carries its value in SI units and the ``source`` it came from (a datasheet, a
+measurement row id, or an explicit assumption). :func:`load_record` is the one place TOML is parsed:
+errors name the file and the field, and suggest the closest valid key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from commodel.errors import CommodelError, suggest
+from commodel.units import parse_quantity
+
+
+class Strict(BaseModel):
+    """Base for every record: immutable, unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Sourced(Strict):
+    """A positive number with its unit parsed to SI and the source it came from."""
+
+    KIND: ClassVar[str | None] = None
+    value: float
+    source: str
+    note: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise ValueError('expected a table {value = ..., source = "..."}')
+        if "value" in data and cls.KIND is not None:
+            data = {**data, "value": parse_quantity(data["value"], cls.KIND)}
+        return data
+
+    @field_validator("value")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError(f"must be positive, got {v}")
+        return v
+
+    @field_validator("source")
+    @classmethod
+    def _has_source(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("every number needs a non-empty source")
+        return v
+
+
+class Bandwidth(Sourced):
+    KIND = "bandwidth"
+
+
+class Duration(Sourced):
+    KIND = "time"
+
+
+class ByteSize(Sourced):
+    KIND = "bytes"
+
+
+class FlopRate(Sourced):
+    KIND = "flop_rate"
+
+
+class Power(Sourced):
+    KIND = "power"
+
+
+class Count(Sourced):
+    """A positive whole number (SM count, links, NICs)."""
+
+    @field_validator("value")
+    @classmethod
+    def _whole(cls, v: float) -> float:
+        if v != int(v):
+            raise ValueError(f"must be a whole number, got {v}")
+        return v
+
+
+class Fraction(Sourced):
+    """A dimensionless fraction in (0, 1]: an achievable share of a peak."""
+
+    @field_validator("value")
+    @classmethod
+    def _at_most_one(cls, v: float) -> float:
+        if v > 1:
+            raise ValueError(f"must be at most 1, got {v}")
+        return v
+
+
+def load_record(path: Path, model: type[BaseModel]) -> BaseModel:
+    """Parse and validate one TOML file as a ``model`` record."""
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise CommodelError(f"{path}: not valid TOML: {exc}") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise CommodelError(_describe(path, model, exc)) from None
+
+
+def _describe(path: Path, model: type[BaseModel], exc: ValidationError) -> str:
+    """One line per problem: file, dotted field path, and what is wrong."""
+    lines = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"] if not str(p).startswith("function-")]
+        field = ".".join(loc) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            allowed = _allowed_keys(model, loc[:-1])
+            lines.append(f"{path}: unknown key '{field}'{suggest(loc[-1], allowed)}")
+        elif err["type"] == "missing":
+            lines.append(f"{path}: missing key '{field}'")
+        else:
+            message = str(err["msg"]).removeprefix("Value error, ")
+            lines.append(f"{path}: field '{field}': {message}")
+    return "\n".join(lines)
+
+
+def _allowed_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
+    """Field names of the (nested) model at ``loc``, for 'did you mean' suggestions."""
+    for part in loc:
+        field = model.model_fields.get(part)
+        annotation = getattr(field, "annotation", None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return list(model.model_fields)
