@@ -13,7 +13,7 @@ _SOURCE_TREE = Path(__file__).resolve().parents[2]
 
 
 def resource_dir(name: str) -> Path:
-    """Return the directory ``name`` (``"hardware_db"`` or ``"data"``) shipped with commodel."""
+    """Return the directory ``name`` (``hardware_db``, ``workloads`` or ``data``) shipped with commodel."""
     for root in (_PACKAGED, _SOURCE_TREE):
         if (root / name).is_dir():
             return root / name

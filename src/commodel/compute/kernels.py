@@ -34,6 +34,7 @@ class Kernel:
     k_depth: np.ndarray
     dtype: str
     matmul: bool
+    shape: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @property
     def intensity(self) -> np.ndarray:
@@ -55,13 +56,24 @@ def _positive(**shapes: ArrayLike) -> list[np.ndarray]:
     return arrays
 
 
-def gemm(m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str = "bf16") -> Kernel:
-    """C[m, n] = A[m, k] B[k, n]: ``2 m n k`` FLOPs, ``(m k + k n + m n) x bytes(dtype)`` of HBM
-    traffic (each operand read once, C written once), ``ceil(m/128) ceil(n/256)`` output tiles."""
-    m, n, k = _positive(m=m, n=n, k=k)
+def gemm(m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str = "bf16", batch: ArrayLike = 1) -> Kernel:
+    """C[m, n] = A[m, k] B[k, n], ``batch`` of them in one launch: ``2 m n k`` FLOPs each,
+    ``(m k + k n + m n) x bytes(dtype)`` of HBM traffic (each operand read once, C written once),
+    ``ceil(m/128) ceil(n/256)`` output tiles each."""
+    m, n, k, b = _positive(m=m, n=n, k=k, batch=batch)
     size = _dtype_bytes(dtype)
-    tiles = np.ceil(m / GEMM_TILE[0]) * np.ceil(n / GEMM_TILE[1])
-    return Kernel("gemm", 2 * m * n * k, (m * k + k * n + m * n) * size, tiles, k, dtype, True)
+    tiles = b * np.ceil(m / GEMM_TILE[0]) * np.ceil(n / GEMM_TILE[1])
+    traffic = b * (m * k + k * n + m * n) * size
+    return Kernel("gemm", 2 * b * m * n * k, traffic, tiles, k, dtype, True, (m, n, k, b))
+
+
+def gemm_backward(kernel: Kernel) -> tuple[Kernel, Kernel]:
+    """The two backward GEMMs of a forward ``Y[m, n] = X[m, k] W[k, n]``: the input gradient
+    ``dX = dY W^T`` (m, k, n) and the weight gradient ``dW = X^T dY`` (k, n, m)."""
+    if kernel.shape is None:
+        raise ValueError(f"{kernel.name} is not a GEMM")
+    m, n, k, b = kernel.shape
+    return gemm(m, k, n, kernel.dtype, b), gemm(k, n, m, kernel.dtype, b)
 
 
 def attention(
@@ -71,14 +83,45 @@ def attention(
     head_dim: ArrayLike,
     dtype: str = "bf16",
     causal: bool = True,
+    kv_seq: ArrayLike | None = None,
 ) -> Kernel:
-    """Flash-style attention forward: ``4 b h s^2 d`` FLOPs (QK^T and PV; half when causal) and
-    ``4 b h s d x bytes`` of traffic (read Q, K, V once, write O; scores stay on chip,
-    Dao et al. 2022). Tiles: one per (batch, head, 128-row query block)."""
+    """Flash-style attention forward: ``4 b h s s_kv d`` FLOPs (QK^T and PV; half when causal) and
+    ``(2 s + 2 s_kv) b h d x bytes`` of traffic (read Q, K, V once, write O; scores stay on chip,
+    Dao et al. 2022). ``kv_seq`` defaults to ``seq``; context parallelism gives each rank s/cp queries
+    against all s keys. Tiles: one per (batch, head, 128-row query block)."""
     b, h, s, d = _positive(batch=batch, heads=heads, seq=seq, head_dim=head_dim)
-    flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+    s_kv = s if kv_seq is None else np.asarray(kv_seq, dtype=float)
+    flops = 4 * b * h * s * s_kv * d * (0.5 if causal else 1.0)
+    traffic = 2 * (s + s_kv) * b * h * d * _dtype_bytes(dtype)
     tiles = b * h * np.ceil(s / ATTENTION_BLOCK)
-    return Kernel("attention", flops, 4 * b * h * s * d * _dtype_bytes(dtype), tiles, s, dtype, True)
+    return Kernel("attention", flops, traffic, tiles, s_kv, dtype, True)
+
+
+def unfused_attention(
+    batch: ArrayLike,
+    heads: ArrayLike,
+    seq: ArrayLike,
+    head_dim: ArrayLike,
+    dtype: str = "bf16",
+    kv_seq: ArrayLike | None = None,
+) -> list[Kernel]:
+    """Attention without flash fusion (Megatron-LM before FlashAttention, 2021): a batched QK^T GEMM
+    that writes the ``s x s_kv`` scores to HBM, a fused scale-mask-softmax (reads and writes them) and
+    a dropout (reads them, writes them and a 1-byte mask), then a batched PV GEMM that reads them."""
+    b, h, s, d = _positive(batch=batch, heads=heads, seq=seq, head_dim=head_dim)
+    s_kv = s if kv_seq is None else np.asarray(kv_seq, dtype=float)
+    scores = b * h * s * s_kv
+    size = _dtype_bytes(dtype)
+    passes = Kernel(
+        "softmax-dropout",
+        8 * scores,
+        scores * (4 * size + 1),
+        np.ceil(scores / 1024),
+        np.ones_like(scores),
+        dtype,
+        False,
+    )
+    return [gemm(s, s_kv, d, dtype, b * h), passes, gemm(s, d, s_kv, dtype, b * h)]
 
 
 def elementwise(

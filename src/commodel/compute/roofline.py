@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from commodel.compute.kernels import Kernel
 from commodel.errors import CommodelError
@@ -55,14 +56,19 @@ def peak_flops(gpu: GPU, dtype: str, matmul: bool = True) -> float:
     return gpu.peak_flops[key].value
 
 
-def achievable_flops(gpu: GPU, kernel: Kernel) -> np.ndarray:
-    """Achievable FLOP/s for ``kernel`` on ``gpu`` after wave quantization and per-tile overhead."""
+def achievable_flops(gpu: GPU, kernel: Kernel, units: ArrayLike | None = None) -> np.ndarray:
+    """Achievable FLOP/s for ``kernel`` on ``gpu`` after wave quantization and per-tile overhead.
+
+    ``units`` (default: all SMs/CUs) is the number the kernel may occupy, for kernels sharing the GPU
+    with a collective: a kernel on fewer SMs loses throughput in proportion and may need an extra wave.
+    """
     peak = peak_flops(gpu, kernel.dtype, kernel.matmul)
+    total = gpu.compute_units.value
+    units = total if units is None else np.asarray(units, dtype=float)
     if not kernel.matmul:
-        return np.full(np.shape(kernel.flops), peak)
-    units = gpu.compute_units.value
+        return np.full(np.shape(kernel.flops), peak) * units / total
     waves = np.ceil(kernel.tiles / units)
-    wave_eff = kernel.tiles / (waves * units)
+    wave_eff = kernel.tiles / (waves * total)
     depth_eff = kernel.k_depth / (kernel.k_depth + GEMM_TILE_OVERHEAD_K)
     return peak * gpu.matmul_efficiency.value * wave_eff * depth_eff
 
@@ -72,9 +78,18 @@ def achievable_bandwidth(gpu: GPU) -> float:
     return gpu.memory_bandwidth.value * gpu.memory_efficiency.value
 
 
-def kernel_time(gpu: GPU, kernel: Kernel, launch: bool = True) -> KernelTime:
-    """Roofline time of ``kernel`` on ``gpu``; ``launch`` adds the GPU's kernel launch overhead."""
-    ceiling = achievable_flops(gpu, kernel)
+def waves(gpu: GPU, kernel: Kernel, units: ArrayLike | None = None) -> np.ndarray:
+    """Number of waves of ``kernel``'s tiles over ``units`` SMs/CUs (default: all of them)."""
+    units = gpu.compute_units.value if units is None else np.asarray(units, dtype=float)
+    return np.ceil(kernel.tiles / units)
+
+
+def kernel_time(gpu: GPU, kernel: Kernel, launch: bool = True, units: ArrayLike | None = None) -> KernelTime:
+    """Roofline time of ``kernel`` on ``gpu`` using ``units`` SMs/CUs (default all).
+
+    ``launch`` adds the GPU's kernel launch overhead.
+    """
+    ceiling = achievable_flops(gpu, kernel, units)
     compute = kernel.flops / ceiling
     memory = kernel.bytes / achievable_bandwidth(gpu)
     time = np.maximum(compute, memory) + (gpu.launch_overhead.value if launch else 0.0)

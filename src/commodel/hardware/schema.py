@@ -22,7 +22,6 @@ from commodel.records import (
 )
 
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
-PROTOCOLS = ("ll", "ll128", "simple")
 
 
 class GPU(Strict):

@@ -1,0 +1,127 @@
+"""How computation and communication share a GPU: the time of an overlap window.
+
+A window is some compute ``C`` (kernels on all SMs/CUs) that may run concurrently with a collective
+of duration ``M``. While both run, compute progresses ``slow`` times slower; once the collective ends,
+compute runs at full speed, so::
+
+    T = max(M', C + M' (1 - 1 / slow))            (M' = collective time including any start delay)
+
+Strategies (``slow`` and ``M'`` per strategy):
+
+- ``serial``: no overlap, ``T = C + M``.
+- ``ideal``: ``T = max(C, M)``, every communication hidden behind independent compute.
+- ``sm-partition`` (naive overlap): the collective's CTAs (NCCL: one per channel) take ``k`` SMs; the
+  compute kernels run on ``S - k`` SMs and pay wave quantization there (a one-wave GEMM of S tiles
+  needs two waves: the tail effect). Without stream priority the collective's CTAs wait for a
+  running compute wave to drain before they start: ``M' = M + calls x wave``. Both kernels share HBM.
+- ``occupancy-shaped`` (Cui & Pericas, arXiv:2606.09200): compute residency is capped so the
+  collective's CTAs co-reside instead of displacing a wave, and the communication stream has priority:
+  no tail, no start delay; only the shared HBM bandwidth slows compute.
+- ``in-network``: the switch reduces (NVLS/SHARP), so the collective needs few CTAs
+  (:data:`IN_NETWORK_CTAS`) and each GPU's HBM moves the data once instead of twice; otherwise as
+  ``sm-partition``. Collectives the fabric cannot reduce in the network fall back to ``sm-partition``.
+
+HBM interference: a collective moving ``r`` bytes/s reads and writes ``2 r`` (``r`` in the network)
+of the GPU's achievable bandwidth ``B``; memory-bound kernels then get ``B - 2r`` and run
+``B / (B - 2r)`` slower, compute-bound kernels are unaffected. So ``slow_mem = 1 - beta + beta B /
+(B - 2r)`` with beta the memory-bound share of the window's compute time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from commodel.errors import unknown
+
+STRATEGIES = ("serial", "ideal", "sm-partition", "occupancy-shaped", "in-network")
+
+#: CTAs a collective occupies, one per NCCL channel (assumed defaults): 24 on NVLink switches (the
+#: H100 all-gather of the overlap paper), 16 on xGMI meshes (RCCL's usual channel count), 4 over
+#: PCIe, 8 for inter-node collectives (two channels per NIC pair) and 1 for point-to-point sends.
+COMM_CTAS = {"switch": 24, "mesh": 16, "pcie": 4, "network": 8, "p2p": 1}
+
+#: CTAs of an in-switch (NVLS) collective: NVLS issues multimem loads/stores from few SMs (assumed).
+IN_NETWORK_CTAS = 4
+
+
+def check_strategy(strategy: str) -> None:
+    if strategy not in STRATEGIES:
+        raise unknown("overlap strategy", strategy, STRATEGIES)
+
+
+@dataclass(frozen=True)
+class Window:
+    """Compute that can overlap one collective, described on all SMs and on the SMs left to it.
+
+    ``compute_s``: time on all SMs; ``partitioned_s``: the same kernels on ``S - k`` SMs;
+    ``memory_bound_s``: the part of ``compute_s`` spent in memory-bound kernels; ``wave_s``: mean
+    duration of one wave of these kernels.
+    """
+
+    compute_s: np.ndarray
+    partitioned_s: np.ndarray
+    memory_bound_s: np.ndarray
+    wave_s: np.ndarray
+
+
+def memory_slowdown(window: Window, traffic_Bps: ArrayLike, hbm_Bps: float) -> np.ndarray:
+    """``1 - beta + beta B / (B - traffic)``: memory-bound kernels lose the collective's HBM share."""
+    beta = np.divide(
+        window.memory_bound_s,
+        window.compute_s,
+        out=np.zeros_like(window.compute_s),
+        where=window.compute_s > 0,
+    )
+    left = np.maximum(hbm_Bps - np.asarray(traffic_Bps, dtype=float), 0.1 * hbm_Bps)
+    return 1 - beta + beta * hbm_Bps / left
+
+
+def window_time(
+    strategy: str,
+    window: Window,
+    comm_s: ArrayLike,
+    traffic_Bps: ArrayLike,
+    hbm_Bps: float,
+    calls: ArrayLike = 1,
+    in_network: ArrayLike = False,
+) -> np.ndarray:
+    """Time of ``window`` overlapped with a collective of ``comm_s`` seconds under ``strategy``.
+
+    ``traffic_Bps``: HBM bytes/s the collective moves per GPU while it runs (send + receive);
+    ``calls``: how many collective launches the window holds (each may wait for a wave);
+    ``in_network``: whether the fabric reduces this collective in the switch.
+    """
+    check_strategy(strategy)
+    C = np.asarray(window.compute_s, dtype=float)
+    M = np.asarray(comm_s, dtype=float)
+    if strategy == "serial":
+        return C + M
+    if strategy == "ideal":
+        return np.maximum(C, M)
+    if strategy == "occupancy-shaped":
+        slow = memory_slowdown(window, traffic_Bps, hbm_Bps)
+        delayed = M
+    else:
+        switch = np.asarray(in_network, dtype=bool) & (strategy == "in-network")
+        traffic = np.where(switch, 0.5 * np.asarray(traffic_Bps, dtype=float), traffic_Bps)
+        tail = np.divide(window.partitioned_s, C, out=np.ones_like(C), where=C > 0)
+        slow = tail * memory_slowdown(window, traffic, hbm_Bps)
+        delayed = np.where(M > 0, M + np.asarray(calls) * window.wave_s, 0.0)
+    return np.maximum(delayed, C + delayed * (1 - 1 / slow))
+
+
+def exposed(strategy: str, window: Window, comm_s: ArrayLike, **kwargs: object) -> np.ndarray:
+    """Time the collective adds to its window: ``window_time - compute_s`` (>= 0)."""
+    return np.maximum(window_time(strategy, window, comm_s, **kwargs) - window.compute_s, 0.0)  # type: ignore[arg-type]
+
+
+def ctas(strategy: str, domain: ArrayLike, in_network: ArrayLike = False) -> np.ndarray:
+    """SMs/CUs a collective takes from compute under ``strategy`` in ``domain`` (a COMM_CTAS key);
+    an in-network collective under the ``in-network`` strategy takes :data:`IN_NETWORK_CTAS`."""
+    base = np.vectorize(COMM_CTAS.__getitem__, otypes=[float])(np.asarray(domain))
+    if strategy == "in-network":
+        return np.where(np.asarray(in_network, dtype=bool), float(IN_NETWORK_CTAS), base)
+    return base

@@ -1,0 +1,139 @@
+"""Parallel layouts: tensor (tp), pipeline (pp, virtual stages vpp), context (cp), data (dp) and expert
+(ep) parallelism, as broadcastable arrays, with the rules that make a layout valid.
+
+Ranks are ordered tp fastest, then cp, then dp, then pp (Megatron-LM's order), so tensor-parallel
+groups fill a node first, data-parallel groups come next and pipeline stages span nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from commodel.errors import CommodelError
+from commodel.workloads.schema import Transformer
+
+RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One or many training layouts (every field broadcasts against the others)."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    vpp: np.ndarray
+    micro_batch: np.ndarray
+    global_batch: np.ndarray
+    seq: np.ndarray
+    recompute: np.ndarray
+    sequence_parallel: np.ndarray
+    zero: np.ndarray
+
+    @property
+    def gpus(self) -> np.ndarray:
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def microbatches(self) -> np.ndarray:
+        """Micro-batches per pipeline per step: global batch / (dp x micro batch)."""
+        return self.global_batch / (self.dp * self.micro_batch)
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """Tokens per micro-batch on one GPU: micro batch x seq / cp."""
+        return self.micro_batch * self.seq / self.cp
+
+
+def make_layout(
+    tp: ArrayLike = 1,
+    pp: ArrayLike = 1,
+    dp: ArrayLike = 1,
+    cp: ArrayLike = 1,
+    ep: ArrayLike = 1,
+    vpp: ArrayLike = 1,
+    micro_batch: ArrayLike = 1,
+    global_batch: ArrayLike = 1,
+    seq: ArrayLike = 2048,
+    recompute: ArrayLike = 0,
+    sequence_parallel: ArrayLike = False,
+    zero: ArrayLike = 0,
+) -> Layout:
+    """Build a :class:`Layout`; ``recompute`` may be a name (none, selective, full) or its code 0-2."""
+    if isinstance(recompute, str):
+        recompute = recompute_code(recompute)
+    values = dict(locals())
+    arrays = {
+        f.name: np.asarray(values[f.name], dtype=bool if f.name == "sequence_parallel" else float)
+        for f in fields(Layout)
+    }
+    return Layout(**arrays)
+
+
+def recompute_code(name: str) -> int:
+    if name not in RECOMPUTE:
+        from commodel.errors import unknown
+
+        raise unknown("recompute mode", name, RECOMPUTE)
+    return RECOMPUTE.index(name)
+
+
+def layout_problems(model: Transformer, layout: Layout, gpus: ArrayLike) -> list[tuple[np.ndarray, str]]:
+    """Every rule as ``(violated mask, message)``; a layout is valid where no mask is true."""
+    x = layout
+    heads, kv = model.heads, model.n_kv_heads
+    experts = model.moe.experts if model.moe else 1
+    rules = [
+        (
+            np.any([x.tp < 1, x.pp < 1, x.dp < 1, x.cp < 1, x.ep < 1, x.vpp < 1], axis=0),
+            "parallel sizes must be >= 1",
+        ),
+        ((x.micro_batch < 1) | (x.global_batch < 1) | (x.seq < 1), "batch sizes and seq must be >= 1"),
+        (x.gpus != np.asarray(gpus), "tp x pp x cp x dp must equal the number of GPUs"),
+        (np.mod(heads, x.tp) != 0, f"attention heads ({heads}) must be divisible by tp"),
+        (
+            (np.mod(kv, x.tp) != 0) & (np.mod(x.tp, kv) != 0),
+            f"kv heads ({kv}) and tp must divide one another",
+        ),
+        (x.pp * x.vpp > model.layers, f"pp x vpp must not exceed the {model.layers} layers"),
+        ((x.vpp > 1) & (x.pp < 2), "virtual stages (vpp > 1) need pipeline parallelism (pp > 1)"),
+        (
+            np.mod(x.global_batch, x.dp * x.micro_batch) != 0,
+            "global batch must be a multiple of dp x micro batch",
+        ),
+        (np.mod(x.seq, x.cp) != 0, "seq must be divisible by cp"),
+        ((model.moe is None) & (x.ep > 1), "expert parallelism (ep > 1) needs a mixture-of-experts model"),
+        (np.mod(experts, x.ep) != 0, f"experts ({experts}) must be divisible by ep"),
+        (
+            np.mod(x.dp * x.cp, x.ep) != 0,
+            "ep must divide dp x cp (experts are spread over data-parallel ranks)",
+        ),
+        (~np.isin(x.zero, [0, 1, 2, 3]), "zero stage must be 0, 1, 2 or 3"),
+        (~np.isin(x.recompute, [0, 1, 2]), "recompute must be none, selective or full"),
+    ]
+    shape = np.broadcast_shapes(*(np.shape(getattr(x, f.name)) for f in fields(Layout)), np.shape(gpus))
+    return [(np.broadcast_to(mask, shape), message) for mask, message in rules]
+
+
+def valid(model: Transformer, layout: Layout, gpus: ArrayLike) -> np.ndarray:
+    """Mask of valid layouts."""
+    problems = layout_problems(model, layout, gpus)
+    return ~np.any([mask for mask, _ in problems], axis=0)
+
+
+def check(model: Transformer, layout: Layout, gpus: int) -> None:
+    """Raise :class:`CommodelError` naming every rule a (single) layout breaks."""
+    broken = [message for mask, message in layout_problems(model, layout, gpus) if np.any(mask)]
+    if broken:
+        x = layout
+        desc = (
+            f"tp={x.tp:g} pp={x.pp:g} cp={x.cp:g} dp={x.dp:g} ep={x.ep:g} on {gpus} GPUs"
+            if np.ndim(x.tp) == 0
+            else "layout"
+        )
+        raise CommodelError(f"invalid parallel layout ({desc}): " + "; ".join(broken))

@@ -1,0 +1,81 @@
+"""Transformer configurations as validated records (``workloads/*.toml``).
+
+Group-query attention (``kv_heads``), gated MLPs (SwiGLU), multi-head latent attention (``[mla]``) and
+mixture-of-experts layers (``[moe]``) are first-class.
+"""
+
+from __future__ import annotations
+
+from pydantic import PositiveInt, model_validator
+
+from commodel.records import Strict
+
+
+class MoE(Strict):
+    """Mixture-of-experts FFN: ``experts`` routed experts, ``top_k`` per token, plus shared experts.
+
+    The first ``dense_layers`` layers keep a dense FFN of ``ffn_hidden`` (DeepSeek-V3: 3).
+    """
+
+    experts: PositiveInt
+    top_k: PositiveInt
+    expert_ffn_hidden: PositiveInt
+    shared_experts: int = 0
+    dense_layers: int = 0
+
+    @model_validator(mode="after")
+    def _top_k_fits(self) -> MoE:
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k ({self.top_k}) exceeds experts ({self.experts})")
+        return self
+
+
+class MLA(Strict):
+    """Multi-head latent attention (DeepSeek-V2/V3): low-rank query and key-value projections."""
+
+    q_lora_rank: PositiveInt
+    kv_lora_rank: PositiveInt
+    qk_nope_head_dim: PositiveInt
+    qk_rope_head_dim: PositiveInt
+    v_head_dim: PositiveInt
+
+
+class Transformer(Strict):
+    """A decoder-only transformer: sizes, attention kind, FFN kind, vocabulary, training sequence."""
+
+    description: str
+    source: str
+    layers: PositiveInt
+    hidden: PositiveInt
+    heads: PositiveInt
+    kv_heads: PositiveInt | None = None
+    head_dim: PositiveInt | None = None
+    ffn_hidden: PositiveInt
+    gated_mlp: bool
+    vocab: PositiveInt
+    seq: PositiveInt
+    tied_embeddings: bool = False
+    mla: MLA | None = None
+    moe: MoE | None = None
+
+    @model_validator(mode="after")
+    def _heads_consistent(self) -> Transformer:
+        if self.head_dim is None and self.hidden % self.heads:
+            raise ValueError(
+                f"hidden ({self.hidden}) is not a multiple of heads ({self.heads}); give head_dim"
+            )
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) is not a multiple of kv_heads ({self.kv_heads})")
+        return self
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def d_head(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def moe_layers(self) -> int:
+        return 0 if self.moe is None else self.layers - self.moe.dense_layers
