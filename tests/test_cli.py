@@ -111,3 +111,71 @@ def test_bad_input_is_one_line_and_exit_2(args, message, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert message in err
     assert err.startswith("error: ") and "Traceback" not in err
+
+
+TRAIN = [
+    "train",
+    "--model",
+    "llama3-70b",
+    "--system",
+    "dgx-h100",
+    "--gpus",
+    "64",
+    "--tp",
+    "8",
+    "--pp",
+    "2",
+    "--global-batch",
+    "128",
+    "--micro-batch",
+    "1",
+    "--seq",
+    "8192",
+    "--sequence-parallel",
+    "--zero",
+    "1",
+]
+
+
+def test_train_json_contract():
+    result = invoke(*TRAIN, "--json")
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.output)
+    assert {"step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "memory_per_gpu_bytes", "fits"} <= set(
+        record
+    )
+    assert record["layout"]["dp"] == 4  # default: gpus / (tp pp cp)
+    assert set(record["breakdown"]) == {
+        "compute",
+        "tp_comm",
+        "cp_comm",
+        "ep_comm",
+        "pp_comm",
+        "dp_comm",
+        "bubble",
+        "optimizer",
+    }
+    assert sum(record["breakdown"].values()) == pytest.approx(record["step_time_s"])
+
+
+def test_train_table_for_a_person():
+    result = invoke(*TRAIN, "--overlap", "occupancy-shaped")
+    assert result.exit_code == 0, result.output
+    assert "MFU" in result.output and "bubble" in result.output and "GiB per GPU" in result.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--tp", "3"], "heads (64) must be divisible by tp"),
+        (["--overlap", "sm-partiton"], "did you mean 'sm-partition'"),
+        (["--recompute", "ful"], "did you mean 'full'"),
+        (["--dp", "3"], "must equal the number of GPUs"),
+    ],
+)
+def test_train_bad_input_exits_2(extra, message, capsys, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["commodel", *TRAIN, *extra])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err

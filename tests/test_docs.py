@@ -15,4 +15,6 @@ def test_validation_page_matches_the_models():
     assert MARKER in page
     generated = page.split(MARKER, 1)[1].strip()
     current = CliRunner().invoke(app, ["validate", "--markdown"]).output.strip()
-    assert generated == current, "docs/validation.md is stale: regenerate it with commodel validate --markdown"
+    assert generated == current, (
+        "docs/validation.md is stale: regenerate it with commodel validate --markdown"
+    )

@@ -76,6 +76,61 @@ def collective(
         typer.echo(nccl_tests_table(frame, system))
 
 
+@app.command()
+def train(
+    model: Annotated[str, typer.Option(help="Model name (workloads/): gpt3-175b, llama3-70b, ...")],
+    system: Annotated[str, typer.Option(help="System (node) name from the hardware database.")],
+    gpus: Annotated[int, typer.Option(help="Total GPUs.")],
+    tp: Annotated[int, typer.Option(help="Tensor-parallel size.")] = 1,
+    pp: Annotated[int, typer.Option(help="Pipeline-parallel size.")] = 1,
+    dp: Annotated[int | None, typer.Option(help="Data-parallel size (default: gpus / (tp pp cp)).")] = None,
+    cp: Annotated[int, typer.Option(help="Context-parallel size.")] = 1,
+    ep: Annotated[int, typer.Option(help="Expert-parallel size.")] = 1,
+    vpp: Annotated[int, typer.Option(help="Virtual pipeline stages per GPU (interleaved 1F1B).")] = 1,
+    global_batch: Annotated[int, typer.Option(help="Sequences per step.")] = 1024,
+    micro_batch: Annotated[int, typer.Option(help="Sequences per micro-batch.")] = 1,
+    seq: Annotated[int | None, typer.Option(help="Sequence length (default: the model's).")] = None,
+    recompute: Annotated[str, typer.Option(help="Activation recomputation: none, selective, full.")] = "none",
+    sequence_parallel: Annotated[
+        bool, typer.Option("--sequence-parallel", help="Sequence parallelism.")
+    ] = False,
+    zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (distributed optimizer = 1).")] = 0,
+    dtype: Annotated[str, typer.Option(help="Compute dtype: bf16, fp16, fp8.")] = "bf16",
+    overlap: Annotated[
+        str, typer.Option(help="serial, ideal, sm-partition, occupancy-shaped, in-network.")
+    ] = "serial",
+    attention: Annotated[str, typer.Option(help="Attention kernel: flash or unfused.")] = "flash",
+    as_json: JsonFlag = False,
+) -> None:
+    """Time, throughput, memory and the breakdown of one training step."""
+    from commodel.report.tables import training_table
+    from commodel.workloads.run import TrainConfig
+    from commodel.workloads.run import train as run_train
+
+    config = TrainConfig(
+        model,
+        system,
+        gpus,
+        tp,
+        pp,
+        dp,
+        cp,
+        ep,
+        vpp,
+        global_batch,
+        micro_batch,
+        seq,
+        recompute,
+        sequence_parallel,
+        zero,
+        dtype,
+        overlap,
+        attention,
+    )
+    result = run_train(config)
+    typer.echo(json.dumps(result, indent=2) if as_json else training_table(result))
+
+
 @roofline_app.command("gemm")
 def roofline_gemm(
     gpu: Annotated[str, typer.Option(help="GPU name from the hardware database.")] = "h100-sxm",
@@ -210,7 +265,7 @@ def validate(
     sections = [
         ("Per row", shown),
         ("Per kind (absolute error, %)", stats),
-        ("Accuracy gates (median absolute error, %)", gates),
+        ("Accuracy gates (absolute error, %)", gates),
     ]
     for title, frame in sections:
         typer.echo(f"\n## {title}\n" if markdown else f"\n{title}:")

@@ -1,10 +1,12 @@
 """How computation and communication share a GPU: the time of an overlap window.
 
 A window is some compute ``C`` (kernels on all SMs/CUs) that may run concurrently with a collective
-of duration ``M``. While both run, compute progresses ``slow`` times slower; once the collective ends,
-compute runs at full speed, so::
+of duration ``M`` that starts ``d`` after the window opens. Until it starts, and after it ends, compute
+runs at full speed; while both run, compute progresses ``slow`` times slower, so::
 
-    T = max(M', C + M' (1 - 1 / slow))            (M' = collective time including any start delay)
+    T = d + max(M, (C - d) + M (1 - 1 / slow))          (0 <= d <= C)
+
+which is never more than ``C + M`` (serial) and never less than ``max(C, M)`` (ideal).
 
 Strategies (``slow`` and ``M'`` per strategy):
 
@@ -13,7 +15,7 @@ Strategies (``slow`` and ``M'`` per strategy):
 - ``sm-partition`` (naive overlap): the collective's CTAs (NCCL: one per channel) take ``k`` SMs; the
   compute kernels run on ``S - k`` SMs and pay wave quantization there (a one-wave GEMM of S tiles
   needs two waves: the tail effect). Without stream priority the collective's CTAs wait for a
-  running compute wave to drain before they start: ``M' = M + calls x wave``. Both kernels share HBM.
+  running compute wave to drain before they start: ``d = calls x wave``. Both kernels share HBM.
 - ``occupancy-shaped`` (Cui & Pericas, arXiv:2606.09200): compute residency is capped so the
   collective's CTAs co-reside instead of displacing a wave, and the communication stream has priority:
   no tail, no start delay; only the shared HBM bandwidth slows compute.
@@ -95,22 +97,27 @@ def window_time(
     ``in_network``: whether the fabric reduces this collective in the switch.
     """
     check_strategy(strategy)
-    C = np.asarray(window.compute_s, dtype=float)
-    M = np.asarray(comm_s, dtype=float)
+    C, M, partitioned, memory_bound, wave = np.broadcast_arrays(
+        *(
+            np.asarray(v, dtype=float)
+            for v in (window.compute_s, comm_s, window.partitioned_s, window.memory_bound_s, window.wave_s)
+        )
+    )
+    window = Window(C, partitioned, memory_bound, wave)
     if strategy == "serial":
         return C + M
     if strategy == "ideal":
         return np.maximum(C, M)
     if strategy == "occupancy-shaped":
         slow = memory_slowdown(window, traffic_Bps, hbm_Bps)
-        delayed = M
+        delay = np.zeros_like(C)
     else:
         switch = np.asarray(in_network, dtype=bool) & (strategy == "in-network")
         traffic = np.where(switch, 0.5 * np.asarray(traffic_Bps, dtype=float), traffic_Bps)
         tail = np.divide(window.partitioned_s, C, out=np.ones_like(C), where=C > 0)
         slow = tail * memory_slowdown(window, traffic, hbm_Bps)
-        delayed = np.where(M > 0, M + np.asarray(calls) * window.wave_s, 0.0)
-    return np.maximum(delayed, C + delayed * (1 - 1 / slow))
+        delay = np.where(M > 0, np.minimum(np.asarray(calls) * window.wave_s, C), 0.0)
+    return delay + np.maximum(M, C - delay + M * (1 - 1 / slow))
 
 
 def exposed(strategy: str, window: Window, comm_s: ArrayLike, **kwargs: object) -> np.ndarray:

@@ -19,6 +19,7 @@ from commodel.compute import gemm, kernel_time
 from commodel.compute.roofline import achievable_bandwidth, peak_flops
 from commodel.hardware import HardwareDB, cluster, default_db
 from commodel.resources import resource_dir
+from commodel.workloads.run import TrainConfig, train
 
 MiB = 2**20
 #: Size used for collective rows that quote an asymptotic figure without a size.
@@ -76,16 +77,77 @@ def _memory(row: pd.Series, db: HardwareDB) -> float:
     return achievable_bandwidth(db.gpu(row.model_target)) / 1e12
 
 
+#: The published end-to-end runs as their papers state them, and the metric each paper reports.
+#: Megatron's 2021 figure counts recomputation FLOPs and ran before FlashAttention; its data-parallel
+#: allreduce was not overlapped. The 2024 runs overlap gradient reduction the default (naive) way.
+TRAINING_RUNS: dict[str, tuple[TrainConfig, str]] = {
+    "megatron-1t": (
+        TrainConfig(
+            "megatron-1t",
+            "dgx-a100",
+            3072,
+            tp=8,
+            pp=64,
+            dp=6,
+            global_batch=3072,
+            seq=2048,
+            recompute="full",
+            attention="unfused",
+        ),
+        "hw_tflops_per_gpu",
+    ),
+    "llama3-405b-8k": (
+        TrainConfig(
+            "llama3-405b",
+            "dgx-h100",
+            8192,
+            tp=8,
+            pp=16,
+            dp=64,
+            global_batch=2048,
+            seq=8192,
+            sequence_parallel=True,
+            zero=1,
+            overlap="sm-partition",
+        ),
+        "tflops_per_gpu",
+    ),
+    "megatron-gpt3-96": (
+        TrainConfig(
+            "gpt3-175b",
+            "dgx-h100",
+            96,
+            tp=4,
+            pp=8,
+            dp=3,
+            global_batch=1152,
+            seq=2048,
+            sequence_parallel=True,
+            zero=1,
+            recompute="selective",
+            overlap="sm-partition",
+        ),
+        "mfu",
+    ),
+}
+
+
+def _training(row: pd.Series, db: HardwareDB) -> float:
+    """End-to-end runs through the training-step model, with the layout each paper states."""
+    config, metric = TRAINING_RUNS[row.id]
+    return float(train(config)[metric])
+
+
 MODELS: dict[str, Callable[[pd.Series, HardwareDB], float]] = {
     "collective": _collective,
     "p2p": _p2p,
     "gemm": _gemm,
     "memory": _memory,
+    "training": _training,
 }
 
 #: Kinds modelled by later work, and where.
 PENDING = {
-    "training": "training-step model (issue 3)",
     "power": "energy model (issue 4)",
     "facility": "energy model (issue 4)",
     "latency": "GPU-initiated communication studies (gin, gicc, gpu-centric)",
@@ -137,10 +199,11 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-#: Accuracy bounds of the core issue: median absolute error in percent.
+#: Accuracy bounds: median absolute error in percent (the end-to-end gate: the largest error).
 GATES = {
     "collectives >= 1 MiB": 10.0,
     "GEMM and STREAM": 15.0,
+    "end-to-end training (Megatron 1T, Llama 3 405B)": 10.0,
 }
 
 
@@ -148,14 +211,20 @@ def accuracy_gates(table: pd.DataFrame) -> pd.DataFrame:
     """Median absolute error of each gated group of rows, with its bound and whether it holds."""
     err = table.error_pct.abs()
     big = (table.kind == "collective") & (table.size_bytes.fillna(ASYMPTOTIC_SIZE) >= MiB)
-    groups = {"collectives >= 1 MiB": big, "GEMM and STREAM": table.kind.isin(["gemm", "memory"])}
+    end_to_end = table.id.isin(["megatron-1t", "llama3-405b-8k"])
+    groups = {
+        "collectives >= 1 MiB": (big, "median"),
+        "GEMM and STREAM": (table.kind.isin(["gemm", "memory"]), "median"),
+        "end-to-end training (Megatron 1T, Llama 3 405B)": (end_to_end, "max"),
+    }
     return pd.DataFrame(
         {
             "gate": name,
             "rows": int(rows.sum()),
-            "median_abs_err_pct": float(err[rows].median()),
+            "statistic": stat,
+            "abs_err_pct": float(err[rows].agg(stat)),
             "bound_pct": GATES[name],
-            "holds": bool(err[rows].median() <= GATES[name]),
+            "holds": bool(err[rows].agg(stat) <= GATES[name]),
         }
-        for name, rows in groups.items()
+        for name, (rows, stat) in groups.items()
     )

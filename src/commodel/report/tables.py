@@ -62,3 +62,22 @@ def markdown_table(frame: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def training_table(result: dict) -> str:
+    """A training-step result for a person: headline metrics, then where the step's time goes."""
+    layout = " ".join(f"{k}={v}" for k, v in result["layout"].items())
+    fits = "fits" if result["fits"] else "DOES NOT FIT"
+    lines = [
+        f"{result['model']} on {result['gpus']} x {result['system']} ({layout}, overlap {result['overlap']})",
+        f"  step time        {result['step_time_s']:.4g} s",
+        f"  throughput       {result['tokens_per_s']:,.0f} tokens/s",
+        f"  model TFLOP/s    {result['tflops_per_gpu']:.1f} per GPU (MFU {100 * result['mfu']:.1f}%)",
+        f"  hardware TFLOP/s {result['hw_tflops_per_gpu']:.1f} per GPU (with recomputation)",
+        f"  memory           {result['memory_per_gpu_bytes'] / 2**30:.1f} GiB per GPU ({fits})",
+        "  breakdown (slowest pipeline stage):",
+    ]
+    step = result["step_time_s"]
+    for name, seconds in result["breakdown"].items():
+        lines.append(f"    {name:<10} {seconds:10.4g} s  {100 * seconds / step:5.1f}%")
+    return "\n".join(lines)

@@ -1,0 +1,206 @@
+"""Training-step model: hand-checkable counts, schedule formulas and the properties it must have."""
+
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commodel.errors import CommodelError
+from commodel.hardware import cluster
+from commodel.overlap import STRATEGIES, Window, window_time
+from commodel.workloads.catalog import model, models
+from commodel.workloads.layout import make_layout
+from commodel.workloads.memory import memory_per_gpu
+from commodel.workloads.run import TrainConfig, train
+from commodel.workloads.training import BREAKDOWN, train_step
+from commodel.workloads.transformer import model_flops_per_token, parameters
+
+GPT3 = model("gpt3-175b")
+
+
+def test_parameter_counts_match_the_papers():
+    expected = {
+        "gpt3-175b": 175e9,
+        "llama3-8b": 8.0e9,
+        "llama3-70b": 70.6e9,
+        "llama3-405b": 405e9,
+        "mixtral-8x7b": 46.7e9,
+        "deepseek-v3": 671e9,
+        "megatron-1t": 1.0e12,
+        "qwen2-7b": 7.6e9,
+    }
+    for name, count in expected.items():
+        assert parameters(model(name))["total"] == pytest.approx(count, rel=0.015), name
+    assert parameters(model("mixtral-8x7b"))["active"] == pytest.approx(12.9e9, rel=0.02)
+    assert parameters(model("deepseek-v3"))["active"] == pytest.approx(37e9, rel=0.03)
+
+
+def test_dense_flops_are_six_n_plus_attention_and_logits():
+    # Megatron: 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) per batch, i.e. per token 72 l h^2 + 12 l s h + 6 V h
+    l, h, s, V = GPT3.layers, GPT3.hidden, 2048, GPT3.vocab
+    assert float(model_flops_per_token(GPT3, s)) == pytest.approx(72 * l * h**2 + 12 * l * s * h + 6 * V * h)
+    n_matmul = parameters(GPT3)["matmul_active"]
+    assert 6 * n_matmul == pytest.approx(72 * l * h**2)
+
+
+def test_memory_of_a_known_configuration():
+    """Llama 3 8B, 8-way data parallel, ZeRO-1: 2 + 4 bytes per parameter plus 12 / 8 of optimizer."""
+    m = model("llama3-8b")
+    x = make_layout(dp=8, global_batch=8, seq=8192, zero=1)
+    mem = memory_per_gpu(m, x)
+    n = parameters(m)["total"]
+    assert float(mem["weights"]) == pytest.approx(2 * n)
+    assert float(mem["gradients"]) == pytest.approx(4 * n)
+    assert float(mem["optimizer"]) == pytest.approx(12 * n / 8)
+    zero3 = memory_per_gpu(m, dataclasses.replace(x, zero=np.asarray(3.0)))
+    assert float(zero3["weights"]) == pytest.approx(2 * n / 8)
+
+
+def test_recomputation_trades_memory_for_flops():
+    base = dict(model="gpt3-175b", system="dgx-h100", gpus=64, tp=8, pp=8, global_batch=64, seq=2048)
+    runs = {r: train(TrainConfig(**base, recompute=r)) for r in ("none", "selective", "full")}
+    mems = [runs[r]["memory_per_gpu_bytes"] for r in ("none", "selective", "full")]
+    times = [runs[r]["step_time_s"] for r in ("none", "selective", "full")]
+    assert mems[0] > mems[1] > mems[2]
+    assert times[0] < times[1] < times[2]
+    assert runs["full"]["hw_tflops_per_gpu"] > runs["full"]["tflops_per_gpu"]
+
+
+def _no_logits_model():
+    """GPT-3 with a one-token vocabulary: pipeline stages are then exactly balanced."""
+    return GPT3.model_copy(update={"vocab": 1})
+
+
+@pytest.mark.parametrize(("pp", "vpp", "m"), [(4, 1, 8), (8, 1, 32), (4, 2, 8), (8, 4, 16)])
+def test_bubble_fraction(pp, vpp, m):
+    net = _no_logits_model()
+    x = make_layout(pp=pp, vpp=vpp, global_batch=m, seq=2048)
+    r = train_step(net, cluster("dgx-h100", pp), x)
+    total = r["step_time_s"] - r["optimizer_s"] - r["dp_comm_s"]
+    # the one-token logits still cost three kernel launches (~1e-5 s): stages balance to 1e-4
+    assert float(r["bubble_s"] / total) == pytest.approx((pp - 1) / (vpp * m + pp - 1), rel=1e-3)
+
+
+def test_breakdown_sums_to_the_step():
+    r = train(
+        TrainConfig(
+            "mixtral-8x7b",
+            "dgx-h100",
+            64,
+            tp=2,
+            pp=4,
+            ep=4,
+            global_batch=64,
+            seq=4096,
+            sequence_parallel=True,
+            zero=1,
+            cp=2,
+            overlap="sm-partition",
+        )
+    )
+    assert sum(r["breakdown"].values()) == pytest.approx(r["step_time_s"])
+    assert set(r["breakdown"]) == set(BREAKDOWN)
+    assert r["breakdown"]["ep_comm"] > 0 and r["breakdown"]["cp_comm"] >= 0
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"model": "llama3-70b", "gpus": 48, "tp": 3}, "heads (64) must be divisible by tp"),
+        ({"dp": 5}, "tp x pp x cp x dp must equal the number of GPUs"),
+        ({"global_batch": 100}, "global batch must be a multiple"),
+        ({"ep": 2}, "needs a mixture-of-experts model"),
+        ({"vpp": 2, "pp": 1, "dp": 8}, "need pipeline parallelism"),
+    ],
+)
+def test_bad_layouts_are_rejected(changes, message):
+    base = dict(model="gpt3-175b", system="dgx-h100", gpus=64, tp=8, pp=1, global_batch=64)
+    with pytest.raises(CommodelError, match=re.escape(message)):
+        train(TrainConfig(**{**base, **changes}))
+
+
+def test_unknown_names_get_suggestions():
+    with pytest.raises(CommodelError, match="did you mean 'llama3-70b'"):
+        train(TrainConfig("llama3-70", "dgx-h100", 8))
+    with pytest.raises(CommodelError, match="did you mean 'sm-partition'"):
+        train(TrainConfig("llama3-8b", "dgx-h100", 8, global_batch=8, overlap="sm-partitoin"))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from(["llama3-8b", "qwen2-7b", "megatron-22b"]),
+    st.sampled_from(["dgx-a100", "dgx-h100", "mi300x-8", "frontier-node"]),
+    st.sampled_from([1, 2, 4, 8]),
+    st.sampled_from([1, 2]),
+    st.sampled_from(STRATEGIES),
+)
+def test_more_data_parallel_gpus_never_lower_throughput(name, system, tp, nodes, strategy):
+    """At a fixed per-GPU batch, growing dp never lowers aggregate tokens/s."""
+    net = model(name)
+    if net.heads % tp:
+        return
+    c = cluster(system, 8)
+    per_node = c.gpus_per_node // tp
+    dps = np.array([1, 2, 4, 8, 16, 32]) * per_node
+    x = make_layout(tp=tp, dp=dps, global_batch=dps * 4, seq=2048, zero=1)
+    tokens = train_step(net, c, x, strategy=strategy)["tokens_per_s"]
+    assert np.all(np.diff(tokens) >= -1e-9 * tokens[:-1])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.floats(1e-6, 1.0),
+    st.floats(0, 1.0),
+    st.floats(1.0, 3.0),
+    st.floats(0, 1.0),
+    st.floats(0, 1e-3),
+    st.floats(0, 2e12),
+    st.integers(0, 20),
+)
+def test_overlap_is_between_ideal_and_serial(compute, comm, tail, mem_share, wave, traffic, calls):
+    w = Window(
+        np.asarray(compute), np.asarray(compute * tail), np.asarray(compute * mem_share), np.asarray(wave)
+    )
+    times = {
+        s: float(window_time(s, w, comm, traffic_Bps=traffic, hbm_Bps=3e12, calls=calls, in_network=True))
+        for s in STRATEGIES
+    }
+    for s, t in times.items():
+        assert max(compute, comm) * (1 - 1e-12) <= t <= (compute + comm) * (1 + 1e-12), s
+    assert times["ideal"] == pytest.approx(max(compute, comm))
+    assert times["serial"] == pytest.approx(compute + comm)
+
+
+def test_every_overlap_strategy_is_no_slower_than_serial_end_to_end():
+    base = dict(model="llama3-8b", system="dgx-h100", gpus=16, global_batch=64, seq=4096, zero=3)
+    serial = train(TrainConfig(**base))["step_time_s"]
+    for strategy in STRATEGIES:
+        assert train(TrainConfig(**base, overlap=strategy))["step_time_s"] <= serial * (1 + 1e-12)
+
+
+def test_faster_gpu_is_never_slower():
+    c = cluster("dgx-h100", 2)
+    x = make_layout(tp=8, dp=2, global_batch=16, seq=4096, sequence_parallel=True)
+    net = model("llama3-70b")
+    faster_gpu = c.gpu.model_copy(
+        update={
+            "peak_flops": {
+                k: v.model_copy(update={"value": 2 * v.value}) for k, v in c.gpu.peak_flops.items()
+            },
+            "memory_bandwidth": c.gpu.memory_bandwidth.model_copy(
+                update={"value": 2 * c.gpu.memory_bandwidth.value}
+            ),
+        }
+    )
+    faster = dataclasses.replace(c, gpu=faster_gpu)
+    assert train_step(net, faster, x)["step_time_s"] < train_step(net, c, x)["step_time_s"]
+
+
+def test_every_shipped_model_trains():
+    for name, net in models().items():
+        tp = max(t for t in (1, 2, 4, 8) if net.heads % t == 0 and net.n_kv_heads % t == 0)
+        r = train(TrainConfig(name, "dgx-h100", 8, tp=tp, global_batch=8, seq=2048, sequence_parallel=True))
+        assert np.isfinite(r["step_time_s"]) and r["step_time_s"] > 0, name
