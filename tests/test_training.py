@@ -40,10 +40,11 @@ def test_parameter_counts_match_the_papers():
 
 def test_dense_flops_are_six_n_plus_attention_and_logits():
     # Megatron: 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) per batch, i.e. per token 72 l h^2 + 12 l s h + 6 V h
-    l, h, s, V = GPT3.layers, GPT3.hidden, 2048, GPT3.vocab
-    assert float(model_flops_per_token(GPT3, s)) == pytest.approx(72 * l * h**2 + 12 * l * s * h + 6 * V * h)
+    layers, h, s, V = GPT3.layers, GPT3.hidden, 2048, GPT3.vocab
+    expected = 72 * layers * h**2 + 12 * layers * s * h + 6 * V * h
+    assert float(model_flops_per_token(GPT3, s)) == pytest.approx(expected)
     n_matmul = parameters(GPT3)["matmul_active"]
-    assert 6 * n_matmul == pytest.approx(72 * l * h**2)
+    assert 6 * n_matmul == pytest.approx(72 * layers * h**2)
 
 
 def test_memory_of_a_known_configuration():
