@@ -26,6 +26,8 @@ hw_app = typer.Typer(help="Browse the hardware database.", no_args_is_help=True)
 roofline_app = typer.Typer(help="Roofline model of kernels on one GPU.", no_args_is_help=True)
 app.add_typer(hw_app, name="hw")
 app.add_typer(roofline_app, name="roofline")
+study_app = typer.Typer(help="Published systems modelled as studies.", no_args_is_help=True)
+app.add_typer(study_app, name="study")
 
 
 class Kind(StrEnum):
@@ -100,6 +102,9 @@ def train(
         str, typer.Option(help="serial, ideal, sm-partition, occupancy-shaped, in-network.")
     ] = "serial",
     attention: Annotated[str, typer.Option(help="Attention kernel: flash or unfused.")] = "flash",
+    tp_overlap: Annotated[
+        str, typer.Option(help="Tensor-parallel comm: none, t3 (fused GEMM+RS), cais.")
+    ] = "none",
     as_json: JsonFlag = False,
 ) -> None:
     """Time, throughput, memory and the breakdown of one training step."""
@@ -108,25 +113,11 @@ def train(
     from commodel.workloads.run import train as run_train
 
     config = TrainConfig(
-        model,
-        system,
-        gpus,
-        tp,
-        pp,
-        dp,
-        cp,
-        ep,
-        vpp,
-        global_batch,
-        micro_batch,
-        seq,
-        recompute,
-        sequence_parallel,
-        zero,
-        dtype,
-        overlap,
-        attention,
-    )
+        model=model, system=system, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp,
+        global_batch=global_batch, micro_batch=micro_batch, seq=seq, recompute=recompute,
+        sequence_parallel=sequence_parallel, zero=zero, dtype=dtype, overlap=overlap,
+        attention=attention, tp_overlap=tp_overlap,
+    )  # fmt: skip
     result = run_train(config)
     typer.echo(json.dumps(result, indent=2) if as_json else training_table(result))
 
@@ -270,6 +261,38 @@ def validate(
     for title, frame in sections:
         typer.echo(f"\n## {title}\n" if markdown else f"\n{title}:")
         typer.echo(render(frame))
+
+
+@study_app.command("list")
+def study_list() -> None:
+    """The studies commodel ships."""
+    from commodel.studies import STUDIES
+
+    for name, (_, description) in STUDIES.items():
+        typer.echo(f"{name:<16} {description}")
+
+
+@study_app.command("run")
+def study_run(
+    name: Annotated[str, typer.Argument(help="Study name (see: commodel study list).")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Run a study: its claims (paper vs model) and its table."""
+    from commodel.report.tables import plain_table
+    from commodel.studies import run_study
+
+    result = run_study(name)
+    if as_json:
+        typer.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    typer.echo(f"{result.title} ({result.paper})\n\nClaims:")
+    for c in result.claims:
+        paper = f"{c.paper[0]:g}-{c.paper[1]:g}" if isinstance(c.paper, tuple) else f"{c.paper:g}"
+        typer.echo(f"  {c.claim}\n      paper {paper} {c.unit}   model {c.model:.3g} {c.unit}")
+    typer.echo("\nTable:")
+    typer.echo(plain_table(result.table))
+    for note in result.notes:
+        typer.echo(f"\n- {note}")
 
 
 def main() -> None:

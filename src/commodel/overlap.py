@@ -14,8 +14,9 @@ Strategies (``slow`` and ``M'`` per strategy):
 - ``ideal``: ``T = max(C, M)``, every communication hidden behind independent compute.
 - ``sm-partition`` (naive overlap): the collective's CTAs (NCCL: one per channel) take ``k`` SMs; the
   compute kernels run on ``S - k`` SMs and pay wave quantization there (a one-wave GEMM of S tiles
-  needs two waves: the tail effect). Without stream priority the collective's CTAs wait for a
-  running compute wave to drain before they start: ``d = calls x wave``. Both kernels share HBM.
+  needs two waves: the tail effect). Without stream priority the block scheduler dispatches CTAs in
+  launch order, so a collective's CTAs wait until the running compute kernel has dispatched all of
+  its own, on average half a kernel: ``d = calls x kernel / 2``. Both kernels share HBM.
 - ``occupancy-shaped`` (Cui & Pericas, arXiv:2606.09200): compute residency is capped so the
   collective's CTAs co-reside instead of displacing a wave, and the communication stream has priority:
   no tail, no start delay; only the shared HBM bandwidth slows compute.
@@ -59,14 +60,14 @@ class Window:
     """Compute that can overlap one collective, described on all SMs and on the SMs left to it.
 
     ``compute_s``: time on all SMs; ``partitioned_s``: the same kernels on ``S - k`` SMs;
-    ``memory_bound_s``: the part of ``compute_s`` spent in memory-bound kernels; ``wave_s``: mean
-    duration of one wave of these kernels.
+    ``memory_bound_s``: the part of ``compute_s`` spent in memory-bound kernels; ``kernel_s``: mean
+    duration of one of these kernels.
     """
 
     compute_s: np.ndarray
     partitioned_s: np.ndarray
     memory_bound_s: np.ndarray
-    wave_s: np.ndarray
+    kernel_s: np.ndarray
 
 
 def memory_slowdown(window: Window, traffic_Bps: ArrayLike, hbm_Bps: float) -> np.ndarray:
@@ -93,17 +94,17 @@ def window_time(
     """Time of ``window`` overlapped with a collective of ``comm_s`` seconds under ``strategy``.
 
     ``traffic_Bps``: HBM bytes/s the collective moves per GPU while it runs (send + receive);
-    ``calls``: how many collective launches the window holds (each may wait for a wave);
+    ``calls``: how many collective launches the window holds (each may wait for a running kernel);
     ``in_network``: whether the fabric reduces this collective in the switch.
     """
     check_strategy(strategy)
-    C, M, partitioned, memory_bound, wave = np.broadcast_arrays(
+    C, M, partitioned, memory_bound, kernel = np.broadcast_arrays(
         *(
             np.asarray(v, dtype=float)
-            for v in (window.compute_s, comm_s, window.partitioned_s, window.memory_bound_s, window.wave_s)
+            for v in (window.compute_s, comm_s, window.partitioned_s, window.memory_bound_s, window.kernel_s)
         )
     )
-    window = Window(C, partitioned, memory_bound, wave)
+    window = Window(C, partitioned, memory_bound, kernel)
     if strategy == "serial":
         return C + M
     if strategy == "ideal":
@@ -116,7 +117,7 @@ def window_time(
         traffic = np.where(switch, 0.5 * np.asarray(traffic_Bps, dtype=float), traffic_Bps)
         tail = np.divide(window.partitioned_s, C, out=np.ones_like(C), where=C > 0)
         slow = tail * memory_slowdown(window, traffic, hbm_Bps)
-        delay = np.where(M > 0, np.minimum(np.asarray(calls) * window.wave_s, C), 0.0)
+        delay = np.where(M > 0, np.minimum(np.asarray(calls) * window.kernel_s / 2, C), 0.0)
     return delay + np.maximum(M, C - delay + M * (1 - 1 / slow))
 
 

@@ -33,6 +33,7 @@ class TrainConfig:
     dtype: str = "bf16"
     overlap: str = "serial"
     attention: str = "flash"
+    tp_overlap: str = "none"
 
 
 def train(config: TrainConfig) -> dict[str, object]:
@@ -65,7 +66,9 @@ def train(config: TrainConfig) -> dict[str, object]:
         zero=c.zero,
     )
     check(net, layout, c.gpus)
-    result = train_step(net, make_cluster(c.system, nodes), layout, c.dtype, c.overlap, c.attention)
+    result = train_step(
+        net, make_cluster(c.system, nodes), layout, c.dtype, c.overlap, c.attention, c.tp_overlap
+    )
     scalars = {k: v.item() for k, v in result.items()}
     breakdown = {name: scalars.pop(f"{name}_s") for name in BREAKDOWN}
     return {
@@ -74,6 +77,7 @@ def train(config: TrainConfig) -> dict[str, object]:
         "gpus": c.gpus,
         "layout": {"tp": c.tp, "pp": c.pp, "dp": dp, "cp": c.cp, "ep": c.ep, "vpp": c.vpp},
         "overlap": c.overlap,
+        "tp_overlap": c.tp_overlap,
         **scalars,
         "fits": bool(scalars["fits"]),
         "breakdown": breakdown,

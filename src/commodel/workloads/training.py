@@ -32,7 +32,8 @@ from commodel.comm.algorithms import BUSBW_FACTOR, library_algorithms
 from commodel.comm.collectives import candidates, tune
 from commodel.comm.fabric import Fabric, fabric_of
 from commodel.compute.kernels import Kernel, gemm, gemm_backward
-from commodel.compute.roofline import kernel_time, peak_flops, waves
+from commodel.compute.roofline import kernel_time, peak_flops
+from commodel.errors import CommodelError, unknown
 from commodel.hardware.cluster import Cluster
 from commodel.hardware.schema import GPU
 from commodel.overlap import Window, check_strategy, ctas, exposed
@@ -62,13 +63,25 @@ BREAKDOWN = ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "
 
 @dataclass(frozen=True)
 class Work:
-    """Compute of one layer and micro-batch on a given number of SMs: totals and their make-up."""
+    """Compute of one layer and micro-batch on a given number of SMs: totals and their make-up.
+
+    ``reduce_fwd_s``/``reduce_bwd_s``: GEMMs whose output is a tensor-parallel partial sum (row GEMMs
+    forward, column GEMMs' input gradients backward); ``gather_fwd_s``/``gather_bwd_s``: GEMMs that
+    consume gathered input (column forward, row input gradients backward); ``reduce_*_hbm_s``: the
+    roofline memory term of the reducing GEMMs (what shared HBM bandwidth would stretch).
+    """
 
     fwd_s: np.ndarray
     bwd_s: np.ndarray
     attention_fwd_s: np.ndarray
     memory_bound_s: np.ndarray
-    waves: np.ndarray
+    launches: np.ndarray
+    reduce_fwd_s: np.ndarray
+    gather_fwd_s: np.ndarray
+    reduce_bwd_s: np.ndarray
+    gather_bwd_s: np.ndarray
+    reduce_fwd_hbm_s: np.ndarray
+    reduce_bwd_hbm_s: np.ndarray
 
     @property
     def total_s(self) -> np.ndarray:
@@ -76,36 +89,64 @@ class Work:
 
 
 def _timed(gpu: GPU, kernel: Kernel, units: ArrayLike | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(time, memory-bound time, waves) of a kernel; no kernel is shorter than a launch."""
+    """(time, memory-bound time, HBM time) of a kernel; no kernel is shorter than a launch.
+
+    HBM time is the roofline's memory term (bytes / achievable bandwidth), bound or not.
+    """
     r = kernel_time(gpu, kernel, launch=False, units=units)
     time = np.maximum(r.time_s, gpu.launch_overhead.value)
-    return time, np.where(r.memory_s >= r.compute_s, time, 0.0), waves(gpu, kernel, units)
-
-
-def _forward_backward(
-    gpu: GPU, kernel: Kernel, units: ArrayLike | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(forward, backward, memory-bound, waves) of one kernel: a GEMM's backward is its two GEMMs,
-    flash attention's is :data:`ATTENTION_BACKWARD` times its forward, an elementwise pass's twice."""
-    fwd, mem, wv = _timed(gpu, kernel, units)
-    if kernel.shape is not None:
-        back = [_timed(gpu, b, units) for b in gemm_backward(kernel)]
-        return fwd, back[0][0] + back[1][0], mem + back[0][1] + back[1][1], wv + back[0][2] + back[1][2]
-    factor = ATTENTION_BACKWARD if kernel.name == "attention" else 2.0
-    return fwd, factor * fwd, (1 + factor) * mem, (1 + factor) * wv
+    return time, np.where(r.memory_s >= r.compute_s, time, 0.0), r.memory_s
 
 
 def layer_work(gpu: GPU, lk: LayerKernels, recompute: np.ndarray, units: ArrayLike | None = None) -> Work:
-    """Forward, backward (with recomputation) compute of one layer for one micro-batch."""
-    fwd = bwd = mem = wv = attn = 0.0
-    kernels = [*lk.gemms, *((k, 1.0) for k in lk.attention), *lk.elementwise]
-    for index, (kernel, count) in enumerate(kernels):
-        f, b, m, w = _forward_backward(gpu, kernel, units)
-        fwd, bwd, mem, wv = fwd + count * f, bwd + count * b, mem + count * m, wv + count * w
-        if len(lk.gemms) <= index < len(lk.gemms) + len(lk.attention):
-            attn = attn + f
+    """Forward and backward (with recomputation) compute of one layer for one micro-batch.
+
+    A GEMM's backward is its input-gradient and weight-gradient GEMMs, flash attention's is
+    :data:`ATTENTION_BACKWARD` times its forward, an elementwise pass's twice its forward.
+    """
+    fwd = bwd = mem = launches = 0.0
+    by_role = {(role, p): 0.0 for role in ("column", "row") for p in ("fwd", "dgrad", "fwd_hbm", "dgrad_hbm")}
+    for kernel, count, role in lk.gemms:
+        f, m, hbm = _timed(gpu, kernel, units)
+        dgrad, wgrad = (_timed(gpu, b, units) for b in gemm_backward(kernel))
+        fwd, bwd = fwd + count * f, bwd + count * (dgrad[0] + wgrad[0])
+        mem, launches = mem + count * (m + dgrad[1] + wgrad[1]), launches + 3 * count
+        if role in ("column", "row"):
+            for key, value in (("fwd", f), ("dgrad", dgrad[0]), ("fwd_hbm", hbm), ("dgrad_hbm", dgrad[2])):
+                by_role[role, key] = by_role[role, key] + count * value
+    attn = 0.0
+    for kernel in lk.attention:
+        f, m, _ = _timed(gpu, kernel, units)
+        if kernel.shape is not None:  # unfused attention's batched GEMMs
+            (b1, m1, _), (b2, m2, _) = (_timed(gpu, b, units) for b in gemm_backward(kernel))
+            b_time, b_mem, b_launches = b1 + b2, m1 + m2, 2.0
+        else:
+            factor = ATTENTION_BACKWARD if kernel.name == "attention" else 2.0
+            b_time, b_mem, b_launches = factor * f, factor * m, 1.0
+        attn, fwd, bwd = attn + f, fwd + f, bwd + b_time
+        mem, launches = mem + m + b_mem, launches + 1 + b_launches
+    for kernel, count in lk.elementwise:
+        f, m, _ = _timed(gpu, kernel, units)
+        fwd, bwd, mem, launches = (
+            fwd + count * f,
+            bwd + 2 * count * f,
+            mem + 3 * count * m,
+            launches + 2 * count,
+        )
     recompute_s = np.where(recompute == 2, fwd, np.where(recompute == 1, attn, 0.0))
-    return Work(fwd, bwd + recompute_s, attn, mem, wv)
+    return Work(
+        fwd,
+        bwd + recompute_s,
+        attn,
+        mem,
+        launches,
+        reduce_fwd_s=by_role["row", "fwd"],
+        gather_fwd_s=by_role["column", "fwd"],
+        reduce_bwd_s=by_role["column", "dgrad"],
+        gather_bwd_s=by_role["row", "dgrad"],
+        reduce_fwd_hbm_s=by_role["row", "fwd_hbm"],
+        reduce_bwd_hbm_s=by_role["column", "dgrad_hbm"],
+    )
 
 
 def _window(full: Work, part: Work, which: str) -> Window:
@@ -113,14 +154,14 @@ def _window(full: Work, part: Work, which: str) -> Window:
     pick = {"fwd": lambda w: w.fwd_s, "bwd": lambda w: w.bwd_s, "both": lambda w: w.total_s}[which]
     compute = pick(full)
     share = np.divide(compute, full.total_s, out=np.zeros_like(compute), where=full.total_s > 0)
-    wave = np.divide(full.total_s, full.waves, out=np.zeros_like(compute), where=full.waves > 0)
-    return Window(compute, pick(part), full.memory_bound_s * share, wave)
+    kernel = np.divide(full.total_s, full.launches, out=np.zeros_like(compute), where=full.launches > 0)
+    return Window(compute, pick(part), full.memory_bound_s * share, kernel)
 
 
 def _scale(window: Window, factor: ArrayLike) -> Window:
     """The same window repeated ``factor`` times (a stage of several layers)."""
     f = np.asarray(factor, dtype=float)
-    return Window(window.compute_s * f, window.partitioned_s * f, window.memory_bound_s * f, window.wave_s)
+    return Window(window.compute_s * f, window.partitioned_s * f, window.memory_bound_s * f, window.kernel_s)
 
 
 @dataclass(frozen=True)
@@ -170,6 +211,98 @@ def _in_switch(fab: Fabric, where: Group) -> np.ndarray:
     return (fab.nvls_Bps is not None) & ~where.spans_nodes
 
 
+#: Tensor-parallel communication mechanisms: ``none`` (collectives after/before their GEMMs, NCCL's
+#: choice of algorithm, NVLS where the switch reduces), ``t3`` (Pati et al., ASPLOS'24: the producer
+#: GEMM's tiles feed a ring reduce-scatter as they are written, by DMA, reduced in memory; gathers stay
+#: exposed) and ``cais`` (compute-aware in-switch: tiles are reduced by the NVLink switch as they are
+#: produced and gathers are multicast into the consumer GEMM's tiles; needs NVLS).
+TP_OVERLAP = ("none", "t3", "cais")
+
+#: One GEMM output tile (128 x 256 bf16 = 64 KiB): the unit a fused mechanism hands to the network.
+TILE_BYTES = 128 * 256 * 2
+
+
+def _forced(op: str, algo: str, size: ArrayLike, where: Group, fab: Fabric) -> tuple[np.ndarray, np.ndarray]:
+    """(time, per-GPU link bytes/s) of ``op`` with one algorithm (any protocol)."""
+    time, _, _ = tune(op, size, where.ranks, where.nodes, fab, candidates(op, fab, (algo,)))
+    busbw = np.divide(size, time, out=np.zeros_like(time), where=time > 0) * BUSBW_FACTOR[op](where.ranks)
+    return time, busbw
+
+
+def _fused(compute: np.ndarray, comm: np.ndarray, tail: np.ndarray, slow: np.ndarray) -> np.ndarray:
+    """Time a collective adds when fused into ``compute`` tile by tile: it streams behind the tiles,
+    slows them by ``slow`` (shared HBM), and ends ``tail`` after the last tile."""
+    return np.maximum(np.maximum(comm, compute * slow) + tail - compute, 0.0)
+
+
+def tensor_parallel_exposed(
+    mechanism: str, work: Work, act: np.ndarray, where: Group, fab: Fabric, x: Layout, hbm: float
+) -> np.ndarray:
+    """Exposed tensor-parallel communication of one layer and micro-batch (all passes).
+
+    Per pass, two reductions (reduce-scatter with sequence parallelism, else allreduce) follow their
+    producer GEMMs, and with sequence parallelism two allgathers precede their consumer GEMMs. Full
+    recomputation repeats the forward pass's communication.
+    """
+    if mechanism not in TP_OVERLAP:
+        raise unknown("tensor-parallel overlap", mechanism, TP_OVERLAP)
+    sp = x.sequence_parallel
+    passes = [(work.reduce_fwd_s, work.gather_fwd_s), (work.reduce_bwd_s, work.gather_bwd_s)]
+    passes += [(work.reduce_fwd_s * (x.recompute == 2), work.gather_fwd_s * (x.recompute == 2))]
+    repeats = [1.0, 1.0, np.where(x.recompute == 2, 1.0, 0.0)]
+    ag, _ = collective("allgather", act, where, fab)
+    gathers = np.where(sp, 2 * ag, 0.0)
+    if mechanism == "none":
+        rs, _ = collective("reducescatter", act, where, fab)
+        ar, _ = collective("allreduce", act, where, fab)
+        per_pass = np.where(sp, 2 * rs, 2 * ar) + gathers
+        return per_pass * sum(repeats)
+    tile = TILE_BYTES * x.tp
+    if mechanism == "t3":
+        # Ring reduce-scatter by DMA; allreduce = reduce-scatter + an exposed allgather. Each GPU's HBM
+        # serves 3 bytes per byte reduced (read the tile, receive a partial, read-modify-write the sum),
+        # which stretches the producer GEMMs' memory term: slow = max(C, hbm B / (B - r)) / C.
+        rs, rs_bw = _forced("reducescatter", "ring", act, where, fab)
+        tail, _ = _forced("reducescatter", "ring", tile, where, fab)
+        stretch = hbm / np.maximum(hbm - 3 * rs_bw, 0.1 * hbm)
+        total = 0.0
+        producers = [(work.reduce_fwd_s, work.reduce_fwd_hbm_s), (work.reduce_bwd_s, work.reduce_bwd_hbm_s)]
+        producers.append(producers[0])
+        for (producer, hbm_s), r in zip(producers, repeats, strict=True):
+            slow = np.divide(
+                np.maximum(producer, hbm_s * stretch),
+                producer,
+                out=np.ones_like(producer),
+                where=producer > 0,
+            )
+            total = total + r * (_fused(producer, 2 * rs, tail, slow) + 2 * ag)
+        return np.where(where.ranks > 1, total, 0.0)
+    if fab.nvls_Bps is None:
+        raise CommodelError("cais needs a switch that reduces in the network (NVLS); this system has none")
+    rs, _ = _forced("reducescatter", "nvls", act, where, fab)
+    ar, _ = _forced("allreduce", "nvls", act, where, fab)
+    reduce = np.where(sp, 2 * rs, 2 * ar)
+    tail, _ = _forced("allreduce", "nvls", tile, where, fab)
+    total = 0.0
+    for (producer, consumer), r in zip(passes, repeats, strict=True):
+        fused = _fused(producer, reduce, tail, np.ones_like(producer))
+        fused = fused + np.where(sp, _fused(consumer, gathers, tail, np.ones_like(consumer)), 0.0)
+        total = total + r * fused
+    return np.where(where.ranks > 1, total, 0.0)
+
+
+def layer_window(
+    model: Transformer, cluster: Cluster, x: Layout, comm_ctas: ArrayLike, dtype: str = "bf16"
+) -> Window:
+    """The overlap window of one layer's forward and backward for one micro-batch, with the same
+    kernels also priced on the SMs a collective of ``comm_ctas`` CTAs leaves free."""
+    lk = layer_kernels(model, x.tokens, x.micro_batch, x.seq, x.tp, x.cp, x.ep, x.sequence_parallel, dtype)
+    units = cluster.gpu.compute_units.value - np.asarray(comm_ctas, dtype=float)
+    return _window(
+        layer_work(cluster.gpu, lk, x.recompute), layer_work(cluster.gpu, lk, x.recompute, units), "both"
+    )
+
+
 def train_step(
     model: Transformer,
     cluster: Cluster,
@@ -177,6 +310,7 @@ def train_step(
     dtype: str = "bf16",
     strategy: str = "serial",
     attention_impl: str = "flash",
+    tp_overlap: str = "none",
 ) -> dict[str, np.ndarray]:
     """Step time, throughput, memory and the breakdown of one training step for every layout in ``x``.
 
@@ -209,13 +343,9 @@ def train_step(
     pp_nodes = np.where(x.tp * x.cp * x.dp >= gpn, 2.0, 1.0)
     pp = Group(np.full_like(pp_nodes, 2.0), 2.0 / pp_nodes)
 
-    # Tensor parallelism: serial except under ideal overlap (window: the layer's own compute).
+    # Tensor parallelism: its mechanism decides what is exposed; ideal overlap hides it behind the layer.
     act = T * h * size
-    ar, _ = collective("allreduce", act, tp, fab)
-    ag, _ = collective("allgather", act, tp, fab)
-    rs, _ = collective("reducescatter", act, tp, fab)
-    tp_pass = np.where(x.sequence_parallel, 2 * (ag + rs), 2 * ar)
-    tp_comm = tp_pass * np.where(x.recompute == 2, 3, 2)
+    tp_comm = tensor_parallel_exposed(tp_overlap, full, act, tp, fab, x, hbm)
     # Expert parallelism: dispatch and combine all-to-alls per MoE layer and pass.
     moe_share = model.moe_layers / model.layers
     top_k = model.moe.top_k if model.moe else 0

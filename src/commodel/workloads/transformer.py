@@ -117,11 +117,19 @@ def recompute_flops_per_token(model: Transformer, seq: ArrayLike, recompute: Arr
     return np.where(code == 2, full, np.where(code == 1, scores, 0.0))
 
 
+#: How a GEMM meets tensor parallelism (Megatron): a ``column``-parallel GEMM consumes the gathered
+#: input (allgather before it with sequence parallelism) and its input gradient is a partial sum
+#: (reduced after its backward); a ``row``-parallel GEMM produces partial sums (reduced after it) and
+#: its backward consumes the gathered output gradient; a ``local`` GEMM touches no TP collective.
+GEMM_ROLES = ("column", "row", "local")
+
+
 @dataclass(frozen=True)
 class LayerKernels:
-    """The forward kernels of one (average) layer on one GPU, each with how many run per layer."""
+    """The forward kernels of one (average) layer on one GPU, each with how many run per layer and,
+    for GEMMs, their tensor-parallel role (:data:`GEMM_ROLES`)."""
 
-    gemms: list[tuple[Kernel, float]]
+    gemms: list[tuple[Kernel, float, str]]
     attention: list[Kernel]
     elementwise: list[tuple[Kernel, float]]
 
@@ -147,28 +155,33 @@ def layer_kernels(
     t = np.asarray(tp, dtype=float)
     h = model.hidden
     moe_share = model.moe_layers / model.layers
-    gemms: list[tuple[Kernel, float]] = []
+    gemms: list[tuple[Kernel, float, str]] = []
     if model.mla is not None:
         a = model.mla
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
         gemms += [
-            (gemm(T, a.q_lora_rank, h, dtype), 1.0),
-            (gemm(T, model.heads * qk / t, a.q_lora_rank, dtype), 1.0),
-            (gemm(T, a.kv_lora_rank + a.qk_rope_head_dim, h, dtype), 1.0),
-            (gemm(T, model.heads * (a.qk_nope_head_dim + a.v_head_dim) / t, a.kv_lora_rank, dtype), 1.0),
-            (gemm(T, h, model.heads * a.v_head_dim / t, dtype), 1.0),
+            (gemm(T, a.q_lora_rank, h, dtype), 1.0, "local"),
+            (gemm(T, model.heads * qk / t, a.q_lora_rank, dtype), 1.0, "column"),
+            (gemm(T, a.kv_lora_rank + a.qk_rope_head_dim, h, dtype), 1.0, "local"),
+            (
+                gemm(T, model.heads * (a.qk_nope_head_dim + a.v_head_dim) / t, a.kv_lora_rank, dtype),
+                1.0,
+                "column",
+            ),
+            (gemm(T, h, model.heads * a.v_head_dim / t, dtype), 1.0, "row"),
         ]
     else:
         d = model.d_head
         kv_per_rank = np.maximum(model.n_kv_heads / t, 1.0)
         gemms += [
-            (gemm(T, (model.heads / t + 2 * kv_per_rank) * d, h, dtype), 1.0),
-            (gemm(T, h, model.heads * d / t, dtype), 1.0),
+            (gemm(T, (model.heads / t + 2 * kv_per_rank) * d, h, dtype), 1.0, "column"),
+            (gemm(T, h, model.heads * d / t, dtype), 1.0, "row"),
         ]
     up = 2 if model.gated_mlp else 1
-    if 1 - moe_share > 0:
+    dense = 1 - moe_share
+    if dense > 0:
         f = model.ffn_hidden
-        gemms += [(gemm(T, up * f / t, h, dtype), 1 - moe_share), (gemm(T, h, f / t, dtype), 1 - moe_share)]
+        gemms += [(gemm(T, up * f / t, h, dtype), dense, "column"), (gemm(T, h, f / t, dtype), dense, "row")]
     if model.moe is not None:
         m = model.moe
         e = np.asarray(ep, dtype=float)
@@ -176,15 +189,15 @@ def layer_kernels(
         local = m.experts / e
         fe = m.expert_ffn_hidden
         gemms += [
-            (gemm(T, m.experts, h, dtype), moe_share),
-            (gemm(per_expert, up * fe / t, h, dtype), moe_share * local),
-            (gemm(per_expert, h, fe / t, dtype), moe_share * local),
+            (gemm(T, m.experts, h, dtype), moe_share, "local"),
+            (gemm(per_expert, up * fe / t, h, dtype), moe_share * local, "column"),
+            (gemm(per_expert, h, fe / t, dtype), moe_share * local, "row"),
         ]
         if m.shared_experts:
             shared = m.shared_experts * fe
             gemms += [
-                (gemm(T, up * shared / t, h, dtype), moe_share),
-                (gemm(T, h, shared / t, dtype), moe_share),
+                (gemm(T, up * shared / t, h, dtype), moe_share, "column"),
+                (gemm(T, h, shared / t, dtype), moe_share, "row"),
             ]
     d_qk, d_v = attention_dims(model)
     s = np.asarray(seq, dtype=float)

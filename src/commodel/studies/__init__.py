@@ -1,0 +1,30 @@
+"""Studies: the published systems commodel models, each a spec plus an evaluate function plus claims."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib import import_module
+
+from commodel.errors import unknown
+from commodel.studies.base import Claim, StudyResult
+
+#: Study name -> (module, one-line description).
+STUDIES: dict[str, tuple[str, str]] = {
+    "overlap": ("commodel.studies.overlap", "occupancy-shaped vs naive computation-communication overlap"),
+    "cais": ("commodel.studies.cais", "compute-aware in-switch reduction for tensor parallelism"),
+}
+
+
+def study_runner(name: str) -> Callable[[], StudyResult]:
+    """The ``run`` function of study ``name`` (imported on demand)."""
+    if name not in STUDIES:
+        raise unknown("study", name, STUDIES)
+    return import_module(STUDIES[name][0]).run
+
+
+def run_study(name: str) -> StudyResult:
+    """Run study ``name`` from its shipped specification."""
+    return study_runner(name)()
+
+
+__all__ = ["STUDIES", "Claim", "StudyResult", "run_study"]

@@ -1,0 +1,60 @@
+"""What a study is: a specification (``studies/NAME/study.toml``), an evaluate function built from the
+same models the CLI uses, and claims that set the paper's figure beside the model's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+from pydantic import BaseModel
+
+from commodel.records import load_record
+from commodel.resources import resource_dir
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One headline: the paper's figure (a number, or a (low, high) range) and commodel's."""
+
+    claim: str
+    paper: float | tuple[float, float]
+    model: float
+    unit: str
+
+    def as_dict(self) -> dict[str, object]:
+        paper = list(self.paper) if isinstance(self.paper, tuple) else self.paper
+        return {"claim": self.claim, "paper": paper, "model": self.model, "unit": self.unit}
+
+
+@dataclass(frozen=True)
+class StudyResult:
+    """A study's claims and its table (one row per design point it evaluated)."""
+
+    study: str
+    title: str
+    paper: str
+    claims: list[Claim]
+    table: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        import json
+
+        return {
+            "study": self.study,
+            "title": self.title,
+            "paper": self.paper,
+            "claims": [c.as_dict() for c in self.claims],
+            "notes": self.notes,
+            "table": json.loads(self.table.to_json(orient="records")),
+        }
+
+
+def spec_path(name: str):
+    """``studies/NAME/study.toml``."""
+    return resource_dir("studies") / name / "study.toml"
+
+
+def load_spec(name: str, schema: type[BaseModel]) -> BaseModel:
+    """Read and validate a study's specification (errors name the file and the field)."""
+    return load_record(spec_path(name), schema)

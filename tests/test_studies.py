@@ -1,0 +1,128 @@
+"""Studies: the contract of their output, their notebooks, and that their headlines follow their inputs."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from commodel.cli import app
+from commodel.hardware import cluster
+from commodel.studies import STUDIES, run_study
+from commodel.studies.base import load_spec
+from commodel.studies.overlap import OverlapSpec, tail_effect
+from commodel.workloads.catalog import model
+from commodel.workloads.layout import make_layout
+from commodel.workloads.training import train_step
+
+STUDIES_DIR = Path(__file__).parents[1] / "studies"
+
+
+@pytest.mark.parametrize("name", sorted(STUDIES))
+def test_study_json_contract(name):
+    result = CliRunner().invoke(app, ["study", "run", name, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["study"] == name and data["claims"] and data["table"]
+    for claim in data["claims"]:
+        assert set(claim) == {"claim", "paper", "model", "unit"}
+        assert isinstance(claim["model"], float)
+
+
+def test_study_list_names_every_study():
+    output = CliRunner().invoke(app, ["study", "list"]).output
+    assert all(name in output for name in STUDIES)
+
+
+def test_every_study_has_a_spec_and_a_notebook():
+    for name in STUDIES:
+        assert (STUDIES_DIR / name / "study.toml").is_file()
+        assert list((STUDIES_DIR / name).glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("name", sorted(STUDIES))
+def test_notebook_executes(name, tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    (notebook_path,) = (STUDIES_DIR / name).glob("*.ipynb")
+    notebook = nbformat.read(notebook_path, as_version=4)
+    nbclient.NotebookClient(
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert any("image/png" in o.get("data", {}) for o in outputs)
+
+
+def test_overlap_tail_effect_shrinks_as_the_gemm_spans_more_waves():
+    spec: OverlapSpec = load_spec("overlap", OverlapSpec)
+    assert tail_effect(spec) == pytest.approx(2.0, rel=0.01)  # one wave: 132 tiles on 108 SMs
+
+    def with_waves(n):
+        return spec.model_copy(update={"tail": spec.tail.model_copy(update={"waves": n})})
+
+    assert tail_effect(with_waves(4)) == pytest.approx(5 / 4, rel=0.01)  # ceil(528 / 108) = 5 waves
+    assert tail_effect(with_waves(4)) < tail_effect(spec)
+
+
+def _slower_links(c, factor):
+    return dataclasses.replace(
+        c,
+        scale_up=c.scale_up.model_copy(
+            update={
+                "bandwidth": c.scale_up.bandwidth.model_copy(
+                    update={"value": c.scale_up.bandwidth.value * factor}
+                )
+            }
+        ),
+    )
+
+
+def _reduction(c, strategy="occupancy-shaped"):
+    x = make_layout(dp=8, global_batch=32, seq=4096, zero=3, recompute=1)
+    net = model("llama3-8b")
+    serial = train_step(net, c, x, strategy="serial")["step_time_s"]
+    return float(1 - train_step(net, c, x, strategy=strategy)["step_time_s"] / serial)
+
+
+def test_overlap_saving_grows_with_the_communication_share():
+    h100 = cluster("dgx-h100")
+    assert _reduction(_slower_links(h100, 0.5)) > _reduction(h100)
+
+
+def test_shaped_overlap_beats_naive_more_when_collectives_take_more_sms(monkeypatch):
+    import commodel.overlap as overlap
+
+    h100 = cluster("dgx-h100")
+    gap = _reduction(h100) - _reduction(h100, "sm-partition")
+    monkeypatch.setitem(overlap.COMM_CTAS, "switch", 48)
+    assert _reduction(h100) - _reduction(h100, "sm-partition") > gap
+
+
+def test_cais_speedup_grows_with_the_tp_communication_share():
+    net = model("llama3-70b")
+    x = make_layout(tp=8, pp=4, dp=2, global_batch=64, seq=4096, sequence_parallel=True, zero=1)
+
+    def speedup(c):
+        none = train_step(net, c, x, tp_overlap="none")["step_time_s"]
+        return float(none / train_step(net, c, x, tp_overlap="cais")["step_time_s"])
+
+    h100 = cluster("dgx-h100", 8)
+    assert speedup(_slower_links(h100, 0.5)) > speedup(h100) > 1.0
+
+
+def test_cais_needs_an_in_network_switch():
+    from commodel.errors import CommodelError
+
+    x = make_layout(tp=8, dp=1, global_batch=8, seq=2048)
+    with pytest.raises(CommodelError, match="NVLS"):
+        train_step(model("llama3-8b"), cluster("dgx-a100"), x, tp_overlap="cais")
+
+
+def test_study_headlines_are_reported_with_their_papers():
+    overlap = {c.claim: c for c in run_study("overlap").claims}
+    assert any(c.paper == 25.5 for c in overlap.values())
+    cais = run_study("cais").claims
+    assert [c.paper for c in cais] == [1.38, 1.61]
+    assert all(c.model > 1.0 for c in cais)  # CAIS is faster than both baselines
