@@ -105,9 +105,10 @@ def train(
     tp_overlap: Annotated[
         str, typer.Option(help="Tensor-parallel comm: none, t3 (fused GEMM+RS), cais.")
     ] = "none",
+    pue: Annotated[float, typer.Option(help="Facility PUE for energy (1.0: IT energy only).")] = 1.0,
     as_json: JsonFlag = False,
 ) -> None:
-    """Time, throughput, memory and the breakdown of one training step."""
+    """Time, throughput, memory, power, energy and the breakdown of one training step."""
     from commodel.report.tables import training_table
     from commodel.workloads.run import TrainConfig
     from commodel.workloads.run import train as run_train
@@ -116,7 +117,7 @@ def train(
         model=model, system=system, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp,
         global_batch=global_batch, micro_batch=micro_batch, seq=seq, recompute=recompute,
         sequence_parallel=sequence_parallel, zero=zero, dtype=dtype, overlap=overlap,
-        attention=attention, tp_overlap=tp_overlap,
+        attention=attention, tp_overlap=tp_overlap, pue=pue,
     )  # fmt: skip
     result = run_train(config)
     typer.echo(json.dumps(result, indent=2) if as_json else training_table(result))

@@ -134,6 +134,29 @@ TRAINING_RUNS: dict[str, tuple[TrainConfig, str]] = {
 }
 
 
+#: Power rows: the training load each is priced under (the paper of h100-node-power does not state its
+#: model, so a typical single-node job stands in: Llama 3 8B, ZeRO-3, naive overlap).
+POWER_RUNS: dict[str, TrainConfig] = {
+    "h100-node-power": TrainConfig(
+        "llama3-8b",
+        "dgx-h100",
+        8,
+        global_batch=32,
+        seq=4096,
+        zero=3,
+        recompute="selective",
+        overlap="sm-partition",
+    ),
+}
+
+
+def _power(row: pd.Series, db: HardwareDB) -> float:
+    """Node power under a training load (kW), or a GPU's idle power (W), from the power model."""
+    if row.id in POWER_RUNS:
+        return float(train(POWER_RUNS[row.id])["node_power_kW"])
+    return db.gpu(row.model_target).idle_power.value
+
+
 def _training(row: pd.Series, db: HardwareDB) -> float:
     """End-to-end runs through the training-step model, with the layout each paper states."""
     config, metric = TRAINING_RUNS[row.id]
@@ -146,11 +169,11 @@ MODELS: dict[str, Callable[[pd.Series, HardwareDB], float]] = {
     "gemm": _gemm,
     "memory": _memory,
     "training": _training,
+    "power": _power,
 }
 
 #: Kinds modelled by later work, and where.
 PENDING = {
-    "power": "energy model (issue 4)",
     "facility": "energy model (issue 4)",
     "latency": "GPU-initiated communication studies (gin, gicc, gpu-centric)",
 }

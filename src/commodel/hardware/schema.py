@@ -61,7 +61,11 @@ class StepLatency(Strict):
 
 
 class Link(Strict):
-    """A link or fabric port: bandwidth per direction, latencies, achievable efficiency."""
+    """A link or fabric port: bandwidth per direction, latencies, achievable efficiency.
+
+    ``endpoint_power`` (scale-out fabrics): the switch power one endpoint adds in a two-tier fat tree
+    (three ports: leaf down, leaf up, spine, with optics); the NIC itself is in the node's power.
+    """
 
     description: str
     kind: Literal["nvlink", "xgmi", "pcie", "infiniband", "slingshot", "roce", "ethernet"]
@@ -70,6 +74,7 @@ class Link(Strict):
     efficiency: Fraction
     step_latency: StepLatency
     switch: str = ""
+    endpoint_power: Power | None = None
     in_network_reduction: bool = False
     reduction_efficiency: Fraction | None = None
 
@@ -101,10 +106,15 @@ class ScaleOut(Strict):
 
 
 class System(Strict):
-    """A node: GPUs of one kind, their scale-up fabric, and its ports to the scale-out fabric."""
+    """A node: GPUs of one kind, their scale-up fabric, and its ports to the scale-out fabric.
+
+    ``node_other_power``: everything in the node but its GPUs (CPUs, memory, NVSwitches, fans, power
+    supply losses) at its rated value: the node's maximum power minus its GPUs' TDPs.
+    """
 
     description: str
     gpu: str
     gpus_per_node: Count
+    node_other_power: Power
     scale_up: ScaleUp
     scale_out: ScaleOut

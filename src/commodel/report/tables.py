@@ -75,6 +75,8 @@ def training_table(result: dict) -> str:
         f"  model TFLOP/s    {result['tflops_per_gpu']:.1f} per GPU (MFU {100 * result['mfu']:.1f}%)",
         f"  hardware TFLOP/s {result['hw_tflops_per_gpu']:.1f} per GPU (with recomputation)",
         f"  memory           {result['memory_per_gpu_bytes'] / 2**30:.1f} GiB per GPU ({fits})",
+        f"  power            {result['gpu_power_W']:.0f} W per GPU, {result['it_power_kW']:.1f} kW IT",
+        f"  energy           {result['energy_per_step_J'] / 1e6:.3g} MJ per step, {result['energy_per_token_J']:.3g} J per token",
         "  breakdown (slowest pipeline stage):",
     ]
     step = result["step_time_s"]

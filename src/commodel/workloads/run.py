@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from commodel.errors import CommodelError
 from commodel.hardware import cluster as make_cluster
+from commodel.ops.energy import energy_costs, gpu_power_W, it_power_W, node_power_W
 from commodel.workloads.catalog import model as get_model
 from commodel.workloads.layout import check, make_layout, recompute_code
 from commodel.workloads.training import BREAKDOWN, train_step
@@ -34,6 +35,7 @@ class TrainConfig:
     overlap: str = "serial"
     attention: str = "flash"
     tp_overlap: str = "none"
+    pue: float = 1.0
 
 
 def train(config: TrainConfig) -> dict[str, object]:
@@ -66,10 +68,22 @@ def train(config: TrainConfig) -> dict[str, object]:
         zero=c.zero,
     )
     check(net, layout, c.gpus)
-    result = train_step(
-        net, make_cluster(c.system, nodes), layout, c.dtype, c.overlap, c.attention, c.tp_overlap
-    )
+    if not c.pue >= 1.0:
+        raise CommodelError(f"PUE is facility energy over IT energy, so at least 1; got {c.pue}")
+    cluster = make_cluster(c.system, nodes)
+    result = train_step(net, cluster, layout, c.dtype, c.overlap, c.attention, c.tp_overlap)
     scalars = {k: v.item() for k, v in result.items()}
+    busy = scalars["compute_s"] / scalars["step_time_s"]
+    it_power = float(it_power_W(cluster, busy, c.gpus / per_node))
+    energy = energy_costs(it_power, scalars["step_time_s"], c.gpus, c.pue)["energy_J"]
+    tokens = c.global_batch * seq
+    scalars |= {
+        "gpu_power_W": float(gpu_power_W(cluster, busy)),
+        "node_power_kW": float(node_power_W(cluster, busy)) / 1e3,
+        "it_power_kW": it_power / 1e3,
+        "energy_per_step_J": float(energy),
+        "energy_per_token_J": float(energy) / tokens,
+    }
     breakdown = {name: scalars.pop(f"{name}_s") for name in BREAKDOWN}
     return {
         "model": c.model,

@@ -1,0 +1,1 @@
+"""Cluster operations: power, energy and cost; pooling and disaggregation."""
