@@ -19,6 +19,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
     try:
         yield Path(tmp)
         os.replace(tmp, target)

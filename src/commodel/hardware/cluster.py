@@ -29,17 +29,23 @@ class Cluster:
         return self.gpus_per_node * self.nodes
 
 
-def cluster(system: str, nodes: int = 1, db: HardwareDB | None = None) -> Cluster:
-    """Resolve ``system`` (a name in the hardware database) into a cluster of ``nodes`` nodes."""
+def cluster(
+    system: str, nodes: int = 1, db: HardwareDB | None = None, scale_out: str | None = None
+) -> Cluster:
+    """Resolve ``system`` (a name in the hardware database) into a cluster of ``nodes`` nodes,
+    optionally joined by another scale-out fabric than the system's own (same NICs per node)."""
     db = db or default_db()
     if nodes < 1:
         raise CommodelError(f"a cluster needs at least one node, got {nodes}")
     record = db.system(system)
+    fabric = db.link(scale_out or record.scale_out.link)
+    if fabric.endpoint_power is None:
+        raise CommodelError(f"'{scale_out}' is not a scale-out fabric (it has no endpoint_power)")
     return Cluster(
         name=system,
         system=record,
         gpu=db.gpu(record.gpu),
         scale_up=db.link(record.scale_up.link),
-        scale_out=db.link(record.scale_out.link),
+        scale_out=fabric,
         nodes=int(nodes),
     )

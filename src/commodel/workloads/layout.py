@@ -35,6 +35,11 @@ class Layout:
     sequence_parallel: np.ndarray
     zero: np.ndarray
 
+    def select(self, mask: np.ndarray) -> Layout:
+        """The layouts where ``mask`` is true (fields broadcast to the mask's shape first)."""
+        shape = np.shape(mask)
+        return Layout(**{f.name: np.broadcast_to(getattr(self, f.name), shape)[mask] for f in fields(Layout)})
+
     @property
     def gpus(self) -> np.ndarray:
         return self.tp * self.pp * self.cp * self.dp

@@ -1,0 +1,1 @@
+"""Design-space exploration: specs, samplers, vectorized evaluation, Pareto fronts, executors."""

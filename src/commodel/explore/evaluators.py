@@ -1,0 +1,70 @@
+"""Evaluators: vectorized functions from a table of design points to a table of results.
+
+An evaluator declares its inputs (with defaults; ``None`` = required) and its output columns, so a
+specification can be checked before anything runs. Evaluation groups rows by their categorical inputs
+(model, system, ...) and calls the models once per group on whole columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from commodel.errors import CommodelError, unknown
+
+
+@dataclass(frozen=True)
+class Evaluator:
+    """A named evaluate function with its input defaults and output columns."""
+
+    name: str
+    description: str
+    inputs: dict[str, object]
+    outputs: tuple[str, ...]
+    function: Callable[[pd.DataFrame], pd.DataFrame]
+
+    def __call__(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """Fill defaults, evaluate, and return ``frame`` with the output columns and ``valid``."""
+        frame = frame.copy()
+        for name, default in self.inputs.items():
+            if name not in frame:
+                if default is None:
+                    raise CommodelError(f"evaluator '{self.name}' needs input '{name}'")
+                frame[name] = default
+        return self.function(frame)
+
+
+_REGISTRY: dict[str, Callable[[], Evaluator]] = {}
+
+
+def register(factory: Callable[[], Evaluator]) -> Callable[[], Evaluator]:
+    _REGISTRY[factory.__name__] = factory
+    return factory
+
+
+def evaluator(name: str) -> Evaluator:
+    """The evaluator called ``name``."""
+    _load_builtin()
+    if name not in _REGISTRY:
+        raise unknown("evaluator", name, _REGISTRY)
+    return _REGISTRY[name]()
+
+
+def _load_builtin() -> None:
+    from commodel.explore import training_evaluator  # noqa: F401  (registers "training")
+
+
+def categorical_groups(frame: pd.DataFrame, keys: list[str]):
+    """``(key values, row positions)`` for each combination of categorical ``keys`` present."""
+    codes = [pd.factorize(frame[k].astype(str))[0] for k in keys]
+    combined = (
+        np.ravel_multi_index(codes, [max(c.max() + 1, 1) for c in codes])
+        if keys
+        else np.zeros(len(frame), int)
+    )
+    for code in np.unique(combined):
+        rows = np.flatnonzero(combined == code)
+        yield {k: frame[k].iloc[rows[0]] for k in keys}, rows

@@ -1,0 +1,64 @@
+"""Multi-objective search with pymoo (NSGA-II, NSGA-III) on the same vectorized evaluation.
+
+Decision variables live in the unit cube and are decoded like the samplers' points
+(:func:`commodel.explore.space.decode`); every evaluated valid design is kept in the results. Designs
+that are invalid or break a constraint are infeasible for the optimizer (pymoo's ``G <= 0``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from commodel.explore.pareto import objective_matrix
+from commodel.explore.space import complete, decode
+from commodel.explore.spec import SweepSpec
+
+#: Population size, capped by a tenth of the budget so at least ten generations run.
+POPULATION = 64
+
+
+def optimize(spec: SweepSpec, progress: bool = False) -> pd.DataFrame:
+    """Run the spec's optimizer for ``budget`` evaluations; return every valid evaluated design."""
+    from pymoo.algorithms.moo.nsga2 import NSGA2
+    from pymoo.algorithms.moo.nsga3 import NSGA3
+    from pymoo.core.problem import Problem
+    from pymoo.optimize import minimize
+    from pymoo.util.ref_dirs import get_reference_directions
+
+    from commodel.explore.sweep import finish
+
+    budget, n_obj = spec.study.budget, len(spec.objectives)
+    pop = int(max(8, min(POPULATION, budget // 10)))
+    seen: list[pd.DataFrame] = []
+    counter = [0]
+
+    class Sweep(Problem):
+        def __init__(self) -> None:
+            super().__init__(n_var=max(len(spec.variables), 1), n_obj=n_obj, n_ieq_constr=1, xl=0.0, xu=1.0)
+
+        def _evaluate(self, x: np.ndarray, out: dict, *args: object, **kwargs: object) -> None:
+            frame = complete(spec, decode(spec, x, counter[0]))
+            counter[0] += len(x)
+            result = finish(spec, frame)
+            seen.append(result)
+            F = np.full((len(x), n_obj), 1e30)
+            G = np.ones((len(x), 1))
+            rows = frame["point"].to_numpy()
+            position = {p: i for i, p in enumerate(rows)}
+            index = np.array([position[p] for p in result["point"].to_numpy()], dtype=int)
+            F[index] = objective_matrix(result, spec.objectives)
+            G[index, 0] = np.where(result["feasible"].to_numpy(dtype=bool), -1.0, 1.0)
+            out["F"], out["G"] = F, G
+
+    if spec.study.method == "nsga3":
+        partitions = (
+            max(1, int(round((pop * (n_obj - 1)) ** (1 / max(n_obj - 1, 1)))) - 1) if n_obj > 1 else 1
+        )
+        algorithm = NSGA3(
+            ref_dirs=get_reference_directions("das-dennis", n_obj, n_partitions=partitions), pop_size=pop
+        )
+    else:
+        algorithm = NSGA2(pop_size=pop)
+    minimize(Sweep(), algorithm, ("n_evals", budget), seed=spec.study.seed, verbose=False)
+    return pd.concat(seen, ignore_index=True) if seen else pd.DataFrame()

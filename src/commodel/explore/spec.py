@@ -1,0 +1,173 @@
+"""Sweep specifications (TOML): variables, fixed inputs, derived values, objectives, constraints, method.
+
+```toml
+[study]
+name = "default"
+evaluate = "training"            # an evaluator from commodel.explore.evaluators
+method = "grid"                  # grid | sobol | lhs | nsga2 | nsga3
+budget = 4096                    # samples (sobol, lhs) or evaluations (nsga2, nsga3)
+seed = 1
+constraints = ["fits == true", "power_kW <= 20000"]
+
+[fixed]
+model = "llama3-70b"
+
+[variables]
+system = { choice = ["dgx-h100", "mi300x-8"] }
+tp = { choice = [1, 2, 4, 8] }
+nodes = { int = [1, 64], log = true }     # log: powers of two from the low end
+pue = { real = [1.1, 1.5], points = 5 }   # points: grid resolution
+
+[derived]
+gpus = "nodes * 8"
+price_per_gpu_hour = { lookup = "system", values = { "dgx-h100" = 2.5, "mi300x-8" = 2.0 } }
+
+[objectives]
+time_to_train_days = "min"
+```
+
+Every name is checked against the evaluator's inputs and outputs with a suggestion for typos.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from commodel.errors import CommodelError, suggest
+from commodel.records import Strict, load_record
+
+METHODS = ("grid", "sobol", "lhs", "nsga2", "nsga3")
+Scalar = bool | int | float | str
+
+
+class Choice(Strict):
+    choice: list[Scalar] = Field(min_length=1)
+
+
+class IntRange(Strict):
+    int: tuple[int, int]
+    step: int = 1
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _nonempty(self) -> IntRange:
+        lo, hi = self.int
+        if hi < lo:
+            raise ValueError(f"empty range [{lo}, {hi}]")
+        if self.step < 1 or (self.log and lo < 1):
+            raise ValueError("step must be >= 1, and a log range must start at >= 1")
+        return self
+
+
+class RealRange(Strict):
+    real: tuple[float, float]
+    log: bool = False
+    points: int = 5
+
+    @model_validator(mode="after")
+    def _nonempty(self) -> RealRange:
+        lo, hi = self.real
+        if not hi > lo:
+            raise ValueError(f"empty range [{lo}, {hi}]")
+        if self.points < 2 or (self.log and lo <= 0):
+            raise ValueError("points must be >= 2, and a log range must be positive")
+        return self
+
+
+Variable = Choice | IntRange | RealRange
+
+
+class Lookup(Strict):
+    lookup: str
+    values: dict[str, Scalar]
+
+
+class StudySection(Strict):
+    name: str
+    title: str = ""
+    evaluate: str
+    method: Literal["grid", "sobol", "lhs", "nsga2", "nsga3"] = "grid"
+    budget: int = 0
+    seed: int = 0
+    chunk_size: int = 50_000
+    constraints: list[str] = []
+
+    @model_validator(mode="after")
+    def _budget(self) -> StudySection:
+        if self.method != "grid" and self.budget < 1:
+            raise ValueError(f"method '{self.method}' needs a budget >= 1")
+        if self.chunk_size < 1:
+            raise ValueError("chunk_size must be >= 1")
+        return self
+
+
+class SweepSpec(Strict):
+    study: StudySection
+    fixed: dict[str, Scalar] = {}
+    variables: dict[str, Variable] = {}
+    derived: dict[str, str | Lookup] = {}
+    objectives: dict[str, Literal["min", "max"]] = Field(min_length=1)
+
+    def digest(self) -> str:
+        """A stable hash of the specification (what ``--resume`` checks)."""
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read a sweep specification and check its names against its evaluator."""
+    path = Path(path)
+    if not path.is_file():
+        raise CommodelError(f"no sweep specification at {path}")
+    spec: SweepSpec = load_record(path, SweepSpec)  # type: ignore[assignment]
+    check_names(spec, path)
+    return spec
+
+
+def check_names(spec: SweepSpec, path: Path | str) -> None:
+    """Every variable, fixed or derived name must be an evaluator input; every objective and
+    constraint column an input or an output; each name appears once."""
+    from commodel.explore.evaluators import evaluator
+    from commodel.explore.expressions import constraint_column, expression_names
+
+    ev = evaluator(spec.study.evaluate)
+    inputs = set(ev.inputs)
+    columns = inputs | set(ev.outputs)
+    seen: dict[str, str] = {}
+    for section in ("fixed", "variables", "derived"):
+        for name in getattr(spec, section):
+            if name not in inputs:
+                raise CommodelError(
+                    f"{path}: [{section}] unknown input '{name}'{suggest(name, inputs)} for evaluator '{ev.name}'"
+                )
+            if name in seen:
+                raise CommodelError(f"{path}: '{name}' is given in both [{seen[name]}] and [{section}]")
+            seen[name] = section
+    given = set(seen)
+    for name, rule in spec.derived.items():
+        used = (
+            {rule.lookup} if isinstance(rule, Lookup) else expression_names(rule, f"{path}: [derived] {name}")
+        )
+        for ref in used - given:
+            raise CommodelError(
+                f"{path}: [derived] {name} refers to '{ref}', which is not a variable, fixed or derived input"
+            )
+    for name in spec.objectives:
+        if name not in columns:
+            raise CommodelError(f"{path}: [objectives] unknown column '{name}'{suggest(name, columns)}")
+    for text in spec.study.constraints:
+        column = constraint_column(text)
+        if column not in columns:
+            raise CommodelError(
+                f"{path}: constraint '{text}': unknown column '{column}'{suggest(column, columns)}"
+            )
+    missing = [name for name, default in ev.inputs.items() if default is None and name not in given]
+    if missing:
+        raise CommodelError(
+            f"{path}: evaluator '{ev.name}' needs {', '.join(missing)} (as a variable, fixed or derived value)"
+        )

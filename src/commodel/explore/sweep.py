@@ -1,0 +1,247 @@
+"""Run a sweep: evaluate the design space chunk by chunk, keep what is finished on disk, then write the
+results table, its Pareto front, a plot, a summary and a report.
+
+Output folder: ``results.parquet`` (every valid point: inputs, outputs and ``feasible``),
+``results.csv`` on request, ``pareto.csv``, ``pareto.png``, ``summary.json``, ``report.md``. Every
+file is written atomically. Finished chunks live in ``.chunks/`` until the sweep completes, so an
+interrupted sweep resumes (``resume=True``) from them, provided the specification is unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from commodel.errors import CommodelError
+from commodel.explore.evaluators import evaluator
+from commodel.explore.executors import execute
+from commodel.explore.expressions import constraint_mask
+from commodel.explore.pareto import bounds, hypervolume, objective_matrix, pareto_front
+from commodel.explore.space import complete, grid_chunk, grid_size, sample
+from commodel.explore.spec import SweepSpec
+from commodel.io import atomic_path, write_text
+
+SAMPLED = ("grid", "sobol", "lhs")
+#: Points of the background cloud kept for the plot (the front is always drawn in full).
+PLOT_SAMPLE = 20_000
+
+
+def point_count(spec: SweepSpec) -> int:
+    return grid_size(spec) if spec.study.method == "grid" else spec.study.budget
+
+
+def chunk_count(spec: SweepSpec) -> int:
+    return -(-point_count(spec) // spec.study.chunk_size)
+
+
+@cache
+def _samples(spec_json: str) -> pd.DataFrame:
+    return sample(SweepSpec.model_validate_json(spec_json))
+
+
+def chunk_inputs(spec: SweepSpec, index: int) -> pd.DataFrame:
+    """The input table of chunk ``index``: variables, fixed inputs and derived values."""
+    start = index * spec.study.chunk_size
+    stop = min(start + spec.study.chunk_size, point_count(spec))
+    if spec.study.method == "grid":
+        points = grid_chunk(spec, start, stop)
+    else:
+        points = _samples(spec.model_dump_json()).iloc[start:stop]
+    return complete(spec, points)
+
+
+def finish(spec: SweepSpec, frame: pd.DataFrame) -> pd.DataFrame:
+    """Evaluate a table of inputs; keep valid rows and mark those meeting every constraint."""
+    result = evaluator(spec.study.evaluate)(frame)
+    result = result[result["valid"].to_numpy(dtype=bool)].drop(columns="valid").reset_index(drop=True)
+    feasible = np.ones(len(result), dtype=bool)
+    for text in spec.study.constraints:
+        feasible &= constraint_mask(text, result)
+    return result.assign(feasible=feasible)
+
+
+def evaluate_chunk(spec_json: str, index: int) -> pd.DataFrame:
+    """Evaluate chunk ``index`` of a specification given as JSON (a picklable task for Dask)."""
+    spec = SweepSpec.model_validate_json(spec_json)
+    return finish(spec, chunk_inputs(spec, index))
+
+
+def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        frame.to_parquet(tmp, index=False)
+
+
+class Collector:
+    """Streams finished chunks into results.parquet and keeps the running front, bounds and counts."""
+
+    def __init__(self, spec: SweepSpec, path: Path, keep_every: int):
+        self.spec, self.path, self.keep_every = spec, path, max(keep_every, 1)
+        self.front = pd.DataFrame()
+        self.cloud: list[pd.DataFrame] = []
+        self.valid = self.feasible = 0
+        self.lo = self.hi = None
+        self.writer = None
+        self.schema = None
+
+    def add(self, frame: pd.DataFrame) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.valid += len(frame)
+        if len(frame) == 0:
+            return
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        if self.writer is None:
+            self.schema = table.schema
+            self.writer = pq.ParquetWriter(self.path, self.schema)
+        self.writer.write_table(table.cast(self.schema))
+        good = frame[frame["feasible"]]
+        self.feasible += len(good)
+        if len(good):
+            points = objective_matrix(good, self.spec.objectives)
+            lo, hi = bounds(points)
+            self.lo = lo if self.lo is None else np.minimum(self.lo, lo)
+            self.hi = hi if self.hi is None else np.maximum(self.hi, hi)
+            self.front = pareto_front(pd.concat([self.front, good], ignore_index=True), self.spec.objectives)
+            self.cloud.append(good.iloc[:: self.keep_every])
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def run_sweep(
+    spec: SweepSpec,
+    out: str | Path,
+    *,
+    resume: bool = False,
+    executor: str = "local",
+    scheduler: str | None = None,
+    write_csv: bool = False,
+    progress: bool = True,
+) -> dict:
+    """Run ``spec`` into the folder ``out`` and return its summary."""
+    started = time.perf_counter()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    chunks = out / ".chunks"
+    spec_json = spec.model_dump_json()
+    if spec.study.method in SAMPLED:
+        n = chunk_count(spec)
+        done = _resumable(chunks, spec, n) if resume else set()
+        if not resume and chunks.exists():
+            shutil.rmtree(chunks)
+        chunks.mkdir(exist_ok=True)
+        write_text(chunks / "manifest.json", json.dumps({"spec_hash": spec.digest(), "chunks": n}))
+        todo = [i for i in range(n) if i not in done]
+        with _progress(progress, n, len(done), spec.study.name) as advance:
+            for index, frame in execute(executor, evaluate_chunk, spec_json, todo, scheduler):
+                _write_parquet(frame, chunks / f"{index:06d}.parquet")
+                advance()
+        parts = (pd.read_parquet(chunks / f"{i:06d}.parquet") for i in range(n))
+    else:
+        from commodel.explore.optimize import optimize
+
+        parts = iter([optimize(spec, progress=progress)])
+        n = 1
+    summary = _write_outputs(spec, out, parts, n, write_csv, started)
+    shutil.rmtree(chunks, ignore_errors=True)
+    return summary
+
+
+def _resumable(chunks: Path, spec: SweepSpec, n: int) -> set[int]:
+    manifest = chunks / "manifest.json"
+    if not manifest.is_file():
+        return set()
+    recorded = json.loads(manifest.read_text())
+    if recorded.get("spec_hash") != spec.digest():
+        raise CommodelError(
+            f"{chunks.parent}: cannot resume, the specification changed since the interrupted run"
+        )
+    return {int(p.stem) for p in chunks.glob("[0-9]*.parquet") if int(p.stem) < n}
+
+
+class _progress:
+    """A rich progress bar over chunks (or nothing when quiet)."""
+
+    def __init__(self, enabled: bool, total: int, completed: int, name: str):
+        self.enabled, self.total, self.completed, self.name = enabled, total, completed, name
+
+    def __enter__(self):
+        if not self.enabled:
+            return lambda: None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+        self.bar = Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            transient=True,
+        )
+        self.bar.start()
+        task = self.bar.add_task(f"sweep {self.name} (chunks)", total=self.total, completed=self.completed)
+        return lambda: self.bar.advance(task)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self.bar.stop()
+
+
+def _write_outputs(spec: SweepSpec, out: Path, parts, n_chunks: int, write_csv: bool, started: float) -> dict:
+    from commodel import __version__
+    from commodel.report.sweep_report import pareto_plot, report_markdown
+
+    keep_every = max(point_count(spec) // PLOT_SAMPLE, 1)
+    with atomic_path(out / "results.parquet") as tmp:
+        collector = Collector(spec, tmp, keep_every)
+        try:
+            for frame in parts:
+                collector.add(frame)
+        finally:
+            collector.close()
+        if collector.writer is None:
+            pd.DataFrame().to_parquet(tmp)
+    front = collector.front
+    points = objective_matrix(front, spec.objectives)
+    hv = hypervolume(points, collector.lo, collector.hi) if len(front) else 0.0
+    with atomic_path(out / "pareto.csv") as tmp:
+        front.to_csv(tmp, index=False)
+    if write_csv:
+        with atomic_path(out / "results.csv") as tmp:
+            pd.read_parquet(out / "results.parquet").to_csv(tmp, index=False)
+    cloud = pd.concat(collector.cloud, ignore_index=True) if collector.cloud else pd.DataFrame()
+    pareto_plot(cloud, front, spec, out / "pareto.png")
+    best = {}
+    for name, sense in spec.objectives.items():
+        if len(front):
+            row = front.loc[front[name].idxmin() if sense == "min" else front[name].idxmax()]
+            best[name] = json.loads(row.to_json())
+    summary = {
+        "study": spec.study.name,
+        "title": spec.study.title,
+        "evaluator": spec.study.evaluate,
+        "method": spec.study.method,
+        "spec_hash": spec.digest(),
+        "commodel_version": __version__,
+        "points": point_count(spec),
+        "chunks": n_chunks,
+        "valid": collector.valid,
+        "feasible": collector.feasible,
+        "pareto": len(front),
+        "objectives": spec.objectives,
+        "hypervolume": hv,
+        "ideal": None if collector.lo is None else collector.lo.tolist(),
+        "nadir": None if collector.hi is None else collector.hi.tolist(),
+        "best": best,
+        "elapsed_s": time.perf_counter() - started,
+    }
+    write_text(out / "summary.json", json.dumps(summary, indent=2, default=str))
+    write_text(out / "report.md", report_markdown(spec, summary, front))
+    return summary
