@@ -10,8 +10,7 @@ from typer.testing import CliRunner
 from commodel.cli import app
 from commodel.hardware import cluster
 from commodel.studies import STUDIES, run_study
-from commodel.studies.base import load_spec
-from commodel.studies.overlap import OverlapSpec, tail_effect
+from commodel.studies.overlap import tail_effect
 from commodel.workloads.catalog import model
 from commodel.workloads.layout import make_layout
 from commodel.workloads.training import train_step
@@ -56,14 +55,8 @@ def test_notebook_executes(name, tmp_path):
 
 
 def test_overlap_tail_effect_shrinks_as_the_gemm_spans_more_waves():
-    spec: OverlapSpec = load_spec("overlap", OverlapSpec)
-    assert tail_effect(spec) == pytest.approx(2.0, rel=0.01)  # one wave: 132 tiles on 108 SMs
-
-    def with_waves(n):
-        return spec.model_copy(update={"tail": spec.tail.model_copy(update={"waves": n})})
-
-    assert tail_effect(with_waves(4)) == pytest.approx(5 / 4, rel=0.01)  # ceil(528 / 108) = 5 waves
-    assert tail_effect(with_waves(4)) < tail_effect(spec)
+    assert tail_effect("h100-sxm", 24, 8192) == pytest.approx(2.0, rel=0.01)  # 132 tiles on 108 SMs
+    assert tail_effect("h100-sxm", 24, 8192, waves=4) == pytest.approx(5 / 4, rel=0.01)  # ceil(528 / 108) = 5
 
 
 def _slower_links(c, factor):
@@ -118,6 +111,33 @@ def test_cais_needs_an_in_network_switch():
     x = make_layout(tp=8, dp=1, global_batch=8, seq=2048)
     with pytest.raises(CommodelError, match="NVLS"):
         train_step(model("llama3-8b"), cluster("dgx-a100"), x, tp_overlap="cais")
+
+
+def test_disaggregation_claims_follow_the_scheduler():
+    result = run_study("disaggregation")
+    table = result.table
+    rack = table[table.level == "rack"]
+    # the deeper the backfill, the less stranding is left for pooling to recover
+    gains = rack.groupby("backfill").util_gain_pct.max()
+    assert gains.is_monotonic_decreasing
+    # utilization and PUE move the way the mechanism says as pools grow (FIFO scheduler)
+    fifo = table[table.backfill == 1].sort_values("pool_servers")
+    assert fifo.util_mean.iloc[-1] > fifo.util_mean.iloc[0]
+    assert fifo.pue.iloc[-1] < fifo.pue.iloc[0]
+    assert fifo.sched_overhead_pct.is_monotonic_increasing
+
+
+def test_pooling_utilization_grows_with_pool_size_and_matches_a_direct_count():
+    import numpy as np
+
+    from commodel.ops.pooling import JobMix, pool_utilization
+
+    # two job kinds that each fill half of a server's two resources in opposite proportions
+    mix = JobMix(np.array([0.5, 0.5]), np.array([[2.0, 0.0], [0.0, 2.0]]))
+    one = pool_utilization(1, 1, [4, 4], mix, pools=4000, seed=1)
+    assert np.all(one <= 1.0)
+    big = pool_utilization(16, 1, [4, 4], mix, pools=200, seed=1)
+    assert big.mean() > one.mean()
 
 
 def test_study_headlines_are_reported_with_their_papers():

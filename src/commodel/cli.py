@@ -330,7 +330,7 @@ def study_run(
         return
     typer.echo(f"{result.title} ({result.paper})\n\nClaims:")
     for c in result.claims:
-        paper = f"{c.paper[0]:g}-{c.paper[1]:g}" if isinstance(c.paper, tuple) else f"{c.paper:g}"
+        paper = f"{c.paper[0]:g} to {c.paper[1]:g}" if isinstance(c.paper, tuple) else f"{c.paper:g}"
         typer.echo(f"  {c.claim}\n      paper {paper} {c.unit}   model {c.model:.3g} {c.unit}")
     typer.echo("\nTable:")
     typer.echo(plain_table(result.table))

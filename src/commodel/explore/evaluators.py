@@ -54,7 +54,7 @@ def evaluator(name: str) -> Evaluator:
 
 
 def _load_builtin() -> None:
-    from commodel.explore import training_evaluator  # noqa: F401  (registers "training")
+    from commodel.explore import disaggregation_evaluator, training_evaluator  # noqa: F401  (registration)
 
 
 def categorical_groups(frame: pd.DataFrame, keys: list[str]):

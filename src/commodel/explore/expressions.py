@@ -8,6 +8,7 @@ with OP one of ``== != <= >= < >`` and value a number, ``true``/``false`` or a b
 from __future__ import annotations
 
 import ast
+import contextlib
 import operator
 import re
 
@@ -110,8 +111,6 @@ def constraint_mask(text: str, frame: pd.DataFrame) -> np.ndarray:
     column, op, raw = _constraint_parts(text)
     value: object = {"true": True, "false": False}.get(raw.lower(), raw)
     if isinstance(value, str):
-        try:
+        with contextlib.suppress(ValueError):
             value = float(value)
-        except ValueError:
-            pass
     return np.asarray(_COMPARE[op](frame[column].to_numpy(), value), dtype=bool)

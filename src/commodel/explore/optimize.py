@@ -52,9 +52,7 @@ def optimize(spec: SweepSpec, progress: bool = False) -> pd.DataFrame:
             out["F"], out["G"] = F, G
 
     if spec.study.method == "nsga3":
-        partitions = (
-            max(1, int(round((pop * (n_obj - 1)) ** (1 / max(n_obj - 1, 1)))) - 1) if n_obj > 1 else 1
-        )
+        partitions = max(1, round((pop * (n_obj - 1)) ** (1 / max(n_obj - 1, 1))) - 1) if n_obj > 1 else 1
         algorithm = NSGA3(
             ref_dirs=get_reference_directions("das-dennis", n_obj, n_partitions=partitions), pop_size=pop
         )

@@ -107,7 +107,11 @@ class StudySection(Strict):
 
 
 class SweepSpec(Strict):
+    """A design space, its objectives and constraints; ``parameters`` holds inputs a study module
+    reads beyond the sweep itself (the sweep ignores them)."""
+
     study: StudySection
+    parameters: dict[str, Scalar | list[Scalar]] = {}
     fixed: dict[str, Scalar] = {}
     variables: dict[str, Variable] = {}
     derived: dict[str, str | Lookup] = {}

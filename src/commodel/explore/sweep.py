@@ -72,6 +72,16 @@ def evaluate_chunk(spec_json: str, index: int) -> pd.DataFrame:
     return finish(spec, chunk_inputs(spec, index))
 
 
+def evaluate_all(spec: SweepSpec) -> pd.DataFrame:
+    """Every valid point of a specification, evaluated in this process (no files): what studies use."""
+    if spec.study.method not in SAMPLED:
+        from commodel.explore.optimize import optimize
+
+        return optimize(spec)
+    spec_json = spec.model_dump_json()
+    return pd.concat([evaluate_chunk(spec_json, i) for i in range(chunk_count(spec))], ignore_index=True)
+
+
 def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
     with atomic_path(path) as tmp:
         frame.to_parquet(tmp, index=False)

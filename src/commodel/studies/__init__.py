@@ -12,6 +12,10 @@ from commodel.studies.base import Claim, StudyResult
 STUDIES: dict[str, tuple[str, str]] = {
     "overlap": ("commodel.studies.overlap", "occupancy-shaped vs naive computation-communication overlap"),
     "cais": ("commodel.studies.cais", "compute-aware in-switch reduction for tensor parallelism"),
+    "disaggregation": (
+        "commodel.studies.disaggregation",
+        "pooling granularity vs stranding, scheduling and energy",
+    ),
 }
 
 

@@ -4,11 +4,12 @@ same models the CLI uses, and claims that set the paper's figure beside the mode
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
-from pydantic import BaseModel
 
-from commodel.records import load_record
+from commodel.explore.spec import SweepSpec, load_spec
+from commodel.explore.sweep import evaluate_all
 from commodel.resources import resource_dir
 
 
@@ -50,11 +51,16 @@ class StudyResult:
         }
 
 
-def spec_path(name: str):
+def spec_path(name: str) -> Path:
     """``studies/NAME/study.toml``."""
     return resource_dir("studies") / name / "study.toml"
 
 
-def load_spec(name: str, schema: type[BaseModel]) -> BaseModel:
-    """Read and validate a study's specification (errors name the file and the field)."""
-    return load_record(spec_path(name), schema)
+def study_spec(name: str) -> SweepSpec:
+    """A study's specification: a sweep specification (its design space) plus study parameters."""
+    return load_spec(spec_path(name))
+
+
+def study_table(spec: SweepSpec) -> pd.DataFrame:
+    """Every design of a study's space through the same evaluation the sweep uses."""
+    return evaluate_all(spec)

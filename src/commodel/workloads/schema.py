@@ -79,3 +79,36 @@ class Transformer(Strict):
     @property
     def moe_layers(self) -> int:
         return 0 if self.moe is None else self.layers - self.moe.dense_layers
+
+
+class JobClass(Strict):
+    """One class of jobs in a mix: its share of arrivals and the resources each job asks for."""
+
+    name: str
+    share: float
+    demand: list[float]
+
+
+class JobMixSpec(Strict):
+    """A stated job mix and the server bundle it runs on (``workloads/job_mixes/*.toml``)."""
+
+    description: str
+    source: str
+    resources: list[str]
+    server: list[float]
+    devices_per_job: float
+    job_hours: float
+    classes: list[JobClass]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobMixSpec:
+        width = len(self.resources)
+        if len(self.server) != width or any(len(c.demand) != width for c in self.classes):
+            raise ValueError(f"server and every demand need {width} entries, one per resource")
+        total = sum(c.share for c in self.classes)
+        if abs(total - 1) > 1e-9:
+            raise ValueError(f"class shares must add up to 1, they add up to {total:g}")
+        for c in self.classes:
+            if any(d > s for d, s in zip(c.demand, self.server, strict=True)):
+                raise ValueError(f"class '{c.name}' asks for more than one server has")
+        return self

@@ -1,0 +1,47 @@
+"""Study ``disaggregation``: pooling granularity against stranding, scheduling overhead and energy.
+
+The design space (pool size x scheduler backfill depth) runs through the ``disaggregation``
+evaluator (:mod:`commodel.ops.pooling`); its Pareto front over granularity, scheduling overhead and
+energy per unit of work is the three-way trade-off. The claims take rack-scale pooling against the
+server-bound cluster under the scheduler the spec names.
+"""
+
+from __future__ import annotations
+
+from commodel.explore.pareto import pareto_front
+from commodel.studies.base import Claim, StudyResult, study_spec, study_table
+
+
+def run() -> StudyResult:
+    spec = study_spec("disaggregation")
+    p = spec.parameters
+    table = study_table(spec)
+    front = pareto_front(table, spec.objectives)
+    table = table.assign(pareto=table.index.isin(front.index))
+    fifo = table[table.backfill == p["claim_backfill"]]
+    rack = fifo[fifo.level == "rack"].sort_values("pool_servers").iloc[-1]
+    multi = fifo[fifo.level == "multi-rack"]
+    claims = [
+        Claim(
+            "utilization gain of rack-scale pooling over server-bound allocation",
+            (32.0, 47.0),
+            float(rack.util_gain_pct),
+            "%",
+        ),
+        Claim("PUE change of rack-scale pooling", (-0.15, -0.08), float(rack.pue_delta), ""),
+    ]
+    best = fifo.loc[fifo.energy_kWh_per_work.idxmin()]
+    backfilled = table[(table.level == "rack") & (table.backfill == table.backfill.max())].iloc[-1]
+    notes = [
+        f"rack ({int(rack.pool_servers)} servers): utilization {100 * rack.util_mean:.1f}% "
+        f"(+{rack.util_gain_pct:.1f}%), PUE {rack.pue:.3f} ({rack.pue_delta:+.3f}); multi-rack pools: "
+        f"+{multi.util_gain_pct.min():.1f} to +{multi.util_gain_pct.max():.1f}%, PUE {multi.pue_delta.max():+.3f} to "
+        f"{multi.pue_delta.min():+.3f}",
+        f"energy per delivered server-hour is lowest at {best.level} pools of {int(best.pool_servers)} servers "
+        f"({best.energy_kWh_per_work:.2f} kWh); beyond the rack, fabric power and remote access "
+        "outweigh the last points of utilization, while PUE keeps falling (it rewards any extra IT power)",
+        f"a scheduler that backfills {int(table.backfill.max())} deep recovers most of the stranding by itself: "
+        f"rack pooling then adds only {backfilled.util_gain_pct:.1f}%",
+        f"Pareto front (granularity, scheduling overhead, energy): {len(front)} of {len(table)} designs",
+    ]
+    return StudyResult("disaggregation", spec.study.title, str(p["paper"]), claims, table, notes)
