@@ -179,3 +179,26 @@ def test_train_bad_input_exits_2(extra, message, capsys, monkeypatch):
         main()
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_sweep_default_runs_and_writes_its_outputs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("sweep", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert len(result.output.strip().splitlines()) == 1 and "Pareto-optimal" in result.output
+    out = tmp_path / "sweep-default"
+    assert (out / "pareto.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((out / "summary.json").read_text())["pareto"] >= 1
+
+
+def test_sweep_bad_spec_exits_2(tmp_path, capsys, monkeypatch):
+    spec = tmp_path / "bad.toml"
+    spec.write_text(
+        '[study]\nname = "x"\nevaluate = "training"\n[variables]\nsytem = { choice = ["dgx-h100"] }\n[objectives]\nstep_time_s = "min"\n'
+    )
+    monkeypatch.setattr("sys.argv", ["commodel", "sweep", str(spec), "-o", str(tmp_path / "out")])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown input 'sytem' (did you mean 'system'?)" in err and "Traceback" not in err

@@ -1,0 +1,232 @@
+"""The exploration engine: specs, chunked grids, resume, executors, Pareto and hypervolume, outputs."""
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+import commodel.explore.sweep as sweep_module
+from commodel.errors import CommodelError
+from commodel.explore.expressions import evaluate_expression
+from commodel.explore.pareto import hypervolume, nondominated
+from commodel.explore.space import complete, grid_chunk, grid_size
+from commodel.explore.spec import load_spec
+from commodel.explore.sweep import evaluate_all, run_sweep
+
+SMALL = """
+[study]
+name = "small"
+evaluate = "training"
+method = "{method}"
+budget = {budget}
+seed = 3
+chunk_size = {chunk}
+constraints = ["fits == true"]
+
+[fixed]
+model = "llama3-8b"
+seq = 4096
+global_batch = 64
+zero = 1
+
+[variables]
+system = {{ choice = ["dgx-a100", "dgx-h100"] }}
+nodes = {{ int = [1, 8], log = true }}
+tp = {{ choice = [1, 2, 4, 8] }}
+overlap = {{ choice = ["serial", "occupancy-shaped"] }}
+pue = {{ real = [1.1, 1.5], points = 2 }}
+
+[derived]
+price_per_gpu_hour = {{ lookup = "system", values = {{ "dgx-a100" = 1.5, "dgx-h100" = 2.5 }} }}
+
+[objectives]
+time_to_train_days = "min"
+cost_usd = "min"
+"""
+
+
+def write_spec(tmp_path: Path, method="grid", budget=0, chunk=16, text=SMALL) -> Path:
+    path = tmp_path / "spec.toml"
+    path.write_text(text.format(method=method, budget=budget, chunk=chunk))
+    return path
+
+
+# --- Pareto filter and hypervolume against brute force -------------------------------------------
+
+
+def brute_nondominated(points):
+    n = len(points)
+    return np.array(
+        [
+            not any(np.all(points[j] <= points[i]) and np.any(points[j] < points[i]) for j in range(n))
+            for i in range(n)
+        ]
+    )
+
+
+def brute_hypervolume(points, ref):
+    """Exact dominated volume by coordinate compression: sum the grid cells some point dominates."""
+    d = points.shape[1]
+    axes = [np.unique(np.concatenate([points[:, k], [ref[k]]])) for k in range(d)]
+    volume = 0.0
+    for cell in itertools.product(*(range(len(a) - 1) for a in axes)):
+        low = np.array([axes[k][c] for k, c in enumerate(cell)])
+        high = np.array([axes[k][c + 1] for k, c in enumerate(cell)])
+        if np.any(np.all(points <= low, axis=1)):
+            volume += np.prod(high - low)
+    return volume
+
+
+@settings(max_examples=80, deadline=None)
+@given(arrays(float, st.tuples(st.integers(1, 40), st.integers(2, 4)), elements=st.integers(0, 6).map(float)))
+def test_nondominated_filter_matches_brute_force(points):
+    assert np.array_equal(nondominated(points), brute_nondominated(points))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    arrays(float, st.tuples(st.integers(1, 7), st.integers(2, 3)), elements=st.floats(0, 1, allow_nan=False))
+)
+def test_hypervolume_matches_brute_force(points):
+    ideal, nadir = np.zeros(points.shape[1]), np.ones(points.shape[1])
+    expected = brute_hypervolume(points, np.full(points.shape[1], 1.1))
+    assert hypervolume(points, ideal, nadir) == pytest.approx(expected, abs=1e-9)
+
+
+# --- Specifications ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("tp = {{", "tpp = {{", "unknown input 'tpp' (did you mean 'tp'?)"),
+        (
+            'time_to_train_days = "min"',
+            'time_to_trian_days = "min"',
+            "unknown column 'time_to_trian_days' (did you mean 'time_to_train_days'?)",
+        ),
+        ("int = [1, 8]", "int = [8, 1]", "empty range"),
+        ("real = [1.1, 1.5]", "real = [1.5, 1.5]", "empty range"),
+        ('evaluate = "training"', 'evaluate = "trainign"', "did you mean 'training'"),
+        ('method = "{method}"', 'method = "nsga4"', "method"),
+        ('"fits == true"', '"fits === true"', "is not 'column OP value'"),
+        ('"fits == true"', '"fitz == true"', "unknown column 'fitz'"),
+        ('model = "llama3-8b"', 'modle = "llama3-8b"', "did you mean 'model'"),
+        ("[derived]", '[derived]\ngpus = "nodes * __import__(1)"', "calls something other than"),
+    ],
+)
+def test_bad_specs_name_the_key(tmp_path, old, new, message):
+    text = SMALL.replace(old, new)
+    assert text != SMALL
+    with pytest.raises(CommodelError, match=None) as info:
+        load_spec(write_spec(tmp_path, text=text))
+    assert message in str(info.value)
+
+
+def test_derived_expressions_and_lookups(tmp_path):
+    spec = load_spec(write_spec(tmp_path))
+    frame = complete(spec, grid_chunk(spec, 0, grid_size(spec)))
+    assert set(frame.price_per_gpu_hour) == {1.5, 2.5}
+    values = evaluate_expression("ceil(nodes * 8 / tp) + max(tp, 2) ** 2", frame, "test")
+    assert np.array_equal(values, np.ceil(frame.nodes * 8 / frame.tp) + np.maximum(frame.tp, 2) ** 2)
+
+
+# --- Running ---------------------------------------------------------------------------------------
+
+
+def test_chunking_does_not_change_results(tmp_path):
+    small = evaluate_all(load_spec(write_spec(tmp_path, chunk=7)))
+    whole = evaluate_all(load_spec(write_spec(tmp_path, chunk=10_000)))
+    pd.testing.assert_frame_equal(small, whole)
+    assert len(whole) <= grid_size(load_spec(write_spec(tmp_path)))
+
+
+def test_outputs_are_complete_and_atomic(tmp_path):
+    out = tmp_path / "out"
+    summary = run_sweep(load_spec(write_spec(tmp_path)), out, write_csv=True, progress=False)
+    for name in ("results.parquet", "results.csv", "pareto.csv", "pareto.png", "summary.json", "report.md"):
+        assert (out / name).is_file(), name
+    assert not list(out.glob(".*tmp")) and not (out / ".chunks").exists()
+    saved = json.loads((out / "summary.json").read_text())
+    assert saved["spec_hash"] == summary["spec_hash"] and saved["pareto"] == len(
+        pd.read_csv(out / "pareto.csv")
+    )
+    results = pd.read_parquet(out / "results.parquet")
+    assert len(results) == saved["valid"] and results.feasible.sum() == saved["feasible"]
+    assert 0 < saved["hypervolume"] <= 1.1**2
+    assert "Pareto front" in (out / "report.md").read_text()
+
+
+def test_resume_after_a_killed_sweep_gives_the_same_results(tmp_path, monkeypatch):
+    spec = load_spec(write_spec(tmp_path))
+    run_sweep(spec, tmp_path / "whole", progress=False)
+    real = sweep_module.evaluate_chunk
+
+    def dies_at_chunk_3(spec_json, index):
+        if index == 3:
+            raise KeyboardInterrupt
+        return real(spec_json, index)
+
+    monkeypatch.setattr(sweep_module, "evaluate_chunk", dies_at_chunk_3)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(spec, tmp_path / "resumed", progress=False)
+    assert len(list((tmp_path / "resumed" / ".chunks").glob("0*.parquet"))) == 3
+    calls = []
+    monkeypatch.setattr(sweep_module, "evaluate_chunk", lambda s, i: calls.append(i) or real(s, i))
+    run_sweep(spec, tmp_path / "resumed", resume=True, progress=False)
+    assert 0 not in calls and 3 in calls
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(tmp_path / "whole" / "results.parquet"),
+        pd.read_parquet(tmp_path / "resumed" / "results.parquet"),
+    )
+
+
+def test_resume_refuses_a_changed_spec(tmp_path, monkeypatch):
+    spec = load_spec(write_spec(tmp_path))
+    monkeypatch.setattr(
+        sweep_module,
+        "evaluate_chunk",
+        lambda s, i: (
+            (_ for _ in ()).throw(KeyboardInterrupt)
+            if i == 1
+            else sweep_module.finish(spec, sweep_module.chunk_inputs(spec, i))
+        ),
+    )
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(spec, tmp_path / "out", progress=False)
+    changed = spec.model_copy(update={"objectives": {"cost_usd": "min"}})
+    with pytest.raises(CommodelError, match="specification changed"):
+        run_sweep(changed, tmp_path / "out", resume=True, progress=False)
+
+
+def test_dask_and_local_executors_agree(tmp_path):
+    pytest.importorskip("dask.distributed")
+    spec = load_spec(write_spec(tmp_path))
+    run_sweep(spec, tmp_path / "local", progress=False)
+    run_sweep(spec, tmp_path / "dask", executor="dask", progress=False)
+    for name in ("results.parquet", "pareto.csv"):
+        read = pd.read_parquet if name.endswith("parquet") else pd.read_csv
+        pd.testing.assert_frame_equal(read(tmp_path / "local" / name), read(tmp_path / "dask" / name))
+
+
+@pytest.mark.parametrize("method", ["sobol", "lhs"])
+def test_quasi_random_samplers_take_the_budget(tmp_path, method):
+    spec = load_spec(write_spec(tmp_path, method=method, budget=40))
+    summary = run_sweep(spec, tmp_path / method, progress=False)
+    assert summary["points"] == 40 and 0 < summary["valid"] <= 40
+
+
+@pytest.mark.parametrize("method", ["nsga2", "nsga3"])
+def test_optimizers_respect_the_budget_and_find_a_front(tmp_path, method):
+    spec = load_spec(write_spec(tmp_path, method=method, budget=160))
+    summary = run_sweep(spec, tmp_path / method, progress=False)
+    assert summary["valid"] <= 160 and summary["pareto"] >= 1
+    grid = run_sweep(load_spec(write_spec(tmp_path)), tmp_path / "grid", progress=False)
+    best_grid = grid["best"]["time_to_train_days"]["time_to_train_days"]
+    assert summary["best"]["time_to_train_days"]["time_to_train_days"] >= best_grid * (1 - 1e-9)
