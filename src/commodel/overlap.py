@@ -129,7 +129,8 @@ def exposed(strategy: str, window: Window, comm_s: ArrayLike, **kwargs: object) 
 def ctas(strategy: str, domain: ArrayLike, in_network: ArrayLike = False) -> np.ndarray:
     """SMs/CUs a collective takes from compute under ``strategy`` in ``domain`` (a COMM_CTAS key);
     an in-network collective under the ``in-network`` strategy takes :data:`IN_NETWORK_CTAS`."""
-    base = np.vectorize(COMM_CTAS.__getitem__, otypes=[float])(np.asarray(domain))
+    domain = np.asarray(domain)
+    base = np.select([domain == name for name in COMM_CTAS], list(COMM_CTAS.values()), np.nan).astype(float)
     if strategy == "in-network":
         return np.where(np.asarray(in_network, dtype=bool), float(IN_NETWORK_CTAS), base)
     return base

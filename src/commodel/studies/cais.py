@@ -1,7 +1,7 @@
 """Study ``cais``: tensor parallelism with NVLS collectives, T3's fused GEMM + reduce-scatter, and
 compute-aware in-switch reduction (CAIS), end to end.
 
-Mechanisms are those of :func:`commodel.workloads.training.tensor_parallel_exposed`: the baseline
+Mechanisms are those of :func:`commodel.workloads.tensor_parallel.tensor_parallel_exposed`: the baseline
 serializes each GEMM with its collective (NCCL's choice, NVLS where faster); T3 streams the producer
 GEMM's tiles into a ring reduce-scatter (its bandwidth, plus three HBM bytes per byte reduced, and the
 allgather half stays exposed); CAIS reduces tiles in the switch as they are produced and multicasts

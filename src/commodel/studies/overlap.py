@@ -20,8 +20,8 @@ from commodel.overlap import COMM_CTAS, window_time
 from commodel.studies.base import Claim, StudyResult, study_spec, study_table
 from commodel.units import parse_sizes
 from commodel.workloads.catalog import model as get_model
+from commodel.workloads.layer_work import layer_window
 from commodel.workloads.layout import make_layout, recompute_code
-from commodel.workloads.training import layer_window
 
 
 def end_to_end(table: pd.DataFrame) -> pd.DataFrame:

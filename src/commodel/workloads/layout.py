@@ -90,12 +90,16 @@ def recompute_code(name: str) -> int:
 
 def layout_problems(model: Transformer, layout: Layout, gpus: ArrayLike) -> list[tuple[np.ndarray, str]]:
     """Every rule as ``(violated mask, message)``; a layout is valid where no mask is true."""
-    x = layout
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _rules(layout, model, gpus)
+
+
+def _rules(x: Layout, model: Transformer, gpus: ArrayLike) -> list[tuple[np.ndarray, str]]:
     heads, kv = model.heads, model.n_kv_heads
     experts = model.moe.experts if model.moe else 1
     rules = [
         (
-            np.any([x.tp < 1, x.pp < 1, x.dp < 1, x.cp < 1, x.ep < 1, x.vpp < 1], axis=0),
+            (x.tp < 1) | (x.pp < 1) | (x.dp < 1) | (x.cp < 1) | (x.ep < 1) | (x.vpp < 1),
             "parallel sizes must be >= 1",
         ),
         ((x.micro_batch < 1) | (x.global_batch < 1) | (x.seq < 1), "batch sizes and seq must be >= 1"),
@@ -128,7 +132,10 @@ def layout_problems(model: Transformer, layout: Layout, gpus: ArrayLike) -> list
 def valid(model: Transformer, layout: Layout, gpus: ArrayLike) -> np.ndarray:
     """Mask of valid layouts."""
     problems = layout_problems(model, layout, gpus)
-    return ~np.any([mask for mask, _ in problems], axis=0)
+    broken = np.zeros(np.shape(problems[0][0]), dtype=bool)
+    for mask, _ in problems:
+        broken |= mask
+    return ~broken
 
 
 def check(model: Transformer, layout: Layout, gpus: int) -> None:

@@ -1,0 +1,87 @@
+"""Exposed tensor-parallel communication of one layer under each TP mechanism.
+
+Per pass, two reductions (reduce-scatter with sequence parallelism, else allreduce) follow their
+producer GEMMs, and with sequence parallelism two allgathers precede their consumer GEMMs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from commodel.comm.fabric import Fabric
+from commodel.errors import CommodelError, unknown
+from commodel.workloads.groups import Group, collective, forced
+from commodel.workloads.layer_work import Work
+from commodel.workloads.layout import Layout
+
+#: Tensor-parallel communication mechanisms: ``none`` (collectives after/before their GEMMs, NCCL's
+#: choice of algorithm, NVLS where the switch reduces), ``t3`` (Pati et al., ASPLOS'24: the producer
+#: GEMM's tiles feed a ring reduce-scatter as they are written, by DMA, reduced in memory; gathers stay
+#: exposed) and ``cais`` (compute-aware in-switch: tiles are reduced by the NVLink switch as they are
+#: produced and gathers are multicast into the consumer GEMM's tiles; needs NVLS).
+TP_OVERLAP = ("none", "t3", "cais")
+
+#: One GEMM output tile (128 x 256 bf16 = 64 KiB): the unit a fused mechanism hands to the network.
+TILE_BYTES = 128 * 256 * 2
+
+
+def _fused(compute: np.ndarray, comm: np.ndarray, tail: np.ndarray, slow: np.ndarray) -> np.ndarray:
+    """Time a collective adds when fused into ``compute`` tile by tile: it streams behind the tiles,
+    slows them by ``slow`` (shared HBM), and ends ``tail`` after the last tile."""
+    return np.maximum(np.maximum(comm, compute * slow) + tail - compute, 0.0)
+
+
+def tensor_parallel_exposed(
+    mechanism: str, work: Work, act: np.ndarray, where: Group, fab: Fabric, x: Layout, hbm: float
+) -> np.ndarray:
+    """Exposed tensor-parallel communication of one layer and micro-batch (all passes).
+
+    Per pass, two reductions (reduce-scatter with sequence parallelism, else allreduce) follow their
+    producer GEMMs, and with sequence parallelism two allgathers precede their consumer GEMMs. Full
+    recomputation repeats the forward pass's communication.
+    """
+    if mechanism not in TP_OVERLAP:
+        raise unknown("tensor-parallel overlap", mechanism, TP_OVERLAP)
+    sp = x.sequence_parallel
+    passes = [(work.reduce_fwd_s, work.gather_fwd_s), (work.reduce_bwd_s, work.gather_bwd_s)]
+    passes += [(work.reduce_fwd_s * (x.recompute == 2), work.gather_fwd_s * (x.recompute == 2))]
+    repeats = [1.0, 1.0, np.where(x.recompute == 2, 1.0, 0.0)]
+    ag, _ = collective("allgather", act, where, fab)
+    gathers = np.where(sp, 2 * ag, 0.0)
+    if mechanism == "none":
+        rs, _ = collective("reducescatter", act, where, fab)
+        ar, _ = collective("allreduce", act, where, fab)
+        per_pass = np.where(sp, 2 * rs, 2 * ar) + gathers
+        return per_pass * sum(repeats)
+    tile = TILE_BYTES * x.tp
+    if mechanism == "t3":
+        # Ring reduce-scatter by DMA; allreduce = reduce-scatter + an exposed allgather. Each GPU's HBM
+        # serves 3 bytes per byte reduced (read the tile, receive a partial, read-modify-write the sum),
+        # which stretches the producer GEMMs' memory term: slow = max(C, hbm B / (B - r)) / C.
+        rs, rs_bw = forced("reducescatter", "ring", act, where, fab)
+        tail, _ = forced("reducescatter", "ring", tile, where, fab)
+        stretch = hbm / np.maximum(hbm - 3 * rs_bw, 0.1 * hbm)
+        total = 0.0
+        producers = [(work.reduce_fwd_s, work.reduce_fwd_hbm_s), (work.reduce_bwd_s, work.reduce_bwd_hbm_s)]
+        producers.append(producers[0])
+        for (producer, hbm_s), r in zip(producers, repeats, strict=True):
+            slow = np.divide(
+                np.maximum(producer, hbm_s * stretch),
+                producer,
+                out=np.ones_like(producer),
+                where=producer > 0,
+            )
+            total = total + r * (_fused(producer, 2 * rs, tail, slow) + 2 * ag)
+        return np.where(where.ranks > 1, total, 0.0)
+    if fab.nvls_Bps is None:
+        raise CommodelError("cais needs a switch that reduces in the network (NVLS); this system has none")
+    rs, _ = forced("reducescatter", "nvls", act, where, fab)
+    ar, _ = forced("allreduce", "nvls", act, where, fab)
+    reduce = np.where(sp, 2 * rs, 2 * ar)
+    tail, _ = forced("allreduce", "nvls", tile, where, fab)
+    total = 0.0
+    for (producer, consumer), r in zip(passes, repeats, strict=True):
+        fused = _fused(producer, reduce, tail, np.ones_like(producer))
+        fused = fused + np.where(sp, _fused(consumer, gathers, tail, np.ones_like(consumer)), 0.0)
+        total = total + r * fused
+    return np.where(where.ranks > 1, total, 0.0)
