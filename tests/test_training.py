@@ -205,3 +205,22 @@ def test_every_shipped_model_trains():
         tp = max(t for t in (1, 2, 4, 8) if net.heads % t == 0 and net.n_kv_heads % t == 0)
         r = train(TrainConfig(name, "dgx-h100", 8, tp=tp, global_batch=8, seq=2048, sequence_parallel=True))
         assert np.isfinite(r["step_time_s"]) and r["step_time_s"] > 0, name
+
+
+def test_a_batch_prices_every_layout_as_it_would_alone():
+    """Sharing sub-results between layouts (per distinct micro-batch, collective and layer shape)
+    must not change any number: a batch of layouts equals each layout priced on its own."""
+    rng = np.random.default_rng(7)
+    n = 400
+    tp, pp = rng.choice([1, 2, 4, 8], n), rng.choice([1, 2, 4], n)
+    x = make_layout(
+        tp=tp, pp=pp, dp=64 / (tp * pp), micro_batch=rng.choice([1, 2], n), global_batch=rng.choice([256, 512], n),
+        seq=rng.choice([2048, 4096], n), recompute=rng.integers(0, 3, n), sequence_parallel=rng.random(n) < 0.5,
+        zero=rng.integers(0, 4, n),
+    )  # fmt: skip
+    net, c = model("llama3-8b"), cluster("dgx-h100")
+    batch = train_step(net, c, x, strategy="sm-partition")
+    for i in rng.choice(n, 25, replace=False):
+        alone = train_step(net, c, x.select(np.arange(n) == i), strategy="sm-partition")
+        for name, values in alone.items():
+            assert values[0] == pytest.approx(batch[name][i], rel=1e-12), name

@@ -38,8 +38,9 @@ def stage_parameters(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndar
     return dense, experts
 
 
-def memory_per_gpu(model: Transformer, x: Layout, attention_impl: str = "flash") -> dict[str, np.ndarray]:
-    """Bytes per GPU by kind, and ``total`` (the larger of the first and last pipeline stage)."""
+def memory_parts(model: Transformer, x: Layout, attention_impl: str = "flash") -> dict[str, np.ndarray]:
+    """What a GPU of the largest stage holds independently of the number of micro-batches: model
+    states (weights, gradients, optimizer) and one micro-batch's activations and logits."""
     dense, experts = stage_parameters(model, x)
     shard_dense, shard_experts = x.dp * x.cp, x.dp * x.cp / x.ep
 
@@ -47,31 +48,45 @@ def memory_per_gpu(model: Transformer, x: Layout, attention_impl: str = "flash")
         on = x.zero >= from_stage
         return per_param * (dense / np.where(on, shard_dense, 1) + experts / np.where(on, shard_experts, 1))
 
-    weights, grads, optimizer = sharded(WEIGHT_BYTES, 3), sharded(GRAD_BYTES, 2), sharded(OPTIMIZER_BYTES, 1)
     per_token = activation_bytes_per_token(model, x.recompute, x.seq / x.cp, attention_impl)
+    replicated = REPLICATED_WITHOUT_SP * model.hidden
     split = np.where(
         x.sequence_parallel,
         per_token / x.tp,
-        np.maximum(per_token - REPLICATED_WITHOUT_SP * model.hidden, 0) / x.tp
-        + np.minimum(per_token, REPLICATED_WITHOUT_SP * model.hidden),
+        np.maximum(per_token - replicated, 0) / x.tp + np.minimum(per_token, replicated),
     )
-    layer = x.tokens * split
-    stage_layers = np.ceil(model.layers / x.pp)
-    in_flight = np.minimum(x.microbatches, x.pp) * np.where(x.vpp > 1, 1 + (x.pp - 1) / (x.pp * x.vpp), 1.0)
-    first = stage_layers * layer * in_flight
-    logits = 4.0 * x.tokens * model.vocab / x.tp
-    last = stage_layers * layer + logits
-    activations = np.where(x.pp == 1, first, np.maximum(first, last) - logits)
-    logits = np.where(x.pp == 1, logits, np.where(last > first, logits, 0.0))
-    total = weights + grads + optimizer + activations + logits
     return {
-        "weights": weights,
-        "gradients": grads,
-        "optimizer": optimizer,
+        "weights": sharded(WEIGHT_BYTES, 3),
+        "gradients": sharded(GRAD_BYTES, 2),
+        "optimizer": sharded(OPTIMIZER_BYTES, 1),
+        "stage_activations": np.ceil(model.layers / x.pp) * x.tokens * split,
+        "logits": 4.0 * x.tokens * model.vocab / x.tp,
+    }
+
+
+def memory_with_microbatches(parts: dict[str, np.ndarray], x: Layout) -> dict[str, np.ndarray]:
+    """Bytes per GPU by kind, and ``total``, the larger of the first stage (``min(m, pp)`` micro-batches
+    in flight, more when interleaved) and the last (one micro-batch plus its logits)."""
+    in_flight = np.minimum(x.microbatches, x.pp) * np.where(x.vpp > 1, 1 + (x.pp - 1) / (x.pp * x.vpp), 1.0)
+    first = parts["stage_activations"] * in_flight
+    last = parts["stage_activations"] + parts["logits"]
+    single = x.pp == 1
+    activations = np.where(single, first, np.maximum(first, last) - parts["logits"])
+    logits = np.where(single | (last > first), parts["logits"], 0.0)
+    states = parts["weights"] + parts["gradients"] + parts["optimizer"]
+    return {
+        "weights": parts["weights"],
+        "gradients": parts["gradients"],
+        "optimizer": parts["optimizer"],
         "activations": activations,
         "logits": logits,
-        "total": total,
+        "total": states + activations + logits,
     }
+
+
+def memory_per_gpu(model: Transformer, x: Layout, attention_impl: str = "flash") -> dict[str, np.ndarray]:
+    """Bytes per GPU by kind (weights, gradients, optimizer, activations, logits) and ``total``."""
+    return memory_with_microbatches(memory_parts(model, x, attention_impl), x)
 
 
 def fits(total_bytes: np.ndarray, capacity_bytes: float) -> np.ndarray:

@@ -29,10 +29,11 @@ from commodel.compute.kernels import gemm, gemm_backward
 from commodel.compute.roofline import peak_flops
 from commodel.hardware.cluster import Cluster
 from commodel.overlap import Window, check_strategy, ctas, exposed
+from commodel.vectorize import on_unique
 from commodel.workloads.groups import Group, collective, domain, group, in_switch, shared_nics
 from commodel.workloads.layer_work import ATTENTION_BACKWARD, Work, layer_work_of, repeat, timed, window
 from commodel.workloads.layout import Layout
-from commodel.workloads.memory import fits, memory_per_gpu, stage_parameters
+from commodel.workloads.memory import fits, memory_parts, memory_with_microbatches, stage_parameters
 from commodel.workloads.schema import Transformer
 from commodel.workloads.tensor_parallel import tensor_parallel_exposed
 from commodel.workloads.transformer import bytes_per, model_flops_per_token, recompute_flops_per_token
@@ -47,23 +48,17 @@ BUCKET_PARAMS = 40e6
 BREAKDOWN = ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
 
 
-def train_step(
+def per_microbatch(
     model: Transformer,
     cluster: Cluster,
     x: Layout,
-    dtype: str = "bf16",
-    strategy: str = "serial",
-    attention_impl: str = "flash",
-    tp_overlap: str = "none",
+    dtype: str,
+    strategy: str,
+    attention_impl: str,
+    tp_overlap: str,
 ) -> dict[str, np.ndarray]:
-    """Step time, throughput, memory and the breakdown of one training step for every layout in ``x``.
-
-    Returns arrays: ``step_time_s, tokens_per_s, tflops_per_gpu`` (model FLOPs, the MFU convention),
-    ``hw_tflops_per_gpu`` (including recomputation), ``mfu, memory_per_gpu_bytes, fits`` and the
-    breakdown ``compute_s, tp_comm_s, cp_comm_s, ep_comm_s, pp_comm_s, dp_comm_s, bubble_s,
-    optimizer_s`` (seconds per step on the slowest stage, summing to ``step_time_s``).
-    """
-    check_strategy(strategy)
+    """Everything that does not depend on the number of micro-batches: per-layer and per-stage times
+    of one micro-batch, the end-of-step data-parallel and optimizer times, and memory parts."""
     gpu, gpn = cluster.gpu, cluster.gpus_per_node
     fab = shared_nics(fabric_of(cluster))
     units = gpu.compute_units.value
@@ -117,10 +112,7 @@ def train_step(
     # each tensor-parallel rank sends its 1/tp slice (sequence parallelism, or Megatron's scatter-gather).
     p2p, p2p_bw = collective("sendrecv", act / x.tp, pp, fab)
     p2p_comm = np.where(x.pp > 1, 2 * x.vpp * p2p, 0.0)
-    stage_layers, last_layers = (
-        np.ceil(model.layers / x.pp),
-        np.where(x.pp > 1, np.floor(model.layers / x.pp), model.layers),
-    )
+    stage_layers = np.ceil(model.layers / x.pp)
     p2p_part = partitioned(np.full_like(T, ctas(strategy, "p2p")))
     mb_window = repeat(window(full, p2p_part, "both"), stage_layers)
     pp_exposed = exposed(strategy, mb_window, p2p_comm, traffic_Bps=2 * p2p_bw, hbm_Bps=hbm, calls=2 * x.vpp)
@@ -150,7 +142,6 @@ def train_step(
     z3_exposed = exposed(
         strategy, z3_window, z3_comm, traffic_Bps=2 * reduce_bw, calls=3 * stage_layers, **dp_kw
     )
-    per_mb_exposed = pp_exposed + z3_exposed
     # ZeRO 0-2: reduce gradients behind the last micro-batch's backward ...
     bwd_window = repeat(window(full, dp_part, "bwd"), stage_layers)
     end_reduce = np.where(zero3, 0.0, reduce_s)
@@ -166,6 +157,68 @@ def train_step(
     local = dense / np.where(sharded, x.dp * x.cp, 1) + experts / np.where(sharded, x.dp * x.cp / x.ep, 1)
     optimizer = local * ADAM_BYTES_PER_PARAM / hbm
 
+    return {
+        "layer_s": layer_time,
+        "layer_compute_s": full.total_s,
+        "tp_exposed_s": tp_exposed,
+        "cp_exposed_s": cp_exposed,
+        "ep_exposed_s": ep_exposed,
+        "logits_s": logits_s,
+        "pp_exposed_s": pp_exposed,
+        "z3_exposed_s": z3_exposed,
+        "dp_exposed_s": dp_exposed,
+        "optimizer_s": optimizer,
+        **memory_parts(model, x, attention_impl),  # bytes: weights, gradients, optimizer, ...
+    }
+
+
+#: The layout fields a micro-batch's cost depends on (not the global batch).
+MICROBATCH_FIELDS = (
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vpp",
+    "micro_batch",
+    "seq",
+    "recompute",
+    "sequence_parallel",
+    "zero",
+)
+
+
+def train_step(
+    model: Transformer,
+    cluster: Cluster,
+    x: Layout,
+    dtype: str = "bf16",
+    strategy: str = "serial",
+    attention_impl: str = "flash",
+    tp_overlap: str = "none",
+) -> dict[str, np.ndarray]:
+    """Step time, throughput, memory and the breakdown of one training step for every layout in ``x``.
+
+    Returns arrays: ``step_time_s, tokens_per_s, tflops_per_gpu`` (model FLOPs, the MFU convention),
+    ``hw_tflops_per_gpu`` (including recomputation), ``mfu, memory_per_gpu_bytes, fits`` and the
+    breakdown ``compute_s, tp_comm_s, cp_comm_s, ep_comm_s, pp_comm_s, dp_comm_s, bubble_s,
+    optimizer_s`` (seconds per step on the slowest stage, summing to ``step_time_s``).
+    Layouts that differ only in global batch share one :func:`per_microbatch` evaluation.
+    """
+    check_strategy(strategy)
+
+    def priced(*fields: np.ndarray) -> dict[str, np.ndarray]:
+        sub = Layout(**dict(zip(MICROBATCH_FIELDS, fields, strict=True)), global_batch=np.asarray(1.0))
+        return per_microbatch(model, cluster, sub, dtype, strategy, attention_impl, tp_overlap)
+
+    p = on_unique(priced, *(getattr(x, name) for name in MICROBATCH_FIELDS))
+    gpu = cluster.gpu
+    layer_time, stage_layers = p["layer_s"], np.ceil(model.layers / x.pp)
+    last_layers = np.where(x.pp > 1, np.floor(model.layers / x.pp), model.layers)
+    logits_s, pp_exposed, z3_exposed = p["logits_s"], p["pp_exposed_s"], p["z3_exposed_s"]
+    per_mb_exposed = pp_exposed + z3_exposed
+    dp_exposed, optimizer = p["dp_exposed_s"], p["optimizer_s"]
+
     # Pipeline schedule: slowest stage (most layers, or fewer layers plus the logits) and the mean.
     stage_a = stage_layers * layer_time + per_mb_exposed
     stage_b = last_layers * layer_time + logits_s + per_mb_exposed
@@ -177,10 +230,10 @@ def train_step(
     m = x.microbatches
     bubble = (x.pp - 1) / x.vpp * mean
     parts = {
-        "compute": m * (slow_layers * full.total_s + slow_logits),
-        "tp_comm": m * slow_layers * tp_exposed,
-        "cp_comm": m * slow_layers * cp_exposed,
-        "ep_comm": m * slow_layers * ep_exposed,
+        "compute": m * (slow_layers * p["layer_compute_s"] + slow_logits),
+        "tp_comm": m * slow_layers * p["tp_exposed_s"],
+        "cp_comm": m * slow_layers * p["cp_exposed_s"],
+        "ep_comm": m * slow_layers * p["ep_exposed_s"],
         "pp_comm": m * pp_exposed,
         "dp_comm": m * z3_exposed + dp_exposed,
         "bubble": bubble,
@@ -192,7 +245,7 @@ def train_step(
     model_flops = tokens * model_flops_per_token(model, x.seq)
     hw_flops = model_flops + tokens * recompute_flops_per_token(model, x.seq, x.recompute)
     gpus = x.gpus
-    memory = memory_per_gpu(model, x, attention_impl)
+    memory = memory_with_microbatches(p, x)
     result = {
         "step_time_s": step,
         "tokens_per_s": tokens / step,
