@@ -29,7 +29,9 @@ def main(repeats: int = 5) -> None:
             best = min(best, time.perf_counter() - start)
         pairs = len(out[0]) if fn is price else len(price("allreduce", 8, 8, 1, fab)[0])
         points = sizes.size * ranks.size * pairs
-        print(f"{label:<18} {points:>10,d} points in {best * 1e3:7.1f} ms = {points / best / 1e6:6.1f} M points/s")
+        print(
+            f"{label:<18} {points:>10,d} points in {best * 1e3:7.1f} ms = {points / best / 1e6:6.1f} M points/s"
+        )
 
 
 if __name__ == "__main__":

@@ -58,7 +58,9 @@ def main(points: int = 1_000_000, repeats: int = 3) -> None:
             start = time.perf_counter()
             train_step(net, c, x, strategy=strategy)
             best = min(best, time.perf_counter() - start)
-        print(f"{strategy:<18} {n:>9,} layouts in {best:6.2f} s = {n / best / 1e6:5.2f} M evaluations/s (one core)")
+        print(
+            f"{strategy:<18} {n:>9,} layouts in {best:6.2f} s = {n / best / 1e6:5.2f} M evaluations/s (one core)"
+        )
 
 
 if __name__ == "__main__":

@@ -157,6 +157,13 @@ def _power(row: pd.Series, db: HardwareDB) -> float:
     return db.gpu(row.model_target).idle_power.value
 
 
+def _facility(row: pd.Series, db: HardwareDB) -> float:
+    """The facility PUE constants of the pooling model, which these two rows set."""
+    from commodel.ops.pooling import BASELINE_PUE, PROPORTIONAL_OVERHEAD
+
+    return {"pue-google": 1 + PROPORTIONAL_OVERHEAD, "pue-industry": BASELINE_PUE}[row.id]
+
+
 def _training(row: pd.Series, db: HardwareDB) -> float:
     """End-to-end runs through the training-step model, with the layout each paper states."""
     config, metric = TRAINING_RUNS[row.id]
@@ -170,11 +177,11 @@ MODELS: dict[str, Callable[[pd.Series, HardwareDB], float]] = {
     "memory": _memory,
     "training": _training,
     "power": _power,
+    "facility": _facility,
 }
 
 #: Kinds modelled by later work, and where.
 PENDING = {
-    "facility": "energy model (issue 4)",
     "latency": "GPU-initiated communication studies (gin, gicc, gpu-centric)",
 }
 

@@ -15,7 +15,24 @@ from commodel.explore.space import complete, decode
 from commodel.explore.spec import SweepSpec
 
 #: Population size, capped by a tenth of the budget so at least ten generations run.
-POPULATION = 64
+POPULATION = 32
+
+#: Probability that mutation changes each variable (pymoo's default is 1 / variables).
+MUTATION_RATE = 0.25
+
+
+def snap(spec: SweepSpec, x: np.ndarray) -> np.ndarray:
+    """Move discrete variables (choices, integer ranges) to the centre of their cell of the unit
+    interval, so two encodings of one design are equal and pymoo's duplicate elimination drops them."""
+    from commodel.explore.space import grid_values
+    from commodel.explore.spec import RealRange
+
+    x = np.array(x, dtype=float, copy=True)
+    for column, var in enumerate(spec.variables.values()):
+        if not isinstance(var, RealRange):
+            n = len(grid_values(var))
+            x[:, column] = (np.clip(np.floor(x[:, column] * n), 0, n - 1) + 0.5) / n
+    return x
 
 
 def optimize(spec: SweepSpec, progress: bool = False) -> pd.DataFrame:
@@ -23,6 +40,10 @@ def optimize(spec: SweepSpec, progress: bool = False) -> pd.DataFrame:
     from pymoo.algorithms.moo.nsga2 import NSGA2
     from pymoo.algorithms.moo.nsga3 import NSGA3
     from pymoo.core.problem import Problem
+    from pymoo.core.repair import Repair
+    from pymoo.operators.crossover.sbx import SBX
+    from pymoo.operators.mutation.pm import PM
+    from pymoo.operators.sampling.lhs import LHS
     from pymoo.optimize import minimize
     from pymoo.util.ref_dirs import get_reference_directions
 
@@ -51,12 +72,21 @@ def optimize(spec: SweepSpec, progress: bool = False) -> pd.DataFrame:
             G[index, 0] = np.where(result["feasible"].to_numpy(dtype=bool), -1.0, 1.0)
             out["F"], out["G"] = F, G
 
+    class Snap(Repair):
+        def _do(self, problem: Problem, x: np.ndarray, **kwargs: object) -> np.ndarray:
+            return snap(spec, x)
+
+    # Discrete design spaces want big jumps: low distribution indices (3) for crossover and mutation,
+    # a Latin-hypercube start, and duplicates (after snapping) dropped.
+    operators = {"sampling": LHS(), "crossover": SBX(eta=3), "mutation": PM(eta=3, prob_var=MUTATION_RATE), "repair": Snap()}
     if spec.study.method == "nsga3":
         partitions = max(1, round((pop * (n_obj - 1)) ** (1 / max(n_obj - 1, 1))) - 1) if n_obj > 1 else 1
         algorithm = NSGA3(
-            ref_dirs=get_reference_directions("das-dennis", n_obj, n_partitions=partitions), pop_size=pop
+            ref_dirs=get_reference_directions("das-dennis", n_obj, n_partitions=partitions),
+            pop_size=pop,
+            **operators,
         )
     else:
-        algorithm = NSGA2(pop_size=pop)
+        algorithm = NSGA2(pop_size=pop, **operators)
     minimize(Sweep(), algorithm, ("n_evals", budget), seed=spec.study.seed, verbose=False)
     return pd.concat(seen, ignore_index=True) if seen else pd.DataFrame()
