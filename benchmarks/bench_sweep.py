@@ -70,7 +70,7 @@ def big_grid(points: int = 10_000_000) -> tuple[float, float, int]:
         "seq": IntRange(int=(1024, 8192), log=True),
     }
     fixed = {k: v for k, v in spec.fixed.items() if k not in variables}
-    study = spec.study.model_copy(update={"name": "big", "chunk_size": 200_000})
+    study = spec.study.model_copy(update={"name": "big", "chunk_size": 100_000})
     big = spec.model_copy(update={"study": study, "variables": variables, "fixed": fixed})
     total = grid_size(big)
     assert total >= points, total

@@ -34,11 +34,27 @@ DESCRIPTIONS = {
 
 @cache
 def _registry():
+    """pint's registry, with its parsed definitions cached on disk (0.03 s instead of 1 s to build)."""
     import pint
 
-    ureg = pint.UnitRegistry()
+    try:
+        ureg = pint.UnitRegistry(cache_folder=":auto:")
+    except OSError:  # no writable cache folder: parse the definitions every time
+        ureg = pint.UnitRegistry()
     ureg.define("FLOP = [flop]")
     return ureg
+
+
+_NUMBER_UNIT = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*(.*)")
+
+
+@cache
+def _factor(unit: str, kind: str) -> float:
+    """SI value of one ``unit`` of ``kind`` (pint does the conversion, once per distinct unit)."""
+    quantity = _registry().Quantity(1.0, unit) if unit else None
+    if quantity is None or (kind != "bytes" and quantity.dimensionless):
+        raise ValueError("no unit")
+    return float(quantity.to(SI_UNITS[kind]).magnitude)
 
 
 def parse_quantity(text: str | float | int, kind: str) -> float:
@@ -55,15 +71,13 @@ def parse_quantity(text: str | float | int, kind: str) -> float:
         raise CommodelError(f"expected {DESCRIPTIONS[kind]}, got {text!r}")
     if isinstance(text, int | float):
         return float(text)
-    ureg = _registry()
-    stripped = text.strip()
-    if re.fullmatch(r"[+-]?\d+(\.\d*)?([eE][+-]?\d+)?", stripped):
-        return float(stripped)
+    match = _NUMBER_UNIT.fullmatch(text.strip())
+    if match and not match[2]:
+        return float(match[1])
     try:
-        quantity = ureg.Quantity(stripped)
-        if kind != "bytes" and quantity.dimensionless:
-            raise ValueError("no unit")
-        return float(quantity.to(SI_UNITS[kind]).magnitude)
+        if match is None:
+            raise ValueError("no number")
+        return float(match[1]) * _factor(match[2].strip(), kind)
     except Exception as exc:  # pint raises several unrelated types for bad strings
         raise CommodelError(f"cannot read {text!r}: expected {DESCRIPTIONS[kind]}") from exc
 
