@@ -34,17 +34,19 @@ def test_study_list_names_every_study():
     assert all(name in output for name in STUDIES)
 
 
-def test_every_study_has_a_spec_and_a_notebook():
-    for name in STUDIES:
-        assert (STUDIES_DIR / name / "study.toml").is_file()
-        assert list((STUDIES_DIR / name).glob("*.ipynb"))
+def test_every_study_has_a_spec_and_a_notebook_and_the_spec_sweeps(tmp_path):
+    from commodel.explore.spec import load_spec
+
+    for folder in sorted(p for p in STUDIES_DIR.iterdir() if p.is_dir()):
+        assert list(folder.glob("*.ipynb")), folder.name
+        load_spec(folder / "study.toml")  # every study specification is a valid sweep specification
+    assert {p.name for p in STUDIES_DIR.iterdir() if p.is_dir()} == {*STUDIES, "default"}
 
 
-@pytest.mark.parametrize("name", sorted(STUDIES))
-def test_notebook_executes(name, tmp_path):
+@pytest.mark.parametrize("notebook_path", sorted(STUDIES_DIR.glob("*/*.ipynb")), ids=lambda p: p.parent.name)
+def test_notebook_executes(notebook_path, tmp_path):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
-    (notebook_path,) = (STUDIES_DIR / name).glob("*.ipynb")
     notebook = nbformat.read(notebook_path, as_version=4)
     nbclient.NotebookClient(
         notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}

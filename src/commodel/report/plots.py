@@ -18,12 +18,10 @@ def roofline_plot(gpu: GPU, name: str, kernels: dict[str, Kernel], path: Path) -
     Kernels are placed at (arithmetic intensity, achieved FLOP/s) from :func:`kernel_time`. The file is
     written atomically.
     """
-    import matplotlib
+    from matplotlib.figure import Figure  # no pyplot: leaves the caller's backend (a notebook's) alone
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    fig = Figure(figsize=(7.5, 5))
+    ax = fig.subplots()
     intensity = np.logspace(-1, 4, 200)
     vendor_bw = gpu.memory_bandwidth.value
     by_peak: dict[float, list[str]] = {}
@@ -61,5 +59,4 @@ def roofline_plot(gpu: GPU, name: str, kernels: dict[str, Kernel], path: Path) -
     ax.legend(fontsize=8, loc="upper left")
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, bbox_inches="tight", format=Path(path).suffix.lstrip(".") or "png")
-    plt.close(fig)
     return Path(path)

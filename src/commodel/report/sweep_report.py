@@ -15,13 +15,11 @@ from commodel.report.tables import markdown_table
 def pareto_plot(cloud: pd.DataFrame, front: pd.DataFrame, spec: SweepSpec, path: Path) -> Path:
     """2 objectives: scatter with the front highlighted; 3: the same, colored by the third;
     more: parallel coordinates of the front (objectives scaled to [0, 1], 0 = best)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: leaves the caller's backend (a notebook's) alone
 
     names = list(spec.objectives)
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    fig = Figure(figsize=(7.5, 5))
+    ax = fig.subplots()
     if len(names) <= 3 and len(names) >= 2:
         x, y = names[0], names[1]
         color = front[names[2]] if len(names) == 3 and len(front) else None
@@ -63,7 +61,6 @@ def pareto_plot(cloud: pd.DataFrame, front: pd.DataFrame, spec: SweepSpec, path:
     ax.grid(True, alpha=0.3)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
-    plt.close(fig)
     return path
 
 
