@@ -78,7 +78,12 @@ def optimize(spec: SweepSpec, progress: bool = False) -> pd.DataFrame:
 
     # Discrete design spaces want big jumps: low distribution indices (3) for crossover and mutation,
     # a Latin-hypercube start, and duplicates (after snapping) dropped.
-    operators = {"sampling": LHS(), "crossover": SBX(eta=3), "mutation": PM(eta=3, prob_var=MUTATION_RATE), "repair": Snap()}
+    operators = {
+        "sampling": LHS(),
+        "crossover": SBX(eta=3),
+        "mutation": PM(eta=3, prob_var=MUTATION_RATE),
+        "repair": Snap(),
+    }
     if spec.study.method == "nsga3":
         partitions = max(1, round((pop * (n_obj - 1)) ** (1 / max(n_obj - 1, 1))) - 1) if n_obj > 1 else 1
         algorithm = NSGA3(

@@ -1,8 +1,8 @@
 """Study ``disaggregation``: pooling granularity against stranding, scheduling overhead and energy.
 
 The design space (pool size x scheduler backfill depth) runs through the ``disaggregation``
-evaluator (:mod:`commodel.ops.pooling`); its Pareto front over granularity, scheduling overhead and
-energy per unit of work is the three-way trade-off. The claims take rack-scale pooling against the
+evaluator (:mod:`commodel.ops.pooling`); its Pareto front over utilization (what coarser pooling
+buys), scheduling overhead and energy per unit of work is the three-way trade-off. The claims take rack-scale pooling against the
 server-bound cluster under the scheduler the spec names.
 """
 
@@ -42,6 +42,7 @@ def run() -> StudyResult:
         "outweigh the last points of utilization, while PUE keeps falling (it rewards any extra IT power)",
         f"a scheduler that backfills {int(table.backfill.max())} deep recovers most of the stranding by itself: "
         f"rack pooling then adds only {backfilled.util_gain_pct:.1f}%",
-        f"Pareto front (granularity, scheduling overhead, energy): {len(front)} of {len(table)} designs",
+        f"Pareto front (utilization, energy, scheduling overhead): {len(front)} of {len(table)} designs, pools of "
+        f"{int(front.pool_servers.min())} to {int(front.pool_servers.max())} servers",
     ]
     return StudyResult("disaggregation", spec.study.title, str(p["paper"]), claims, table, notes)
