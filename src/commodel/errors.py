@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class CommodelError(ValueError):
@@ -20,3 +23,10 @@ def unknown(kind: str, name: str, choices: Iterable[str]) -> CommodelError:
     """Error for an unknown ``kind`` called ``name``, with a suggestion and the allowed values."""
     choices = sorted(choices)
     return CommodelError(f"unknown {kind} '{name}'{suggest(name, choices)}; known: {', '.join(choices)}")
+
+
+def pick(kind: str, name: str, table: Mapping[str, T]) -> T:
+    """``table[name]``, or an error naming the closest valid name when ``name`` is unknown."""
+    if name not in table:
+        raise unknown(kind, name, table)
+    return table[name]

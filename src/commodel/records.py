@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from commodel.errors import CommodelError, suggest
 from commodel.units import parse_quantity
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class Strict(BaseModel):
@@ -136,3 +138,8 @@ def _allowed_keys(model: type[BaseModel], loc: list[str]) -> list[str]:
             return []
         model = annotation
     return list(model.model_fields)
+
+
+def load_folder(folder: Path, model: type[M]) -> dict[str, M]:
+    """Every ``*.toml`` record in ``folder`` (not its subfolders), by file stem."""
+    return {path.stem: load_record(path, model) for path in sorted(folder.glob("*.toml"))}  # type: ignore[misc]

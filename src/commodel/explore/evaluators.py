@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from commodel.errors import CommodelError, unknown
+from commodel.errors import CommodelError, pick
 
 
 @dataclass(frozen=True)
@@ -48,9 +48,7 @@ def register(factory: Callable[[], Evaluator]) -> Callable[[], Evaluator]:
 def evaluator(name: str) -> Evaluator:
     """The evaluator called ``name``."""
     _load_builtin()
-    if name not in _REGISTRY:
-        raise unknown("evaluator", name, _REGISTRY)
-    return _REGISTRY[name]()
+    return pick("evaluator", name, _REGISTRY)()
 
 
 def _load_builtin() -> None:

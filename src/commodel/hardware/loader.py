@@ -12,9 +12,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from commodel.errors import CommodelError, suggest, unknown
+from commodel.errors import CommodelError, pick, suggest, unknown
 from commodel.hardware.schema import GPU, Link, System
-from commodel.records import load_record
+from commodel.records import load_folder
 from commodel.resources import resource_dir
 
 KINDS: dict[str, type[BaseModel]] = {"gpu": GPU, "link": Link, "system": System}
@@ -38,10 +38,7 @@ class HardwareDB:
 
     def get(self, kind: str, name: str) -> BaseModel:
         """One record by kind and name; an unknown name gets a suggestion."""
-        records = self.table(kind)
-        if name not in records:
-            raise unknown(kind, name, records)
-        return records[name]
+        return pick(kind, name, self.table(kind))
 
     def gpu(self, name: str) -> GPU:
         return self.get("gpu", name)  # type: ignore[return-value]
@@ -64,8 +61,7 @@ def load_database(root: Path) -> HardwareDB:
     """Load and cross-check every record under ``root``."""
     tables: dict[str, dict[str, BaseModel]] = {}
     for kind, folder in FOLDERS.items():
-        files = sorted((root / folder).glob("*.toml"))
-        tables[kind] = {f.stem: load_record(f, KINDS[kind]) for f in files}
+        tables[kind] = load_folder(root / folder, KINDS[kind])
     db = HardwareDB(tables["gpu"], tables["link"], tables["system"], root)  # type: ignore[arg-type]
     _check_references(db)
     return db

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from importlib import import_module
 
-from commodel.errors import unknown
+from commodel.errors import pick
 from commodel.studies.base import Claim, StudyResult
 
 #: Study name -> (module, one-line description).
@@ -21,9 +21,7 @@ STUDIES: dict[str, tuple[str, str]] = {
 
 def study_runner(name: str) -> Callable[[], StudyResult]:
     """The ``run`` function of study ``name`` (imported on demand)."""
-    if name not in STUDIES:
-        raise unknown("study", name, STUDIES)
-    return import_module(STUDIES[name][0]).run
+    return import_module(pick("study", name, STUDIES)[0]).run
 
 
 def run_study(name: str) -> StudyResult:
