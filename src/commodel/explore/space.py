@@ -70,7 +70,8 @@ def decode(spec: SweepSpec, unit: np.ndarray, first_point: int = 0) -> pd.DataFr
 
 
 def sample(spec: SweepSpec) -> pd.DataFrame:
-    """``budget`` quasi-random points: scrambled Sobol or Latin hypercube (scipy.stats.qmc), seeded."""
+    """``budget`` quasi-random points: scrambled Sobol (the first ``budget`` of the next power of two)
+    or Latin hypercube (scipy.stats.qmc), seeded."""
     from scipy.stats import qmc
 
     d = max(len(spec.variables), 1)
@@ -79,7 +80,10 @@ def sample(spec: SweepSpec) -> pd.DataFrame:
         if spec.study.method == "sobol"
         else qmc.LatinHypercube(d, seed=spec.study.seed)
     )
-    return decode(spec, engine.random(spec.study.budget))
+    n = spec.study.budget
+    if spec.study.method == "sobol":  # Sobol' balance needs 2^m points: draw them, keep the first n
+        return decode(spec, engine.random_base2(int(np.ceil(np.log2(max(n, 1)))))[:n])
+    return decode(spec, engine.random(n))
 
 
 def complete(spec: SweepSpec, frame: pd.DataFrame) -> pd.DataFrame:

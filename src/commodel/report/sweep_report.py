@@ -27,15 +27,10 @@ def pareto_plot(cloud: pd.DataFrame, front: pd.DataFrame, spec: SweepSpec, path:
             ax.scatter(cloud[x], cloud[y], s=6, color="0.8", label="designs (sample)")
         if len(front):
             ordered = front.sort_values(x)
-            points = ax.scatter(
-                ordered[x],
-                ordered[y],
-                s=22,
-                c=color.loc[ordered.index] if color is not None else "C3",
-                cmap="viridis",
-                label="Pareto front",
-                zorder=3,
+            shade = (
+                {"c": color.loc[ordered.index], "cmap": "viridis"} if color is not None else {"color": "C3"}
             )
+            points = ax.scatter(ordered[x], ordered[y], s=22, label="Pareto front", zorder=3, **shade)
             if color is not None:
                 fig.colorbar(points, ax=ax, label=names[2])
         ax.set_xlabel(f"{x} ({spec.objectives[x]})")
