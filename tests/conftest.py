@@ -14,7 +14,6 @@ def make_fabric(**overrides: object) -> Fabric:
     base = Fabric(
         topology="switch",
         gpus_per_node=8,
-        nodes=1,
         link_Bps=100e9,
         links_per_gpu=1,
         nic_Bps=25e9,

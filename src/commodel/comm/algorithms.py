@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from commodel.comm.fabric import Fabric
-from commodel.comm.p2p import PROTOCOLS, protocol_bandwidth_factor
+from commodel.comm.p2p import PROTOCOLS, hockney, protocol_bandwidth_factor
 
 OPS = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv")
 REDUCING_OPS = frozenset({"allreduce", "reducescatter", "reduce"})
@@ -82,7 +82,7 @@ class Point:
     def step(self, size: np.ndarray, distance: np.ndarray) -> np.ndarray:
         """One exchange of ``size`` bytes with the rank ``distance`` away (inter-node iff >= g)."""
         inter = distance >= self.g
-        return np.where(inter, self.a_o, self.a_i) + size / np.where(inter, self.B_o, self.B_i)
+        return hockney(size, np.where(inter, self.a_o, self.a_i), np.where(inter, self.B_o, self.B_i))
 
 
 def _log2_floor(p: np.ndarray) -> np.ndarray:

@@ -23,7 +23,6 @@ class Fabric:
 
     topology: str
     gpus_per_node: int
-    nodes: int
     link_Bps: float
     links_per_gpu: int
     nic_Bps: float
@@ -65,7 +64,6 @@ def fabric_of(cluster: Cluster) -> Fabric:
     return Fabric(
         topology=cluster.system.scale_up.topology,
         gpus_per_node=cluster.gpus_per_node,
-        nodes=cluster.nodes,
         link_Bps=up.bandwidth.value * up.efficiency.value,
         links_per_gpu=int(cluster.system.scale_up.links_per_gpu.value),
         nic_Bps=out.bandwidth.value * out.efficiency.value,

@@ -1,9 +1,8 @@
 """Point-to-point message costs: Hockney (alpha-beta), LogGP, and NCCL protocol effects.
 
 - Hockney (1994): ``t(n) = alpha + n / beta``.
-- LogGP (Alexandrov et al. 1995): one n-byte message costs ``L + 2 o + (n - 1) G``; k back-to-back
-  messages of n bytes cost ``L + 2 o + (k - 1) max(g, o + (n - 1) G) + (n - 1) G``... simplified here to
-  the common form ``L + 2 o + (n - 1) G + (k - 1) max(g, (n - 1) G)``.
+- LogGP (Alexandrov et al. 1995): one n-byte message costs ``L + 2 o + (n - 1) G``; each of k - 1
+  further back-to-back messages adds the larger of the gap g and its own byte stream ``(n - 1) G``.
 - NCCL protocols (src/device/prims_*.h, src/graph/tuning.cc): LL sends 8 useful bytes per 16 (data plus
   flag), LL128 120 per 128, Simple all bytes but pays a fence and flag per step. The tuner scales the
   link bandwidth by 1/4 (reductions) or 1/3 (copies) for LL, by 0.92 for LL128 and 1 for Simple, and
@@ -16,9 +15,6 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 PROTOCOLS = ("ll", "ll128", "simple")
-
-#: Useful payload fraction on the wire (bytes carried / bytes sent).
-PAYLOAD_FRACTION = {"ll": 8 / 16, "ll128": 120 / 128, "simple": 1.0}
 
 #: Base latency per protocol in seconds: NCCL tuning.cc ``baseLat`` (Ring row: 6.6, 14.0, 8.4 us).
 BASE_LATENCY_S = {"ll": 6.6e-6, "ll128": 14.0e-6, "simple": 8.4e-6}

@@ -78,12 +78,6 @@ def achievable_bandwidth(gpu: GPU) -> float:
     return gpu.memory_bandwidth.value * gpu.memory_efficiency.value
 
 
-def waves(gpu: GPU, kernel: Kernel, units: ArrayLike | None = None) -> np.ndarray:
-    """Number of waves of ``kernel``'s tiles over ``units`` SMs/CUs (default: all of them)."""
-    units = gpu.compute_units.value if units is None else np.asarray(units, dtype=float)
-    return np.ceil(kernel.tiles / units)
-
-
 def kernel_time(gpu: GPU, kernel: Kernel, launch: bool = True, units: ArrayLike | None = None) -> KernelTime:
     """Roofline time of ``kernel`` on ``gpu`` using ``units`` SMs/CUs (default all).
 
