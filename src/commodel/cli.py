@@ -345,3 +345,6 @@ def main() -> None:
     except CommodelError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    except KeyboardInterrupt:
+        typer.echo("interrupted: finished sweep chunks are kept; rerun with --resume to continue", err=True)
+        sys.exit(130)
