@@ -230,3 +230,25 @@ def test_optimizers_respect_the_budget_and_find_a_front(tmp_path, method):
     grid = run_sweep(load_spec(write_spec(tmp_path)), tmp_path / "grid", progress=False)
     best_grid = grid["best"]["time_to_train_days"]["time_to_train_days"]
     assert summary["best"]["time_to_train_days"]["time_to_train_days"] >= best_grid * (1 - 1e-9)
+
+
+def test_nsga2_reaches_the_grid_front_with_five_percent_of_its_evaluations():
+    """The sweep issue's target on the default study, for the spec's own seed (0); all seeds 0-9 are in
+    docs/benchmarks.md (9 of 10 reach 0.99)."""
+    from commodel.explore.pareto import bounds, objective_matrix, pareto_front
+    from commodel.resources import resource_dir
+
+    spec = load_spec(resource_dir("studies") / "default" / "study.toml")
+    grid = evaluate_all(spec)
+    feasible = grid[grid.feasible]
+    lo, hi = bounds(objective_matrix(feasible, spec.objectives))
+    reference = hypervolume(
+        objective_matrix(pareto_front(feasible, spec.objectives), spec.objectives), lo, hi
+    )
+    budget = int(0.05 * len(grid))
+    study = spec.study.model_copy(update={"method": "nsga2", "budget": budget, "seed": 0})
+    found = evaluate_all(spec.model_copy(update={"study": study}))
+    found = found[found.feasible]
+    assert len(found) <= budget
+    reached = hypervolume(objective_matrix(pareto_front(found, spec.objectives), spec.objectives), lo, hi)
+    assert reached >= 0.99 * reference
