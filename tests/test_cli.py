@@ -202,3 +202,22 @@ def test_sweep_bad_spec_exits_2(tmp_path, capsys, monkeypatch):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "unknown input 'sytem' (did you mean 'system'?)" in err and "Traceback" not in err
+
+
+def test_collective_library_all_may_choose_mpi_algorithms():
+    nccl = json.loads(
+        invoke("collective", "allreduce", "--system", "dgx-h100", "--size", "1MiB", "--json").output
+    )
+    every = json.loads(
+        invoke(
+            "collective", "allreduce", "--system", "dgx-h100", "--size", "1MiB", "--library", "all", "--json"
+        ).output
+    )
+    assert nccl[0]["algo"] in {"ring", "tree", "nvls"}
+    assert every[0]["time_s"] <= nccl[0]["time_s"]
+
+
+def test_study_run_prints_claims_for_a_person():
+    result = invoke("study", "run", "disaggregation")
+    assert result.exit_code == 0, result.output
+    assert "paper 32 to 47 %" in result.output and "model" in result.output
