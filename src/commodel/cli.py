@@ -40,6 +40,48 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a 
 
 
 @app.command()
+def sweep(
+    spec: Annotated[
+        Path | None, typer.Argument(help="Sweep specification (TOML); default: the built-in study.")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Output folder (default: sweep-NAME).")
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue an interrupted sweep from its finished chunks.")
+    ] = False,
+    executor: Annotated[
+        str, typer.Option(help="local, or dask (a LocalCluster unless --scheduler).")
+    ] = "local",
+    scheduler: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
+    csv: Annotated[bool, typer.Option("--csv", help="Also write results.csv.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", help="No progress bar; print only the summary line.")
+    ] = False,
+) -> None:
+    """Explore a design space and write its results, Pareto front, plot, summary and report."""
+    from commodel.explore.spec import load_spec
+    from commodel.explore.sweep import run_sweep
+    from commodel.resources import resource_dir
+
+    spec_path = spec or resource_dir("studies") / "default" / "study.toml"
+    loaded = load_spec(spec_path)
+    out = output or Path(f"sweep-{loaded.study.name}")
+    summary = run_sweep(
+        loaded, out, resume=resume, executor=executor, scheduler=scheduler, write_csv=csv, progress=not quiet
+    )
+    typer.echo(
+        f"{summary['study']}: {summary['points']:,} points, {summary['valid']:,} valid, {summary['feasible']:,} feasible, "
+        f"{summary['pareto']:,} Pareto-optimal, hypervolume {summary['hypervolume']:.4f}, {summary['elapsed_s']:.1f} s -> {out}/"
+    )
+    if not quiet:
+        for name, row in summary["best"].items():
+            typer.echo(
+                f"  best {name}: {row[name]:.4g}  ({', '.join(f'{k}={row[k]}' for k in loaded.variables)})"
+            )
+
+
+@app.command()
 def collective(
     op: Annotated[
         str,
@@ -262,48 +304,6 @@ def validate(
     for title, frame in sections:
         typer.echo(f"\n## {title}\n" if markdown else f"\n{title}:")
         typer.echo(render(frame))
-
-
-@app.command()
-def sweep(
-    spec: Annotated[
-        Path | None, typer.Argument(help="Sweep specification (TOML); default: the built-in study.")
-    ] = None,
-    output: Annotated[
-        Path | None, typer.Option("-o", "--output", help="Output folder (default: sweep-NAME).")
-    ] = None,
-    resume: Annotated[
-        bool, typer.Option("--resume", help="Continue an interrupted sweep from its finished chunks.")
-    ] = False,
-    executor: Annotated[
-        str, typer.Option(help="local, or dask (a LocalCluster unless --scheduler).")
-    ] = "local",
-    scheduler: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
-    csv: Annotated[bool, typer.Option("--csv", help="Also write results.csv.")] = False,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", help="No progress bar; print only the summary line.")
-    ] = False,
-) -> None:
-    """Explore a design space and write its results, Pareto front, plot, summary and report."""
-    from commodel.explore.spec import load_spec
-    from commodel.explore.sweep import run_sweep
-    from commodel.resources import resource_dir
-
-    spec_path = spec or resource_dir("studies") / "default" / "study.toml"
-    loaded = load_spec(spec_path)
-    out = output or Path(f"sweep-{loaded.study.name}")
-    summary = run_sweep(
-        loaded, out, resume=resume, executor=executor, scheduler=scheduler, write_csv=csv, progress=not quiet
-    )
-    typer.echo(
-        f"{summary['study']}: {summary['points']:,} points, {summary['valid']:,} valid, {summary['feasible']:,} feasible, "
-        f"{summary['pareto']:,} Pareto-optimal, hypervolume {summary['hypervolume']:.4f}, {summary['elapsed_s']:.1f} s -> {out}/"
-    )
-    if not quiet:
-        for name, row in summary["best"].items():
-            typer.echo(
-                f"  best {name}: {row[name]:.4g}  ({', '.join(f'{k}={row[k]}' for k in loaded.variables)})"
-            )
 
 
 @study_app.command("list")
