@@ -171,6 +171,10 @@ def test_train_table_for_a_person():
         (["--overlap", "sm-partiton"], "did you mean 'sm-partition'"),
         (["--recompute", "ful"], "did you mean 'full'"),
         (["--dp", "3"], "must equal the number of GPUs"),
+        (["--dtype", "bf61"], "did you mean 'bf16'"),
+        (["--attention", "flsh"], "did you mean 'flash'"),
+        (["--pue", "0.9"], "at least 1"),
+        (["--gpus", "60"], "do not fill whole dgx-h100 nodes"),
     ],
 )
 def test_train_bad_input_exits_2(extra, message, capsys, monkeypatch):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from commodel.errors import CommodelError
 from commodel.explore.evaluators import Evaluator, categorical_groups, register
 from commodel.hardware import cluster as make_cluster
 from commodel.ops.energy import energy_costs, gpu_power_W, it_power_W
@@ -79,7 +80,9 @@ def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
     codes = frame["recompute"].map({name: i for i, name in enumerate(RECOMPUTE)})
     if codes.isna().any():
         bad = sorted(set(frame.loc[codes.isna(), "recompute"].astype(str)))
-        raise ValueError(f"unknown recompute mode(s): {', '.join(bad)}; choose from {', '.join(RECOMPUTE)}")
+        raise CommodelError(
+            f"unknown recompute mode(s): {', '.join(bad)}; choose from {', '.join(RECOMPUTE)}"
+        )
     for key, rows in categorical_groups(frame, CATEGORICAL):
         net = get_model(key["model"])
         c = make_cluster(key["system"], scale_out=key["fabric"] or None)

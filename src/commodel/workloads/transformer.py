@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from commodel.compute.kernels import DTYPE_BYTES, Kernel, attention, elementwise, gemm, unfused_attention
-from commodel.errors import unknown
+from commodel.errors import pick, unknown
 from commodel.workloads.schema import Transformer
 
 #: Flash attention (fused, scores stay on chip) or the unfused QK^T / softmax / dropout / PV sequence.
@@ -242,4 +242,4 @@ def activation_bytes_per_token(
 
 def bytes_per(dtype: str) -> float:
     """Bytes per element of ``dtype`` (activations and communicated tensors)."""
-    return DTYPE_BYTES[dtype]
+    return pick("dtype", dtype, DTYPE_BYTES)
