@@ -252,3 +252,16 @@ def test_nsga2_reaches_the_grid_front_with_five_percent_of_its_evaluations():
     assert len(found) <= budget
     reached = hypervolume(objective_matrix(pareto_front(found, spec.objectives), spec.objectives), lo, hi)
     assert reached >= 0.99 * reference
+
+
+def test_no_feasible_design_still_writes_every_output(tmp_path):
+    spec = load_spec(write_spec(tmp_path, text=SMALL.replace('"fits == true"', '"cost_usd <= 0"')))
+    summary = run_sweep(spec, tmp_path / "out", progress=False)
+    assert summary["feasible"] == 0 and summary["pareto"] == 0 and summary["hypervolume"] == 0
+    assert (tmp_path / "out" / "pareto.png").is_file() and (tmp_path / "out" / "report.md").is_file()
+
+
+def test_constraint_values_must_match_the_column(tmp_path):
+    spec = load_spec(write_spec(tmp_path, text=SMALL.replace('"fits == true"', '"fits == maybe"')))
+    with pytest.raises(CommodelError, match="compared with true or false"):
+        evaluate_all(spec)

@@ -113,4 +113,16 @@ def constraint_mask(text: str, frame: pd.DataFrame) -> np.ndarray:
     if isinstance(value, str):
         with contextlib.suppress(ValueError):
             value = float(value)
-    return np.asarray(_COMPARE[op](frame[column].to_numpy(), value), dtype=bool)
+    data = frame[column].to_numpy()
+    kind = (
+        "true or false"
+        if data.dtype == bool
+        else "a number"
+        if np.issubdtype(data.dtype, np.number)
+        else None
+    )
+    if kind and (isinstance(value, bool) != (data.dtype == bool) or isinstance(value, str)):
+        raise CommodelError(
+            f"constraint '{text}': column '{column}' holds {kind.split()[-1]}s, so compare it with {kind}"
+        )
+    return np.asarray(_COMPARE[op](data, value), dtype=bool)

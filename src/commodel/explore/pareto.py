@@ -16,7 +16,9 @@ REFERENCE = 1.1
 
 
 def objective_matrix(frame: pd.DataFrame, objectives: dict[str, str]) -> np.ndarray:
-    """Rows x objectives, every column to be minimized."""
+    """Rows x objectives, every column to be minimized (an empty frame gives a 0-row matrix)."""
+    if len(frame) == 0:
+        return np.empty((0, len(objectives)))
     columns = [
         frame[name].to_numpy(dtype=float) * (-1.0 if sense == "max" else 1.0)
         for name, sense in objectives.items()

@@ -39,7 +39,8 @@ def pareto_plot(cloud: pd.DataFrame, front: pd.DataFrame, spec: SweepSpec, path:
             ax.set_xscale("log")
         if _spans_decades(cloud, front, y):
             ax.set_yscale("log")
-        ax.legend(fontsize=8)
+        if len(cloud) or len(front):
+            ax.legend(fontsize=8)
     elif len(front):
         values = front[names].to_numpy(dtype=float)
         sign = np.array([-1.0 if spec.objectives[n] == "max" else 1.0 for n in names])
@@ -60,7 +61,8 @@ def pareto_plot(cloud: pd.DataFrame, front: pd.DataFrame, spec: SweepSpec, path:
 
 
 def _spans_decades(cloud: pd.DataFrame, front: pd.DataFrame, column: str) -> bool:
-    values = pd.concat([cloud.get(column, pd.Series(dtype=float)), front[column]]).to_numpy(dtype=float)
+    empty = pd.Series(dtype=float)
+    values = pd.concat([cloud.get(column, empty), front.get(column, empty)]).to_numpy(dtype=float)
     values = values[np.isfinite(values) & (values > 0)]
     return len(values) > 1 and values.max() / values.min() > 30
 
