@@ -114,15 +114,8 @@ def constraint_mask(text: str, frame: pd.DataFrame) -> np.ndarray:
         with contextlib.suppress(ValueError):
             value = float(value)
     data = frame[column].to_numpy()
-    kind = (
-        "true or false"
-        if data.dtype == bool
-        else "a number"
-        if np.issubdtype(data.dtype, np.number)
-        else None
-    )
-    if kind and (isinstance(value, bool) != (data.dtype == bool) or isinstance(value, str)):
-        raise CommodelError(
-            f"constraint '{text}': column '{column}' holds {kind.split()[-1]}s, so compare it with {kind}"
-        )
+    flags, numbers = data.dtype == bool, np.issubdtype(data.dtype, np.number)
+    if (flags and not isinstance(value, bool)) or (numbers and not flags and not isinstance(value, float)):
+        expected = "true or false" if flags else "a number"
+        raise CommodelError(f"constraint '{text}': column '{column}' needs to be compared with {expected}")
     return np.asarray(_COMPARE[op](data, value), dtype=bool)
