@@ -150,7 +150,7 @@ def run_sweep(
         chunks.mkdir(exist_ok=True)
         write_text(chunks / "manifest.json", json.dumps({"spec_hash": spec.digest(), "chunks": n}))
         todo = [i for i in range(n) if i not in done]
-        with _progress(progress, n, len(done), spec.study.name) as advance:
+        with _ChunkProgress(progress, n, len(done), spec.study.name) as advance:
             for index, frame in execute(executor, evaluate_chunk, spec_json, todo, scheduler):
                 _write_parquet(frame, chunks / f"{index:06d}.parquet")
                 advance()
@@ -177,7 +177,7 @@ def _resumable(chunks: Path, spec: SweepSpec, n: int) -> set[int]:
     return {int(p.stem) for p in chunks.glob("[0-9]*.parquet") if int(p.stem) < n}
 
 
-class _progress:
+class _ChunkProgress:
     """A rich progress bar over chunks (or nothing when quiet)."""
 
     def __init__(self, enabled: bool, total: int, completed: int, name: str):
