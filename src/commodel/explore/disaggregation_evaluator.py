@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from commodel.explore.evaluators import Evaluator, categorical_groups, register
+from commodel.explore.evaluators import Evaluator, blank_outputs, categorical_groups, register
 from commodel.hardware import cluster as make_cluster
 from commodel.hardware import default_db
 from commodel.ops.energy import node_power_W
@@ -45,9 +45,7 @@ def _level(pool: np.ndarray, chassis: np.ndarray, rack: np.ndarray) -> np.ndarra
 
 
 def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
-    out: dict[str, np.ndarray] = {name: np.full(len(frame), np.nan) for name in OUTPUTS}
-    out["level"] = np.full(len(frame), "", dtype=object)
-    out["valid"] = np.zeros(len(frame), dtype=bool)
+    out = blank_outputs(len(frame), OUTPUTS, text=("level",))
     db = default_db()
     for key, rows in categorical_groups(
         frame, ["job_mix", "system", "chassis_fabric", "rack_fabric", "cluster_fabric"]

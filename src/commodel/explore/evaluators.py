@@ -55,6 +55,19 @@ def _load_builtin() -> None:
     from commodel.explore import disaggregation_evaluator, training_evaluator  # noqa: F401  (registration)
 
 
+def blank_outputs(
+    rows: int, outputs: tuple[str, ...], flags: tuple[str, ...] = (), text: tuple[str, ...] = ()
+) -> dict[str, np.ndarray]:
+    """Output columns before evaluation: NaN for numbers, False for ``flags`` (``valid`` always is
+    one), "" for ``text``; rows the evaluator cannot price keep these values and ``valid = False``."""
+    out = {name: np.full(rows, np.nan) for name in outputs}
+    for name in ("valid", *flags):
+        out[name] = np.zeros(rows, dtype=bool)
+    for name in text:
+        out[name] = np.full(rows, "", dtype=object)
+    return out
+
+
 def categorical_groups(frame: pd.DataFrame, keys: list[str]):
     """``(key values, row positions)`` for each combination of categorical ``keys`` present."""
     codes = [pd.factorize(frame[k].astype(str))[0] for k in keys]

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from commodel.errors import CommodelError
-from commodel.explore.evaluators import Evaluator, categorical_groups, register
+from commodel.explore.evaluators import Evaluator, blank_outputs, categorical_groups, register
 from commodel.hardware import cluster as make_cluster
 from commodel.ops.energy import energy_costs, gpu_power_W, it_power_W
 from commodel.workloads.catalog import model as get_model
@@ -74,9 +74,7 @@ def _column(frame: pd.DataFrame, name: str, rows: np.ndarray) -> np.ndarray:
 
 
 def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
-    out = {name: np.full(len(frame), np.nan) for name in OUTPUTS}
-    out["valid"] = np.zeros(len(frame), dtype=bool)
-    out["fits"] = np.zeros(len(frame), dtype=bool)
+    out = blank_outputs(len(frame), OUTPUTS, flags=("fits",))
     codes = frame["recompute"].map({name: i for i, name in enumerate(RECOMPUTE)})
     if codes.isna().any():
         bad = sorted(set(frame.loc[codes.isna(), "recompute"].astype(str)))
