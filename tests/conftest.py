@@ -10,21 +10,28 @@ from commodel.comm.fabric import Fabric
 
 
 def make_fabric(**overrides: object) -> Fabric:
-    """An 8-GPU switch node with 100 GB/s per GPU, 1 us steps inside, 10 us across, no launch cost."""
+    """An 8-GPU Hopper switch domain with 100 GB/s per GPU, 8 NICs of 25 GB/s, no launch cost."""
     base = Fabric(
+        library="nccl",
+        arch="hopper",
+        cpu="intel",
         topology="switch",
-        gpus_per_node=8,
+        domain=8,
         link_Bps=100e9,
+        link_line_Bps=100e9,
         links_per_gpu=1,
+        up_class="nvlink",
         nic_Bps=25e9,
-        nics_per_node=8,
-        intra_step_s={"ll": 1e-6, "ll128": 1e-6, "simple": 1e-6},
-        inter_step_s={"ll": 10e-6, "ll128": 10e-6, "simple": 10e-6},
+        nic_line_Bps=25e9,
+        nics_per_domain=8,
+        net_latency_s=0.0,
+        off_rail_s=0.0,
         nvls_Bps=None,
-        nvls_latency_s=25e-6,
+        sharp=False,
         reduce_Bps=1e15,
+        start_s=0.0,
+        host_s=0.0,
         ll128=True,
-        launch_s=0.0,
     )
     return dataclasses.replace(base, **overrides)
 

@@ -8,7 +8,20 @@ from typer.testing import CliRunner
 from commodel.cli import app, main
 
 runner = CliRunner()
-JSON_KEYS = {"op", "algo", "protocol", "size_bytes", "gpus", "nodes", "time_s", "algbw_GBps", "busbw_GBps"}
+JSON_KEYS = {
+    "op",
+    "algo",
+    "protocol",
+    "size_bytes",
+    "gpus",
+    "nodes",
+    "domains",
+    "channels",
+    "chunk_bytes",
+    "time_s",
+    "algbw_GBps",
+    "busbw_GBps",
+}
 
 
 def invoke(*args: str):
@@ -95,7 +108,16 @@ def test_validate_prints_errors_and_gates():
         (["collective", "allreduce", "--gpus", "-3"], "--gpus must be at least 1"),
         (["collective", "allreduce", "--nodes", "0"], "--nodes must be at least 1"),
         (["collective", "allreduce", "--gpus", "16"], "raise --nodes to at least 2"),
-        (["collective", "allreduce", "--system", "dgx-a100", "--algo", "nvls"], "no in-switch reduction"),
+        (
+            ["collective", "allreduce", "--system", "dgx-a100", "--algo", "nvls"],
+            "NVLS needs an NVLink switch",
+        ),
+        (["collective", "allreduce", "--system", "gb200-nvl72", "--partition", "5"], "does not divide"),
+        (["collective", "allreduce", "--launch", "grpah"], "did you mean 'graph'"),
+        (["collective", "allreduce", "--channels", "0"], "--channels must be at least 1"),
+        (["collective", "allreduce", "--gpus-per-process", "0"], "GPUs per process must be at least 1"),
+        (["collective", "allreduce", "--system", "gb200-nvl72", "--nodes", "20"], "do not fill whole"),
+        (["collective", "allreduce", "--algo", "collnet-direct", "--nodes", "2"], "SHARP"),
         (["collective", "allreduce", "--algo", "rign"], "did you mean 'ring'"),
         (["collective", "alltoall", "--algo", "ring"], "alltoall has no 'ring' algorithm"),
         (["roofline", "gemm", "--gpu", "h100"], "did you mean 'h100-sxm'"),

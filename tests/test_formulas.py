@@ -1,15 +1,19 @@
-"""Hand-computed textbook values on a toy fabric with round numbers (see conftest.make_fabric)."""
+"""Hand-computed values: textbook formulas on a toy fabric, and NCCL's own numbers from its tables."""
 
 import numpy as np
 import pytest
 from conftest import make_fabric
 
-from commodel.comm.collectives import collective_time
+from commodel.comm import nccl
+from commodel.comm.collectives import collective_time, run
+from commodel.comm.fabric import fabric_of
+from commodel.comm.graph import nvls_graph, ring_graph
 from commodel.comm.p2p import BASE_LATENCY_S, hockney, loggp
+from commodel.hardware import cluster
 
 US = 1e-6
 N = 1e8  # bytes
-B = 100e9  # bytes/s per GPU inside the node
+B = 100e9  # bytes/s per GPU inside the domain
 SIMPLE_BASE = BASE_LATENCY_S["simple"]
 
 
@@ -24,87 +28,125 @@ def test_hockney_and_loggp():
     assert loggp(101, 1e-6, 0.5e-6, 3e-6, 1e-9, messages=3) == pytest.approx(2.1e-6 + 2 * 3e-6)
 
 
-def test_ring_allreduce_is_thakur(toy):
-    # 2(p-1) alpha + 2 n (p-1)/p / B
-    assert t("allreduce", "ring", toy) == pytest.approx(SIMPLE_BASE + 14 * US + 2 * N * 7 / 8 / B)
+def test_ring_allreduce_is_nccl_latency_plus_thakur_bandwidth(toy):
+    # NCCL: base 8.4 us + 2(p-1) x 3.4 us (NVLink Simple ring step); bytes 2 n (p-1)/p / B.
+    assert t("allreduce", "ring", toy) == pytest.approx(SIMPLE_BASE + 14 * 3.4 * US + 2 * N * 7 / 8 / B)
 
 
-def test_ring_allgather_and_broadcast(toy):
-    assert t("allgather", "ring", toy) == pytest.approx(SIMPLE_BASE + 7 * US + N * 7 / 8 / B)
-    assert t("broadcast", "ring", toy) == pytest.approx(SIMPLE_BASE + 7 * US + N / B)
+def test_ring_allgather_and_ll_protocol(toy):
+    assert t("allgather", "ring", toy) == pytest.approx(SIMPLE_BASE + 7 * 3.4 * US + N * 7 / 8 / B)
+    # LL: 8 useful bytes per 16 and the flag stores: 1/4 of the link for reductions, 1/3 for copies,
+    # at most NCCL's LL cap (Hopper, one node: 141 GB/s); per-step latency 0.6 us.
+    ll = 6.6 * US + 14 * 0.6 * US + 2 * N * 7 / 8 / (B / 4)
+    assert t("allreduce", "ring", toy, protocol="ll") == pytest.approx(ll)
 
 
-def test_recursive_doubling_allreduce(toy):
+def test_tree_traffic_follows_nccls_double_binary_tree():
+    # A domain sends n per byte of allreduce across 2 domains, 1.5 n across 3, 2 n from 4 on.
+    assert [nccl.tree_traffic(d) for d in (1, 2, 3, 4, 5, 16, 17)] == [0, 1, 1.5, 2, 2, 2, 2]
+    # NCCL's ncclGetBtree for 4 ranks: 0 is the root with child 2; 2 has children 1 and 3.
+    assert [nccl.btree(4, r) for r in range(4)] == [(-1, -1, 2), (2, -1, -1), (0, 1, 3), (2, -1, -1)]
+
+
+def test_tree_across_three_domains_beats_the_ring_bound():
+    # 3 domains of 4 GPUs, 4 NICs of 25 GB/s each: ring busbw <= 100 GB/s; tree sends 1.5 n per domain,
+    # so algbw = 100 / 1.5 GB/s and busbw = 2 (p-1)/p x that = 122 GB/s.
+    fab = make_fabric(domain=4, nics_per_domain=4, link_Bps=400e9)  # the NVLink chain is not the bound
+    tree = float(
+        nccl.bandwidth_time("allreduce", "tree", "simple", np.array(N), np.array(12.0), np.array(3.0), fab)
+    )
+    ring = float(
+        nccl.bandwidth_time("allreduce", "ring", "simple", np.array(N), np.array(12.0), np.array(3.0), fab)
+    )
+    assert tree == pytest.approx(1.5 * N / 100e9)
+    assert ring == pytest.approx(2 * 11 / 12 * N / 100e9)
+
+
+def test_nvls_allreduce_moves_n_one_plus_one_over_g():
+    fab = make_fabric(nvls_Bps=300e9)
+    bytes_s = float(
+        nccl.bandwidth_time("allreduce", "nvls", "simple", np.array(N), np.array(8.0), np.array(1.0), fab)
+    )
+    assert bytes_s == pytest.approx(N * (1 + 1 / 8) / 300e9)
+
+
+def test_nccl_latency_table_values():
+    fab = fabric_of(cluster("dgx-h100", 2))
+    p, one, two = np.array(8.0), np.array(1.0), np.array(2.0)
+    # ring LL on one node: 6.6 + 14 x 0.6 = 15.0 us; tree Simple on two nodes of 8:
+    # 8.4 + 2 (7 x 4.0 + 1 x 14.0) = 92.4 us; NVLS: the NVLink NVLS row alone, 25 us.
+    assert float(nccl.latency("allreduce", "ring", "ll", p, one, fab)) == pytest.approx(15.0 * US)
+    assert float(nccl.latency("allreduce", "tree", "simple", 2 * p, two, fab)) == pytest.approx(92.4 * US)
+    assert float(nccl.latency("allreduce", "nvls", "simple", p, one, fab)) == pytest.approx(25.0 * US)
+
+
+def test_nccl_search_on_dgx_h100():
+    # H100: 18 NVLinks x 20.6 GB/s; ring speed 60 -> 6 channels, duplicated to 12 x 30 GB/s (360),
+    # 24 run-time channels. NVLS: 8 channels at 50 GB/s intra, raised to 60 inter, 16 run-time channels.
+    fab = fabric_of(cluster("dgx-h100"))
+    ring = ring_graph(fab, np.array(8.0), np.array(1.0))
+    assert (float(ring.channels), float(ring.bw_intra), float(ring.runtime)) == (12.0, 30.0, 24.0)
+    nv = nvls_graph(fab, np.array(8.0), np.array(1.0))
+    assert (float(nv.channels), float(nv.bw_intra), float(nv.bw_inter), float(nv.runtime)) == (8, 50, 60, 16)
+
+
+def test_nccl_tuner_bus_bandwidths_on_dgx_h100():
+    # NCCL's model: ring Simple busBw 360 GB/s; NVLS min(50 x 0.85 x 7/8 x 2, 60) x 8 = 480 GB/s.
+    fab = fabric_of(cluster("dgx-h100"))
+    n, p, one = np.array(2.0**34), np.array(8.0), np.array(1.0)
+    for algo, bus in (("ring", 360.0), ("nvls", 480.0)):
+        time = float(nccl.tuner_time("allreduce", algo, "simple", n, p, one, fab))
+        latency = float(nccl.latency("allreduce", algo, "simple", p, one, fab))
+        assert 2 * 7 / 8 * float(n) / (time - latency) / 1e9 == pytest.approx(bus)
+
+
+def test_auto_is_nccls_own_choice_on_dgx_h100():
+    # NCCL picks ring LL for small messages and NVLS from a few MiB on an NVLS-capable H100 node.
+    frame = run("allreduce", cluster("dgx-h100"), [1024, 2**26])
+    assert list(zip(frame.algo, frame.protocol, strict=True)) == [("ring", "ll"), ("nvls", "simple")]
+
+
+def test_small_messages_use_fewer_channels():
+    # Ring Simple takes one channel per 32 KiB (512 threads x 64 B): 64 KiB -> 2 channels.
+    used = nccl.used_channels("ring", "simple", np.array(65536.0), np.array(8.0), np.array(24.0))
+    assert np.floor(used) == 2
+
+
+def test_nvls_chunk_regimes_shrink_with_size():
+    # ops = channels x heads = 16 x 8; 128 KiB default, 64 KiB below 64 x ops x 128 KiB (1 GiB), ...
+    sizes = np.array([2.0**31, 2.0**29, 2.0**25, 2.0**21])
+    chunk = nccl.chunk_bytes(
+        "allreduce", "nvls", "simple", sizes, np.array(8.0), np.array(1.0), np.array(16.0)
+    )
+    assert list(chunk / 1024) == [128, 64, 32, 16]
+
+
+def test_sendrecv_and_direct_alltoall(toy):
+    assert t("sendrecv", "direct", toy, p=2) == pytest.approx(SIMPLE_BASE + 3.4 * US + N / B)
+    assert t("alltoall", "direct", toy) == pytest.approx(SIMPLE_BASE + 3.4 * US + 7 * N / 8 / B)
+
+
+def test_recursive_doubling_and_rabenseifner(toy):
+    a = 3.4 * US
     gamma = 1 / toy.reduce_Bps
     assert t("allreduce", "recursive-doubling", toy) == pytest.approx(
-        SIMPLE_BASE + 3 * (US + N / B + N * gamma)
+        SIMPLE_BASE + 3 * (a + N / B + N * gamma)
     )
-
-
-def test_rabenseifner_allreduce(toy):
-    gamma = 1 / toy.reduce_Bps
-    expected = SIMPLE_BASE + 2 * 3 * US + 2 * N * 7 / 8 / B + N * 7 / 8 * gamma
+    expected = SIMPLE_BASE + 2 * 3 * a + 2 * N * 7 / 8 / B + N * 7 / 8 * gamma
     assert t("allreduce", "halving-doubling", toy) == pytest.approx(expected)
 
 
-def test_recursive_doubling_non_power_of_two_adds_two_steps(toy):
-    # p = 6: floor(lg 6) = 2 doubling steps over the 4-rank core, plus MPICH's pre/post steps.
-    gamma = 1 / toy.reduce_Bps
-    core = 2 * (US + N / B + N * gamma)
-    assert t("allreduce", "recursive-doubling", toy, p=6) == pytest.approx(
-        SIMPLE_BASE + core + 2 * (US + N / B)
-    )
-
-
 def test_bruck_allgather_and_alltoall(toy):
-    assert t("allgather", "bruck", toy) == pytest.approx(SIMPLE_BASE + 3 * US + N * 7 / 8 / B)
-    # alltoall: each of lg p steps sends the p/2 blocks whose index has that bit set.
-    assert t("alltoall", "bruck", toy) == pytest.approx(SIMPLE_BASE + 3 * (US + N / 2 / B))
+    a = 3.4 * US
+    assert t("allgather", "bruck", toy) == pytest.approx(SIMPLE_BASE + 3 * a + N * 7 / 8 / B)
+    assert t("alltoall", "bruck", toy) == pytest.approx(SIMPLE_BASE + 3 * (a + N / 2 / B))
 
 
-def test_pairwise_and_direct_alltoall(toy):
-    assert t("alltoall", "pairwise", toy) == pytest.approx(SIMPLE_BASE + 7 * (US + N / 8 / B))
-    assert t("alltoall", "direct", toy) == pytest.approx(SIMPLE_BASE + US + 7 * N / 8 / B)
-
-
-def test_sendrecv_is_hockney(toy):
-    assert t("sendrecv", "direct", toy, p=2) == pytest.approx(SIMPLE_BASE + US + N / B)
-
-
-def test_multi_node_ring_is_bounded_by_the_node_nics():
-    # 2 NICs of 25 GB/s per node: a ring's bus bandwidth is the node's NIC bandwidth, 50 GB/s.
-    fab = make_fabric(nics_per_node=2)
-    expected = SIMPLE_BASE + 28 * US + 2 * 10 * US + 2 * N * 15 / 16 / 50e9
-    assert t("allreduce", "ring", fab, p=16, nodes=2) == pytest.approx(expected)
-
-
-def test_hierarchical_pipelines_its_stages():
-    fab = make_fabric(nics_per_node=2)  # node network 50 GB/s is the slow stage
-    latency = 2 * 1 * 10 * US + 2 * 7 * US
-    bandwidth = max(2 * N * (1 / 2) / 50e9, 2 * N * 7 / 8 / B)
-    assert t("allreduce", "hierarchical", fab, p=16, nodes=2) == pytest.approx(
-        SIMPLE_BASE + latency + bandwidth
-    )
-
-
-def test_tree_allreduce_two_nodes():
-    fab = make_fabric()
-    latency = 2 * (7 * US + 1 * 10 * US)
-    bandwidth = max(2 * N / B, 2 * N * (1 / 2) / 200e9)
-    assert t("allreduce", "tree", fab, p=16, nodes=2) == pytest.approx(SIMPLE_BASE + latency + bandwidth)
-
-
-def test_nvls_allreduce_moves_n_one_plus_one_over_p():
-    fab = make_fabric(nvls_Bps=300e9)
-    assert t("allreduce", "nvls", fab) == pytest.approx(SIMPLE_BASE + 25 * US + N * (1 + 1 / 8) / 300e9)
-
-
-@pytest.mark.parametrize(("op", "factor"), [("allreduce", 1 / 4), ("allgather", 1 / 3)])
-def test_ll_protocol_bandwidth_factor(toy, op, factor):
-    base = BASE_LATENCY_S["ll"]
-    steps = 14 if op == "allreduce" else 7
-    traffic = 2 * 7 / 8 if op == "allreduce" else 7 / 8
-    assert t(op, "ring", toy, protocol="ll") == pytest.approx(base + steps * US + traffic * N / (B * factor))
+def test_launch_is_max_of_kernel_and_host():
+    fab = make_fabric(start_s=3 * US, host_s=24 * US)
+    tiny = t("allreduce", "ring", fab, n=8, protocol="ll")
+    assert tiny == pytest.approx(24 * US)  # host-bound: 8 launches per call from one process
+    assert t("allreduce", "ring", fab) == pytest.approx(t("allreduce", "ring", make_fabric()) + 3 * US)
 
 
 def test_one_rank_costs_nothing(toy):
@@ -114,4 +156,6 @@ def test_one_rank_costs_nothing(toy):
 
 def test_unavailable_algorithms_are_infinite(toy):
     assert np.isinf(t("allreduce", "nvls", toy))  # toy has no in-switch reduction
-    assert np.isinf(t("allreduce", "hierarchical", toy))  # needs more than one node
+    assert np.isinf(t("allreduce", "nvls-tree", toy, p=16, nodes=2))
+    assert np.isinf(t("allreduce", "hierarchical", toy))  # needs more than one domain
+    assert np.isinf(t("allreduce", "collnet-direct", toy, p=16, nodes=2))  # SHARP off by default

@@ -5,6 +5,8 @@ import pytest
 
 from commodel.validate import PENDING, accuracy_gates, load_measurements, summary, validation_table
 
+MiB = 2**20
+
 
 @pytest.fixture(scope="module")
 def table():
@@ -19,37 +21,60 @@ def test_every_row_is_reported(table):
 
 
 def test_every_modelled_row_has_a_finite_error(table):
-    modelled = table[table.kind.isin(["collective", "p2p", "gemm", "memory", "training"])]
+    modelled = table[table.note == ""]
+    assert len(modelled) >= 55
     assert np.isfinite(modelled.error_pct).all()
 
 
 def test_accuracy_gates_hold(table):
-    gates = accuracy_gates(table).set_index("gate").to_dict("index")
-    assert gates["collectives >= 1 MiB"]["abs_err_pct"] <= 10
-    assert gates["collectives >= 1 MiB"]["rows"] >= 15
-    assert gates["GEMM and STREAM"]["abs_err_pct"] <= 15
-    end_to_end = gates["end-to-end training (Megatron 1T, Llama 3 405B)"]
-    assert end_to_end["rows"] == 2 and end_to_end["abs_err_pct"] <= 10
+    gates = accuracy_gates(table)
+    assert gates.holds.all(), gates[~gates.holds]
+    by = gates.set_index(["gate", "statistic"]).to_dict("index")
+    assert by["collectives >= 1 MiB", "median"]["abs_err_pct"] <= 5
+    assert by["collectives >= 1 MiB", "max"]["abs_err_pct"] <= 25
+    assert by["collectives >= 1 MiB", "median"]["rows"] >= 30
+    assert by["collectives < 1 MiB", "median"]["abs_err_pct"] <= 15
+
+
+def test_collectives_hold_on_hardware_no_constant_was_fit_to(table):
+    """Blackwell, NVL72 partitions over InfiniBand, two-node NVLS-tree, NDR per NIC, multi-node trees:
+    rows added after the model's constants were fit, none fit to (the GB200 NVLS efficiency is fit to
+    one 72-GPU row only)."""
+    new = table[
+        table.id.str.match(r"(b200|h100)-2n|gb200-ib|gb200-72-(512m|1g|2g|8g)|ndr-per-nic|h100-ring-large")
+    ]
+    assert len(new) == 12 and (new.role == "validation").all()
+    assert new.error_pct.abs().median() <= 5
+    assert new.error_pct.abs().max() <= 25
+
+
+def test_multi_domain_trees_beat_rings_as_measured(table):
+    """NCCL's tree over three domains sends 1.5 n per domain where a ring sends about 2 n: the model
+    reproduces the measured 1.19-1.23x within 3%."""
+    rows = table.set_index("id")
+    for partition in ("ib12", "ib24"):
+        measured = rows.measured[f"gb200-{partition}-tree"] / rows.measured[f"gb200-{partition}-ring"]
+        model = rows.model[f"gb200-{partition}-tree"] / rows.model[f"gb200-{partition}-ring"]
+        assert abs(model / measured - 1) < 0.03
 
 
 def test_every_training_run_within_ten_percent(table):
-    """Beyond the gate's two rows, the Megatron-LM GPT-3 run (held out like all of them) holds too."""
-    training = table[table.kind == "training"]
-    assert len(training) == 3
+    training = table[(table.kind == "training") & table.error_pct.notna()]
+    assert len(training) >= 3
     assert training.error_pct.abs().max() <= 10
 
 
 def test_held_out_rows_are_accurate_too(table):
-    """The gates include calibration rows; the rows no constant was fit to must hold on their own."""
+    """The rows no constant was fit to must hold on their own."""
     stats = summary(table).set_index("kind")
-    assert stats.loc["collective", "held_out_median_pct"] <= 10
+    assert stats.loc["collective", "held_out_median_pct"] <= 5
     assert stats.loc["gemm", "held_out_median_pct"] <= 15
 
 
 def test_large_message_collectives_within_ten_percent(table):
-    """Bandwidth-bound rows (>= 1 GiB) are what the alpha-beta model is for: each within 10%."""
-    big = table[(table.kind == "collective") & (table.size_bytes.fillna(0) >= 2**30)]
-    assert len(big) >= 10
+    """Bandwidth-bound rows (>= 1 GiB) are what the bandwidth terms are for: each within 10%."""
+    big = table[(table.kind == "collective") & (table.size_bytes.astype("Float64").fillna(2**33) >= 2**30)]
+    assert len(big) >= 20
     assert big.error_pct.abs().max() <= 10
 
 

@@ -94,24 +94,49 @@ def collective(
     nodes: Annotated[int, typer.Option(help="Nodes in the cluster.")] = 1,
     gpus: Annotated[int | None, typer.Option(help="GPUs taking part (default: all of them).")] = None,
     algo: Annotated[
-        str, typer.Option(help="auto, ring, tree, nvls, hierarchical, recursive-doubling, ...")
+        str,
+        typer.Option(
+            help="auto (NCCL's own choice), best (the fastest), or one of ring, tree, nvls, nvls-tree, "
+            "collnet-direct, collnet-chain, pat, recursive-doubling, ..."
+        ),
     ] = "auto",
     protocol: Annotated[str, typer.Option(help="auto, ll, ll128 or simple.")] = "auto",
+    channels: Annotated[
+        int | None, typer.Option(help="Force this many channels (CTAs), as a tuner plugin may.")
+    ] = None,
     library: Annotated[
-        str, typer.Option(help="Algorithms auto may choose: nccl (what NCCL implements) or all.")
+        str, typer.Option(help="Algorithms to choose from: nccl (what NCCL/RCCL implement) or all.")
     ] = "nccl",
+    launch: Annotated[
+        str,
+        typer.Option(help="stream (a kernel launch per call, nccl-tests' default) or graph (CUDA graph)."),
+    ] = "stream",
+    gpus_per_process: Annotated[
+        int, typer.Option(help="GPUs one process drives (nccl-tests -g); its launches serialize.")
+    ] = 1,
+    partition: Annotated[
+        int | None, typer.Option(help="GPUs per NVLink partition of a rack-scale domain (e.g. 4 on NVL72).")
+    ] = None,
+    nvls: Annotated[bool, typer.Option("--nvls/--no-nvls", help="Allow NVLink SHARP (NVLS).")] = True,
+    sharp: Annotated[
+        bool,
+        typer.Option("--sharp", help="Let the scale-out switches reduce (CollNet/SHARP) where they can."),
+    ] = False,
     as_json: JsonFlag = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
 ) -> None:
     """Time, algbw and busbw of a collective over a range of sizes (nccl-tests conventions)."""
     from commodel.comm.collectives import run
+    from commodel.comm.fabric import fabric_of
     from commodel.hardware import cluster
     from commodel.report.tables import nccl_tests_table, to_json
     from commodel.units import parse_sizes
 
     if nodes < 1:
         raise CommodelError(f"--nodes must be at least 1, got {nodes}")
-    frame = run(op, cluster(system, nodes), parse_sizes(size), gpus, algo, protocol, library)
+    where = cluster(system, nodes, partition=partition)
+    fab = fabric_of(where, sharp=sharp, launch=launch, nvls=nvls, gpus_per_process=gpus_per_process)
+    frame = run(op, where, parse_sizes(size), gpus, algo, protocol, library, channels, fab)
     if as_json:
         typer.echo(to_json(frame))
     elif as_csv:

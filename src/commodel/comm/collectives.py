@@ -1,33 +1,36 @@
-"""Collective cost model: time, algbw and busbw of every (algorithm, protocol), and NCCL-style tuning.
+"""Collective cost model: time, algbw and busbw of every (algorithm, protocol), and how one is chosen.
 
-``time = launch + base_latency[protocol] + algorithm cost`` (see :mod:`commodel.comm.algorithms`).
-``auto`` is the argmin over every applicable (algorithm, protocol) of that same time, as NCCL's tuner
-selects (src/graph/tuning.cc), so the reported time is the cost that drove the choice.
+Time is :func:`commodel.comm.nccl.physical_time` for NCCL's algorithms (ring, tree, NVLS, NVLS-tree,
+CollNet, PAT) and ``launch + base latency + cost`` for the MPI algorithms of
+:mod:`commodel.comm.mpi`. Two policies choose among them:
+
+- ``auto``: what the library does. With ``library="nccl"`` (RCCL on AMD GPUs) it is the argmin of
+  NCCL's own tuner cost (:func:`commodel.comm.nccl.tuner_time`), so the choice is NCCL's and the time
+  is what that choice takes; with ``library="all"`` no single library's tuner covers every algorithm,
+  so ``auto`` is ``best``.
+- ``best``: the argmin of the time itself, what a perfect tuner plugin would choose.
+
 Results follow nccl-tests: algbw = size / time, busbw = algbw x the collective's factor (GB = 1e9 B).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from commodel.comm.algorithms import (
-    ALGORITHMS,
-    BUSBW_FACTOR,
-    OPS,
-    REDUCING_OPS,
-    SUPPORTED,
-    Point,
-    library_algorithms,
-    protocols_for,
-)
+from commodel.comm import mpi, nccl
 from commodel.comm.fabric import Fabric, fabric_of
+from commodel.comm.mpi import BUSBW_FACTOR, OPS, REDUCING_OPS, Point
 from commodel.comm.p2p import BASE_LATENCY_S, PROTOCOLS
 from commodel.errors import CommodelError, unknown
 from commodel.hardware.cluster import Cluster
 
-LIBRARIES = ("all", "nccl")
+LIBRARIES = ("nccl", "all")
+POLICIES = ("auto", "best")
+ALGORITHMS = (*nccl.tables.ALGOS, *mpi.ALGORITHMS)
 COLUMNS = [
     "op",
     "algo",
@@ -35,6 +38,9 @@ COLUMNS = [
     "size_bytes",
     "gpus",
     "nodes",
+    "domains",
+    "channels",
+    "chunk_bytes",
     "time_s",
     "algbw_GBps",
     "busbw_GBps",
@@ -46,14 +52,76 @@ def check_op(op: str) -> None:
         raise unknown("collective", op, OPS)
 
 
-def available(algo: str, fab: Fabric, nodes: ArrayLike) -> np.ndarray:
-    """Whether ``algo`` can run with ``nodes`` nodes on ``fab`` (NVLS: one node with an NVLS switch)."""
-    nodes = np.asarray(nodes)
-    if algo == "nvls":
-        return (nodes == 1) & (fab.nvls_Bps is not None)
-    if algo == "hierarchical":
-        return nodes > 1
-    return np.ones(nodes.shape, dtype=bool)
+def library_algorithms(op: str, library: str) -> tuple[str, ...]:
+    """Algorithms a library offers for ``op``: NCCL's (its point-to-point path for alltoall and
+    sendrecv), or with ``all`` every algorithm commodel models."""
+    if library not in LIBRARIES:
+        raise unknown("library", library, LIBRARIES)
+    own = nccl.NCCL_ALGORITHMS.get(op, ("direct",))
+    return own if library == "nccl" else (*own, *(a for a in mpi.SUPPORTED[op] if a not in own))
+
+
+def protocols_for(algo: str, fab: Fabric) -> tuple[str, ...]:
+    """Protocols ``algo`` can use on ``fab``."""
+    if algo in nccl.tables.ALGOS:
+        return nccl.protocols(algo, fab)
+    return tuple(p for p in PROTOCOLS if p != "ll128" or fab.ll128)
+
+
+def candidates(op: str, fab: Fabric, algos: tuple[str, ...] | None = None) -> list[tuple[str, str]]:
+    """Every (algorithm, protocol) pair that implements ``op`` on ``fab`` (restricted to ``algos``)."""
+    check_op(op)
+    names = library_algorithms(op, "all") if algos is None else algos
+    return [(a, p) for a in names for p in protocols_for(a, fab)]
+
+
+def _arrays(size_bytes: ArrayLike, ranks: ArrayLike, nodes: ArrayLike) -> tuple[np.ndarray, ...]:
+    """Sizes, ranks and domains as float arrays, not broadcast against each other: everything that
+    depends on ranks and domains only (graphs, latencies) is priced once per layout, not per size."""
+    return tuple(np.asarray(v, dtype=float) for v in (size_bytes, ranks, nodes))
+
+
+def _nccl_available(op: str, algo: str, fab: Fabric, p: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    return nccl.available(op, algo, fab, p / nodes, nodes)
+
+
+def pair_time(
+    op: str,
+    algo: str,
+    protocol: str,
+    size_bytes: ArrayLike,
+    ranks: ArrayLike,
+    nodes: ArrayLike,
+    fab: Fabric,
+    channels: ArrayLike | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(seconds, channels, chunk bytes) of ``op`` with one algorithm and protocol over ``ranks`` GPUs
+    in ``nodes`` scale-up domains; ``inf`` where the algorithm cannot run, 0 for one rank."""
+    check_op(op)
+    if algo not in ALGORITHMS:
+        raise unknown("algorithm", algo, ALGORITHMS)
+    if protocol not in PROTOCOLS:
+        raise unknown("protocol", protocol, PROTOCOLS)
+    n, p, N = _arrays(size_bytes, ranks, nodes)
+    shape = np.broadcast_shapes(n.shape, p.shape, N.shape)
+    if algo in nccl.tables.ALGOS:
+        ok = _nccl_available(op, algo, fab, p, N) if algo in nccl.NCCL_ALGORITHMS.get(op, ()) else p < 0
+        if not ok.any():
+            zeros = np.zeros(shape)
+            return np.broadcast_to(np.where(p <= 1, 0.0, np.inf), shape), zeros, zeros
+        with np.errstate(divide="ignore", invalid="ignore"):
+            time, used, chunk = nccl.physical_time(op, algo, protocol, n, p, N, fab, channels)
+    else:
+        ok = mpi.available(algo, N) & (algo in mpi.SUPPORTED[op])
+        point = Point(n=n, p=p, nodes=N, fab=fab, protocol=protocol, reduces=op in REDUCING_OPS)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            time = fab.call_time(BASE_LATENCY_S[protocol] + mpi.ALGORITHMS[algo](op, point))
+        used, chunk = np.ones(shape), np.broadcast_to(n, shape)
+    if fab.unpack and protocol != "simple":  # device-unpack net plugins carry only Simple across nodes
+        ok = ok & (N <= 1)
+    time = np.where(ok, time, np.inf)
+    full = [np.broadcast_to(v, shape) for v in (np.where(p <= 1, 0.0, time), np.where(ok, used, 0.0))]
+    return full[0], full[1], np.broadcast_to(np.where(ok, chunk, 0.0), shape)
 
 
 def collective_time(
@@ -65,35 +133,19 @@ def collective_time(
     nodes: ArrayLike,
     fab: Fabric,
 ) -> np.ndarray:
-    """Time in seconds of ``op`` with one algorithm and protocol; inputs broadcast against each other.
-
-    Points where the algorithm cannot run get ``inf`` (so an argmin skips them); one rank costs 0.
-    """
-    check_op(op)
-    if algo not in ALGORITHMS:
-        raise unknown("algorithm", algo, ALGORITHMS)
-    if protocol not in PROTOCOLS:
-        raise unknown("protocol", protocol, PROTOCOLS)
-    n, p, N = np.broadcast_arrays(
-        np.asarray(size_bytes, dtype=float),
-        np.asarray(ranks, dtype=float),
-        np.asarray(nodes, dtype=float),
-    )
-    ok = available(algo, fab, N)
-    if not ok.any():
-        return np.where(p <= 1, 0.0, np.inf)
-    point = Point(n=n, p=p, nodes=N, fab=fab, protocol=protocol, reduces=op in REDUCING_OPS)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cost = ALGORITHMS[algo](op, point)
-    t = np.where(ok, fab.launch_s + BASE_LATENCY_S[protocol] + cost, np.inf)
-    return np.where(p <= 1, 0.0, t)
+    """Time in seconds of ``op`` with one algorithm and protocol (see :func:`pair_time`)."""
+    return pair_time(op, algo, protocol, size_bytes, ranks, nodes, fab)[0]
 
 
-def candidates(op: str, fab: Fabric, algos: tuple[str, ...] | None = None) -> list[tuple[str, str]]:
-    """Every (algorithm, protocol) pair that implements ``op`` on ``fab`` (restricted to ``algos``)."""
-    check_op(op)
-    names = SUPPORTED[op] if algos is None else algos
-    return [(a, p) for a in names for p in protocols_for(a, fab)]
+@dataclass(frozen=True)
+class Choice:
+    """The chosen (algorithm, protocol) per point, its time, channels and chunk size."""
+
+    time_s: np.ndarray
+    algo: np.ndarray
+    protocol: np.ndarray
+    channels: np.ndarray
+    chunk_bytes: np.ndarray
 
 
 def price(
@@ -109,6 +161,28 @@ def price(
     return pairs, np.stack([collective_time(op, a, pr, size_bytes, ranks, nodes, fab) for a, pr in pairs])
 
 
+def tuner_cost(
+    op: str,
+    size_bytes: ArrayLike,
+    ranks: ArrayLike,
+    nodes: ArrayLike,
+    fab: Fabric,
+    pairs: list[tuple[str, str]],
+) -> np.ndarray:
+    """NCCL's own predicted time of every pair (shape (pairs, *points)); ``inf`` where a pair cannot
+    run or is not one NCCL's tuner prices (then the physical time stands in)."""
+    n, p, N = _arrays(size_bytes, ranks, nodes)
+    rows = []
+    for algo, proto in pairs:
+        if algo in nccl.NCCL_ALGORITHMS.get(op, ()):
+            ok = _nccl_available(op, algo, fab, p, N)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rows.append(np.where(ok, nccl.tuner_time(op, algo, proto, n, p, N, fab), np.inf))
+        else:
+            rows.append(collective_time(op, algo, proto, n, p, N, fab))
+    return np.stack(rows)
+
+
 def tune(
     op: str,
     size_bytes: ArrayLike,
@@ -116,21 +190,34 @@ def tune(
     nodes: ArrayLike,
     fab: Fabric,
     pairs: list[tuple[str, str]] | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Fastest (algorithm, protocol) per point among ``pairs`` (default: all candidates).
+    policy: str = "best",
+) -> Choice:
+    """The chosen pair per point among ``pairs`` (default: all candidates) under ``policy``:
+    ``auto`` (NCCL's tuner decides) or ``best`` (the fastest)."""
+    if policy not in POLICIES:
+        raise unknown("policy", policy, POLICIES)
+    pairs = candidates(op, fab) if pairs is None else pairs
+    results = [pair_time(op, a, pr, size_bytes, ranks, nodes, fab) for a, pr in pairs]
+    times = np.stack([r[0] for r in results])
+    cost = tuner_cost(op, size_bytes, ranks, nodes, fab, pairs) if policy == "auto" else times
+    cost = np.where(np.isfinite(times), cost, np.inf)  # never choose what cannot run
+    best = np.argmin(cost, axis=0)
 
-    Returns ``(time_s, algo, protocol)`` arrays: the argmin of the same cost that reports the time.
-    """
-    pairs, times = price(op, size_bytes, ranks, nodes, fab, pairs)
-    best = np.argmin(times, axis=0)
-    time = np.take_along_axis(times, best[None], axis=0)[0]
-    algo = np.array([a for a, _ in pairs])[best]
-    protocol = np.array([pr for _, pr in pairs])[best]
-    return time, algo, protocol
+    def pick(stack: np.ndarray) -> np.ndarray:
+        return np.take_along_axis(stack, best[None], axis=0)[0]
+
+    return Choice(
+        time_s=pick(times),
+        algo=np.array([a for a, _ in pairs])[best],
+        protocol=np.array([pr for _, pr in pairs])[best],
+        channels=pick(np.stack([r[1] for r in results])),
+        chunk_bytes=pick(np.stack([r[2] for r in results])),
+    )
 
 
-def resolve_layout(cluster: Cluster, gpus: int | None) -> tuple[int, int]:
-    """Ranks and nodes for ``gpus`` GPUs spread evenly over the cluster's nodes (default: all GPUs)."""
+def resolve_layout(cluster: Cluster, gpus: int | None) -> tuple[int, int, int]:
+    """(ranks, nodes, scale-up domains) for ``gpus`` GPUs spread evenly over the cluster's nodes
+    (default: all GPUs)."""
     total, nodes = cluster.total_gpus, cluster.nodes
     gpus = total if gpus is None else gpus
     if gpus < 1:
@@ -142,7 +229,20 @@ def resolve_layout(cluster: Cluster, gpus: int | None) -> tuple[int, int]:
         )
     if gpus % nodes:
         raise CommodelError(f"{gpus} GPUs do not spread evenly over {nodes} nodes; use a multiple of {nodes}")
-    return gpus, nodes
+    return gpus, nodes, domains_of(cluster, nodes)
+
+
+def domains_of(cluster: Cluster, nodes: int) -> int:
+    """Scale-up domains ``nodes`` nodes fill (a domain may span several nodes, as in NVL72)."""
+    per_domain = max(cluster.domain_gpus // cluster.gpus_per_node, 1)
+    if nodes <= per_domain:
+        return 1
+    if nodes % per_domain:
+        raise CommodelError(
+            f"{nodes} nodes of {cluster.name} do not fill whole {cluster.domain_gpus}-GPU scale-up domains "
+            f"of {per_domain} nodes; use a multiple of {per_domain}"
+        )
+    return nodes // per_domain
 
 
 def run(
@@ -152,20 +252,20 @@ def run(
     gpus: int | None = None,
     algo: str = "auto",
     protocol: str = "auto",
-    library: str = "all",
+    library: str = "nccl",
+    channels: int | None = None,
+    fab: Fabric | None = None,
 ) -> pd.DataFrame:
     """nccl-tests-like table of ``op`` over ``sizes`` on ``gpus`` GPUs of ``cluster``.
 
-    ``algo``/``protocol`` = ``auto`` picks the fastest per size among the algorithms of ``library``
-    (``all`` models, or those ``nccl`` implements); naming one restricts the choice and raises
-    :class:`CommodelError` if it cannot run here.
+    ``algo``: ``auto`` (the library's own choice), ``best`` (the fastest) or one algorithm;
+    ``protocol``: ``auto`` or one protocol; ``channels`` forces a channel count (as a tuner plugin
+    may). Raises :class:`CommodelError` if the request cannot run here.
     """
     check_op(op)
-    if library not in LIBRARIES:
-        raise unknown("library", library, LIBRARIES)
-    fab = fabric_of(cluster)
-    ranks, nodes = resolve_layout(cluster, gpus)
-    algos = _requested_algos(op, algo, fab, nodes, cluster, library)
+    fab = fab or fabric_of(cluster)
+    ranks, nodes, domains = resolve_layout(cluster, gpus)
+    algos = _requested_algos(op, algo, fab, ranks, domains, cluster, library)
     pairs = candidates(op, fab, algos)
     if protocol != "auto":
         if protocol not in PROTOCOLS:
@@ -173,32 +273,53 @@ def run(
         pairs = [(a, p) for a, p in pairs if p == protocol]
         if not pairs:
             raise CommodelError(f"protocol '{protocol}' is not available for {algo} on {cluster.name}")
+    if channels is not None and channels < 1:
+        raise CommodelError(f"--channels must be at least 1, got {channels}")
     sizes = np.asarray(sizes, dtype=float)
-    time, chosen, proto = tune(op, sizes, ranks, nodes, fab, pairs)
-    return results_frame(op, sizes, ranks, nodes, time, chosen, proto)
+    policy = "best" if algo == "best" or library == "all" else "auto"
+    if channels is None:
+        choice = tune(op, sizes, ranks, domains, fab, pairs, policy)
+    else:
+        choice = _forced_channels(op, sizes, ranks, domains, fab, pairs, channels)
+    return results_frame(op, sizes, ranks, nodes, domains, choice)
+
+
+def _forced_channels(
+    op: str, sizes: np.ndarray, ranks: int, domains: int, fab: Fabric, pairs: list, channels: int
+) -> Choice:
+    """The fastest pair when every call runs ``channels`` channels."""
+    results = [pair_time(op, a, pr, sizes, ranks, domains, fab, channels) for a, pr in pairs]
+    times = np.stack([r[0] for r in results])
+    best = np.argmin(times, axis=0)
+    pick = lambda stack: np.take_along_axis(stack, best[None], axis=0)[0]  # noqa: E731
+    return Choice(
+        pick(times),
+        np.array([a for a, _ in pairs])[best],
+        np.array([pr for _, pr in pairs])[best],
+        pick(np.stack([r[1] for r in results])),
+        pick(np.stack([r[2] for r in results])),
+    )
 
 
 def results_frame(
-    op: str,
-    sizes: np.ndarray,
-    ranks: int,
-    nodes: int,
-    time: np.ndarray,
-    algo: np.ndarray,
-    protocol: np.ndarray,
+    op: str, sizes: np.ndarray, ranks: int, nodes: int, domains: int, choice: Choice
 ) -> pd.DataFrame:
     """Assemble the nccl-tests columns; a single rank moves nothing (time, algbw, busbw all 0)."""
+    time = choice.time_s
     moved = time > 0
     algbw = np.divide(sizes, time, out=np.zeros_like(sizes), where=moved) / 1e9
     busbw = algbw * BUSBW_FACTOR[op](np.float64(ranks))
     return pd.DataFrame(
         {
             "op": op,
-            "algo": algo,
-            "protocol": protocol,
+            "algo": choice.algo,
+            "protocol": choice.protocol,
             "size_bytes": sizes.astype(np.int64),
             "gpus": ranks,
             "nodes": nodes,
+            "domains": domains,
+            "channels": choice.channels.astype(np.int64),
+            "chunk_bytes": choice.chunk_bytes.astype(np.int64),
             "time_s": time,
             "algbw_GBps": algbw,
             "busbw_GBps": busbw,
@@ -208,20 +329,34 @@ def results_frame(
 
 
 def _requested_algos(
-    op: str, algo: str, fab: Fabric, nodes: int, cluster: Cluster, library: str
+    op: str, algo: str, fab: Fabric, ranks: int, domains: int, cluster: Cluster, library: str
 ) -> tuple[str, ...]:
-    if algo == "auto":
-        return tuple(a for a in library_algorithms(op, library, fab) if available(a, fab, nodes))
+    offered = library_algorithms(op, library)
+    if algo in POLICIES:
+        return offered
     if algo not in ALGORITHMS:
-        raise unknown("algorithm", algo, ("auto", *ALGORITHMS))
-    if algo not in SUPPORTED[op]:
-        raise CommodelError(f"{op} has no '{algo}' algorithm; choose from: auto, {', '.join(SUPPORTED[op])}")
-    if algo == "nvls" and fab.nvls_Bps is None:
+        raise unknown("algorithm", algo, (*POLICIES, *ALGORITHMS))
+    every = library_algorithms(op, "all")
+    if algo not in every:
+        raise CommodelError(f"{op} has no '{algo}' algorithm; choose from: auto, best, {', '.join(every)}")
+    time = collective_time(op, algo, protocols_for(algo, fab)[-1], 2**20, ranks, domains, fab)
+    if not np.all(np.isfinite(time)):
         raise CommodelError(
-            f"{cluster.name} cannot run nvls: its {cluster.system.scale_up.link} fabric "
-            f"({cluster.scale_up.switch or cluster.scale_up.kind}) has no in-switch reduction"
+            f"'{algo}' cannot run {op} on {ranks} GPUs of {cluster.name} here: {_why(algo, fab, domains)}"
         )
-    if not available(algo, fab, nodes):
-        reason = "nvls reduces inside one node; use hierarchical" if algo == "nvls" else "needs nodes > 1"
-        raise CommodelError(f"'{algo}' cannot run on {nodes} node(s): {reason}")
     return (algo,)
+
+
+def _why(algo: str, fab: Fabric, domains: int) -> str:
+    """Why an algorithm is unavailable, in the user's terms."""
+    reasons = {
+        "nvls": "NVLS needs an NVLink switch that reduces (NVLink SHARP) and one scale-up domain"
+        + ("; across domains use nvls-tree" if domains > 1 else ""),
+        "nvls-tree": "NVLS-tree needs NVLink SHARP inside each domain and more than one domain",
+        "collnet-direct": "CollNet needs a scale-out network that reduces (SHARP, --sharp) and several domains",
+        "collnet-chain": "CollNet needs a scale-out network that reduces (SHARP, --sharp) and several domains",
+        "pat": "PAT runs with one GPU per node across several nodes",
+        "hierarchical": "the two-level algorithm needs more than one domain",
+        "tree": "RCCL does not use its tree inside one MI300X node",
+    }
+    return reasons.get(algo, f"{fab.library.upper()} has no such path here")

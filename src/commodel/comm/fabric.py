@@ -1,6 +1,16 @@
 """The communication parameters of a cluster, reduced to the numbers the cost formulas use.
 
-All bandwidths are *achievable* bytes/s per direction (vendor rate x calibrated efficiency).
+A *domain* is what one scale-up fabric joins: a node's NVSwitch or xGMI mesh, or a rack-scale NVLink
+domain spanning several nodes (GB200 NVL72: 72 GPUs in 18 trays). NCCL treats a domain as one node
+(a multi-node NVLink clique), so "nodes" in every collective formula count domains.
+
+Two views of the same hardware are kept side by side:
+
+- **achievable** bandwidths (bytes/s per direction: vendor rate x measured or assumed efficiency),
+  which price the time a collective takes;
+- **NCCL's own view** (GB/s, :mod:`commodel.comm.tables`): NVLink per-link speed by architecture,
+  NIC line rate / 8, xGMI per-link speed, which its topology search and tuner read to choose an
+  algorithm, protocol and channel count.
 """
 
 from __future__ import annotations
@@ -10,70 +20,174 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from commodel.comm import tables
 from commodel.hardware.cluster import Cluster
 
-#: NVLS latency: NCCL tuning.cc hwLat[NVLink][NVLS][Simple] = 25 us. NCCL's tuner uses this value to
-#: decide when NVLS pays off; a CUDA-graph 2-GPU measurement (h100-ar-lat2) is lower, 5.8 us.
-NVLS_LATENCY_S = 25e-6
+#: How calls reach the GPU (a software setting of the run, not hardware): ``stream`` launches every
+#: call as its own kernel (nccl-tests' default), ``graph`` replays calls captured in a CUDA graph.
+#: Back-to-back calls overlap the host's work with the previous kernel, so a call takes
+#: ``max(kernel + start, host)``: ``start`` is the launch overhead (stream) or one graph node (graph)
+#: before the kernel runs; ``host`` is that cost for every GPU one process drives (nccl-tests ``-g``),
+#: since a single process launches each call on its GPUs one after another. Graph capture registers
+#: the user buffers, so NVLS runs zero-copy at its measured latency (the link's ``nvls_latency``).
+LAUNCH_MODES = ("stream", "graph")
+
+#: Cost of one kernel node in a replayed CUDA graph: measurement graph-replay (15 us + 0.58 us per node).
+GRAPH_NODE_S = 0.58e-6
+
+#: Extra switch hops an inter-node step crosses when the scale-out network is not rail-optimized
+#: (leaf, spine, leaf instead of one leaf).
+OFF_RAIL_HOPS = 2
 
 
 @dataclass(frozen=True)
 class Fabric:
-    """Scale-up and scale-out parameters of one cluster."""
+    """Scale-up and scale-out parameters of one cluster, per scale-up domain."""
 
+    library: str
+    arch: str
+    cpu: str
     topology: str
-    gpus_per_node: int
+    domain: int
     link_Bps: float
+    link_line_Bps: float
     links_per_gpu: int
+    up_class: str
     nic_Bps: float
-    nics_per_node: int
-    intra_step_s: dict[str, float]
-    inter_step_s: dict[str, float]
+    nic_line_Bps: float
+    nics_per_domain: float
+    net_latency_s: float
+    off_rail_s: float
     nvls_Bps: float | None
-    nvls_latency_s: float
+    sharp: bool
     reduce_Bps: float
+    start_s: float
+    host_s: float
     ll128: bool
-    launch_s: float
+    unpack: bool = False
+    ring_step_s: float | None = None
+    nvls_latency_s: float | None = None
 
-    def intra_Bps(self, ranks_per_node: ArrayLike) -> np.ndarray:
-        """Per-GPU bandwidth inside a node for ``ranks_per_node`` participating GPUs.
+    def call_time(self, kernel_s: ArrayLike) -> np.ndarray:
+        """Time per call of back-to-back calls whose kernel takes ``kernel_s``: ``max(kernel + start,
+        host)`` (:data:`LAUNCH_MODES`)."""
+        return np.maximum(np.asarray(kernel_s) + self.start_s, self.host_s)
+
+    @property
+    def nvidia(self) -> bool:
+        return self.library == "nccl"
+
+    @property
+    def arch_index(self) -> int:
+        """NCCL's architecture index (0 Volta .. 3 Blackwell); AMD GPUs take Ampere's row."""
+        return tables.ARCHS.index(self.arch) if self.arch in tables.ARCHS else 1
+
+    @property
+    def speed_family(self) -> str:
+        """Which of NCCL's search speed arrays applies."""
+        if not self.nvidia:
+            return "amd"
+        return {"hopper": "hopper", "blackwell": "blackwell"}.get(self.arch, "pre_hopper")
+
+    # --- achievable bandwidths (bytes/s) ----------------------------------------------------------
+
+    def up_Bps(self, ranks_per_domain: ArrayLike) -> np.ndarray:
+        """Per-GPU scale-up bandwidth when ``ranks_per_domain`` GPUs of a domain take part.
 
         switch and pcie: every GPU drives its own ports (``links x link``); mesh: a GPU reaches each of
         the other g - 1 participants over its own direct links, so ring-like and all-to-all patterns
         use ``(g - 1) x links x link`` in aggregate.
         """
-        g = np.asarray(ranks_per_node, dtype=float)
+        g = np.asarray(ranks_per_domain, dtype=float)
         per_gpu = self.links_per_gpu * self.link_Bps
         if self.topology == "mesh":
             return np.maximum(g - 1, 1) * per_gpu
         return np.full_like(g, per_gpu)
 
-    def node_net_Bps(self, ranks_per_node: ArrayLike) -> np.ndarray:
-        """Scale-out bandwidth of one node when ``ranks_per_node`` GPUs take part (rail-aligned NICs)."""
-        g = np.asarray(ranks_per_node, dtype=float)
-        return np.minimum(self.nics_per_node, g) * self.nic_Bps
+    def net_Bps(self, ranks_per_domain: ArrayLike) -> np.ndarray:
+        """Scale-out bandwidth of one domain when ``ranks_per_domain`` of its GPUs take part (each
+        drives the NICs on its rail)."""
+        g = np.asarray(ranks_per_domain, dtype=float)
+        return np.minimum(self.nics_per_domain, g) * self.nic_Bps
+
+    # --- NCCL's view (GB/s) -------------------------------------------------------------------
+
+    def nccl_up_GBps(self, ranks_per_domain: ArrayLike) -> np.ndarray:
+        """A GPU's total scale-up bandwidth as NCCL's topology sees it (digest 3.1, 7.5)."""
+        g = np.asarray(ranks_per_domain, dtype=float)
+        if self.topology == "mesh":
+            per_link = tables.XGMI_LINK_BW.get(self.arch, self.link_line_Bps / 1e9)
+            return np.maximum(g - 1, 1) * self.links_per_gpu * per_link
+        if self.up_class == "nvlink":
+            return np.full_like(g, self.links_per_gpu * tables.NVLINK_LINK_BW[self.arch_index])
+        return np.full_like(g, self.links_per_gpu * self.link_line_Bps / 1e9)
+
+    def nccl_path_GBps(self, ranks_per_domain: ArrayLike) -> np.ndarray:
+        """The best single GPU-to-GPU path inside a domain, as NCCL sees it (one peer on a mesh)."""
+        g = np.asarray(ranks_per_domain, dtype=float)
+        if self.topology == "mesh":
+            return self.nccl_up_GBps(g) / np.maximum(g - 1, 1)
+        return self.nccl_up_GBps(g)
+
+    @property
+    def nccl_nic_GBps(self) -> float:
+        """NIC speed as NCCL reads it: port rate in Mb/s / 8000 (digest 3.1)."""
+        return self.nic_line_Bps / 1e9
 
 
-def fabric_of(cluster: Cluster) -> Fabric:
-    """Extract the cost-model parameters of ``cluster`` from its hardware records."""
+def fabric_of(
+    cluster: Cluster,
+    sharp: bool = False,
+    launch: str = "stream",
+    nvls: bool = True,
+    gpus_per_process: int = 1,
+) -> Fabric:
+    """Extract the cost-model parameters of ``cluster`` from its hardware records.
+
+    Run settings: ``sharp`` lets the scale-out switches reduce (CollNet/SHARP) where the fabric can;
+    ``launch`` is how calls reach the GPU (:data:`LAUNCH_MODES`) and ``gpus_per_process`` how many
+    GPUs one process drives (nccl-tests ``-g``; 1 with one process per GPU); ``nvls=False`` disables
+    NVLink SHARP (``NCCL_NVLS_ENABLE=0``).
+    """
+    from commodel.errors import unknown
+
+    if launch not in LAUNCH_MODES:
+        raise unknown("launch mode", launch, LAUNCH_MODES)
+    if gpus_per_process < 1:
+        from commodel.errors import CommodelError
+
+        raise CommodelError(f"GPUs per process must be at least 1, got {gpus_per_process}")
     up, out, gpu = cluster.scale_up, cluster.scale_out, cluster.gpu
-    nvls = None
+    system = cluster.system
+    multimem = None
     if up.in_network_reduction and up.reduction_efficiency is not None:
-        links = cluster.system.scale_up.links_per_gpu.value
-        nvls = links * up.bandwidth.value * up.reduction_efficiency.value
+        multimem = system.scale_up.links_per_gpu.value * up.bandwidth.value * up.reduction_efficiency.value
+    nodes_per_domain = cluster.domain_gpus / cluster.gpus_per_node
+    start = gpu.launch_overhead.value if launch == "stream" else GRAPH_NODE_S
+    off_rail = 0.0 if system.scale_out.rail_optimized else OFF_RAIL_HOPS * out.latency.value
     return Fabric(
-        topology=cluster.system.scale_up.topology,
-        gpus_per_node=cluster.gpus_per_node,
+        library="nccl" if gpu.vendor == "nvidia" else "rccl",
+        arch=gpu.architecture,
+        cpu=system.cpu,
+        topology=system.scale_up.topology,
+        domain=cluster.domain_gpus,
         link_Bps=up.bandwidth.value * up.efficiency.value,
-        links_per_gpu=int(cluster.system.scale_up.links_per_gpu.value),
+        link_line_Bps=up.bandwidth.value,
+        links_per_gpu=int(system.scale_up.links_per_gpu.value),
+        up_class="pci" if up.kind == "pcie" else "nvlink",
         nic_Bps=out.bandwidth.value * out.efficiency.value,
-        nics_per_node=int(cluster.system.scale_out.nics_per_node.value),
-        intra_step_s={p: up.step_latency[p] for p in ("ll", "ll128", "simple")},
-        inter_step_s={p: out.step_latency[p] for p in ("ll", "ll128", "simple")},
-        nvls_Bps=nvls,
-        nvls_latency_s=NVLS_LATENCY_S,
+        nic_line_Bps=out.bandwidth.value,
+        nics_per_domain=system.scale_out.nics_per_node.value * max(nodes_per_domain, 1.0),
+        net_latency_s=out.net_plugin_latency.value if out.net_plugin_latency else 0.0,
+        off_rail_s=off_rail,
+        nvls_Bps=multimem if nvls else None,
+        sharp=bool(sharp and out.in_network_reduction),
         # A local reduction reads two operands and writes one: 3 bytes of HBM traffic per byte.
         reduce_Bps=gpu.memory_bandwidth.value * gpu.memory_efficiency.value / 3,
+        start_s=start,
+        host_s=start * gpus_per_process,
         ll128=gpu.vendor == "nvidia" and up.kind == "nvlink",
-        launch_s=gpu.launch_overhead.value,
+        unpack=out.device_unpack,
+        ring_step_s=up.ring_step_latency.value if up.ring_step_latency else None,
+        nvls_latency_s=up.nvls_latency.value if up.nvls_latency and launch == "graph" else None,
     )

@@ -14,10 +14,12 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-PROTOCOLS = ("ll", "ll128", "simple")
+from commodel.comm import tables
+
+PROTOCOLS = tables.PROTOCOLS
 
 #: Base latency per protocol in seconds: NCCL tuning.cc ``baseLat`` (Ring row: 6.6, 14.0, 8.4 us).
-BASE_LATENCY_S = {"ll": 6.6e-6, "ll128": 14.0e-6, "simple": 8.4e-6}
+BASE_LATENCY_S = dict(zip(PROTOCOLS, tables.BASE_LAT[tables.ALGOS.index("ring")] * 1e-6, strict=True))
 
 
 def protocol_bandwidth_factor(protocol: str, reduces: bool) -> float:

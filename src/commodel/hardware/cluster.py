@@ -11,7 +11,11 @@ from commodel.hardware.schema import GPU, Link, System
 
 @dataclass(frozen=True)
 class Cluster:
-    """``nodes`` nodes of ``system`` with the GPU and link records it names."""
+    """``nodes`` nodes of ``system`` with the GPU and link records it names.
+
+    ``partition``: GPUs per scale-up domain when a rack-scale domain is partitioned (GB200 NVL72 run
+    as NVL4 trays or NVL8 pairs over the scale-out network); ``None`` uses the whole domain.
+    """
 
     name: str
     system: System
@@ -19,6 +23,7 @@ class Cluster:
     scale_up: Link
     scale_out: Link
     nodes: int
+    partition: int | None = None
 
     @property
     def gpus_per_node(self) -> int:
@@ -28,12 +33,33 @@ class Cluster:
     def total_gpus(self) -> int:
         return self.gpus_per_node * self.nodes
 
+    @property
+    def full_domain(self) -> int:
+        """GPUs one scale-up fabric joins: the system's NVLink domain, or one node."""
+        domain = self.system.scale_up.domain
+        return int(domain.value) if domain is not None else self.gpus_per_node
+
+    @property
+    def domain_gpus(self) -> int:
+        """GPUs per scale-up domain as this cluster runs (a partition, or the full domain)."""
+        return self.partition or self.full_domain
+
+    @property
+    def nvls(self) -> bool:
+        """Whether the scale-up switches reduce in the network (NVLink SHARP)."""
+        return self.scale_up.in_network_reduction
+
 
 def cluster(
-    system: str, nodes: int = 1, db: HardwareDB | None = None, scale_out: str | None = None
+    system: str,
+    nodes: int = 1,
+    db: HardwareDB | None = None,
+    scale_out: str | None = None,
+    partition: int | None = None,
 ) -> Cluster:
     """Resolve ``system`` (a name in the hardware database) into a cluster of ``nodes`` nodes,
-    optionally joined by another scale-out fabric than the system's own (same NICs per node)."""
+    optionally joined by another scale-out fabric than the system's own (same NICs per node) and
+    with its scale-up domain cut into partitions of ``partition`` GPUs."""
     db = db or default_db()
     if nodes < 1:
         raise CommodelError(f"a cluster needs at least one node, got {nodes}")
@@ -41,7 +67,7 @@ def cluster(
     fabric = db.link(scale_out or record.scale_out.link)
     if fabric.endpoint_power is None:
         raise CommodelError(f"'{scale_out}' is not a scale-out fabric (it has no endpoint_power)")
-    return Cluster(
+    built = Cluster(
         name=system,
         system=record,
         gpu=db.gpu(record.gpu),
@@ -49,3 +75,12 @@ def cluster(
         scale_out=fabric,
         nodes=int(nodes),
     )
+    if partition is not None:
+        full = built.full_domain
+        if partition < 1 or full % partition:
+            raise CommodelError(
+                f"a partition of {partition} GPUs does not divide {system}'s {full}-GPU scale-up domain; "
+                f"use a divisor of {full}"
+            )
+        built = Cluster(**{**built.__dict__, "partition": int(partition)})
+    return built

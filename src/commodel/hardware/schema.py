@@ -49,22 +49,20 @@ class GPU(Strict):
         return v
 
 
-class StepLatency(Strict):
-    """Per-step latency of each NCCL protocol over one hop of this link kind."""
-
-    ll: Duration
-    ll128: Duration
-    simple: Duration
-
-    def __getitem__(self, protocol: str) -> float:
-        return getattr(self, protocol).value
-
-
 class Link(Strict):
-    """A link or fabric port: bandwidth per direction, latencies, achievable efficiency.
+    """A link or fabric port: bandwidth per direction, latency per hop, achievable efficiency.
 
     ``endpoint_power`` (scale-out fabrics): the switch power one endpoint adds in a two-tier fat tree
     (three ports: leaf down, leaf up, spine, with optics); the NIC itself is in the node's power.
+    ``net_plugin_latency``: the latency a NIC's NCCL net plugin reports (NCCL's ``latencyInter``, added
+    to every inter-node step, twice for Simple); absent means unreported (0), as for InfiniBand.
+    ``device_unpack``: the NCCL net plugin lands data in bounce buffers that a GPU kernel unpacks
+    (GPUDirect-TCPX/TCPXO); NCCL then runs only the Simple protocol across nodes.
+    ``ring_step_latency`` and ``nvls_latency``: measured latencies of a Simple ring step and of a
+    zero-copy NVLS call (registered buffers, as in CUDA graphs) on this link where they differ from
+    the values NCCL's tuner tables assume (the tables still choose the algorithm; these price it).
+    NCCL's per-step latencies per protocol come from its tuner tables (:mod:`commodel.comm.tables`)
+    by the link's class: NVLink and xGMI, PCIe, or network.
     """
 
     description: str
@@ -72,11 +70,14 @@ class Link(Strict):
     bandwidth: Bandwidth
     latency: Duration
     efficiency: Fraction
-    step_latency: StepLatency
     switch: str = ""
     endpoint_power: Power | None = None
     in_network_reduction: bool = False
     reduction_efficiency: Fraction | None = None
+    net_plugin_latency: Duration | None = None
+    device_unpack: bool = False
+    ring_step_latency: Duration | None = None
+    nvls_latency: Duration | None = None
 
     @model_validator(mode="after")
     def _reduction_needs_efficiency(self) -> Link:
@@ -91,23 +92,32 @@ class ScaleUp(Strict):
     ``switch``: each GPU has ``links_per_gpu`` links to a switch (NVSwitch).
     ``mesh``: each pair of GPUs has ``links_per_gpu`` direct links (xGMI / Infinity Fabric).
     ``pcie``: GPUs talk through the host's PCIe hierarchy, ``links_per_gpu`` x16 ports each.
+    ``domain``: GPUs one scale-up fabric joins when it spans several nodes (GB200 NVL72: 72 GPUs in
+    18 trays of 4); absent means one node.
     """
 
     topology: Literal["switch", "mesh", "pcie"]
     link: str
     links_per_gpu: Count
+    domain: Count | None = None
 
 
 class ScaleOut(Strict):
-    """The fabric between nodes: ``nics_per_node`` ports of ``link``, rail-aligned."""
+    """The fabric between nodes: ``nics_per_node`` ports of ``link``.
+
+    ``rail_optimized``: GPU i of every node reaches the same leaf switch (one hop between rails);
+    otherwise inter-node steps cross two more switch hops.
+    """
 
     link: str
     nics_per_node: Count
+    rail_optimized: bool = True
 
 
 class System(Strict):
     """A node: GPUs of one kind, their scale-up fabric, and its ports to the scale-out fabric.
 
+    ``cpu``: the host CPU's vendor (NCCL prices network overhead and LL bandwidth by it).
     ``node_other_power``: everything in the node but its GPUs (CPUs, memory, NVSwitches, fans, power
     supply losses) at its rated value: the node's maximum power minus its GPUs' TDPs.
     """
@@ -115,6 +125,7 @@ class System(Strict):
     description: str
     gpu: str
     gpus_per_node: Count
+    cpu: Literal["intel", "amd", "arm"]
     node_other_power: Power
     scale_up: ScaleUp
     scale_out: ScaleOut

@@ -1,9 +1,10 @@
 """Communication groups of a parallel layout and what their collectives cost.
 
 Ranks are ordered tp fastest (:mod:`commodel.workloads.layout`), so a group whose members are
-``stride`` ranks apart has ``floor(gpus_per_node / stride)`` members per node (at least one). Every
-GPU of a node runs its own group's collective at the same time, so the node's NICs are shared
-(:func:`shared_nics`). Collectives are priced by NCCL-style tuning, once per distinct size and group.
+``stride`` ranks apart has ``floor(gpus_per_domain / stride)`` members per scale-up domain (at least
+one; a domain is a node, or a rack-scale NVLink domain). Every GPU of a domain runs its own group's
+collective at the same time, so the domain's NICs are shared (:func:`shared_nics`). Collectives take
+NCCL's own choice of algorithm and protocol, priced once per distinct size and group.
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from commodel.comm.algorithms import BUSBW_FACTOR, library_algorithms
-from commodel.comm.collectives import candidates, tune
+from commodel.comm.collectives import candidates, library_algorithms, tune
 from commodel.comm.fabric import Fabric
+from commodel.comm.mpi import BUSBW_FACTOR
 from commodel.vectorize import on_unique
 
 
 @dataclass(frozen=True)
 class Group:
-    """Where a communication group sits: ``ranks`` GPUs, ``per_node`` of them in each node."""
+    """Where a communication group sits: ``ranks`` GPUs, ``per_node`` of them in each scale-up domain."""
 
     ranks: np.ndarray
     per_node: np.ndarray
@@ -36,33 +37,33 @@ class Group:
         return self.nodes > 1
 
 
-def group(ranks: ArrayLike, stride: ArrayLike, gpus_per_node: int) -> Group:
+def group(ranks: ArrayLike, stride: ArrayLike, gpus_per_domain: int) -> Group:
     """A group of ``ranks`` whose members are ``stride`` ranks apart (tp-first rank order)."""
     ranks = np.asarray(ranks, dtype=float)
-    per_node = np.clip(np.floor(gpus_per_node / np.asarray(stride, dtype=float)), 1, ranks)
+    per_node = np.clip(np.floor(gpus_per_domain / np.asarray(stride, dtype=float)), 1, ranks)
     return Group(ranks, per_node)
 
 
 def shared_nics(fab: Fabric) -> Fabric:
-    """The fabric as one of many concurrent groups sees it: every GPU of a node communicates at once,
-    so a group with g GPUs in a node gets g / gpus_per_node of the node's NIC bandwidth."""
-    per_gpu = fab.nics_per_node * fab.nic_Bps / fab.gpus_per_node
-    return dataclasses.replace(fab, nic_Bps=per_gpu, nics_per_node=fab.gpus_per_node)
+    """The fabric as one of many concurrent groups sees it: every GPU of a domain communicates at
+    once, so a group with g GPUs in a domain gets g / domain of the domain's NIC bandwidth."""
+    per_gpu = fab.nics_per_domain * fab.nic_Bps / fab.domain
+    return dataclasses.replace(fab, nic_Bps=per_gpu, nics_per_domain=fab.domain)
 
 
 def collective(op: str, size: ArrayLike, where: Group, fab: Fabric) -> tuple[np.ndarray, np.ndarray]:
-    """(time, per-GPU link bytes/s) of ``op`` on ``size`` bytes over a group, NCCL-tuned."""
-    return priced(op, library_algorithms(op, "nccl", fab), size, where, fab)
+    """(time, per-GPU link bytes/s) of ``op`` on ``size`` bytes over a group, as NCCL chooses it."""
+    return priced(op, library_algorithms(op, "nccl"), size, where, fab, "auto")
 
 
 def priced(
-    op: str, algos: tuple[str, ...], size: ArrayLike, where: Group, fab: Fabric
+    op: str, algos: tuple[str, ...], size: ArrayLike, where: Group, fab: Fabric, policy: str = "best"
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(time, per-GPU link bytes/s) of the fastest of ``algos``, once per distinct group and size."""
+    """(time, per-GPU link bytes/s) of ``algos`` under ``policy``, once per distinct group and size."""
     pairs = candidates(op, fab, algos)
 
     def price(n: np.ndarray, ranks: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        time, _, _ = tune(op, n, ranks, nodes, fab, pairs)
+        time = tune(op, n, ranks, nodes, fab, pairs, policy).time_s
         busbw = np.divide(n, time, out=np.zeros_like(time), where=time > 0) * BUSBW_FACTOR[op](ranks)
         return time, busbw
 

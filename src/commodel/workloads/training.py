@@ -59,8 +59,9 @@ def per_microbatch(
 ) -> dict[str, np.ndarray]:
     """Everything that does not depend on the number of micro-batches: per-layer and per-stage times
     of one micro-batch, the end-of-step data-parallel and optimizer times, and memory parts."""
-    gpu, gpn = cluster.gpu, cluster.gpus_per_node
+    gpu = cluster.gpu
     fab = shared_nics(fabric_of(cluster))
+    gpn = fab.domain
     units = gpu.compute_units.value
     size = bytes_per(dtype)
     hbm = gpu.memory_bandwidth.value * gpu.memory_efficiency.value

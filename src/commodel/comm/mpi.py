@@ -1,14 +1,13 @@
-"""Cost of each (collective, algorithm) pair, excluding the per-call base latency.
+"""The MPI collective algorithms (Thakur, Rabenseifner & Gropp 2005) and NCCL's point-to-point path.
 
+Cost of each (collective, algorithm) pair, excluding the per-call base latency and launch.
 Notation: n bytes (nccl-tests size convention: the per-rank buffer for allreduce, broadcast, reduce,
 sendrecv and alltoall; the gathered/scattered total for allgather and reducescatter), p ranks, N
-nodes, g = p / N ranks per node, placed node-major (ranks 0..g-1 on node 0). ``a_i``/``a_o`` are the
-per-step latencies inside/across nodes, ``B_i`` the per-GPU bandwidth inside the node, ``B_net`` the
-scale-out bandwidth of a node and ``B_o = B_net / g`` its share per GPU when all GPUs cross at once.
-Bandwidths are already scaled by the protocol factor.
-
-Formulas follow Thakur, Rabenseifner & Gropp (2005) for the MPI algorithms and NCCL's tuner
-(src/graph/tuning.cc) for ring, tree and NVLS, and are given in each function's docstring.
+scale-up domains, g = p / N ranks per domain, placed domain-major. ``a_i``/``a_o`` are the per-step
+latencies inside/across domains (NCCL's ring hwLat for the link's class), ``B_i`` the per-GPU
+bandwidth inside the domain, ``B_net`` the scale-out bandwidth of a domain and ``B_o = B_net / g``
+its share per GPU when all GPUs cross at once. Bandwidths are already scaled by the protocol factor.
+NCCL's own ring, tree and NVLS algorithms are in :mod:`commodel.comm.nccl`.
 """
 
 from __future__ import annotations
@@ -18,11 +17,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from commodel.comm import tables
 from commodel.comm.fabric import Fabric
-from commodel.comm.p2p import PROTOCOLS, hockney, protocol_bandwidth_factor
+from commodel.comm.p2p import hockney, protocol_bandwidth_factor
 
 OPS = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv")
 REDUCING_OPS = frozenset({"allreduce", "reducescatter", "reduce"})
+_RING, _CLASSES = tables.ALGOS.index("ring"), {"nvlink": 0, "pci": 1}
 
 #: nccl-tests bus-bandwidth factor: busbw = algbw x factor (p ranks).
 BUSBW_FACTOR: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -60,20 +61,26 @@ class Point:
         return protocol_bandwidth_factor(self.protocol, self.reduces)
 
     @property
+    def _pr(self) -> int:
+        return tables.PROTOCOLS.index(self.protocol)
+
+    @property
     def a_i(self) -> float:
-        return self.fab.intra_step_s[self.protocol]
+        """Per-step latency inside a domain: NCCL's ring hwLat for the scale-up link's class."""
+        return tables.HW_LAT[_CLASSES[self.fab.up_class], _RING, self._pr] * 1e-6
 
     @property
     def a_o(self) -> float:
-        return self.fab.inter_step_s[self.protocol]
+        """Per-step latency across domains: NCCL's NET ring hwLat plus the plugin-reported latency."""
+        return tables.HW_LAT[2, _RING, self._pr] * 1e-6 + self.fab.net_latency_s + self.fab.off_rail_s
 
     @property
     def B_i(self) -> np.ndarray:
-        return self.fab.intra_Bps(self.g) * self.factor
+        return self.fab.up_Bps(self.g) * self.factor
 
     @property
     def B_net(self) -> np.ndarray:
-        return self.fab.node_net_Bps(self.g) * self.factor
+        return self.fab.net_Bps(self.g) * self.factor
 
     @property
     def B_o(self) -> np.ndarray:
@@ -106,59 +113,6 @@ def _steps(x: Point, count: np.ndarray, cost: Callable[[float], np.ndarray]) -> 
     for k in range(int(np.max(count, initial=0))):
         total = total + np.where(k < count, cost(k), 0.0)
     return total
-
-
-# ---------------------------------------------------------------------------------------------------
-# Ring (NCCL)
-# ---------------------------------------------------------------------------------------------------
-
-_RING_STEPS = {"allreduce": 2, "allgather": 1, "reducescatter": 1, "broadcast": 1, "reduce": 1}
-
-
-def ring(op: str, x: Point) -> np.ndarray:
-    """Ring: ``S a + T n / B_ring``.
-
-    S = 2(p-1) steps and T = 2(p-1)/p for allreduce; S = p-1, T = (p-1)/p for allgather and
-    reducescatter; S = p-1, T = 1 for the pipelined broadcast and reduce. Of the S steps,
-    S (N-1)/(p-1) cross nodes (NCCL's nInterSteps). Across nodes NCCL runs one ring per NIC, each
-    crossing a node boundary once per lap, so ``B_ring = min(B_i, B_net)``: the bus bandwidth of
-    a multi-node ring is the node's NIC bandwidth (for example 8 x 24 GB/s on DGX A100).
-    """
-    p = x.p
-    steps = _RING_STEPS[op] * (p - 1)
-    inter_steps = steps * (x.nodes - 1) / np.maximum(p - 1, 1)
-    traffic = {
-        "allreduce": 2 * (p - 1) / p,
-        "allgather": (p - 1) / p,
-        "reducescatter": (p - 1) / p,
-        "broadcast": np.ones_like(p),
-        "reduce": np.ones_like(p),
-    }[op]
-    bw = np.where(x.multi, np.minimum(x.B_i, x.B_net), x.B_i)
-    return (steps - inter_steps) * x.a_i + inter_steps * x.a_o + traffic * x.n / bw
-
-
-# ---------------------------------------------------------------------------------------------------
-# Tree (NCCL: chain inside the node, double binary tree across nodes; pipelined)
-# ---------------------------------------------------------------------------------------------------
-
-
-def tree(op: str, x: Point) -> np.ndarray:
-    """NCCL tree: a chain of g GPUs in each node and a (double) binary tree across N nodes.
-
-    allreduce: latency ``2((g-1) a_i + ceil(lg N) a_o)``; pipelined bandwidth term
-    ``max(2n / B_i, 2n (N-1)/N / B_net)``: each chain GPU sends n up and n down, and a node's NICs
-    carry 2n (N-1)/N (n for two nodes, 2n for many, as in a ring).
-    broadcast/reduce: latency ``(g-1) a_i + ceil(lg N) a_o``, bandwidth ``max(n / B_i,
-    c n / B_net)`` with c = min(2, N-1) children per inner node.
-    """
-    depth = (x.g - 1) * x.a_i + _log2_ceil(x.nodes) * x.a_o
-    chain = np.where(x.g > 1, 1.0, 0.0)
-    if op == "allreduce":
-        net = 2 * x.n * (x.nodes - 1) / x.nodes / x.B_net
-        return 2 * depth + np.maximum(2 * x.n * chain / x.B_i, net)
-    children = np.minimum(2, x.nodes - 1)
-    return depth + np.maximum(x.n * chain / x.B_i, children * x.n / x.B_net)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -248,94 +202,49 @@ def direct(op: str, x: Point) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------------
-# In-switch reduction and two-level algorithms
+# Two-level (rail-aligned) algorithm
 # ---------------------------------------------------------------------------------------------------
 
 
-def _nvls_stage(op: str, x: Point, ranks: np.ndarray) -> np.ndarray:
-    """Bandwidth time of one NVLS stage over ``ranks`` GPUs of a node (Simple protocol only).
-
-    allreduce = multimem ld_reduce (each GPU's links carry n out, n/g back) + multimem st (n/g out, n
-    back): ``n (1 + 1/g) / B_nvls``, hence busbw = B_nvls 2(g-1)/(g+1), above the link rate.
-    reducescatter: ``n / B_nvls``; allgather (multicast store, no reduction): ``n / B_i``.
-    """
-    if op == "allreduce":
-        return x.n * (1 + 1 / ranks) / x.fab.nvls_Bps
-    if op == "reducescatter":
-        return x.n / x.fab.nvls_Bps
-    return x.n / x.B_i
-
-
-def nvls(op: str, x: Point) -> np.ndarray:
-    """NVLink SHARP inside one node: NCCL's NVLS latency plus :func:`_nvls_stage`."""
-    return x.fab.nvls_latency_s + _nvls_stage(op, x, x.p)
-
-
 def hierarchical(op: str, x: Point) -> np.ndarray:
-    """Two-level, rail-aligned: inside the node over NVLink/xGMI, across nodes over each GPU's NIC.
+    """Two-level, rail-aligned: inside the domain over its scale-up links, across domains over each
+    GPU's NIC.
 
     allreduce = intra reduce-scatter + inter allreduce of n/g per rail + intra allgather;
     allgather/reducescatter = inter stage of n/g per rail + intra stage. Stages are pipelined in
     chunks, so the bandwidth term is the slowest stage and the latency term their sum:
-    inter allreduce ``2(N-1) a_o + 2 n (N-1)/N / B_net``; intra ring ``2(g-1) a_i + 2 n (g-1)/g / B_i``
-    (NVLS when the switch reduces: NCCL's NVLS-tree), allgather/reducescatter half of each.
+    inter allreduce ``2(N-1) a_o + 2 n (N-1)/N / B_net``; intra ring ``2(g-1) a_i + 2 n (g-1)/g / B_i``;
+    allgather/reducescatter half of each.
     """
     share = (x.nodes - 1) / x.nodes
     rounds = 2 if op == "allreduce" else 1
     inter = rounds * (x.nodes - 1) * x.a_o, rounds * share * x.n / x.B_net
     intra = rounds * (x.g - 1) * x.a_i, rounds * (x.g - 1) / x.g * x.n / x.B_i
-    if x.fab.nvls_Bps is not None and op != "allgather":
-        intra = x.fab.nvls_latency_s, _nvls_stage(op, x, x.g)
     return inter[0] + intra[0] + np.maximum(inter[1], intra[1])
 
 
 ALGORITHMS: dict[str, Callable[[str, Point], np.ndarray]] = {
-    "ring": ring,
-    "tree": tree,
     "recursive-doubling": recursive_doubling,
     "halving-doubling": halving_doubling,
     "bruck": bruck,
     "pairwise": pairwise,
     "direct": direct,
-    "nvls": nvls,
     "hierarchical": hierarchical,
 }
 
-#: Which algorithms implement which collective.
+#: Which MPI algorithms implement which collective (``direct`` is also NCCL's alltoall and sendrecv).
 SUPPORTED: dict[str, tuple[str, ...]] = {
-    "allreduce": ("ring", "tree", "recursive-doubling", "halving-doubling", "nvls", "hierarchical"),
-    "allgather": ("ring", "recursive-doubling", "bruck", "nvls", "hierarchical"),
-    "reducescatter": ("ring", "halving-doubling", "nvls", "hierarchical"),
-    "broadcast": ("ring", "tree"),
-    "reduce": ("ring", "tree"),
+    "allreduce": ("recursive-doubling", "halving-doubling", "hierarchical"),
+    "allgather": ("recursive-doubling", "bruck", "hierarchical"),
+    "reducescatter": ("halving-doubling", "hierarchical"),
+    "broadcast": (),
+    "reduce": (),
     "alltoall": ("pairwise", "bruck", "direct"),
     "sendrecv": ("direct",),
 }
 
 
-#: The algorithms NCCL implements per collective (2.18+); ``hierarchical`` stands for its NVLS-tree
-#: and is offered only where the switch reduces. Used when ``library="nccl"`` (and by validation,
-#: whose measurements come from NCCL).
-NCCL_ALGORITHMS: dict[str, tuple[str, ...]] = {
-    "allreduce": ("ring", "tree", "nvls", "hierarchical"),
-    "allgather": ("ring", "nvls"),
-    "reducescatter": ("ring", "nvls"),
-    "broadcast": ("ring",),
-    "reduce": ("ring",),
-    "alltoall": ("direct",),
-    "sendrecv": ("direct",),
-}
-
-
-def library_algorithms(op: str, library: str, fab: Fabric) -> tuple[str, ...]:
-    """Algorithms a library offers for ``op`` on ``fab``: ``all`` (every model) or ``nccl``."""
-    if library == "all":
-        return SUPPORTED[op]
-    return tuple(a for a in NCCL_ALGORITHMS[op] if a != "hierarchical" or fab.nvls_Bps is not None)
-
-
-def protocols_for(algo: str, fab: Fabric) -> tuple[str, ...]:
-    """Protocols an algorithm may use: NVLS only Simple; LL128 only on NVIDIA NVLink systems."""
-    if algo == "nvls" or (algo == "hierarchical" and fab.nvls_Bps is not None):
-        return ("simple",)
-    return tuple(p for p in PROTOCOLS if p != "ll128" or fab.ll128)
+def available(algo: str, nodes: np.ndarray) -> np.ndarray:
+    """Where an MPI algorithm can run: the two-level one needs more than one domain."""
+    nodes = np.asarray(nodes)
+    return nodes > 1 if algo == "hierarchical" else np.ones(nodes.shape, dtype=bool)

@@ -1,0 +1,439 @@
+"""NCCL's and RCCL's collective algorithms: what their tuner predicts, and what a call takes.
+
+Two cost functions share one structure (channels, chunks, per-(algorithm, protocol) latency):
+
+- :func:`tuner_time` is NCCL's own cost model (``ncclTopoTuneModel`` + ``ncclTopoGetAlgoTime``,
+  digest sections 1-2): table latencies, the searched graph's channels x GB/s per channel, the
+  protocol refinements and per-channel caps, the tree correction factors and the ring plateau.
+  Its argmin is NCCL's choice of (algorithm, protocol): what ``auto`` reproduces.
+- :func:`physical_time` prices that choice on the hardware's achievable bandwidths by counting the
+  bytes each algorithm moves over each resource (a GPU's scale-up links, its domain's NICs, the
+  switch's multimem ports), plus the pipeline fill NCCL's chunking causes, the run-time channel
+  reduction for small messages, the same table latencies, and the host launch. Where NCCL's default
+  is not the fastest choice (ring vs NVLS at mid sizes on Blackwell, ring vs tree across three
+  domains), the two disagree, as the real library does.
+
+Sizes follow NCCL's ``nBytes``: the per-rank buffer for allreduce, broadcast and reduce, the gathered
+total for allgather and reducescatter. ``p`` ranks over ``N`` scale-up domains, ``g = p / N`` per
+domain (placed domain-major).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+
+from commodel.comm import tables
+from commodel.comm.fabric import Fabric
+from commodel.comm.graph import Graph, nvls_graph, ring_graph
+
+#: Algorithms NCCL implements per collective (digest 5.1); alltoall and sendrecv are grouped
+#: point-to-point operations, priced by :func:`commodel.comm.mpi.direct`.
+NCCL_ALGORITHMS: dict[str, tuple[str, ...]] = {
+    "allreduce": ("ring", "tree", "nvls", "nvls-tree", "collnet-direct", "collnet-chain"),
+    "allgather": ("ring", "nvls", "pat", "collnet-direct"),
+    "reducescatter": ("ring", "nvls", "pat", "collnet-direct"),
+    "broadcast": ("ring",),
+    "reduce": ("ring",),
+}
+REDUCING_OPS = frozenset({"allreduce", "reducescatter", "reduce"})
+#: NVLS reduces sum/min/max in the switch; collectives other than allreduce need <= 32 local ranks.
+MAX_NVLS_ARITY = 32
+
+
+def protocols(algo: str, fab: Fabric) -> tuple[str, ...]:
+    """Protocols an algorithm runs: ring and tree all three (LL128 only on NVIDIA NVLink systems,
+    off in RCCL by default), every other algorithm Simple only."""
+    if algo not in ("ring", "tree"):
+        return ("simple",)
+    return tuple(p for p in tables.PROTOCOLS if p != "ll128" or fab.ll128)
+
+
+def available(op: str, algo: str, fab: Fabric, g: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """Where ``algo`` can run (digest 5.2): NVLS needs a reducing switch and one domain, NVLS-tree and
+    CollNet more than one (CollNet also a reducing network), PAT one GPU per domain (AG/RS only),
+    tree on RCCL is not used inside one MI300X node."""
+    g, nodes = np.broadcast_arrays(np.asarray(g, dtype=float), np.asarray(nodes, dtype=float))
+    nvls = fab.nvls_Bps is not None and fab.nvidia
+    rules = {
+        "ring": np.ones(g.shape, dtype=bool),
+        "tree": np.full(g.shape, True) if fab.nvidia or fab.arch != "cdna3" else nodes > 1,
+        "nvls": nvls & (nodes == 1) & (g >= 2) & ((op == "allreduce") | (g <= MAX_NVLS_ARITY)),
+        "nvls-tree": nvls & (nodes > 1) & (g >= 2),
+        "collnet-direct": fab.sharp & (nodes > 1),
+        "collnet-chain": fab.sharp & (nodes > 1),
+        "pat": fab.nvidia & (g == 1) & (nodes > 1),
+    }
+    return rules[algo]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Latency (digest 1.3; RCCL 7.1): the same table-driven latency prices the choice and the call.
+# ---------------------------------------------------------------------------------------------------
+
+
+def latency(
+    op: str, algo: str, proto: str, p: np.ndarray, nodes: np.ndarray, fab: Fabric, measured: bool = False
+) -> np.ndarray:
+    """NCCL's latency of one call in seconds (no launch, no bytes); ``measured`` replaces the tuner
+    table's Simple ring step and NVLS latency on NVLink by the link's measured values where it has them.
+
+    ring: ``base + (nsteps - nInter) max(intraLat, netOverhead) + nInter interLat`` (allreduce,
+    allgather, reducescatter), ``base + p L`` (broadcast, reduce); tree: ``base + 2((g-1) intraLat +
+    floor(lg N) interLat)``; NVLS: ``intraLat (+ interLat)``; NVLS-tree: ``base + intraLat + 2 floor(lg N)
+    interLat``; CollNet direct: ``base + 2(min(1, g-1) intraLat + 0.4 (g-1)) + interLat``; chain:
+    ``base + 2 (g-1) intraLat + interLat``; PAT: ``base + floor(lg N) interLat / 3.5 + 2.8 p``.
+    interLat adds the net plugin's reported latency (twice for Simple) and off-rail switch hops.
+    """
+    g = p / nodes
+    multi = nodes > 1
+    lg = np.floor(np.log2(np.maximum(nodes, 1)))
+    a, pr = tables.ALGOS.index(algo), tables.PROTOCOLS.index(proto)
+    intra_class = 0 if fab.up_class == "nvlink" else 1
+    base, intra, inter = _latency_tables(fab, a, pr, intra_class)
+    if measured and fab.up_class == "nvlink" and proto == "simple":
+        own = {"ring": fab.ring_step_s, "nvls": fab.nvls_latency_s, "nvls-tree": fab.nvls_latency_s}
+        intra = own[algo] * 1e6 if own.get(algo) is not None else intra
+    inter = np.where(g <= 1, _latency_tables(fab, 0, pr, intra_class)[2], inter)  # ppn 1: tree's NET row
+    reported = (fab.net_latency_s + fab.off_rail_s) * 1e6
+    inter = inter + reported * (2 if proto == "simple" else 1)
+    if algo == "ring":
+        if op in ("broadcast", "reduce"):  # Simple steps take the tree row's latency
+            row = _latency_tables(fab, 0, pr, intra_class) if proto == "simple" else (base, intra, inter)
+            us = base + p * np.where(multi, inter if proto != "simple" else row[2], row[1])
+        else:
+            steps = 2 * (p - 1) if op == "allreduce" else p - 1
+            n_inter = np.where(
+                multi, (2 if op == "allreduce" else 1) * (nodes - 1 + (0 if fab.nvidia else 1)), 0
+            )
+            overhead = tables.NET_OVERHEAD_US["amd" if fab.cpu == "amd" else "intel"] * (
+                3 if proto == "simple" else 1
+            )
+            per_step = np.where(multi, np.maximum(intra, overhead), intra)
+            us = base + (steps - n_inter) * per_step + n_inter * inter
+    elif algo == "tree":
+        us = base + 2 * ((g - 1) * intra + lg * inter)
+    elif algo == "nvls":
+        us = intra + np.where(multi, inter, 0.0)
+    elif algo == "nvls-tree":
+        us = base + intra + 2 * lg * inter
+    elif algo == "collnet-direct":
+        us = base + 2 * (np.minimum(1, g - 1) * intra + 0.4 * (g - 1)) + inter
+    elif algo == "collnet-chain":
+        us = base + 2 * (g - 1) * intra + inter
+    else:  # pat
+        us = base + lg * inter / 3.5 + 2.8 * p
+    return np.asarray(us, dtype=float) * 1e-6
+
+
+def _latency_tables(fab: Fabric, a: int, pr: int, intra_class: int) -> tuple[float, float, float]:
+    """(base, intra-domain, inter-domain) latency in us of one (algorithm, protocol): NCCL 2.30's
+    tables, or RCCL's base latency and tuning-model hwLat rows (model 5 on 8-GPU xGMI meshes)."""
+    if fab.nvidia or tables.ALGOS[a] not in ("tree", "ring"):
+        base = tables.BASE_LAT[a, pr] if fab.nvidia else 0.0
+        return base, tables.HW_LAT[intra_class, a, pr], tables.HW_LAT[2, a, pr]
+    model = tables.RCCL_HW_LAT[5 if fab.topology == "mesh" and fab.arch == "cdna3" else 0]
+    algo = tables.ALGOS[a]
+    intra = model["nvlink"][algo][pr] if intra_class == 0 else tables.HW_LAT[1, a, pr]
+    return tables.RCCL_BASE_LAT[pr], intra, model["net"][algo][pr]
+
+
+# ---------------------------------------------------------------------------------------------------
+# NCCL's tuner (digest 1.1-1.2, 2.4-2.9): the cost whose argmin is NCCL's choice.
+# ---------------------------------------------------------------------------------------------------
+
+
+def _scale(nodes: np.ndarray) -> np.ndarray:
+    """The tables' node-count column: 0 for one node, 1 for two, 2 for three or more."""
+    return np.clip(nodes - 1, 0, 2).astype(int)
+
+
+def ll_max_GBps(fab: Fabric, nodes: np.ndarray) -> np.ndarray:
+    """NCCL's LL bandwidth cap: the GPU architecture's row on one node, the CPU vendor's beyond."""
+    scale = _scale(nodes)
+    row = np.where(nodes > 1, 1 if fab.cpu == "amd" else 0, fab.arch_index)
+    return tables.LL_MAX_BW[row, np.where(nodes > 1, scale, 0)]
+
+
+def _nsteps(op: str, p: np.ndarray) -> np.ndarray:
+    return {"allreduce": 2 * (p - 1), "allgather": p - 1, "reducescatter": p - 1}.get(op, p)
+
+
+def tuner_time(
+    op: str, algo: str, proto: str, n: np.ndarray, p: np.ndarray, nodes: np.ndarray, fab: Fabric
+) -> np.ndarray:
+    """NCCL's predicted time in seconds: ``lat x latCount + nBytes / algBw`` (one call, latCount 1)."""
+    g = p / nodes
+    arch, scale = fab.arch_index, _scale(nodes)
+    nvls = algo in ("nvls", "nvls-tree")
+    graph = nvls_graph(fab, g, nodes) if nvls else ring_graph(fab, g, nodes)
+    ch = graph.channels
+    if nvls:
+        spread = 2.0 if op == "allreduce" else (g - 1) / g
+        intra_bw = graph.bw_intra * tables.NVLS_EFFICIENCY[arch] * (ch - 1) / ch * spread
+        inter_bw = graph.bw_inter * np.where((algo == "nvls-tree") & (nodes <= 2), 2.0, 1.0)
+        cap = tables.PER_CH_MAX_NVLS_TREE[arch, scale] if algo == "nvls-tree" else np.inf
+        bus = ch * np.minimum(np.minimum(intra_bw, inter_bw), cap)
+    else:
+        per_channel = np.where(nodes <= 2, graph.bw_intra, graph.bw_inter)
+        bus = ch * per_channel
+    if not fab.nvidia:
+        bus = bus * _rccl_bw_ratio(algo, proto, fab, nodes)
+    elif algo == "ring" and proto == "ll":
+        bus = np.minimum(ll_max_GBps(fab, nodes), bus * 0.5)
+    elif algo == "ring" and proto == "ll128":
+        bus = np.minimum(bus * 0.92, ch * tables.PER_CH_MAX_RING_LL128[arch, scale])
+    elif algo == "tree":
+        bus = np.minimum(bus * 0.92, ch * tables.PER_CH_MAX_TREE[arch, scale])
+        if proto == "ll":
+            bus = np.minimum(bus / 3.8, ll_max_GBps(fab, nodes))
+        elif proto == "ll128":
+            factor = np.where(nodes == 1, 7 / 9, 120 / 128)
+            bus = np.minimum(bus * factor, ch * tables.PER_CH_MAX_TREE_LL128[arch, scale])
+    elif algo == "pat":
+        bus = bus * 0.75
+    elif algo == "collnet-direct":
+        if op in ("allgather", "reducescatter"):
+            bus = g * np.minimum(graph.bw_intra, 0.9 * graph.bw_inter)
+        else:
+            f = g / ch
+            bus = bus / (f - (f - 1) / 2) * (0.85 if arch >= 2 else 1.0)
+    if op in ("allgather", "reducescatter"):  # only ring converts bus to algorithm bandwidth here
+        alg = bus * p / _nsteps(op, p) if algo == "ring" else bus
+    elif algo in ("ring", "nvls", "nvls-tree"):
+        alg = bus * p / _nsteps(op, p)
+    else:
+        alg = bus * 0.5
+    log_size = np.floor(np.log2(np.maximum(n, 1) / 64)).astype(int)
+    if op == "allreduce" and (algo == "tree" or (algo == "nvls-tree" and arch >= 3 and fab.cpu != "arm")):
+        limit = 23 if algo == "tree" else 24
+        valid = (log_size >= 0) & (log_size < limit)
+        correction = tables.TREE_CORRECTION[tables.PROTOCOLS.index(proto), np.clip(log_size, 0, 23)]
+        alg = alg * np.where(valid, correction, 1.0)
+    lat = latency(op, algo, proto, p, nodes, fab)
+    if fab.nvidia and algo == "ring" and proto == "simple" and op == "allreduce":
+        plateau = tables.RING_PLATEAU["ampere_or_later" if arch >= 1 else "pre_ampere"]
+        comm_channels = ring_graph(fab, g, nodes).runtime
+        lat = np.where((nodes > 1) & (n / (comm_channels * p) >= 64), lat * plateau, lat)
+    with np.errstate(divide="ignore"):
+        return lat + n / (alg * 1e9)
+
+
+def _rccl_bw_ratio(algo: str, proto: str, fab: Fabric, nodes: np.ndarray) -> np.ndarray:
+    """RCCL's bwRatio for tree and ring (model 5 on 8-GPU xGMI meshes, model 0 otherwise); RCCL
+    applies none of NCCL's protocol refinements."""
+    model = 5 if fab.topology == "mesh" and fab.arch == "cdna3" else 0
+    if algo not in ("ring", "tree"):
+        return np.ones_like(nodes)
+    simple = np.where(nodes <= 2, *tables.RCCL_BW_RATIO[model][algo])
+    other = {"ll": 0.08 if algo == "ring" else 0.06, "ll128": 0.0}
+    return simple if proto == "simple" else np.full_like(nodes, other[proto])
+
+
+# ---------------------------------------------------------------------------------------------------
+# Physical time: bytes over the resources each algorithm uses, chunk pipelines, channels, launch.
+# ---------------------------------------------------------------------------------------------------
+
+
+def btree(nranks: int, rank: int) -> tuple[int, int, int]:
+    """(parent, child 0, child 1) of ``rank`` in NCCL's binary tree (``ncclGetBtree``, trees.cc);
+    -1 where there is none. Rank 0 is the root, with one child."""
+    bit = 1
+    while bit < nranks and not bit & rank:
+        bit <<= 1
+    if rank == 0:
+        return -1, -1, (bit >> 1 if nranks > 1 else -1)
+    up = (rank ^ bit) | (bit << 1)
+    if up >= nranks:
+        up = rank ^ bit
+    low = bit >> 1
+    down0 = rank - low if low else -1
+    down1 = rank + low if low else -1
+    while down1 >= nranks:
+        down1 = rank + low if low else -1
+        low >>= 1
+    return up, down0, down1
+
+
+@cache
+def tree_traffic(domains: int) -> float:
+    """Bytes the busiest domain sends per byte of an allreduce over NCCL's double binary tree.
+
+    Each of the two trees carries half the data; a domain sends it to its parent (reduce) and to each
+    child (broadcast). The second tree mirrors the first (``ncclGetDtree``; shifted by one for odd
+    counts), so a domain interior in one tree is a leaf in the other: 1 for two domains, 1.5 for
+    three, 2 from four on (then as much as a ring).
+    """
+    if domains <= 1:
+        return 0.0
+
+    def links(rank: int) -> int:
+        return sum(peer != -1 for peer in btree(domains, rank))
+
+    def second(rank: int) -> int:
+        return (rank - 1) % domains if domains % 2 else domains - 1 - rank
+
+    return max(0.5 * (links(r) + links(second(r))) for r in range(domains))
+
+
+def _tree_traffic(nodes: np.ndarray) -> np.ndarray:
+    values, inverse = np.unique(nodes, return_inverse=True)
+    return np.array([tree_traffic(int(v)) for v in values])[inverse].reshape(np.shape(nodes))
+
+
+def bandwidth_time(
+    op: str, algo: str, proto: str, n: np.ndarray, p: np.ndarray, nodes: np.ndarray, fab: Fabric
+) -> np.ndarray:
+    """Seconds the bytes take with every default channel running: the busiest resource's load over
+    its achievable bandwidth.
+
+    ring: ``T n / min(B_up, B_net)`` with T = 2(p-1)/p (allreduce), (p-1)/p (allgather,
+    reducescatter), 1 (broadcast, reduce); LL keeps 1/4 (reductions) or 1/3 (copies) of it, at most
+    NCCL's LL cap; LL128 120/128. tree (allreduce): ``max(2n / B_up, F(N) n / B_net)`` (a chain GPU
+    sends n up and n down; :func:`tree_traffic`), LL 1/3.8, LL128 7/9 in a domain or 120/128 across.
+    NVLS (multimem): ``n (1 + 1/g) / B_nvls`` for allreduce (a GPU receives its reduced share and
+    every multicast store), ``n (g-1)/g / B_nvls`` for allgather and reducescatter. NVLS-tree:
+    ``max(NVLS, F(N) n / B_net)`` and at most NCCL's per-channel NVLS-tree cap. CollNet (the network
+    reduces): ``max(2 n (g-1)/g / B_up, n / B_net)``. PAT: as ring across domains.
+    """
+    g = p / nodes
+    up = np.where(g > 1, fab.up_Bps(g), np.inf)
+    net = np.where(nodes > 1, fab.net_Bps(g), np.inf)
+    reduces = op in REDUCING_OPS
+    if algo in ("ring", "pat"):
+        traffic = {"allreduce": 2 * (p - 1) / p, "allgather": (p - 1) / p, "reducescatter": (p - 1) / p}
+        bw = np.minimum(up, net)
+        if proto == "ll":
+            bw = np.minimum(bw * (0.25 if reduces else 1 / 3), ll_max_GBps(fab, nodes) * 1e9)
+        elif proto == "ll128":
+            bw = bw * (tables.LL128_USEFUL if fab.nvidia else tables.RCCL_LL128_USEFUL)
+        return traffic.get(op, 1.0) * n / bw
+    if algo == "tree":
+        chain = np.where(g > 1, 2 * n / up, 0.0)
+        across = np.where(nodes > 1, _tree_traffic(nodes) * n / net, 0.0)
+        t = np.maximum(chain, across)
+        if proto == "ll":
+            return np.maximum(t * 3.8, 2 * n / (ll_max_GBps(fab, nodes) * 1e9))
+        if proto == "ll128":
+            return t / np.where(nodes == 1, 7 / 9, 120 / 128)
+        return t
+    if algo in ("nvls", "nvls-tree"):
+        share = (1 + 1 / g) if op == "allreduce" else (g - 1) / g
+        t = share * n / fab.nvls_Bps
+        if algo == "nvls":
+            return t
+        graph = nvls_graph(fab, g, nodes)
+        cap = graph.channels * tables.PER_CH_MAX_NVLS_TREE[fab.arch_index, _scale(nodes)] * 1e9
+        return np.maximum.reduce([t, _tree_traffic(nodes) * n / net, 2 * (p - 1) / p * n / cap])
+    # CollNet: the network reduces, so each domain sends and receives n once.
+    return np.maximum(2 * n * (g - 1) / g / up, n / net)
+
+
+def default_channels(algo: str, fab: Fabric, g: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """Collective channels (CTAs) an algorithm launches with: NVLS's own count, else the ring's."""
+    graph = nvls_graph(fab, g, nodes) if algo in ("nvls", "nvls-tree") else ring_graph(fab, g, nodes)
+    return graph.runtime
+
+
+def used_channels(algo: str, proto: str, n: np.ndarray, p: np.ndarray, channels: np.ndarray) -> np.ndarray:
+    """Run-time channel reduction (digest 3.6): ring, tree and PAT drop channels while
+    ``nBytes < nc x threads x bytes-per-thread`` (Simple 32 KiB per channel, LL128 5 KiB, ring LL
+    4 KiB x nRanks); NVLS and CollNet keep theirs. Returned unrounded (NCCL takes the floor), so that
+    time stays monotone in size: each channel then carries at least its threshold of bytes."""
+    if algo not in ("ring", "tree", "pat"):
+        return channels
+    threshold = tables.THREAD_THRESHOLD[proto] * (p if (algo == "ring" and proto == "ll") else 1)
+    return np.clip(n / (tables.MAX_THREADS[proto] * threshold), 1, channels)
+
+
+def chunk_bytes(
+    op: str, algo: str, proto: str, n: np.ndarray, g: np.ndarray, nodes: np.ndarray, channels: np.ndarray
+) -> np.ndarray:
+    """Bytes one channel moves per pipeline step (digest 4.2-4.3), at most its share of the message.
+
+    ring: LL 32 KiB, LL128 576,000 B, Simple 512 KiB x chunkSteps (4 for allreduce, allgather and
+    reducescatter); tree: 512 KiB Simple; NVLS: 128 KiB shrinking to 64, 32, 16 KiB below 64, 8, 2 x
+    (channels x heads x chunk) bytes; NVLS-tree: 256 KiB shrinking to 128, 64, 32 KiB below 32, 16,
+    4, 1 x (channels x heads x chunk)."""
+    heads = g
+    if algo in ("nvls", "nvls-tree"):
+        regimes = tables.NVLS_CHUNK_STEPS if algo == "nvls" else tables.NVLS_TREE_CHUNK_STEPS
+        chunk = np.full(np.shape(n), tables.NVLS_CHUNK_DEFAULT if algo == "nvls" else 256 * 1024, dtype=float)
+        ops = channels * heads
+        for below, size in regimes:
+            chunk = np.where((n < below * ops * chunk) & (chunk > size), size, chunk)
+        share = n / (channels * heads)
+    else:
+        by_proto = {"ll": tables.LL_CHUNK_BYTES, "ll128": tables.LL128_CHUNK_BYTES}
+        simple = (
+            tables.TREE_SIMPLE_CHUNK_BYTES
+            if algo != "ring"
+            else tables.SIMPLE_STEP_BYTES * tables.SIMPLE_CHUNK_STEPS.get(op, 1)
+        )
+        chunk = np.full(np.shape(n), by_proto.get(proto, simple), dtype=float)
+        share = n / (channels * (g * nodes if algo == "ring" else 1))
+    return np.maximum(np.minimum(chunk, share), 1.0)
+
+
+def pipeline_fill(
+    algo: str, n: np.ndarray, g: np.ndarray, nodes: np.ndarray, chunk: np.ndarray, rate: np.ndarray
+) -> np.ndarray:
+    """Time before a chunk pipeline reaches its steady state, in seconds.
+
+    The first chunk crosses every stage before the last stage starts: ``stages x chunk / rate`` with
+    ``rate`` one channel's bytes/s. Tree: down a chain of g GPUs and lg N tree levels and back up,
+    ``2 ((g-1) + ceil(lg N))`` stages. NVLS: a step of g heads' chunks through scatter, multimem
+    reduce and gather, 2 extra steps of ``g x chunk``; NVLS-tree adds the tree's ``2 ceil(lg N)``.
+    A ring has none: every rank sends from the first step on.
+    """
+    depth = np.ceil(np.log2(np.maximum(nodes, 1)))
+    if algo == "tree":
+        return 2 * ((g - 1) + depth) * chunk / rate
+    if algo in ("nvls", "nvls-tree"):
+        fill = 2 * g * chunk / rate
+        return fill + (2 * depth * chunk / rate if algo == "nvls-tree" else 0.0)
+    return np.zeros(np.shape(n))
+
+
+def physical_time(
+    op: str,
+    algo: str,
+    proto: str,
+    n: np.ndarray,
+    p: np.ndarray,
+    nodes: np.ndarray,
+    fab: Fabric,
+    channels: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(seconds, channels used, chunk bytes) of one call of (algorithm, protocol).
+
+    ``time = launch(latency + pipeline fill + bandwidth time x default / used channels)`` (see
+    :meth:`Fabric.call_time`), with the link's measured latencies; ``channels`` (default: NCCL's,
+    reduced for small messages) may be forced by a tuner policy; more channels than the default do
+    not beat the links.
+    """
+    g = p / nodes
+    default = default_channels(algo, fab, g, nodes)
+    wanted = default if channels is None else np.broadcast_to(np.asarray(channels, dtype=float), np.shape(n))
+    used = used_channels(algo, proto, n, p, wanted)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        full = bandwidth_time(op, algo, proto, n, p, nodes, fab)
+        moving = full * default / np.minimum(used, default)
+        chunk = chunk_bytes(op, algo, proto, n, g, nodes, used)
+        rate = n / (moving * used)  # one channel's share of the message per second
+        fill = pipeline_fill(algo, n, g, nodes, chunk, rate)
+    kernel = latency(op, algo, proto, p, nodes, fab, measured=True) + fill + moving
+    return fab.call_time(kernel), np.floor(used), chunk
+
+
+__all__ = [
+    "NCCL_ALGORITHMS",
+    "Graph",
+    "available",
+    "bandwidth_time",
+    "latency",
+    "physical_time",
+    "protocols",
+    "tuner_time",
+]
