@@ -99,20 +99,31 @@ class Fraction(Sourced):
         return v
 
 
-def load_record(path: Path, model: type[BaseModel]) -> BaseModel:
-    """Parse and validate one TOML file as a ``model`` record."""
+def read_toml(path: Path) -> dict[str, Any]:
+    """The TOML document at ``path``; a missing file or bad syntax is a :class:`CommodelError`."""
     try:
         with path.open("rb") as handle:
-            data = tomllib.load(handle)
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise CommodelError(f"{path}: no such file") from None
     except tomllib.TOMLDecodeError as exc:
         raise CommodelError(f"{path}: not valid TOML: {exc}") from None
+
+
+def validate_record(data: Any, model: type[M], where: str | Path) -> M:
+    """Validate ``data`` as a ``model`` record; errors name ``where`` (a file, or a file and table)."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise CommodelError(_describe(path, model, exc)) from None
+        raise CommodelError(_describe(where, model, exc)) from None
 
 
-def _describe(path: Path, model: type[BaseModel], exc: ValidationError) -> str:
+def load_record(path: Path, model: type[BaseModel]) -> BaseModel:
+    """Parse and validate one TOML file as a ``model`` record."""
+    return validate_record(read_toml(path), model, path)
+
+
+def _describe(path: str | Path, model: type[BaseModel], exc: ValidationError) -> str:
     """One line per problem: file, dotted field path, and what is wrong."""
     lines = []
     for err in exc.errors():

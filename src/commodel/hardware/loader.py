@@ -1,20 +1,29 @@
-"""Load ``hardware_db/`` into validated records. Nothing else in commodel reads TOML.
+"""Load ``hardware_db/`` into validated records, and the user's overlays on top of it.
 
 Layout: ``gpus/NAME.toml``, ``links/NAME.toml``, ``systems/NAME.toml``; the file stem is the name.
 Errors name the file and the field, and suggest the closest valid key or name.
+
+An **overlay** is the user's own data, applied over the built-in records (DESIGN principle 9): a TOML
+file with tables ``[gpus.NAME]``, ``[links.NAME]``, ``[systems.NAME]`` (the fields given replace the
+record's, or a full record adds a new name), as ``commodel calibrate`` writes, or a folder laid out
+like ``hardware_db/``. Overlays go through the same strict validation. The active overlays are the
+paths in ``COMMODEL_HARDWARE`` (separated by the OS path separator; the CLI's ``--hardware`` sets
+it), so every process of a sweep, Dask workers included, prices the same hardware.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
 from commodel.errors import CommodelError, pick, suggest, unknown
 from commodel.hardware.schema import GPU, Link, System
-from commodel.records import load_folder
+from commodel.records import load_folder, read_toml, validate_record
 from commodel.resources import resource_dir
 
 KINDS: dict[str, type[BaseModel]] = {"gpu": GPU, "link": Link, "system": System}
@@ -89,7 +98,70 @@ def _must_exist(db: HardwareDB, kind: str, name: str, path: Path, field: str) ->
         )
 
 
+#: Environment variable naming the active overlays.
+OVERLAY_ENV = "COMMODEL_HARDWARE"
+
+
+def _merged(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``change`` applied: sub-tables merge, everything else replaces."""
+    out = dict(base)
+    for key, value in change.items():
+        out[key] = _merged(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return out
+
+
+def _overlay_tables(path: Path) -> dict[str, dict[str, tuple[dict[str, Any], str]]]:
+    """An overlay's records as ``{kind: {name: (fields, where)}}``, from a file or a folder."""
+    if path.is_dir():
+        return {
+            kind: {p.stem: (read_toml(p), str(p)) for p in sorted((path / folder).glob("*.toml"))}
+            for kind, folder in FOLDERS.items()
+        }
+    document = read_toml(path)
+    folders = {folder: kind for kind, folder in FOLDERS.items()}
+    for section in document:
+        if section not in folders:
+            raise CommodelError(
+                f"{path}: unknown table [{section}]{suggest(section, folders)}; an overlay has "
+                "[gpus.NAME], [links.NAME] or [systems.NAME] tables"
+            )
+    return {
+        kind: {name: (fields, f"{path} [{folder}.{name}]") for name, fields in document.get(folder, {}).items()}
+        for kind, folder in FOLDERS.items()
+    }
+
+
+def apply_overlay(db: HardwareDB, path: Path) -> HardwareDB:
+    """``db`` with the overlay at ``path`` applied and every record re-validated and cross-checked."""
+    if not path.exists():
+        raise CommodelError(f"{path}: no such hardware overlay (a TOML file or a hardware_db-like folder)")
+    tables = {kind: dict(db.table(kind)) for kind in KINDS}
+    for kind, records in _overlay_tables(path).items():
+        for name, (fields, where) in records.items():
+            if not isinstance(fields, dict):
+                raise CommodelError(f"{where}: expected a table of fields")
+            base = tables[kind][name].model_dump(exclude_none=True) if name in tables[kind] else {}
+            tables[kind][name] = validate_record(_merged(base, fields), KINDS[kind], where)
+    merged = HardwareDB(tables["gpu"], tables["link"], tables["system"], db.root)  # type: ignore[arg-type]
+    _check_references(merged)
+    return merged
+
+
+def active_overlays() -> tuple[Path, ...]:
+    """The overlays in ``COMMODEL_HARDWARE``, in the order they apply."""
+    text = os.environ.get(OVERLAY_ENV, "")
+    return tuple(Path(p) for p in text.split(os.pathsep) if p)
+
+
 @cache
+def _database(overlays: tuple[Path, ...]) -> HardwareDB:
+    db = load_database(resource_dir("hardware_db"))
+    for path in overlays:
+        db = apply_overlay(db, path)
+    return db
+
+
 def default_db() -> HardwareDB:
-    """The hardware database shipped with commodel (loaded once per process)."""
-    return load_database(resource_dir("hardware_db"))
+    """The hardware database shipped with commodel, with the active overlays applied (loaded once
+    per process and set of overlays)."""
+    return _database(active_overlays())
