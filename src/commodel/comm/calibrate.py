@@ -102,7 +102,9 @@ class Calibration:
         )
         links, systems = {}, {"scale_up": {}, "scale_out": {}}
         for side, record in (("scale_up", where.scale_up), ("scale_out", where.scale_out)):
-            changed = {p.field: self.fitted[p.name] for p in self.params if p.side == side and self.fitted[p.name]}
+            changed = {
+                p.field: self.fitted[p.name] for p in self.params if p.side == side and self.fitted[p.name]
+            }
             if not changed:
                 continue
             name = f"{self.system}-{side.replace('_', '-')}"
@@ -119,8 +121,9 @@ def _model_times(logs: list[NcclTestsLog], layouts: list, fab: Fabric, algo: str
     """The model's time of every row: NCCL's choice, or the algorithm a log forced (NCCL_ALGO)."""
     return np.concatenate(
         [
-            run(log.op, where, log.rows.size_bytes.to_numpy(float), gpus, algo=log.algo or algo, fab=fab)
-            .time_s.to_numpy()
+            run(
+                log.op, where, log.rows.size_bytes.to_numpy(float), gpus, algo=log.algo or algo, fab=fab
+            ).time_s.to_numpy()
             for log, (where, gpus) in zip(logs, layouts, strict=True)
         ]
     )
@@ -184,7 +187,10 @@ def calibrate(
         fitted.update({p.name: float(v) for p, v in zip(movable, values, strict=True)})
     after = residuals(values, movable) if movable else start
     rows = pd.concat(
-        [log.rows.assign(log=log.path.name, op=log.op)[["log", "op", "size_bytes", "time_s"]] for log in logs],
+        [
+            log.rows.assign(log=log.path.name, op=log.op)[["log", "op", "size_bytes", "time_s"]]
+            for log in logs
+        ],
         ignore_index=True,
     ).assign(
         error_before_pct=100 * np.expm1(start),

@@ -76,8 +76,10 @@ def available(op: str, algo: str, fab: Fabric, g: np.ndarray, nodes: np.ndarray)
 def latency(
     op: str, algo: str, proto: str, p: np.ndarray, nodes: np.ndarray, fab: Fabric, measured: bool = False
 ) -> np.ndarray:
-    """NCCL's latency of one call in seconds (no launch, no bytes); ``measured`` replaces the tuner
-    table's Simple ring step and NVLS latency on NVLink by the link's measured values where it has them.
+    """NCCL's latency of one call in seconds (no launch, no bytes). ``measured`` prices the call rather
+    than the choice: it replaces the tuner table's Simple ring step and NVLS latency on NVLink by the
+    link's measured values where it has them, and on AMD takes the network hop from NCCL's NET row
+    (RCCL's tuning model 5 weights a network ring Simple step at 320 us to steer its choice).
 
     ring: ``base + (nsteps - nInter) max(intraLat, netOverhead) + nInter interLat`` (allreduce,
     allgather, reducescatter), ``base + p L`` (broadcast, reduce); tree: ``base + 2((g-1) intraLat +
@@ -92,6 +94,8 @@ def latency(
     a, pr = tables.ALGOS.index(algo), tables.PROTOCOLS.index(proto)
     intra_class = 0 if fab.up_class == "nvlink" else 1
     base, intra, inter = _latency_tables(fab, a, pr, intra_class)
+    if measured and not fab.nvidia:
+        inter = tables.HW_LAT[2, a, pr]
     if measured and fab.up_class == "nvlink" and proto == "simple":
         own = {"ring": fab.ring_step_s, "nvls": fab.nvls_latency_s, "nvls-tree": fab.nvls_latency_s}
         intra = own[algo] * 1e6 if own.get(algo) is not None else intra

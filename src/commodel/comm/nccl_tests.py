@@ -135,7 +135,9 @@ def _row(path: Path, number: int, fields: list[str], has_root: bool) -> dict[str
         numbers = [float(v) for v in values[:3] + values[4:7]]
         size = int(fields[0])
     except ValueError:
-        raise CommodelError(f"{path}: line {number}: a result field is not a number: {' '.join(fields)}") from None
+        raise CommodelError(
+            f"{path}: line {number}: a result field is not a number: {' '.join(fields)}"
+        ) from None
     if size <= 0 or min(numbers[0], numbers[3]) <= 0:
         raise CommodelError(f"{path}: line {number}: sizes and times must be positive")
     return {

@@ -52,7 +52,11 @@ def evaluator(name: str) -> Evaluator:
 
 
 def _load_builtin() -> None:
-    from commodel.explore import disaggregation_evaluator, training_evaluator  # noqa: F401  (registration)
+    from commodel.explore import (  # noqa: F401  (registration)
+        collective_evaluator,
+        disaggregation_evaluator,
+        training_evaluator,
+    )
 
 
 def blank_outputs(

@@ -106,7 +106,11 @@ def _merged(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
     """``base`` with ``change`` applied: sub-tables merge, everything else replaces."""
     out = dict(base)
     for key, value in change.items():
-        out[key] = _merged(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+        out[key] = (
+            _merged(base[key], value)
+            if isinstance(value, dict) and isinstance(base.get(key), dict)
+            else value
+        )
     return out
 
 
@@ -126,7 +130,9 @@ def _overlay_tables(path: Path) -> dict[str, dict[str, tuple[dict[str, Any], str
                 "[gpus.NAME], [links.NAME] or [systems.NAME] tables"
             )
     return {
-        kind: {name: (fields, f"{path} [{folder}.{name}]") for name, fields in document.get(folder, {}).items()}
+        kind: {
+            name: (fields, f"{path} [{folder}.{name}]") for name, fields in document.get(folder, {}).items()
+        }
         for kind, folder in FOLDERS.items()
     }
 
