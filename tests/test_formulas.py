@@ -1,5 +1,7 @@
 """Hand-computed values: textbook formulas on a toy fabric, and NCCL's own numbers from its tables."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from conftest import make_fabric
@@ -159,3 +161,12 @@ def test_unavailable_algorithms_are_infinite(toy):
     assert np.isinf(t("allreduce", "nvls-tree", toy, p=16, nodes=2))
     assert np.isinf(t("allreduce", "hierarchical", toy))  # needs more than one domain
     assert np.isinf(t("allreduce", "collnet-direct", toy, p=16, nodes=2))  # SHARP off by default
+
+
+def test_off_rail_networks_pay_two_more_switch_hops_per_inter_node_step():
+    fab = fabric_of(cluster("dgx-h100", 2))
+    off = dataclasses.replace(fab, off_rail_s=2 * 0.6 * US)
+    p, nodes = np.array(16.0), np.array(2.0)
+    on_rail = float(nccl.latency("allreduce", "ring", "ll", p, nodes, fab))
+    # ring allreduce over 2 nodes: 2 (N - 1) = 2 inter-node steps, each 1.2 us longer.
+    assert float(nccl.latency("allreduce", "ring", "ll", p, nodes, off)) == pytest.approx(on_rail + 2 * 1.2 * US)
