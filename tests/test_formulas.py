@@ -169,4 +169,6 @@ def test_off_rail_networks_pay_two_more_switch_hops_per_inter_node_step():
     p, nodes = np.array(16.0), np.array(2.0)
     on_rail = float(nccl.latency("allreduce", "ring", "ll", p, nodes, fab))
     # ring allreduce over 2 nodes: 2 (N - 1) = 2 inter-node steps, each 1.2 us longer.
-    assert float(nccl.latency("allreduce", "ring", "ll", p, nodes, off)) == pytest.approx(on_rail + 2 * 1.2 * US)
+    assert float(nccl.latency("allreduce", "ring", "ll", p, nodes, off)) == pytest.approx(
+        on_rail + 2 * 1.2 * US
+    )

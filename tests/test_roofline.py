@@ -21,13 +21,29 @@ def test_attention_counts():
     k = attention(2, 16, 1024, 128, causal=False)
     assert k.flops == 4 * 2 * 16 * 1024**2 * 128
     assert k.bytes == 4 * 2 * 16 * 1024 * 128 * 2
-    assert attention(2, 16, 1024, 128, causal=True).flops == k.flops / 2
+    assert k.exps == 2 * 16 * 1024**2  # one exponential per score
+    # causal: the lower triangle of 8 x 8 blocks of 128 rows, diagonal blocks whole: 36 of 64
+    causal = attention(2, 16, 1024, 128, causal=True)
+    assert causal.flops == k.flops * 36 / 64 and causal.exps == k.exps * 36 / 64
+    # a sliding window of 128 keys: every query sees at most 128
+    assert attention(2, 16, 1024, 128, causal=True, window=128).exps == 2 * 16 * 1024 * 128
+
+
+def test_softmax_bounds_attention_where_the_special_function_units_are_slow():
+    """d = 64 halves the tensor FLOPs per exponential: on GB200 the softmax then binds, and Blackwell
+    Ultra's doubled exponential rate (GB300) speeds the same kernel up."""
+    db = default_db()
+    kernel = attention(1, 64, 8192, 64, causal=True)
+    gb200, gb300 = (kernel_time(db.gpu(g), kernel, launch=False) for g in ("gb200", "gb300"))
+    mma_only = kernel.flops / (db.gpu("gb200").peak_flops["bf16"].value * db.gpu("gb200").efficiency("bf16"))
+    assert float(gb200.compute_s) > 1.3 * float(mma_only)
+    assert float(gb300.time_s) < 0.8 * float(gb200.time_s)
 
 
 def test_large_gemm_is_compute_bound_near_calibrated_peak():
     r = kernel_time(H100, gemm(16384, 16384, 16384), launch=False)
     assert r.bound == "compute"
-    ceiling = 989e12 * H100.matmul_efficiency.value
+    ceiling = 989e12 * H100.efficiency("bf16")
     assert 0.9 * ceiling < r.achieved_flops <= ceiling
 
 

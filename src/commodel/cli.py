@@ -6,6 +6,7 @@ printed as one ``error:`` line on stderr with exit code 2.
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from enum import StrEnum
@@ -206,49 +207,50 @@ def calibrate_nccl_tests(
     typer.echo(f"\nwrote {output} (use: commodel --hardware {output} collective ... --system {system})")
 
 
-@app.command()
-def train(
-    model: Annotated[str, typer.Option(help="Model name (workloads/): gpt3-175b, llama3-70b, ...")],
-    system: Annotated[str, typer.Option(help="System (node) name from the hardware database.")],
-    gpus: Annotated[int, typer.Option(help="Total GPUs.")],
-    tp: Annotated[int, typer.Option(help="Tensor-parallel size.")] = 1,
-    pp: Annotated[int, typer.Option(help="Pipeline-parallel size.")] = 1,
-    dp: Annotated[int | None, typer.Option(help="Data-parallel size (default: gpus / (tp pp cp)).")] = None,
-    cp: Annotated[int, typer.Option(help="Context-parallel size.")] = 1,
-    ep: Annotated[int, typer.Option(help="Expert-parallel size.")] = 1,
-    vpp: Annotated[int, typer.Option(help="Virtual pipeline stages per GPU (interleaved 1F1B).")] = 1,
-    global_batch: Annotated[int, typer.Option(help="Sequences per step.")] = 1024,
-    micro_batch: Annotated[int, typer.Option(help="Sequences per micro-batch.")] = 1,
-    seq: Annotated[int | None, typer.Option(help="Sequence length (default: the model's).")] = None,
-    recompute: Annotated[str, typer.Option(help="Activation recomputation: none, selective, full.")] = "none",
-    sequence_parallel: Annotated[
-        bool, typer.Option("--sequence-parallel", help="Sequence parallelism.")
-    ] = False,
-    zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (distributed optimizer = 1).")] = 0,
-    dtype: Annotated[str, typer.Option(help="Compute dtype: bf16, fp16, fp8.")] = "bf16",
-    overlap: Annotated[
-        str, typer.Option(help="serial, ideal, sm-partition, occupancy-shaped, in-network.")
-    ] = "serial",
-    attention: Annotated[str, typer.Option(help="Attention kernel: flash or unfused.")] = "flash",
-    tp_overlap: Annotated[
-        str, typer.Option(help="Tensor-parallel comm: none, t3 (fused GEMM+RS), cais.")
-    ] = "none",
-    pue: Annotated[float, typer.Option(help="Facility PUE for energy (1.0: IT energy only).")] = 1.0,
-    as_json: JsonFlag = False,
-) -> None:
+def _job_options(schema: type) -> list[inspect.Parameter]:
+    """Typer options for every field of a job declaration (:mod:`commodel.jobs`): one option per field,
+    its help text, its default (required where the declaration has none), flags for booleans."""
+    params = []
+    for name, field in schema.model_fields.items():
+        flag = f"--{name.replace('_', '-')}"
+        annotation = field.annotation
+        if annotation is bool:
+            option = typer.Option(flag, help=field.description)
+        else:
+            option = typer.Option(flag, help=field.description, show_default=field.default is not None)
+        default = inspect.Parameter.empty if field.is_required() else field.default
+        params.append(
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=default,
+                annotation=Annotated[annotation, option],
+            )
+        )
+    return params
+
+
+def train(as_json: bool = False, **values: object) -> None:
     """Time, throughput, memory, power, energy and the breakdown of one training step."""
     from commodel.report.tables import training_table
-    from commodel.workloads.run import TrainConfig
     from commodel.workloads.run import train as run_train
 
-    config = TrainConfig(
-        model=model, system=system, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp,
-        global_batch=global_batch, micro_batch=micro_batch, seq=seq, recompute=recompute,
-        sequence_parallel=sequence_parallel, zero=zero, dtype=dtype, overlap=overlap,
-        attention=attention, tp_overlap=tp_overlap, pue=pue,
-    )  # fmt: skip
-    result = run_train(config)
+    result = run_train(**values)
     typer.echo(json.dumps(result, indent=2) if as_json else training_table(result))
+
+
+def _register_train() -> None:
+    from commodel.jobs import TrainingJob
+
+    json_flag = inspect.Parameter(
+        "as_json", inspect.Parameter.KEYWORD_ONLY, default=False,
+        annotation=Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")],
+    )  # fmt: skip
+    train.__signature__ = inspect.Signature([*_job_options(TrainingJob), json_flag])  # type: ignore[attr-defined]
+    app.command("train")(train)
+
+
+_register_train()
 
 
 @roofline_app.command("gemm")

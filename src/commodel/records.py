@@ -77,6 +77,10 @@ class Power(Sourced):
     KIND = "power"
 
 
+class Rate(Sourced):
+    """Events per second (a bare number in 1/s)."""
+
+
 class Count(Sourced):
     """A positive whole number (SM count, links, NICs)."""
 

@@ -25,7 +25,8 @@ ATTENTION_BLOCK = 128
 
 @dataclass(frozen=True)
 class Kernel:
-    """Work of a batch of kernels: FLOPs, bytes moved to/from HBM, tiles, and whether it uses tensor cores."""
+    """Work of a batch of kernels: FLOPs, bytes moved to/from HBM, tiles, whether it uses tensor cores,
+    and the exponentials it evaluates on the special-function units (softmax in attention)."""
 
     name: str
     flops: np.ndarray
@@ -35,6 +36,7 @@ class Kernel:
     dtype: str
     matmul: bool
     shape: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+    exps: np.ndarray | float = 0.0
 
     @property
     def intensity(self) -> np.ndarray:
@@ -76,6 +78,15 @@ def gemm_backward(kernel: Kernel) -> tuple[Kernel, Kernel]:
     return gemm(m, k, n, kernel.dtype, b), gemm(k, n, m, kernel.dtype, b)
 
 
+def causal_share(seq: ArrayLike, kv_seq: ArrayLike) -> np.ndarray:
+    """Share of the score tiles a causal flash kernel computes: the lower triangle of n x n blocks of
+    128 rows, ``(n + 1) / 2n`` (diagonal blocks are computed whole); a rank's s/cp queries against all
+    s keys (load-balanced context parallelism) see half."""
+    s, s_kv = np.asarray(seq, dtype=float), np.asarray(kv_seq, dtype=float)
+    blocks = np.ceil(s / ATTENTION_BLOCK)
+    return np.where(s == s_kv, (blocks + 1) / (2 * blocks), 0.5)
+
+
 def attention(
     batch: ArrayLike,
     heads: ArrayLike,
@@ -84,17 +95,22 @@ def attention(
     dtype: str = "bf16",
     causal: bool = True,
     kv_seq: ArrayLike | None = None,
+    window: ArrayLike | None = None,
 ) -> Kernel:
-    """Flash-style attention forward: ``4 b h s s_kv d`` FLOPs (QK^T and PV; half when causal) and
-    ``(2 s + 2 s_kv) b h d x bytes`` of traffic (read Q, K, V once, write O; scores stay on chip,
-    Dao et al. 2022). ``kv_seq`` defaults to ``seq``; context parallelism gives each rank s/cp queries
-    against all s keys. Tiles: one per (batch, head, 128-row query block)."""
+    """Flash-style attention forward (Dao et al. 2022): per score computed, ``4 d`` FLOPs (QK^T and PV)
+    and one exponential (softmax); ``(2 s + 2 s_kv) b h d x bytes`` of traffic (read Q, K, V once,
+    write O; scores stay on chip). Causal kernels compute :func:`causal_share` of the scores; a
+    sliding ``window`` limits each query to that many keys. ``kv_seq`` defaults to ``seq``; context
+    parallelism gives each rank s/cp queries against all s keys. Tiles: one per (batch, head,
+    128-row query block)."""
     b, h, s, d = _positive(batch=batch, heads=heads, seq=seq, head_dim=head_dim)
     s_kv = s if kv_seq is None else np.asarray(kv_seq, dtype=float)
-    flops = 4 * b * h * s * s_kv * d * (0.5 if causal else 1.0)
+    share = causal_share(s, s_kv) if causal else 1.0
+    keys = s_kv * share if window is None else np.minimum(s_kv * share, np.asarray(window, dtype=float))
+    scores = b * h * s * keys
     traffic = 2 * (s + s_kv) * b * h * d * _dtype_bytes(dtype)
     tiles = b * h * np.ceil(s / ATTENTION_BLOCK)
-    return Kernel("attention", flops, traffic, tiles, s_kv, dtype, True)
+    return Kernel("attention", 4 * d * scores, traffic, tiles, keys, dtype, True, exps=scores)
 
 
 def unfused_attention(
@@ -144,3 +160,10 @@ def elementwise(
         dtype,
         False,
     )
+
+
+def quantize(elements: ArrayLike, bytes_per_element: float) -> Kernel:
+    """An FP8 quantization pass over ``elements`` (amax, scale, cast and the transposed or column-wise
+    copy, :mod:`commodel.compute.precision`): ``bytes_per_element`` of HBM traffic each, two FLOPs."""
+    e = np.asarray(elements, dtype=float)
+    return Kernel("quantize", 2 * e, bytes_per_element * e, np.ceil(e / 1024), np.ones_like(e), "bf16", False)

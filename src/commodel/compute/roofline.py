@@ -2,14 +2,20 @@
 
 ``time = max(FLOPs / achievable FLOP/s, bytes / achievable bandwidth) + launch overhead``
 
-- achievable FLOP/s (tensor-core kernels) = peak[dtype] x matmul_efficiency (the GPU's measured best
-  GEMM, "MAMF") x wave efficiency x depth efficiency;
+- achievable FLOP/s (tensor-core kernels) = peak[dtype] x matmul_efficiency[dtype] (the GPU's
+  measured best GEMM, "MAMF") x wave efficiency x depth efficiency;
 - wave efficiency = tiles / (ceil(tiles / SMs) x SMs): a kernel whose tiles do not fill the last wave
   of SMs/CUs leaves the rest idle (wave quantization);
 - depth efficiency = k / (k + K0): each output tile pays a prologue/epilogue equivalent to K0 more
   steps of its k loop (:data:`GEMM_TILE_OVERHEAD_K`), which matters for small k;
 - vector kernels (elementwise) use the fp32 (or their own dtype's) non-tensor peak without these terms;
-- achievable bandwidth = HBM bandwidth x memory_efficiency (the GPU's STREAM copy fraction).
+- achievable bandwidth = HBM bandwidth x memory_efficiency (the GPU's STREAM copy fraction);
+- fused attention also evaluates one exponential per score on the special-function units, at
+  ``exp_rate``: its compute term is ``max(t_mma, t_exp) + SOFTMAX_EXPOSED x min(t_mma, t_exp)``, the
+  two overlapping as FlashAttention-3/4 schedule them (one warp group's softmax under another's GEMM)
+  but not perfectly. With d = 128 a forward score costs 512 FLOPs: on H100 (256 FLOPs of tensor peak
+  per exponential) the softmax fits under the GEMM; on B200/GB200 (512) the two are co-bound; Blackwell
+  Ultra doubles the exponential rate.
 """
 
 from __future__ import annotations
@@ -27,6 +33,12 @@ from commodel.hardware.schema import GPU
 #: 8192^3 on A100 = 253.7 TFLOP/s = 271.2 x wave 0.998 x 8192 / (8192 + K0) -> K0 = 550); the 4096^3
 #: and 16384^3 rows are held out.
 GEMM_TILE_OVERHEAD_K = 550.0
+
+#: Share of the shorter of a fused attention kernel's GEMM and softmax phases that stays exposed.
+#: Assumed: FlashAttention-3's ping-pong schedule hides the softmax of one warp group behind the other's
+#: GEMMs, but its own measurements (740 of 989 TFLOP/s forward on H100 at d = 128, 75%) sit between full
+#: overlap and none; half exposed reproduces that share with H100's 0.803 GEMM efficiency.
+SOFTMAX_EXPOSED = 0.5
 
 
 @dataclass(frozen=True)
@@ -70,7 +82,7 @@ def achievable_flops(gpu: GPU, kernel: Kernel, units: ArrayLike | None = None) -
     waves = np.ceil(kernel.tiles / units)
     wave_eff = kernel.tiles / (waves * total)
     depth_eff = kernel.k_depth / (kernel.k_depth + GEMM_TILE_OVERHEAD_K)
-    return peak * gpu.matmul_efficiency.value * wave_eff * depth_eff
+    return peak * gpu.efficiency(kernel.dtype) * wave_eff * depth_eff
 
 
 def achievable_bandwidth(gpu: GPU) -> float:
@@ -85,6 +97,10 @@ def kernel_time(gpu: GPU, kernel: Kernel, launch: bool = True, units: ArrayLike 
     """
     ceiling = achievable_flops(gpu, kernel, units)
     compute = kernel.flops / ceiling
+    if gpu.exp_rate is not None and np.any(kernel.exps):
+        share = gpu.compute_units.value if units is None else np.asarray(units, dtype=float)
+        softmax = kernel.exps / (gpu.exp_rate.value * share / gpu.compute_units.value)
+        compute = np.maximum(compute, softmax) + SOFTMAX_EXPOSED * np.minimum(compute, softmax)
     memory = kernel.bytes / achievable_bandwidth(gpu)
     time = np.maximum(compute, memory) + (gpu.launch_overhead.value if launch else 0.0)
     return KernelTime(time, compute, memory, kernel.flops / time, ceiling)

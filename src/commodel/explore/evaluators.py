@@ -1,7 +1,7 @@
 """Evaluators: vectorized functions from a table of design points to a table of results.
 
-An evaluator declares its inputs (with defaults; ``None`` = required) and its output columns, so a
-specification can be checked before anything runs. Evaluation groups rows by their categorical inputs
+An evaluator declares its inputs (with defaults), which of them are required, and its output
+columns, so a specification can be checked before anything runs. Evaluation groups rows by their categorical inputs
 (model, system, ...) and calls the models once per group on whole columns.
 """
 
@@ -18,20 +18,29 @@ from commodel.errors import CommodelError, pick
 
 @dataclass(frozen=True)
 class Evaluator:
-    """A named evaluate function with its input defaults and output columns."""
+    """A named evaluate function with its input defaults, required inputs and output columns
+    (``required`` defaults to the inputs whose default is ``None``)."""
 
     name: str
     description: str
     inputs: dict[str, object]
     outputs: tuple[str, ...]
     function: Callable[[pd.DataFrame], pd.DataFrame]
+    required: tuple[str, ...] | None = None
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """The inputs a table must give."""
+        if self.required is not None:
+            return self.required
+        return tuple(name for name, default in self.inputs.items() if default is None)
 
     def __call__(self, frame: pd.DataFrame) -> pd.DataFrame:
         """Fill defaults, evaluate, and return ``frame`` with the output columns and ``valid``."""
         frame = frame.copy()
         for name, default in self.inputs.items():
             if name not in frame:
-                if default is None:
+                if name in self.needs:
                     raise CommodelError(f"evaluator '{self.name}' needs input '{name}'")
                 frame[name] = default
         return self.function(frame)

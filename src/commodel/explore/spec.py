@@ -170,7 +170,7 @@ def check_names(spec: SweepSpec, path: Path | str) -> None:
             raise CommodelError(
                 f"{path}: constraint '{text}': unknown column '{column}'{suggest(column, columns)}"
             )
-    missing = [name for name, default in ev.inputs.items() if default is None and name not in given]
+    missing = [name for name in ev.needs if name not in given]
     if missing:
         raise CommodelError(
             f"{path}: evaluator '{ev.name}' needs {', '.join(missing)} (as a variable, fixed or derived value)"

@@ -18,6 +18,7 @@ from commodel.records import (
     FlopRate,
     Fraction,
     Power,
+    Rate,
     Strict,
 )
 
@@ -25,7 +26,13 @@ DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 
 
 class GPU(Strict):
-    """One accelerator (or one GCD of a multi-die package, as the runtime sees it)."""
+    """One accelerator (or one GCD of a multi-die package, as the runtime sees it).
+
+    ``matmul_efficiency``: the share of the datasheet peak the best GEMM shape reaches, per dtype
+    (MAMF-style measurements; a dtype without an entry takes bf16's). ``exp_rate``: exponentials per
+    second the special-function units deliver at the datasheet clock (they bound softmax in fused
+    attention); absent: no such bound is applied.
+    """
 
     description: str
     vendor: Literal["nvidia", "amd"]
@@ -37,16 +44,23 @@ class GPU(Strict):
     tdp: Power
     idle_power: Power
     host_link: str
-    matmul_efficiency: Fraction
+    matmul_efficiency: dict[Literal[DTYPES], Fraction]  # type: ignore[valid-type]
     memory_efficiency: Fraction
     launch_overhead: Duration
+    exp_rate: Rate | None = None
 
-    @field_validator("peak_flops")
+    @field_validator("peak_flops", "matmul_efficiency")
     @classmethod
     def _has_bf16(cls, v: dict) -> dict:
         if "bf16" not in v and "fp16" not in v:
-            raise ValueError("needs at least a bf16 or fp16 peak")
+            raise ValueError("needs at least a bf16 or fp16 entry")
         return v
+
+    def efficiency(self, dtype: str) -> float:
+        """Best-GEMM share of the datasheet peak in ``dtype`` (bf16's where the dtype has none)."""
+        table = self.matmul_efficiency
+        entry = table.get(dtype) or table.get("bf16") or table["fp16"]
+        return entry.value
 
 
 class Link(Strict):

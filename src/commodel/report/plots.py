@@ -31,7 +31,7 @@ def roofline_plot(gpu: GPU, name: str, kernels: dict[str, Kernel], path: Path) -
     for peak, dtypes in sorted(by_peak.items()):
         label = "/".join(dtypes)
         line = ax.loglog(intensity, np.minimum(peak, vendor_bw * intensity), label=f"{label} peak")
-        achievable = peak * gpu.matmul_efficiency.value
+        achievable = peak * gpu.efficiency(dtypes[0])
         ax.loglog(
             intensity,
             np.minimum(achievable, achievable_bandwidth(gpu) * intensity),

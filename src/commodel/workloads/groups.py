@@ -44,6 +44,16 @@ def group(ranks: ArrayLike, stride: ArrayLike, gpus_per_domain: int) -> Group:
     return Group(ranks, per_node)
 
 
+def job_domain(gpus: ArrayLike, domain: int) -> np.ndarray:
+    """GPUs of a job per scale-up domain: the largest divisor of the job's GPU count that fits the
+    physical domain (a job fills its domains evenly: 256 GPUs on 72-GPU NVL72 racks run as 4 x 64)."""
+    gpus = np.asarray(gpus, dtype=float)
+    out = np.ones_like(gpus)
+    for size in range(int(domain), 1, -1):
+        out = np.where((out == 1) & (np.mod(gpus, size) == 0), size, out)
+    return out
+
+
 def shared_nics(fab: Fabric) -> Fabric:
     """The fabric as one of many concurrent groups sees it: every GPU of a domain communicates at
     once, so a group with g GPUs in a domain gets g / domain of the domain's NIC bandwidth."""

@@ -10,12 +10,14 @@ attention core (selective).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from commodel.compute.kernels import Kernel, gemm_backward
+from commodel.compute.precision import Precision, precision
 from commodel.compute.roofline import kernel_time
 from commodel.hardware.cluster import Cluster
 from commodel.hardware.schema import GPU
@@ -25,8 +27,17 @@ from commodel.workloads.layout import Layout
 from commodel.workloads.schema import Transformer
 from commodel.workloads.transformer import LayerKernels, layer_kernels
 
-#: Flash-attention backward runs five matmuls to the forward's two (Dao 2023): 2.5x the forward.
+#: Flash-attention backward runs five matmuls to the forward's two (Dao 2023): 2.5x the forward's
+#: tensor FLOPs, and recomputes the softmax (one exponential per score again).
 ATTENTION_BACKWARD = 2.5
+
+
+def attention_backward(forward: Kernel) -> Kernel:
+    """The backward of a flash-attention forward: 2.5x its FLOPs, the same exponentials, twice its
+    traffic (read Q, K, V, O, dO; write dQ, dK, dV)."""
+    return dataclasses.replace(
+        forward, name="attention-backward", flops=ATTENTION_BACKWARD * forward.flops, bytes=2 * forward.bytes
+    )
 
 
 @dataclass(frozen=True)
@@ -83,24 +94,21 @@ def layer_work(gpu: GPU, lk: LayerKernels, recompute: np.ndarray, units: ArrayLi
             for key, value in (("fwd", f), ("dgrad", dgrad[0]), ("fwd_hbm", hbm), ("dgrad_hbm", dgrad[2])):
                 by_role[role, key] = by_role[role, key] + count * value
     attn = 0.0
-    for kernel in lk.attention:
+    for kernel, count in lk.attention:
         f, m, _ = timed(gpu, kernel, units)
         if kernel.shape is not None:  # unfused attention's batched GEMMs
             (b1, m1, _), (b2, m2, _) = (timed(gpu, b, units) for b in gemm_backward(kernel))
             b_time, b_mem, b_launches = b1 + b2, m1 + m2, 2.0
+        elif kernel.name == "attention":
+            b_time, b_mem, b_launches = timed(gpu, attention_backward(kernel), units)[0], 0.0, 1.0
         else:
-            factor = ATTENTION_BACKWARD if kernel.name == "attention" else 2.0
-            b_time, b_mem, b_launches = factor * f, factor * m, 1.0
-        attn, fwd, bwd = attn + f, fwd + f, bwd + b_time
-        mem, launches = mem + m + b_mem, launches + 1 + b_launches
-    for kernel, count in lk.elementwise:
+            b_time, b_mem, b_launches = 2 * f, 2 * m, 1.0
+        attn, fwd, bwd = attn + count * f, fwd + count * f, bwd + count * b_time
+        mem, launches = mem + count * (m + b_mem), launches + count * (1 + b_launches)
+    for kernel, forward, backward in lk.elementwise:
         f, m, _ = timed(gpu, kernel, units)
-        fwd, bwd, mem, launches = (
-            fwd + count * f,
-            bwd + 2 * count * f,
-            mem + 3 * count * m,
-            launches + 2 * count,
-        )
+        fwd, bwd = fwd + forward * f, bwd + backward * f
+        mem, launches = mem + (forward + backward) * m, launches + forward + backward
     recompute_s = np.where(recompute == 2, fwd, np.where(recompute == 1, attn, 0.0))
     return Work(
         fwd,
@@ -133,12 +141,17 @@ def repeat(window: Window, factor: ArrayLike) -> Window:
 
 
 def layer_work_of(
-    model: Transformer, gpu: GPU, x: Layout, dtype: str, attention_impl: str, units: ArrayLike | None = None
+    model: Transformer,
+    gpu: GPU,
+    x: Layout,
+    recipe: Precision,
+    attention_impl: str,
+    units: ArrayLike | None = None,
 ) -> Work:
     """:func:`layer_work` of every layout in ``x``, computed once per distinct layer shape."""
 
     def work(T, mb, seq, tp, cp, ep, sp, recompute, sms):
-        lk = layer_kernels(model, T, mb, seq, tp, cp, ep, sp, dtype, attention_impl)
+        lk = layer_kernels(model, T, mb, seq, tp, cp, ep, sp, recipe, attention_impl)
         return layer_work(gpu, lk, recompute, sms)
 
     sms = gpu.compute_units.value if units is None else units
@@ -148,10 +161,11 @@ def layer_work_of(
 
 
 def layer_window(
-    model: Transformer, cluster: Cluster, x: Layout, comm_ctas: ArrayLike, dtype: str = "bf16"
+    model: Transformer, cluster: Cluster, x: Layout, comm_ctas: ArrayLike, recipe: str = "bf16"
 ) -> Window:
     """The overlap window of one layer's forward and backward for one micro-batch, with the same
     kernels also priced on the SMs a collective of ``comm_ctas`` CTAs leaves free."""
     units = cluster.gpu.compute_units.value - np.asarray(comm_ctas, dtype=float)
-    full = layer_work_of(model, cluster.gpu, x, dtype, "flash")
-    return window(full, layer_work_of(model, cluster.gpu, x, dtype, "flash", units), "both")
+    mix = precision(recipe)
+    full = layer_work_of(model, cluster.gpu, x, mix, "flash")
+    return window(full, layer_work_of(model, cluster.gpu, x, mix, "flash", units), "both")

@@ -16,6 +16,8 @@ from commodel.errors import CommodelError
 from commodel.workloads.schema import Transformer
 
 RECOMPUTE = ("none", "selective", "full")
+#: Recomputation codes a layout may carry: RECOMPUTE's, and 3 = auto (the least that fits).
+RECOMPUTE_CODES = {**{name: code for code, name in enumerate(RECOMPUTE)}, "auto": 3}
 
 
 @dataclass(frozen=True)
@@ -81,11 +83,11 @@ def make_layout(
 
 
 def recompute_code(name: str) -> int:
-    if name not in RECOMPUTE:
+    if name not in RECOMPUTE_CODES:
         from commodel.errors import unknown
 
-        raise unknown("recompute mode", name, RECOMPUTE)
-    return RECOMPUTE.index(name)
+        raise unknown("recompute mode", name, RECOMPUTE_CODES)
+    return RECOMPUTE_CODES[name]
 
 
 def layout_problems(model: Transformer, layout: Layout, gpus: ArrayLike) -> list[tuple[np.ndarray, str]]:
@@ -123,7 +125,7 @@ def _rules(x: Layout, model: Transformer, gpus: ArrayLike) -> list[tuple[np.ndar
             "ep must divide dp x cp (experts are spread over data-parallel ranks)",
         ),
         (~np.isin(x.zero, [0, 1, 2, 3]), "zero stage must be 0, 1, 2 or 3"),
-        (~np.isin(x.recompute, [0, 1, 2]), "recompute must be none, selective or full"),
+        (~np.isin(x.recompute, [0, 1, 2, 3]), "recompute must be none, selective, full or auto"),
     ]
     shape = np.broadcast_shapes(*(np.shape(getattr(x, f.name)) for f in fields(Layout)), np.shape(gpus))
     return [(np.broadcast_to(mask, shape), message) for mask, message in rules]

@@ -1,9 +1,11 @@
 """Memory per GPU of a training layout: weights, gradients, optimizer state, activations, logits.
 
-Mixed-precision Adam (Rajbhandari et al. 2020, ZeRO): bf16 weights (2 B), fp32 main gradients (4 B),
-fp32 master weights, momentum and variance (12 B) per parameter; ZeRO stage 1 shards the optimizer
-state, 2 also the gradients, 3 also the weights, over the dp x cp ranks (expert parameters over
-dp x cp / ep). Activations follow :func:`activation_bytes_per_token`; 1F1B keeps ``min(m, pp)``
+Mixed-precision Adam as current Megatron-Core recipes run it (Rajbhandari et al. 2020 for the
+ZeRO stages): 2 B of weights per parameter (BF16; under FP8 the primary weights are FP8 row-wise and
+column-wise copies, ``fp8_param_gather``), 2 B of BF16 gradient buffer (``grad_reduce_in_fp32`` off),
+12 B of fp32 master weights, momentum and variance; ZeRO stage 1 (the distributed optimizer) shards
+the optimizer state, 2 also the gradients, 3 (FSDP) also the weights, over the dp x cp ranks (expert
+parameters over dp x cp / ep). Activations follow :func:`activation_bytes_per_token`; 1F1B keeps ``min(m, pp)``
 micro-batches in flight on the first stage, interleaving ``1 + (pp - 1) / (pp vpp)`` times more
 (Narayanan et al. 2021). The last stage also holds fp32 logits of one micro-batch.
 """
@@ -12,11 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from commodel.compute.precision import Precision
 from commodel.workloads.layout import Layout
 from commodel.workloads.schema import Transformer
 from commodel.workloads.transformer import activation_bytes_per_token, layer_weights
 
-WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES = 2.0, 4.0, 12.0
+WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES = 2.0, 2.0, 12.0
 
 #: HBM kept free for the CUDA context, NCCL buffers, workspaces and allocator fragmentation (assumed).
 RESERVED_FRACTION = 0.10
@@ -38,7 +41,9 @@ def stage_parameters(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndar
     return dense, experts
 
 
-def memory_parts(model: Transformer, x: Layout, attention_impl: str = "flash") -> dict[str, np.ndarray]:
+def memory_parts(
+    model: Transformer, x: Layout, attention_impl: str = "flash", recipe: Precision | None = None
+) -> dict[str, np.ndarray]:
     """What a GPU of the largest stage holds independently of the number of micro-batches: model
     states (weights, gradients, optimizer) and one micro-batch's activations and logits."""
     dense, experts = stage_parameters(model, x)
@@ -48,7 +53,7 @@ def memory_parts(model: Transformer, x: Layout, attention_impl: str = "flash") -
         on = x.zero >= from_stage
         return per_param * (dense / np.where(on, shard_dense, 1) + experts / np.where(on, shard_experts, 1))
 
-    per_token = activation_bytes_per_token(model, x.recompute, x.seq / x.cp, attention_impl)
+    per_token = activation_bytes_per_token(model, x.recompute, x.seq / x.cp, attention_impl, recipe)
     replicated = REPLICATED_WITHOUT_SP * model.hidden
     split = np.where(
         x.sequence_parallel,
@@ -89,6 +94,11 @@ def memory_per_gpu(model: Transformer, x: Layout, attention_impl: str = "flash")
     return memory_with_microbatches(memory_parts(model, x, attention_impl), x)
 
 
+def usable_memory(capacity_bytes: float) -> float:
+    """HBM a training job can use: the capacity less :data:`RESERVED_FRACTION`."""
+    return capacity_bytes * (1 - RESERVED_FRACTION)
+
+
 def fits(total_bytes: np.ndarray, capacity_bytes: float) -> np.ndarray:
     """Whether ``total_bytes`` fits in HBM after :data:`RESERVED_FRACTION` is set aside."""
-    return total_bytes <= capacity_bytes * (1 - RESERVED_FRACTION)
+    return total_bytes <= usable_memory(capacity_bytes)

@@ -41,7 +41,13 @@ class MLA(Strict):
 
 
 class Transformer(Strict):
-    """A decoder-only transformer: sizes, attention kind, FFN kind, vocabulary, training sequence."""
+    """A decoder-only transformer: sizes, attention kind, FFN kind, vocabulary, training sequence.
+
+    ``sliding_window``: keys a query attends to in the ``sliding_window_layers`` layers that use a
+    banded (sliding-window) attention; the others attend to the whole causal prefix. ``dropout``:
+    whether training applies dropout (GPT-3-era models did; current recipes do not), which stores a
+    mask per activation.
+    """
 
     description: str
     source: str
@@ -55,6 +61,9 @@ class Transformer(Strict):
     vocab: PositiveInt
     seq: PositiveInt
     tied_embeddings: bool = False
+    dropout: bool = False
+    sliding_window: PositiveInt | None = None
+    sliding_window_layers: int = 0
     mla: MLA | None = None
     moe: MoE | None = None
 
@@ -66,6 +75,10 @@ class Transformer(Strict):
             )
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise ValueError(f"heads ({self.heads}) is not a multiple of kv_heads ({self.kv_heads})")
+        if not 0 <= self.sliding_window_layers <= self.layers:
+            raise ValueError(f"sliding_window_layers must be between 0 and layers ({self.layers})")
+        if self.sliding_window_layers and self.sliding_window is None:
+            raise ValueError("sliding_window_layers needs a sliding_window")
         return self
 
     @property
@@ -75,6 +88,10 @@ class Transformer(Strict):
     @property
     def d_head(self) -> int:
         return self.head_dim or self.hidden // self.heads
+
+    @property
+    def windowed_layers(self) -> int:
+        return self.sliding_window_layers if self.sliding_window else 0
 
     @property
     def moe_layers(self) -> int:

@@ -22,18 +22,27 @@ tp-first (:mod:`commodel.workloads.layout`); all GPUs of a node communicate at o
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from commodel.comm.fabric import fabric_of
 from commodel.compute.kernels import gemm, gemm_backward
+from commodel.compute.precision import Precision, precision
 from commodel.compute.roofline import peak_flops
 from commodel.hardware.cluster import Cluster
 from commodel.overlap import Window, check_strategy, ctas, exposed
 from commodel.vectorize import on_unique
-from commodel.workloads.groups import Group, collective, domain, group, in_switch, shared_nics
+from commodel.workloads.groups import Group, collective, domain, group, in_switch, job_domain, shared_nics
 from commodel.workloads.layer_work import ATTENTION_BACKWARD, Work, layer_work_of, repeat, timed, window
 from commodel.workloads.layout import Layout
-from commodel.workloads.memory import fits, memory_parts, memory_with_microbatches, stage_parameters
+from commodel.workloads.memory import (
+    fits,
+    memory_parts,
+    memory_with_microbatches,
+    stage_parameters,
+    usable_memory,
+)
 from commodel.workloads.schema import Transformer
 from commodel.workloads.tensor_parallel import tensor_parallel_exposed
 from commodel.workloads.transformer import bytes_per, model_flops_per_token, recompute_flops_per_token
@@ -52,7 +61,7 @@ def per_microbatch(
     model: Transformer,
     cluster: Cluster,
     x: Layout,
-    dtype: str,
+    recipe: Precision,
     strategy: str,
     attention_impl: str,
     tp_overlap: str,
@@ -61,16 +70,16 @@ def per_microbatch(
     of one micro-batch, the end-of-step data-parallel and optimizer times, and memory parts."""
     gpu = cluster.gpu
     fab = shared_nics(fabric_of(cluster))
-    gpn = fab.domain
+    gpn = job_domain(x.gpus, fab.domain)
     units = gpu.compute_units.value
-    size = bytes_per(dtype)
+    size = bytes_per(recipe.other)  # activations and gradients cross the wire in BF16
     hbm = gpu.memory_bandwidth.value * gpu.memory_efficiency.value
     T, h = x.tokens, model.hidden
-    full = layer_work_of(model, gpu, x, dtype, attention_impl)
+    full = layer_work_of(model, gpu, x, recipe, attention_impl)
     overlapping = strategy in ("sm-partition", "in-network")
 
     def partitioned(k: np.ndarray) -> Work:
-        return layer_work_of(model, gpu, x, dtype, attention_impl, units - k) if overlapping else full
+        return layer_work_of(model, gpu, x, recipe, attention_impl, units - k) if overlapping else full
 
     tp = group(x.tp, 1, gpn)
     cp = group(x.cp, x.tp, gpn)
@@ -105,7 +114,7 @@ def per_microbatch(
 
     layer_time = full.total_s + tp_exposed + ep_exposed + cp_exposed
     # Logits (last stage): output GEMM forward and backward plus an fp32 cross-entropy pass.
-    logits = gemm(T, model.vocab / x.tp, h, dtype)
+    logits = gemm(T, model.vocab / x.tp, h, recipe.other)
     logits_s = sum(timed(gpu, k, None)[0] for k in (logits, *gemm_backward(logits)))
     logits_s = logits_s + 3 * T * model.vocab / x.tp * 4 / hbm
 
@@ -169,7 +178,8 @@ def per_microbatch(
         "z3_exposed_s": z3_exposed,
         "dp_exposed_s": dp_exposed,
         "optimizer_s": optimizer,
-        **memory_parts(model, x, attention_impl),  # bytes: weights, gradients, optimizer, ...
+        "tp_domains": tp.nodes,
+        **memory_parts(model, x, attention_impl, recipe),  # bytes: weights, gradients, optimizer, ...
     }
 
 
@@ -203,14 +213,28 @@ def train_step(
     Returns arrays: ``step_time_s, tokens_per_s, tflops_per_gpu`` (model FLOPs, the MFU convention),
     ``hw_tflops_per_gpu`` (including recomputation), ``mfu, memory_per_gpu_bytes, fits`` and the
     breakdown ``compute_s, tp_comm_s, cp_comm_s, ep_comm_s, pp_comm_s, dp_comm_s, bubble_s,
-    optimizer_s`` (seconds per step on the slowest stage, summing to ``step_time_s``).
+    optimizer_s`` (seconds per step on the slowest stage, summing to ``step_time_s``), the
+    share of layers recomputed in full (``recompute_share``; code 3 in ``x.recompute`` means *auto*:
+    :func:`recompute_blocks`) and ``tp_domains``, the scale-up domains a tensor-parallel group spans
+    (above 1 its collectives cross the scale-out network).
     Layouts that differ only in global batch share one :func:`per_microbatch` evaluation.
     """
     check_strategy(strategy)
+    auto = np.asarray(x.recompute) == 3
+    if np.any(auto):
+        none, full = (
+            train_step(model, cluster, dataclasses.replace(x, recompute=np.where(auto, code, x.recompute)),
+                       dtype, strategy, attention_impl, tp_overlap)
+            for code in (0, 2)
+        )  # fmt: skip
+        return recompute_blocks(
+            none, full, auto, usable_memory(cluster.gpu.memory_capacity.value), x.pp, model.layers
+        )
+    recipe = precision(dtype, cluster.gpu)
 
     def priced(*fields: np.ndarray) -> dict[str, np.ndarray]:
         sub = Layout(**dict(zip(MICROBATCH_FIELDS, fields, strict=True)), global_batch=np.asarray(1.0))
-        return per_microbatch(model, cluster, sub, dtype, strategy, attention_impl, tp_overlap)
+        return per_microbatch(model, cluster, sub, recipe, strategy, attention_impl, tp_overlap)
 
     p = on_unique(priced, *(getattr(x, name) for name in MICROBATCH_FIELDS))
     gpu = cluster.gpu
@@ -252,9 +276,46 @@ def train_step(
         "tokens_per_s": tokens / step,
         "tflops_per_gpu": model_flops / (step * gpus) / 1e12,
         "hw_tflops_per_gpu": hw_flops / (step * gpus) / 1e12,
-        "mfu": model_flops / (step * gpus) / peak_flops(gpu, dtype),
+        "mfu": model_flops / (step * gpus) / peak_flops(gpu, recipe.gemm),
         "memory_per_gpu_bytes": memory["total"],
         "fits": fits(memory["total"], gpu.memory_capacity.value),
+        "recompute_share": np.where(x.recompute == 2, 1.0, 0.0),
+        "tp_domains": p["tp_domains"],
     }
     result.update({f"{name}_s": value for name, value in parts.items()})
     return {k: np.broadcast_to(v, np.shape(step)) for k, v in result.items()}
+
+
+#: Outputs that add up over a stage's layers, and so mix linearly when some layers are recomputed.
+_LINEAR = ("step_time_s", "memory_per_gpu_bytes", *(f"{name}_s" for name in BREAKDOWN))
+
+
+def recompute_blocks(
+    none: dict[str, np.ndarray],
+    full: dict[str, np.ndarray],
+    auto: np.ndarray,
+    capacity: float,
+    pp: np.ndarray,
+    layers: int,
+) -> dict[str, np.ndarray]:
+    """Recompute just enough layers to fit (Megatron's ``--recompute-method block``): the smallest
+    share ``r`` of each stage's layers, in whole layers, with ``(1 - r) M_none + r M_full <= capacity``;
+    step time, its breakdown and memory mix the same way. Rows not marked ``auto`` keep ``none``."""
+    stage = np.ceil(layers / np.asarray(pp, dtype=float))
+    span = none["memory_per_gpu_bytes"] - full["memory_per_gpu_bytes"]
+    share = np.clip(
+        np.divide(none["memory_per_gpu_bytes"] - capacity, span, out=np.ones_like(span), where=span > 0), 0, 1
+    )
+    share = np.where(auto, np.ceil(share * stage - 1e-9) / stage, none["recompute_share"])
+    out = {k: none[k] + share * (full[k] - none[k]) for k in _LINEAR}
+    step = out["step_time_s"]
+    for key in ("tokens_per_s", "tflops_per_gpu", "mfu"):
+        out[key] = none[key] * none["step_time_s"] / step
+    hw_work = (1 - share) * none["hw_tflops_per_gpu"] * none["step_time_s"] + share * full[
+        "hw_tflops_per_gpu"
+    ] * full["step_time_s"]
+    out["hw_tflops_per_gpu"] = hw_work / step
+    out["fits"] = out["memory_per_gpu_bytes"] <= capacity * (1 + 1e-9)
+    out["recompute_share"] = share
+    out["tp_domains"] = none["tp_domains"]
+    return out

@@ -20,7 +20,16 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from commodel.compute.kernels import DTYPE_BYTES, Kernel, attention, elementwise, gemm, unfused_attention
+from commodel.compute.kernels import (
+    DTYPE_BYTES,
+    Kernel,
+    attention,
+    elementwise,
+    gemm,
+    quantize,
+    unfused_attention,
+)
+from commodel.compute.precision import Precision
 from commodel.errors import pick, unknown
 from commodel.workloads.schema import Transformer
 
@@ -98,20 +107,34 @@ def attention_dims(model: Transformer) -> tuple[int, int]:
     return model.d_head, model.d_head
 
 
-def model_flops_per_token(model: Transformer, seq: ArrayLike) -> np.ndarray:
-    """Training FLOPs per token without recomputation (the MFU convention, see module docstring)."""
+def attended_keys(model: Transformer, seq: ArrayLike, causal: bool) -> np.ndarray:
+    """Keys per query averaged over the layers: ``s`` (``s / 2`` causal, the lower triangle), at most
+    the window in sliding-window layers."""
+    s = np.asarray(seq, dtype=float)
+    full = s / 2 if causal else s
+    windowed = model.windowed_layers / model.layers
+    return (1 - windowed) * full + windowed * np.minimum(full, model.sliding_window or np.inf)
+
+
+def model_flops_per_token(model: Transformer, seq: ArrayLike, causal: bool = True) -> np.ndarray:
+    """Training FLOPs per token without recomputation (the MFU convention, see module docstring):
+    ``6 N_matmul + 6 l n_h (d_qk + d_v) keys + 6 V h`` with ``keys`` the attended keys per query
+    (:func:`attended_keys`: half the sequence for a causal model, as Megatron-Bridge counts;
+    ``causal=False`` is the Megatron/PaLM convention of 2021-22, which counts the full square)."""
     d_qk, d_v = attention_dims(model)
     p = parameters(model)
-    attention_scores = 6 * model.layers * np.asarray(seq, dtype=float) * model.heads * (d_qk + d_v)
+    attention_scores = 6 * model.layers * attended_keys(model, seq, causal) * model.heads * (d_qk + d_v)
     logits = 6 * model.vocab * model.hidden
     return 6 * p["matmul_active"] + attention_scores + logits
 
 
-def recompute_flops_per_token(model: Transformer, seq: ArrayLike, recompute: ArrayLike) -> np.ndarray:
+def recompute_flops_per_token(
+    model: Transformer, seq: ArrayLike, recompute: ArrayLike, causal: bool = True
+) -> np.ndarray:
     """Extra forward FLOPs per token of activation recomputation: 0 = none, 1 = selective (attention
     scores), 2 = full (the whole layer forward)."""
     d_qk, d_v = attention_dims(model)
-    scores = 2 * model.layers * np.asarray(seq, dtype=float) * model.heads * (d_qk + d_v)
+    scores = 2 * model.layers * attended_keys(model, seq, causal) * model.heads * (d_qk + d_v)
     full = 2 * parameters(model)["matmul_active"] + scores
     code = np.asarray(recompute)
     return np.where(code == 2, full, np.where(code == 1, scores, 0.0))
@@ -126,12 +149,13 @@ GEMM_ROLES = ("column", "row", "local")
 
 @dataclass(frozen=True)
 class LayerKernels:
-    """The forward kernels of one (average) layer on one GPU, each with how many run per layer and,
-    for GEMMs, their tensor-parallel role (:data:`GEMM_ROLES`)."""
+    """The forward kernels of one (average) layer on one GPU, each with how many run per layer:
+    GEMMs with their tensor-parallel role (:data:`GEMM_ROLES`), attention cores, and memory-bound
+    kernels with their forward and backward counts (a cast runs in one pass only)."""
 
     gemms: list[tuple[Kernel, float, str]]
-    attention: list[Kernel]
-    elementwise: list[tuple[Kernel, float]]
+    attention: list[tuple[Kernel, float]]
+    elementwise: list[tuple[Kernel, float, float]]
 
 
 def layer_kernels(
@@ -143,45 +167,51 @@ def layer_kernels(
     cp: ArrayLike,
     ep: ArrayLike,
     sequence_parallel: ArrayLike,
-    dtype: str,
+    recipe: Precision,
     attention_impl: str = "flash",
 ) -> LayerKernels:
     """Forward kernels of one layer on one GPU for ``tokens`` = micro_batch x seq / cp local tokens.
 
-    MoE layers are averaged with dense ones by their share of the depth (DeepSeek-V3: 58 of 61). Each
-    of the E/ep local experts receives ``tokens x top_k x ep / E`` tokens on average (perfect balance).
+    Linear layers run in ``recipe.gemm`` (FP8 under Transformer Engine, with a quantization pass per
+    operand: the input forward, the output gradient backward); the router, attention and every
+    memory-bound kernel in ``recipe.other``. MoE layers are averaged with dense ones by their share of
+    the depth (DeepSeek-V3: 58 of 61): the E/ep local experts run as one grouped GEMM, each receiving
+    ``tokens x top_k x ep / E`` tokens (balanced, as the published runs force), and the tokens are
+    permuted to their experts and back. Sliding-window layers attend to at most ``window`` keys.
     """
     T = np.asarray(tokens, dtype=float)
     t = np.asarray(tp, dtype=float)
     h = model.hidden
+    low, high = recipe.gemm, recipe.other
     moe_share = model.moe_layers / model.layers
     gemms: list[tuple[Kernel, float, str]] = []
     if model.mla is not None:
         a = model.mla
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
         gemms += [
-            (gemm(T, a.q_lora_rank, h, dtype), 1.0, "local"),
-            (gemm(T, model.heads * qk / t, a.q_lora_rank, dtype), 1.0, "column"),
-            (gemm(T, a.kv_lora_rank + a.qk_rope_head_dim, h, dtype), 1.0, "local"),
+            (gemm(T, a.q_lora_rank, h, low), 1.0, "local"),
+            (gemm(T, model.heads * qk / t, a.q_lora_rank, low), 1.0, "column"),
+            (gemm(T, a.kv_lora_rank + a.qk_rope_head_dim, h, low), 1.0, "local"),
             (
-                gemm(T, model.heads * (a.qk_nope_head_dim + a.v_head_dim) / t, a.kv_lora_rank, dtype),
+                gemm(T, model.heads * (a.qk_nope_head_dim + a.v_head_dim) / t, a.kv_lora_rank, low),
                 1.0,
                 "column",
             ),
-            (gemm(T, h, model.heads * a.v_head_dim / t, dtype), 1.0, "row"),
+            (gemm(T, h, model.heads * a.v_head_dim / t, low), 1.0, "row"),
         ]
     else:
         d = model.d_head
         kv_per_rank = np.maximum(model.n_kv_heads / t, 1.0)
         gemms += [
-            (gemm(T, (model.heads / t + 2 * kv_per_rank) * d, h, dtype), 1.0, "column"),
-            (gemm(T, h, model.heads * d / t, dtype), 1.0, "row"),
+            (gemm(T, (model.heads / t + 2 * kv_per_rank) * d, h, low), 1.0, "column"),
+            (gemm(T, h, model.heads * d / t, low), 1.0, "row"),
         ]
     up = 2 if model.gated_mlp else 1
     dense = 1 - moe_share
     if dense > 0:
         f = model.ffn_hidden
-        gemms += [(gemm(T, up * f / t, h, dtype), dense, "column"), (gemm(T, h, f / t, dtype), dense, "row")]
+        gemms += [(gemm(T, up * f / t, h, low), dense, "column"), (gemm(T, h, f / t, low), dense, "row")]
+    memory_bound: list[tuple[Kernel, float, float]] = []
     if model.moe is not None:
         m = model.moe
         e = np.asarray(ep, dtype=float)
@@ -189,55 +219,90 @@ def layer_kernels(
         local = m.experts / e
         fe = m.expert_ffn_hidden
         gemms += [
-            (gemm(T, m.experts, h, dtype), moe_share, "local"),
-            (gemm(per_expert, up * fe / t, h, dtype), moe_share * local, "column"),
-            (gemm(per_expert, h, fe / t, dtype), moe_share * local, "row"),
+            (gemm(per_expert, up * fe / t, h, low, batch=local), moe_share, "column"),
+            (gemm(per_expert, h, fe / t, low, batch=local), moe_share, "row"),
         ]
         if m.shared_experts:
             shared = m.shared_experts * fe
             gemms += [
-                (gemm(T, up * shared / t, h, dtype), moe_share, "column"),
-                (gemm(T, h, shared / t, dtype), moe_share, "row"),
+                (gemm(T, up * shared / t, h, low), moe_share, "column"),
+                (gemm(T, h, shared / t, low), moe_share, "row"),
             ]
+        # Permute tokens to their experts and back (each a read and a write of top_k copies), both passes.
+        permute = elementwise(T * m.top_k * h, high, reads=1, writes=1)
+        memory_bound.append((permute, 2 * moe_share, 2 * moe_share))
+    casts = [
+        (
+            quantize(k.shape[0] * k.shape[2] * k.shape[3], recipe.cast_bytes),
+            quantize(k.shape[0] * k.shape[1] * k.shape[3], recipe.cast_bytes),
+            count,
+        )
+        for k, count, _ in gemms
+        if recipe.quantized
+    ]
+    memory_bound += [(fwd, count, 0.0) for fwd, _, count in casts] + [
+        (bwd, 0.0, count) for _, bwd, count in casts
+    ]
+    if model.moe is not None:  # the router stays in BF16 and is never quantized
+        gemms.append((gemm(T, model.moe.experts, h, high), moe_share, "local"))
     d_qk, d_v = attention_dims(model)
     s = np.asarray(seq, dtype=float)
     if attention_impl not in ATTENTION_IMPLEMENTATIONS:
         raise unknown("attention implementation", attention_impl, ATTENTION_IMPLEMENTATIONS)
-    shape = (micro_batch, model.heads / t, s / np.asarray(cp), (d_qk + d_v) / 2, dtype)
-    core = [attention(*shape, True, s)] if attention_impl == "flash" else unfused_attention(*shape, s)
+    shape = (micro_batch, model.heads / t, s / np.asarray(cp), (d_qk + d_v) / 2, high)
+    windowed = model.windowed_layers / model.layers
+    if attention_impl == "flash":
+        core = [(attention(*shape, True, s), 1 - windowed)]
+        if windowed:
+            core.append((attention(*shape, True, s, window=model.sliding_window), windowed))
+    else:
+        core = [(k, 1.0) for k in unfused_attention(*shape, s)]
     # Norms and residual adds run on tokens / tp with sequence parallelism, on all tokens without.
     norm_tokens = np.where(np.asarray(sequence_parallel, dtype=bool), T / t, T)
     ffn = model.ffn_hidden if model.moe is None else model.moe.expert_ffn_hidden * model.moe.top_k
-    elementwise_kernels = [
-        (elementwise(norm_tokens * h, dtype, reads=1, writes=1, flops_per_element=5), 2.0),
-        (elementwise(norm_tokens * h, dtype, reads=2, writes=1), 2.0),
-        (elementwise(T * ffn / t, dtype, reads=up, writes=1, flops_per_element=8), 1.0),
+    memory_bound += [
+        (elementwise(norm_tokens * h, high, reads=1, writes=1, flops_per_element=5), 2.0, 4.0),
+        (elementwise(norm_tokens * h, high, reads=2, writes=1), 2.0, 4.0),
+        (elementwise(T * ffn / t, high, reads=up, writes=1, flops_per_element=8), 1.0, 2.0),
     ]
-    return LayerKernels(gemms, core, elementwise_kernels)
+    return LayerKernels(gemms, core, memory_bound)
 
 
 def activation_bytes_per_token(
-    model: Transformer, recompute: ArrayLike, seq: ArrayLike = 0, attention_impl: str = "flash"
+    model: Transformer,
+    recompute: ArrayLike,
+    seq: ArrayLike = 0,
+    attention_impl: str = "flash",
+    recipe: Precision | None = None,
 ) -> np.ndarray:
-    """Activation bytes stored per token per layer before tensor/sequence splitting (bf16).
+    """Activation bytes stored per token per layer before tensor/sequence splitting.
 
-    recompute 0 = none (module docstring formula; unfused attention adds Korthikanti's ``5 n_h s``
-    for scores, softmax output and dropout mask), 1 = selective (drop Q, K, V, the attention output
-    and any scores: recomputed with the attention core), 2 = full (keep only the layer input, 2h).
+    Korthikanti et al. (2022), generalised to GQA, gated MLPs and MoE: the inputs of the four linear
+    layers (attention's norm output, the attention output, the MLP's norm output, or its top_k permuted
+    copies, and the activation output), Q, K and V, the FC1 output, the two norms' inputs, and 1-byte
+    dropout masks where the model uses dropout. Under FP8 the linear layers keep their quantized
+    inputs (1 B) for the backward pass; everything else is BF16 (2 B). Unfused attention adds
+    Korthikanti's ``5 n_h s`` for scores, softmax output and dropout mask.
+
+    recompute 0 = none, 1 = selective (drop Q, K, V and the attention output, recomputed with the
+    attention core), 2 = full (keep only the layer input, 2h).
     """
     h, d = model.hidden, model.d_head
-    f_up = (2 if model.gated_mlp else 1) * (
-        model.ffn_hidden if model.moe is None else model.moe.expert_ffn_hidden
-    )
-    f_act = model.ffn_hidden if model.moe is None else model.moe.expert_ffn_hidden
-    topk = 1 if model.moe is None else model.moe.top_k
-    qkv_out = 2 * h + 4 * model.n_kv_heads * d + 2 * h
-    attention_part = 2 * h + qkv_out + h
-    mlp_part = 2 * h + topk * (2 * f_up + 2 * f_act) + h
+    moe = model.moe
+    f = model.ffn_hidden if moe is None else moe.expert_ffn_hidden
+    f_up = (2 if model.gated_mlp else 1) * f
+    topk = 1 if moe is None else moe.top_k
+    linear = 1.0 if recipe is not None and recipe.quantized else 2.0
+    mask = 1.0 if model.dropout else 0.0
+    attention_out = linear * h  # input of the output projection
+    qkv = 2 * h + 4 * model.n_kv_heads * d
+    mlp_inputs = linear * (h if moe is None else h + topk * h)  # norm output, and its permuted copies
+    attention_part = linear * h + qkv + attention_out + mask * h
+    mlp_part = mlp_inputs + topk * (2 * f_up + linear * f) + mask * h
     none = attention_part + mlp_part + 4 * h
     scores = 5.0 * model.heads * np.asarray(seq, dtype=float) if attention_impl == "unfused" else 0.0
     code = np.asarray(recompute)
-    return np.where(code == 2, 2.0 * h, np.where(code == 1, none - qkv_out, none + scores))
+    return np.where(code == 2, 2.0 * h, np.where(code == 1, none - qkv - attention_out, none + scores))
 
 
 def bytes_per(dtype: str) -> float:

@@ -1,0 +1,65 @@
+"""Training precision recipes: which kernels run in which dtype, as Transformer Engine runs them.
+
+- ``bf16`` / ``fp16``: every kernel in that dtype (mixed precision with fp32 master weights).
+- ``fp8`` (Transformer Engine, per-tensor current scaling): the linear layers' GEMMs run in FP8 in
+  the forward (fprop) and backward (dgrad, wgrad) passes. Everything else stays in BF16: attention
+  (fused, softmax included), norms, activations, residuals, the router, the logits layer, the
+  optimizer, and what crosses the wire (TP/SP activations, expert dispatch, gradients). Each FP8 GEMM
+  operand is quantized first: an amax pass (read 2 B per element), a cast (read 2 B, write 1 B) and
+  the transposed copy the backward GEMM consumes (write 1 B): 6 B of HBM traffic per element.
+- ``mxfp8`` (Transformer Engine MXFP8, Blackwell): the same GEMMs with 1 x 32 block scales; one pass
+  reads 2 B and writes a row-wise and a column-wise FP8 copy with their scales: 2 + 1 + 1 + 2/32 B.
+- ``fp4`` is a weight/inference format here; training recipes use the three above.
+
+Per GEMM, the forward quantizes its input (m x k elements) and the backward its output gradient
+(m x n); weights are quantized once per step and cached across micro-batches (negligible).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from commodel.errors import CommodelError, unknown
+from commodel.hardware.schema import GPU
+
+PRECISIONS = ("bf16", "fp16", "fp8", "mxfp8")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """``gemm``: dtype of the linear layers' GEMMs; ``other``: dtype of every other kernel, of stored
+    activations and of communication; ``cast_bytes``: HBM bytes per element to quantize a GEMM
+    operand (0 without FP8)."""
+
+    name: str
+    gemm: str
+    other: str
+    cast_bytes: float
+
+    @property
+    def quantized(self) -> bool:
+        return self.cast_bytes > 0
+
+
+RECIPES = {
+    "bf16": Precision("bf16", "bf16", "bf16", 0.0),
+    "fp16": Precision("fp16", "fp16", "fp16", 0.0),
+    "fp8": Precision("fp8", "fp8", "bf16", 2 + 2 + 1 + 1),
+    "mxfp8": Precision("mxfp8", "fp8", "bf16", 2 + 1 + 1 + 2 / 32),
+}
+
+
+def precision(name: str, gpu: GPU | None = None) -> Precision:
+    """The recipe called ``name``; with a ``gpu``, check that it can run it (FP8 tensor cores;
+    MXFP8 block scaling on Blackwell)."""
+    if name not in RECIPES:
+        raise unknown("training precision", name, RECIPES)
+    recipe = RECIPES[name]
+    if gpu is not None:
+        if recipe.gemm not in gpu.peak_flops:
+            raise CommodelError(f"{gpu.description} has no {recipe.gemm} tensor cores; use bf16")
+        if name == "mxfp8" and gpu.architecture != "blackwell":
+            raise CommodelError(
+                f"mxfp8 (block-scaled FP8) needs Blackwell tensor cores; {gpu.description} has fp8"
+            )
+    return recipe
