@@ -231,3 +231,44 @@ def test_in_network_overlap_helps_only_where_the_switch_reduces():
 
     assert step("dgx-h100", "in-network") < step("dgx-h100", "sm-partition")
     assert step("dgx-a100", "in-network") == pytest.approx(step("dgx-a100", "sm-partition"))
+
+
+@settings(max_examples=5, deadline=None)
+@given(
+    st.integers(0, 2**31 - 1),
+    st.sampled_from(["llama3-8b", "llama3-70b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b", "gpt3-175b"]),
+    st.sampled_from(["dgx-h100", "gb200-nvl72", "gb300-nvl72", "dgx-a100", "mi300x-8"]),
+)
+def test_physical_sanity_over_random_valid_configurations(seed, name, system):
+    """No input gives MFU above 1, hardware TFLOP/s above the peak, or a step shorter than the largest
+    GEMM of one layer and micro-batch: 2,500 random layouts per example, at least 2,000 valid each,
+    over 10,000 in all."""
+    from commodel.compute import gemm, kernel_time
+    from commodel.compute.precision import precision
+    from commodel.compute.roofline import peak_flops
+    from commodel.workloads.layout import valid
+
+    rng = np.random.default_rng(seed)
+    n = 2500
+    net, c = model(name), cluster(system, 64)
+    dtype = str(rng.choice(["bf16", "fp8"] if "fp8" in c.gpu.peak_flops else ["bf16"]))
+    tp, pp, cp = rng.choice([1, 2, 4, 8], n), rng.choice([1, 2, 4, 8], n), rng.choice([1, 2], n)
+    experts = net.moe.experts if net.moe else 1
+    ep = np.where(rng.random(n) < 0.7, 1, rng.choice([e for e in (1, 2, 4, 8) if experts % e == 0], n))
+    gpus = tp * pp * cp * rng.choice([1, 2, 4, 8], n)
+    mb = rng.choice([1, 2, 4], n)
+    x = make_layout(
+        tp=tp, pp=pp, cp=cp, ep=ep, dp=gpus // (tp * pp * cp), vpp=rng.choice([1, 2], n), micro_batch=mb,
+        global_batch=gpus // (tp * pp * cp) * mb * rng.choice([1, 4, 16], n), seq=rng.choice([2048, 8192, 131072], n),
+        recompute=rng.integers(0, 3, n), sequence_parallel=rng.random(n) < 0.5, zero=rng.integers(0, 4, n),
+    )  # fmt: skip
+    ok = valid(net, x, gpus)
+    assert ok.sum() >= 2000
+    x, gpus = x.select(ok), gpus[ok]
+    r = train_step(net, c, x, dtype=dtype, strategy=str(rng.choice(STRATEGIES)))
+    peak = peak_flops(c.gpu, precision(dtype).gemm)
+    assert np.all(r["mfu"] <= 1 + 1e-9)
+    assert np.all(r["hw_tflops_per_gpu"] * 1e12 <= peak * (1 + 1e-9))
+    ffn = net.ffn_hidden if net.moe is None else net.moe.expert_ffn_hidden
+    largest = gemm(x.tokens, ffn / x.tp, net.hidden, precision(dtype).gemm)
+    assert np.all(r["step_time_s"] >= kernel_time(c.gpu, largest, launch=False).time_s)

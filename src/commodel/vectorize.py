@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 from numpy.typing import ArrayLike
+
+if TYPE_CHECKING:
+    pass
 
 #: Below this many points the bookkeeping costs more than it saves.
 MIN_POINTS = 256
@@ -26,6 +28,8 @@ def _inverse(flat: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     Hash-based (pandas.factorize), linear in the number of rows: each column is coded, the codes are
     combined into one integer per row, and that integer is coded again.
     """
+    import pandas as pd
+
     codes, sizes = [], []
     for column in flat:
         code, values = pd.factorize(column)
@@ -74,3 +78,28 @@ def on_unique(fn: Callable[..., Any], *keys: ArrayLike) -> Any:
     if len(first) > 0.5 * len(inverse):
         return fn(*arrays)
     return _expand(fn(*(a[first] for a in flat)), inverse, shape)
+
+
+def memoized(fn: Callable[..., Any], size: int = 4096) -> Callable[..., Any]:
+    """``fn`` with its results kept for repeated arguments: scalars and hashable records by value,
+    arrays by content. For the size-independent parts of a model (NCCL's graph search, table
+    latencies), which a sweep or a loop of estimates asks for again and again. Results are shared:
+    callers must not change them in place."""
+    cache: dict[tuple, Any] = {}
+
+    def key(value: Any) -> Any:
+        if isinstance(value, np.ndarray):
+            return (value.shape, value.dtype.str, value.tobytes())
+        return value
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        k = (*(key(a) for a in args), *((name, key(v)) for name, v in sorted(kwargs.items())))
+        if k not in cache:
+            if len(cache) >= size:
+                cache.clear()
+            cache[k] = fn(*args, **kwargs)
+        return cache[k]
+
+    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
+    wrapper.__doc__ = fn.__doc__
+    return wrapper

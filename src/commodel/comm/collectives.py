@@ -16,9 +16,9 @@ Results follow nccl-tests: algbw = size / time, busbw = algbw x the collective's
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 from numpy.typing import ArrayLike
 
 from commodel.comm import mpi, nccl
@@ -27,6 +27,9 @@ from commodel.comm.mpi import BUSBW_FACTOR, OPS, REDUCING_OPS, Point
 from commodel.comm.p2p import BASE_LATENCY_S, PROTOCOLS
 from commodel.errors import CommodelError, unknown
 from commodel.hardware.cluster import Cluster
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 LIBRARIES = ("nccl", "all")
 POLICIES = ("auto", "best")
@@ -305,6 +308,8 @@ def results_frame(
     op: str, sizes: np.ndarray, ranks: int, nodes: int, domains: int, choice: Choice
 ) -> pd.DataFrame:
     """Assemble the nccl-tests columns; a single rank moves nothing (time, algbw, busbw all 0)."""
+    import pandas as pd
+
     time = choice.time_s
     moved = time > 0
     algbw = np.divide(sizes, time, out=np.zeros_like(sizes), where=moved) / 1e9

@@ -17,6 +17,7 @@ import numpy as np
 
 from commodel.comm import tables
 from commodel.comm.fabric import Fabric
+from commodel.vectorize import memoized
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ def _raised(speeds: tuple[float, ...], start: np.ndarray, ceiling: np.ndarray) -
     return np.maximum(start, target)
 
 
+@memoized
 def ring_graph(fab: Fabric, g: np.ndarray, nodes: np.ndarray) -> Graph:
     """Ring (and tree: same channels) graph for ``g`` ranks per domain over ``nodes`` domains.
 
@@ -95,6 +97,7 @@ def _runtime_multiplier(fab: Fabric, g: np.ndarray, nodes: np.ndarray) -> np.nda
     return np.full_like(g, 2.0)
 
 
+@memoized
 def nvls_graph(fab: Fabric, g: np.ndarray, nodes: np.ndarray) -> Graph:
     """NVLS graph (NVLink SHARP): one channel per local rank (at most 32), at the highest speed whose
     channels fit the GPU's links scaled by g / (g - 1); pass 2 raises the inter speed toward twice

@@ -27,6 +27,7 @@ import numpy as np
 from commodel.comm import tables
 from commodel.comm.fabric import Fabric
 from commodel.comm.graph import Graph, nvls_graph, ring_graph
+from commodel.vectorize import memoized
 
 #: Algorithms NCCL implements per collective (digest 5.1); alltoall and sendrecv are grouped
 #: point-to-point operations, priced by :func:`commodel.comm.mpi.direct`.
@@ -50,22 +51,24 @@ def protocols(algo: str, fab: Fabric) -> tuple[str, ...]:
     return tuple(p for p in tables.PROTOCOLS if p != "ll128" or fab.ll128)
 
 
+@memoized
 def available(op: str, algo: str, fab: Fabric, g: np.ndarray, nodes: np.ndarray) -> np.ndarray:
     """Where ``algo`` can run (digest 5.2): NVLS needs a reducing switch and one domain, NVLS-tree and
     CollNet more than one (CollNet also a reducing network), PAT one GPU per domain (AG/RS only),
     tree on RCCL is not used inside one MI300X node."""
     g, nodes = np.broadcast_arrays(np.asarray(g, dtype=float), np.asarray(nodes, dtype=float))
     nvls = fab.nvls_Bps is not None and fab.nvidia
-    rules = {
-        "ring": np.ones(g.shape, dtype=bool),
-        "tree": np.full(g.shape, True) if fab.nvidia or fab.arch != "cdna3" else nodes > 1,
-        "nvls": nvls & (nodes == 1) & (g >= 2) & ((op == "allreduce") | (g <= MAX_NVLS_ARITY)),
-        "nvls-tree": nvls & (nodes > 1) & (g >= 2),
-        "collnet-direct": fab.sharp & (nodes > 1),
-        "collnet-chain": fab.sharp & (nodes > 1),
-        "pat": fab.nvidia & (g == 1) & (nodes > 1),
-    }
-    return rules[algo]
+    if algo == "ring":
+        return np.ones(g.shape, dtype=bool)
+    if algo == "tree":
+        return np.full(g.shape, True) if fab.nvidia or fab.arch != "cdna3" else nodes > 1
+    if algo == "nvls":
+        return nvls & (nodes == 1) & (g >= 2) & ((op == "allreduce") | (g <= MAX_NVLS_ARITY))
+    if algo == "nvls-tree":
+        return nvls & (nodes > 1) & (g >= 2)
+    if algo in ("collnet-direct", "collnet-chain"):
+        return fab.sharp & (nodes > 1)
+    return fab.nvidia & (g == 1) & (nodes > 1)  # pat
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -73,6 +76,7 @@ def available(op: str, algo: str, fab: Fabric, g: np.ndarray, nodes: np.ndarray)
 # ---------------------------------------------------------------------------------------------------
 
 
+@memoized
 def latency(
     op: str, algo: str, proto: str, p: np.ndarray, nodes: np.ndarray, fab: Fabric, measured: bool = False
 ) -> np.ndarray:

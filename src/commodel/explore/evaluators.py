@@ -7,13 +7,16 @@ columns, so a specification can be checked before anything runs. Evaluation grou
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from commodel.errors import CommodelError, pick
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -81,14 +84,17 @@ def blank_outputs(
     return out
 
 
-def categorical_groups(frame: pd.DataFrame, keys: list[str]):
-    """``(key values, row positions)`` for each combination of categorical ``keys`` present."""
-    codes = [pd.factorize(frame[k].astype(str))[0] for k in keys]
+def categorical_groups(columns: Mapping[str, Any], keys: list[str]):
+    """``(key values, row positions)`` for each combination of categorical ``keys`` present in a table
+    (a DataFrame, or a mapping of column name to array)."""
+    arrays = [np.asarray(columns[k]) for k in keys]
+    rows_total = len(arrays[0]) if arrays else len(columns)
+    codes = [np.unique(a.astype(str), return_inverse=True)[1].ravel() for a in arrays]
     combined = (
         np.ravel_multi_index(codes, [max(c.max() + 1, 1) for c in codes])
         if keys
-        else np.zeros(len(frame), int)
+        else np.zeros(rows_total, int)
     )
     for code in np.unique(combined):
         rows = np.flatnonzero(combined == code)
-        yield {k: frame[k].iloc[rows[0]] for k in keys}, rows
+        yield {k: a[rows[0]] for k, a in zip(keys, arrays, strict=True)}, rows

@@ -10,8 +10,9 @@ the rule in ``problem``; the resolved ``gpus``, ``nodes`` and ``dp`` replace the
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from commodel.explore.evaluators import Evaluator, blank_outputs, categorical_groups, register
 from commodel.hardware import cluster as make_cluster
@@ -20,6 +21,9 @@ from commodel.ops.energy import energy_costs, gpu_power_W, it_power_W, node_powe
 from commodel.workloads.catalog import model as get_model
 from commodel.workloads.layout import RECOMPUTE, RECOMPUTE_CODES, layout_problems, make_layout
 from commodel.workloads.training import BREAKDOWN, train_step
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FIELDS = TrainingJob.model_fields
 INPUTS: dict[str, object] = {name: (None if f.is_required() else f.default) for name, f in FIELDS.items()}
@@ -34,6 +38,7 @@ STEP_OUTPUTS = (
     "fits",
     "recompute_share",
     "recompute_used",
+    "stage_imbalance",
     "tp_domains",
 )
 JOB_OUTPUTS = (
@@ -60,42 +65,48 @@ def recompute_names(codes: np.ndarray, share: np.ndarray) -> np.ndarray:
     return np.where(named == "auto", chosen, named)
 
 
-def _column(frame: pd.DataFrame, name: str, rows: np.ndarray) -> np.ndarray:
-    return pd.to_numeric(frame[name].iloc[rows], errors="coerce").to_numpy(dtype=float)
+def _numbers(values: np.ndarray) -> np.ndarray:
+    """A column as floats; missing entries (None, NaN) become NaN."""
+    return np.array([np.nan if v is None else v for v in values], dtype=float)
 
 
-def _check_inputs(frame: pd.DataFrame) -> None:
+def _check_inputs(columns: dict[str, np.ndarray]) -> None:
     """Every distinct value of every input, by the job's own rules (a sweep gets the CLI's bounds)."""
-    base = {"model": frame["model"].iloc[0], "system": frame["system"].iloc[0]}
+    base = {"model": columns["model"][0], "system": columns["system"][0]}
     for name in INPUTS:
-        values = pd.unique(frame[name].astype(object))
-        check_column(name, values, base)
+        check_column(name, set(np.asarray(columns[name]).tolist()), base)
 
 
-def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
-    out = blank_outputs(len(frame), OUTPUTS, flags=("fits",), text=("problem", "recompute_used"))
-    if len(frame) == 0:
-        return frame.assign(**out)
-    _check_inputs(frame)
-    resolved = {name: frame[name].to_numpy(dtype=object).copy() for name in ("gpus", "nodes", "dp")}
-    for key, rows in categorical_groups(frame, CATEGORICAL):
+def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> dict[str, np.ndarray]:
+    """The evaluator's core on a table held as columns (name -> array of one value per row): the
+    output columns, and the resolved ``gpus``, ``nodes`` and ``dp``. ``checked``: the rows are
+    validated jobs already (as from :func:`commodel.workloads.run.train`)."""
+    rows_total = len(columns["model"])
+    out = blank_outputs(rows_total, OUTPUTS, flags=("fits",), text=("problem", "recompute_used"))
+    resolved = {name: _numbers(columns[name]) for name in ("gpus", "nodes", "dp")}
+    if rows_total == 0:
+        return {**out, **resolved}
+    if not checked:
+        _check_inputs(columns)
+    for key, rows in categorical_groups(columns, CATEGORICAL):
         net = get_model(key["model"])
         c = make_cluster(key["system"], scale_out=key["fabric"] or None)
         per_node = c.gpus_per_node
-        gpus, nodes = _column(frame, "gpus", rows), _column(frame, "nodes", rows)
+
+        def col(name: str, rows: np.ndarray = rows) -> np.ndarray:
+            return _numbers(np.asarray(columns[name])[rows])
+
+        gpus, nodes = col("gpus"), col("nodes")
         nodes = np.where(np.isnan(nodes), np.where(np.isnan(gpus), 1, np.ceil(gpus / per_node)), nodes)
         gpus = np.where(np.isnan(gpus), nodes * per_node, gpus)
-        tp, pp, cp = (_column(frame, k, rows) for k in ("tp", "pp", "cp"))
-        dp = _column(frame, "dp", rows)
+        tp, pp, cp, dp, seq = (col(k) for k in ("tp", "pp", "cp", "dp", "seq"))
         dp = np.where(np.isnan(dp), np.floor(gpus / (tp * pp * cp)), dp)
-        seq = _column(frame, "seq", rows)
         seq = np.where(np.isnan(seq), net.seq, seq)
-        codes = frame["recompute"].iloc[rows].map(RECOMPUTE_CODES).to_numpy(dtype=float)
+        codes = np.array([RECOMPUTE_CODES[v] for v in np.asarray(columns["recompute"])[rows]], dtype=float)
         layout = make_layout(
-            tp=tp, pp=pp, dp=dp, cp=cp, ep=_column(frame, "ep", rows), vpp=_column(frame, "vpp", rows),
-            micro_batch=_column(frame, "micro_batch", rows), global_batch=_column(frame, "global_batch", rows),
-            seq=seq, recompute=codes, sequence_parallel=frame["sequence_parallel"].iloc[rows].to_numpy(dtype=bool),
-            zero=_column(frame, "zero", rows),
+            tp=tp, pp=pp, dp=dp, cp=cp, ep=col("ep"), vpp=col("vpp"), micro_batch=col("micro_batch"),
+            global_batch=col("global_batch"), seq=seq, recompute=codes,
+            sequence_parallel=np.asarray(columns["sequence_parallel"])[rows].astype(bool), zero=col("zero"),
         )  # fmt: skip
         problems = layout_problems(net, layout, gpus)
         problems.append(
@@ -118,22 +129,17 @@ def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
         if not ok.any():
             continue
         keep = rows[ok]
-        sub = layout.select(np.broadcast_to(ok, np.shape(layout.tp)) if np.ndim(layout.tp) else ok)
+        sub = layout.select(ok)
         result = train_step(net, c, sub, key["dtype"], key["overlap"], key["attention"], key["tp_overlap"])
         for name, values in result.items():
             out[name][keep] = values
         out["recompute_used"][keep] = recompute_names(sub.recompute, result["recompute_share"])
         busy = result["compute_s"] / result["step_time_s"]
         it_power = it_power_W(c, busy, gpus[ok] / per_node)
-        pue = _column(frame, "pue", keep)
-        seconds = _column(frame, "train_tokens", keep) / result["tokens_per_s"]
+        pue = col("pue", keep)
+        seconds = col("train_tokens", keep) / result["tokens_per_s"]
         costs = energy_costs(
-            it_power,
-            seconds,
-            gpus[ok],
-            pue,
-            _column(frame, "carbon_g_per_kWh", keep),
-            _column(frame, "price_per_gpu_hour", keep),
+            it_power, seconds, gpus[ok], pue, col("carbon_g_per_kWh", keep), col("price_per_gpu_hour", keep)
         )
         out["gpu_power_W"][keep] = gpu_power_W(c, busy)
         out["node_power_kW"][keep] = node_power_W(c, busy) / 1e3
@@ -145,7 +151,17 @@ def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
         for name in ("energy_MWh", "co2_t", "cost_usd"):
             out[name][keep] = costs[name]
         out["valid"][keep] = True
-    return frame.assign(**out, **{name: pd.array(values, dtype="Int64") for name, values in resolved.items()})
+    return {**out, **resolved}
+
+
+def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
+    """The evaluator on a DataFrame: :func:`evaluate_columns` on its columns, resolved inputs as
+    nullable integers."""
+    import pandas as pd
+
+    out = evaluate_columns({name: frame[name].to_numpy(dtype=object) for name in frame.columns})
+    resolved = {name: pd.array(out.pop(name), dtype="Int64") for name in ("gpus", "nodes", "dp")}
+    return frame.assign(**out, **resolved)
 
 
 @register

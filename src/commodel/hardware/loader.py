@@ -13,6 +13,8 @@ it), so every process of a sweep, Dask workers included, prices the same hardwar
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from dataclasses import dataclass
 from functools import cache
@@ -23,6 +25,7 @@ from pydantic import BaseModel
 
 from commodel.errors import CommodelError, pick, suggest, unknown
 from commodel.hardware.schema import GPU, Link, System
+from commodel.io import write_text
 from commodel.records import load_folder, read_toml, validate_record
 from commodel.resources import resource_dir
 
@@ -67,13 +70,41 @@ class HardwareDB:
 
 
 def load_database(root: Path) -> HardwareDB:
-    """Load and cross-check every record under ``root``."""
+    """Load and cross-check every record under ``root``.
+
+    The validated records are kept as JSON (SI numbers, no units left to parse) in the user's cache
+    folder, keyed by a hash of every file's content, so a warm start reads no TOML and imports no
+    unit library; any change to a file changes the key.
+    """
+    files = sorted(p for folder in FOLDERS.values() for p in (root / folder).glob("*.toml"))
+    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in files)).hexdigest()[:20]
+    cached = _cache_dir() / f"hardware-{digest}.json"
+    if cached.is_file():
+        try:
+            data = json.loads(cached.read_text())
+            tables = {
+                kind: {n: KINDS[kind].model_validate(v) for n, v in data[kind].items()} for kind in KINDS
+            }
+            return HardwareDB(tables["gpu"], tables["link"], tables["system"], root)  # type: ignore[arg-type]
+        except (ValueError, KeyError):  # a stale or damaged cache: rebuild it below
+            pass
     tables: dict[str, dict[str, BaseModel]] = {}
     for kind, folder in FOLDERS.items():
         tables[kind] = load_folder(root / folder, KINDS[kind])
     db = HardwareDB(tables["gpu"], tables["link"], tables["system"], root)  # type: ignore[arg-type]
     _check_references(db)
+    try:
+        payload = {kind: {n: r.model_dump(mode="json") for n, r in tables[kind].items()} for kind in KINDS}
+        write_text(cached, json.dumps(payload))
+    except OSError:  # no writable cache folder: load from TOML every time
+        pass
     return db
+
+
+def _cache_dir() -> Path:
+    """Where commodel keeps derived files: ``$XDG_CACHE_HOME/commodel`` (default ~/.cache/commodel)."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "commodel"
 
 
 def _check_references(db: HardwareDB) -> None:

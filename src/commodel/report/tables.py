@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from commodel.units import format_bytes
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def nccl_tests_table(frame: pd.DataFrame, system: str, dtype_bytes: int = 4) -> str:
@@ -39,6 +41,8 @@ def to_json(frame: pd.DataFrame) -> str:
 
 
 def _cell(value: object, floatfmt: str) -> str:
+    import pandas as pd
+
     if isinstance(value, float):
         return "" if math.isnan(value) else floatfmt.format(value)
     return "" if value is None or value is pd.NA else str(value)
@@ -68,8 +72,10 @@ def training_table(result: dict) -> str:
     """A training-step result for a person: headline metrics, then where the step's time goes."""
     layout = " ".join(f"{k}={v}" for k, v in result["layout"].items())
     fits = "fits" if result["fits"] else "DOES NOT FIT"
+    nodes = result["nodes"]
     lines = [
-        f"{result['model']} on {result['gpus']} x {result['system']} ({layout}, overlap {result['overlap']})",
+        f"{result['model']} on {result['gpus']} GPUs ({nodes} {result['system']} node{'s' if nodes != 1 else ''} of "
+        f"{result['gpus_per_node']}), {layout}, {result['dtype']}, recompute {result['recompute']}, overlap {result['overlap']}",
         f"  step time        {result['step_time_s']:.4g} s",
         f"  throughput       {result['tokens_per_s']:,.0f} tokens/s",
         f"  model TFLOP/s    {result['tflops_per_gpu']:.1f} per GPU (MFU {100 * result['mfu']:.1f}%)",
@@ -82,4 +88,7 @@ def training_table(result: dict) -> str:
     step = result["step_time_s"]
     for name, seconds in result["breakdown"].items():
         lines.append(f"    {name:<10} {seconds:10.4g} s  {100 * seconds / step:5.1f}%")
+    if result["layout"]["pp"] > 1:
+        lines.append(f"  slowest pipeline stage {100 * result['stage_imbalance']:.1f}% above the mean")
+    lines += [f"  note: {note}" for note in result.get("notes", [])]
     return "\n".join(lines)

@@ -6,9 +6,10 @@ same answer for the same job (DESIGN principle 7).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
-import pandas as pd
+import numpy as np
 
 from commodel.errors import CommodelError
 from commodel.jobs import TrainingJob, training_job
@@ -25,6 +26,7 @@ STEP_FIELDS = (
     "gpu_power_W",
     "it_power_kW",
     "energy_per_token_J",
+    "stage_imbalance",
 )
 
 
@@ -32,13 +34,14 @@ def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
     """Price one training job (a :class:`TrainingJob`, or its fields as keywords): scalar metrics,
     the layout as resolved, a ``breakdown`` of seconds per step, and ``notes`` on what the model
     assumed (a recomputation it chose, tensor parallelism crossing scale-up domains)."""
-    from commodel.explore.evaluators import evaluator
+    from commodel.explore.training_evaluator import evaluate_columns
 
     job = job if job is not None else training_job(**values)
-    row = evaluator("training")(pd.DataFrame([job.model_dump()])).iloc[0]
+    table = evaluate_columns({name: np.array([value], dtype=object) for name, value in job}, checked=True)
+    row = SimpleNamespace(**{name: values[0] for name, values in table.items()})
     if not row.valid:
         raise CommodelError(f"invalid training job: {row.problem}")
-    step = {name: float(row[name]) for name in STEP_FIELDS}
+    step = {name: float(getattr(row, name)) for name in STEP_FIELDS}
     per_node = int(row.gpus) // int(row.nodes)
     notes = []
     if job.recompute == "auto":
@@ -63,6 +66,6 @@ def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
         "fits": bool(row.fits),
         "node_power_kW": float(row.node_power_kW),
         "energy_per_step_J": float(row.it_power_kW) * 1e3 * job.pue * step["step_time_s"],
-        "breakdown": {name: float(row[f"{name}_s"]) for name in BREAKDOWN},
+        "breakdown": {name: float(getattr(row, f"{name}_s")) for name in BREAKDOWN},
         "notes": notes,
     }

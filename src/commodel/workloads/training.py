@@ -214,7 +214,9 @@ def train_step(
     ``hw_tflops_per_gpu`` (including recomputation), ``mfu, memory_per_gpu_bytes, fits`` and the
     breakdown ``compute_s, tp_comm_s, cp_comm_s, ep_comm_s, pp_comm_s, dp_comm_s, bubble_s,
     optimizer_s`` (seconds per step on the slowest stage, summing to ``step_time_s``), the
-    share of layers recomputed in full (``recompute_share``; code 3 in ``x.recompute`` means *auto*:
+    slowest pipeline stage's excess over the mean (``stage_imbalance``: uneven layers, the logits
+    and loss on the last stage), the share of layers recomputed in full (``recompute_share``; code 3
+    in ``x.recompute`` means *auto*:
     :func:`recompute_blocks`) and ``tp_domains``, the scale-up domains a tensor-parallel group spans
     (above 1 its collectives cross the scale-out network).
     Layouts that differ only in global batch share one :func:`per_microbatch` evaluation.
@@ -280,6 +282,7 @@ def train_step(
         "memory_per_gpu_bytes": memory["total"],
         "fits": fits(memory["total"], gpu.memory_capacity.value),
         "recompute_share": np.where(x.recompute == 2, 1.0, 0.0),
+        "stage_imbalance": slowest / mean - 1,
         "tp_domains": p["tp_domains"],
     }
     result.update({f"{name}_s": value for name, value in parts.items()})
@@ -318,4 +321,5 @@ def recompute_blocks(
     out["fits"] = out["memory_per_gpu_bytes"] <= capacity * (1 + 1e-9)
     out["recompute_share"] = share
     out["tp_domains"] = none["tp_domains"]
+    out["stage_imbalance"] = none["stage_imbalance"]
     return out
