@@ -115,6 +115,15 @@ def test_cais_needs_an_in_network_switch():
         train_step(model("llama3-8b"), cluster("dgx-a100"), x, tp_overlap="cais")
 
 
+def test_cais_beyond_the_switch_multicast_arity_stays_finite_and_ahead():
+    """NVLS reduce-scatter and allgather stop at 32 ranks; wider TP groups fall back to NCCL's choice."""
+    net = model("llama3-405b")
+    x = make_layout(tp=64, pp=2, dp=1, global_batch=16, seq=4096, sequence_parallel=True, zero=1)
+    c = cluster("gb200-nvl72", 2)
+    steps = {m: train_step(net, c, x, tp_overlap=m)["step_time_s"] for m in ("none", "cais")}
+    assert 0 < steps["cais"] < steps["none"] < float("inf")
+
+
 def test_disaggregation_claims_follow_the_scheduler():
     result = run_study("disaggregation")
     table = result.table

@@ -241,15 +241,15 @@ def test_in_network_overlap_helps_only_where_the_switch_reduces():
 )
 def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     """No input gives MFU above 1, hardware TFLOP/s above the peak, or a step shorter than the largest
-    GEMM of one layer and micro-batch: 2,500 random layouts per example, at least 2,000 valid each,
-    over 10,000 in all."""
+    GEMM of one layer and micro-batch: 3,000 random layouts per example, at least 2,000 valid each,
+    over 10,000 in all, under every tensor-parallel mechanism the system supports."""
     from commodel.compute import gemm, kernel_time
     from commodel.compute.precision import precision
     from commodel.compute.roofline import peak_flops
     from commodel.workloads.layout import valid
 
     rng = np.random.default_rng(seed)
-    n = 2500
+    n = 3000
     net, c = model(name), cluster(system, 64)
     dtype = str(rng.choice(["bf16", "fp8"] if "fp8" in c.gpu.peak_flops else ["bf16"]))
     tp, pp, cp = rng.choice([1, 2, 4, 8], n), rng.choice([1, 2, 4, 8], n), rng.choice([1, 2], n)
@@ -265,7 +265,8 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     ok = valid(net, x, gpus)
     assert ok.sum() >= 2000
     x, gpus = x.select(ok), gpus[ok]
-    r = train_step(net, c, x, dtype=dtype, strategy=str(rng.choice(STRATEGIES)))
+    mechanism = str(rng.choice(["none", "t3", "cais"] if c.nvls else ["none", "t3"]))
+    r = train_step(net, c, x, dtype=dtype, strategy=str(rng.choice(STRATEGIES)), tp_overlap=mechanism)
     peak = peak_flops(c.gpu, precision(dtype).gemm)
     assert np.all(r["mfu"] <= 1 + 1e-9)
     assert np.all(r["hw_tflops_per_gpu"] * 1e12 <= peak * (1 + 1e-9))

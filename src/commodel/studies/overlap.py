@@ -23,17 +23,27 @@ from commodel.workloads.catalog import model as get_model
 from commodel.workloads.layer_work import layer_window
 from commodel.workloads.layout import make_layout, recompute_code
 
+#: What identifies one workload of the study (the strategies are compared within it).
+WORKLOAD = ["system", "model", "gpus", "micro_batch"]
+
 
 def end_to_end(table: pd.DataFrame) -> pd.DataFrame:
-    """Step time per system and strategy, with reductions against serial and naive overlap."""
-    times = table.pivot(index="system", columns="overlap", values="step_time_s")
-    rows = table[["system", "overlap", "step_time_s", "dp_comm_s", "fits"]].copy()
-    serial = rows.system.map(times["serial"])
-    naive = rows.system.map(times["sm-partition"])
-    rows["reduction_vs_serial_pct"] = 100 * (1 - rows.step_time_s / serial)
-    rows["reduction_vs_naive_pct"] = 100 * (1 - rows.step_time_s / naive)
-    rows.insert(1, "gpu", rows.system.map(lambda s: make_cluster(s).gpu.description))
-    return rows.reset_index(drop=True)
+    """One row per workload that fits: step time per strategy, the communication share of the serial
+    step, and the reductions of naive and occupancy-shaped overlap against serial execution."""
+    fitting = table[table.feasible]
+    times = fitting.pivot_table(index=WORKLOAD, columns="overlap", values="step_time_s")
+    serial = fitting[fitting.overlap == "serial"].set_index(WORKLOAD)
+    rows = pd.DataFrame(
+        {
+            "serial_s": times["serial"],
+            "comm_share_pct": 100 * serial.dp_comm_s / serial.step_time_s,
+            "naive_vs_serial_pct": 100 * (1 - times["sm-partition"] / times["serial"]),
+            "shaped_vs_serial_pct": 100 * (1 - times["occupancy-shaped"] / times["serial"]),
+            "shaped_vs_naive_pct": 100 * (1 - times["occupancy-shaped"] / times["sm-partition"]),
+        }
+    ).reset_index()
+    rows.insert(1, "gpu", rows.system.map(lambda s: make_cluster(s).gpu.description.split(" (")[0]))
+    return rows
 
 
 def tail_effect(gpu_name: str, comm_ctas: int, k: int, waves: int = 1) -> float:
@@ -51,10 +61,10 @@ def tail_effect(gpu_name: str, comm_ctas: int, k: int, waves: int = 1) -> float:
 def by_message_size(spec: SweepSpec) -> pd.DataFrame:
     """Reduction of one layer's window time vs serial when it overlaps an all-gather of each size."""
     f = spec.fixed
-    net = get_model(str(f["model"]))
+    net = get_model(str(spec.parameters["message_model"]))
     gpus = 8
     sizes = parse_sizes(",".join(map(str, spec.parameters["message_sizes"])))
-    x = make_layout(dp=gpus, global_batch=f["global_batch"], micro_batch=f["micro_batch"], seq=f["seq"],
+    x = make_layout(dp=gpus, global_batch=gpus, micro_batch=1, seq=f["seq"],
                     zero=f["zero"], recompute=recompute_code(str(f["recompute"])))  # fmt: skip
     rows = []
     for system in spec.variables["system"].choice:
@@ -85,23 +95,26 @@ def run() -> StudyResult:
     spec = study_spec("overlap")
     p = spec.parameters
     table = end_to_end(study_table(spec))
-    shaped = table[table.overlap == "occupancy-shaped"].set_index("system")
+    best = table.loc[table.shaped_vs_serial_pct.idxmax()]
     sizes = by_message_size(spec)
     claims = [
-        Claim("end-to-end training time reduction, best of the four GPUs (occupancy-shaped vs serial)",
-              25.5, float(shaped.reduction_vs_serial_pct.max()), "%"),
+        Claim("end-to-end training time reduction, best workload of the four GPUs (occupancy-shaped vs serial)",
+              25.5, float(best.shaped_vs_serial_pct), "%"),
+        Claim("end-to-end training time reduction, median workload (occupancy-shaped vs serial; paper: 'up to')",
+              (0.0, 25.5), float(table.shaped_vs_serial_pct.median()), "%"),
         Claim("H100: a one-wave GEMM beside a 24-CTA all-gather takes about 2x as long (tail effect)",
               2.0, tail_effect(str(p["tail_gpu"]), int(p["tail_comm_ctas"]), int(p["tail_k"])), "x"),
     ]  # fmt: skip
+    per_gpu = table.groupby("gpu").shaped_vs_serial_pct.agg(["max", "median"])
     notes = [
-        f"largest reduction on {shaped.reduction_vs_serial_pct.idxmax()}; per GPU (vs serial / vs naive overlap): "
-        + "; ".join(
-            f"{s}: {r.reduction_vs_serial_pct:.1f}% / {r.reduction_vs_naive_pct:.1f}%"
-            for s, r in shaped.iterrows()
-        ),
-        "overlap can save at most min(C, M) / (C + M) <= 50% of a window; the saving over serial grows with the "
-        "communication share of the step (FSDP over PCIe on A40 most, MI250X's xGMI mesh least). The paper's 25.5% "
-        "maximum points to workloads less communication-bound than FSDP of an 8B model over PCIe",
+        f"best: {best.model} on {int(best.gpus)} x {best.gpu} ({best.system}), micro-batch {int(best.micro_batch)}: "
+        f"{best.shaped_vs_serial_pct:.1f}% (the allreduce is {best.comm_share_pct:.1f}% of the serial step); "
+        "per GPU (best / median): "
+        + "; ".join(f"{g}: {r['max']:.1f}% / {r['median']:.1f}%" for g, r in per_gpu.iterrows()),
+        "the saving over serial is bounded by the communication share of the step (overlap can hide at most "
+        "min(C, M) of C + M): data-parallel training of a model that fits one GPU communicates 2 bytes per "
+        "parameter per step, most over PCIe (A40), least over NVLink and xGMI; the paper's 'up to 25.5%' is "
+        "the model's best case, its median workload gains a third of that",
         "the saving over naive overlap comes from the tail effect and stream priority, and grows with the "
         "collective's share of the SMs (24 of 132 on H100, 4 of 84 over PCIe on A40)",
         "by message size (one layer's window, all-gather inside the node): "

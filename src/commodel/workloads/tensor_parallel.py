@@ -14,11 +14,13 @@ from commodel.workloads.groups import Group, collective, forced
 from commodel.workloads.layer_work import Work
 from commodel.workloads.layout import Layout
 
-#: Tensor-parallel communication mechanisms: ``none`` (collectives after/before their GEMMs, NCCL's
-#: choice of algorithm, NVLS where the switch reduces), ``t3`` (Pati et al., ASPLOS'24: the producer
-#: GEMM's tiles feed a ring reduce-scatter as they are written, by DMA, reduced in memory; gathers stay
-#: exposed) and ``cais`` (compute-aware in-switch: tiles are reduced by the NVLink switch as they are
-#: produced and gathers are multicast into the consumer GEMM's tiles; needs NVLS).
+#: Tensor-parallel communication mechanisms, each with what it can use:
+#: ``none`` (collectives after/before their GEMMs, NCCL's choice of algorithm: NVLS where the switch
+#: reduces); ``t3`` (Pati et al., ASPLOS'24: the producer GEMM's tiles feed a ring reduce-scatter as
+#: they are written, by DMA, reduced in memory; a ring design: no in-switch reduction and no multicast,
+#: so its gathers run as exposed ring all-gathers); ``cais`` (compute-aware in-switch: tiles are reduced
+#: by the NVLink switch as they are produced and gathers are multicast into the consumer GEMM's tiles;
+#: needs NVLS).
 TP_OVERLAP = ("none", "t3", "cais")
 
 #: One GEMM output tile (128 x 256 bf16 = 64 KiB): the unit a fused mechanism hands to the network.
@@ -29,6 +31,14 @@ def _fused(compute: np.ndarray, comm: np.ndarray, tail: np.ndarray, slow: np.nda
     """Time a collective adds when fused into ``compute`` tile by tile: it streams behind the tiles,
     slows them by ``slow`` (shared HBM), and ends ``tail`` after the last tile."""
     return np.maximum(np.maximum(comm, compute * slow) + tail - compute, 0.0)
+
+
+def _in_switch(op: str, size: np.ndarray, where: Group, fab: Fabric) -> np.ndarray:
+    """Time of ``op`` reduced or multicast by the switch (NVLS); where NVLS cannot run it (a group
+    wider than the switch's multicast arity, or spanning domains), NCCL's own choice."""
+    nvls, _ = forced(op, "nvls", size, where, fab)
+    fallback, _ = collective(op, size, where, fab)
+    return np.where(np.isfinite(nvls), nvls, fallback)
 
 
 def tensor_parallel_exposed(
@@ -55,6 +65,7 @@ def tensor_parallel_exposed(
         return per_pass * sum(repeats)
     tile = TILE_BYTES * x.tp
     if mechanism == "t3":
+        ag, _ = forced("allgather", "ring", act, where, fab)
         # Ring reduce-scatter by DMA; allreduce = reduce-scatter + an exposed allgather. Each GPU's HBM
         # serves 3 bytes per byte reduced (read the tile, receive a partial, read-modify-write the sum),
         # which stretches the producer GEMMs' memory term: slow = max(C, hbm B / (B - r)) / C.
@@ -75,10 +86,10 @@ def tensor_parallel_exposed(
         return np.where(where.ranks > 1, total, 0.0)
     if fab.nvls_Bps is None:
         raise CommodelError("cais needs a switch that reduces in the network (NVLS); this system has none")
-    rs, _ = forced("reducescatter", "nvls", act, where, fab)
-    ar, _ = forced("allreduce", "nvls", act, where, fab)
+    rs = _in_switch("reducescatter", act, where, fab)
+    ar = _in_switch("allreduce", act, where, fab)
     reduce = np.where(sp, 2 * rs, 2 * ar)
-    tail, _ = forced("allreduce", "nvls", tile, where, fab)
+    tail = _in_switch("allreduce", tile, where, fab)
     total = 0.0
     for (producer, consumer), r in zip(passes, repeats, strict=True):
         fused = _fused(producer, reduce, tail, np.ones_like(producer))
