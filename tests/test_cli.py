@@ -123,6 +123,24 @@ def test_validate_prints_errors_and_gates():
         (["roofline", "gemm", "--gpu", "h100"], "did you mean 'h100-sxm'"),
         (["roofline", "gemm", "--gpu", "a100-sxm-80gb", "--dtype", "fp8"], "no fp8 peak"),
         (["hw", "show", "nvlink9"], "did you mean"),
+        (
+            ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--slo-tpot", "1e-4"],
+            "below one request's",
+        ),
+        (["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--output", "-5"], "--output"),
+        (
+            ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--batch", "lots"],
+            "a number of requests",
+        ),
+        (
+            ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--batch", "4", "--slo-ttft", "1"],
+            "not both",
+        ),
+        (["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--dtype", "fp4"], "no fp4 tensor cores"),
+        (
+            ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", "3", "--gpus", "3"],
+            "divisible by tp",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message, capsys, monkeypatch):

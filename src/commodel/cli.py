@@ -239,18 +239,29 @@ def train(as_json: bool = False, **values: object) -> None:
     typer.echo(json.dumps(result, indent=2) if as_json else training_table(result))
 
 
-def _register_train() -> None:
-    from commodel.jobs import TrainingJob
+def serve(as_json: bool = False, **values: object) -> None:
+    """Serving: time to first token and per output token, throughput, KV cache, power and cost per token."""
+    from commodel.report.tables import serving_table
+    from commodel.workloads.run import serve as run_serve
+
+    result = run_serve(**values)
+    typer.echo(json.dumps(result, indent=2) if as_json else serving_table(result))
+
+
+def _register_job_commands() -> None:
+    """``train`` and ``serve``, their options generated from the job declarations."""
+    from commodel.jobs import ServingJob, TrainingJob
 
     json_flag = inspect.Parameter(
         "as_json", inspect.Parameter.KEYWORD_ONLY, default=False,
         annotation=Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")],
     )  # fmt: skip
-    train.__signature__ = inspect.Signature([*_job_options(TrainingJob), json_flag])  # type: ignore[attr-defined]
-    app.command("train")(train)
+    for name, command, schema in (("train", train, TrainingJob), ("serve", serve, ServingJob)):
+        command.__signature__ = inspect.Signature([*_job_options(schema), json_flag])  # type: ignore[attr-defined]
+        app.command(name)(command)
 
 
-_register_train()
+_register_job_commands()
 
 
 @roofline_app.command("gemm")

@@ -1,8 +1,9 @@
 """One declaration per job kind (DESIGN principle 7): inputs, defaults, units, bounds and help text.
 
-The CLI's options (:func:`commodel.cli` builds ``commodel train`` from :class:`TrainingJob`), the
-scalar API (:func:`commodel.workloads.run.train`) and the sweep evaluator's inputs
-(:mod:`commodel.explore.training_evaluator`) are all derived from this class, and a scalar call is
+The CLI's options (:func:`commodel.cli` builds ``commodel train`` from :class:`TrainingJob` and
+``commodel serve`` from :class:`ServingJob`), the scalar APIs (:mod:`commodel.workloads.run`) and
+the sweep evaluators' inputs (:mod:`commodel.explore.training_evaluator`,
+:mod:`commodel.explore.serving_evaluator`) are all derived from these classes, and a scalar call is
 the evaluator on a one-row table, so every front end gives the same answer for the same job.
 
 Fields whose default is ``None`` are derived: ``gpus`` from ``nodes`` (or the other way round),
@@ -15,9 +16,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from commodel.errors import CommodelError, suggest
 
@@ -26,14 +27,16 @@ from commodel.errors import CommodelError, suggest
 MAX_GLOBAL_BATCH = 2**40
 MAX_SEQ = 2**25
 
+J = TypeVar("J", bound="Job")
+
 
 def _choices(kind: str) -> Iterable[str]:
-    """The names a categorical input may take (looked up when validated, not at import)."""
+    """The names a categorical input of ``kind`` may take (looked up when validated, not at import)."""
     if kind == "model":
         from commodel.workloads.catalog import models
 
         return models()
-    if kind in ("system", "fabric"):
+    if kind in ("system", "scale-out fabric"):
         from commodel.hardware import default_db
 
         db = default_db()
@@ -42,19 +45,27 @@ def _choices(kind: str) -> Iterable[str]:
             if kind == "system"
             else ["", *(n for n, link in db.links.items() if link.endpoint_power)]
         )
-    if kind == "dtype":
+    if kind == "training precision":
         from commodel.compute.precision import PRECISIONS
 
         return PRECISIONS
-    if kind == "overlap":
+    if kind == "serving precision":
+        from commodel.compute.precision import SERVING_RECIPES
+
+        return SERVING_RECIPES
+    if kind == "KV-cache dtype":
+        from commodel.workloads.serving import KV_DTYPES
+
+        return KV_DTYPES
+    if kind == "overlap strategy":
         from commodel.overlap import STRATEGIES
 
         return STRATEGIES
-    if kind == "tp_overlap":
+    if kind == "tensor-parallel overlap":
         from commodel.workloads.tensor_parallel import TP_OVERLAP
 
         return TP_OVERLAP
-    if kind == "attention":
+    if kind == "attention implementation":
         from commodel.workloads.transformer import ATTENTION_IMPLEMENTATIONS
 
         return ATTENTION_IMPLEMENTATIONS
@@ -63,24 +74,51 @@ def _choices(kind: str) -> Iterable[str]:
     return (*RECOMPUTE, "auto")
 
 
-#: What each categorical input is called in messages.
-KINDS = {
-    "model": "model",
-    "system": "system",
-    "fabric": "scale-out fabric",
-    "dtype": "training precision",
-    "overlap": "overlap strategy",
-    "tp_overlap": "tensor-parallel overlap",
-    "attention": "attention implementation",
-    "recompute": "recompute mode",
-}
+class Job(BaseModel):
+    """What every job declaration shares: no unknown fields, categorical inputs checked against their
+    names (``categories``: field -> what it is called), finite numbers, a PUE of at least 1."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: What the job's inputs are called in messages ("not a training input").
+    noun: ClassVar[str] = "job"
+    categories: ClassVar[dict[str, str]] = {}
+
+    @field_validator("*")
+    @classmethod
+    def _known(cls, value: Any, info: Any) -> Any:
+        kind = cls.categories.get(info.field_name)
+        if kind is not None:
+            choices = list(_choices(kind))
+            if value not in choices:
+                shown = (
+                    ", ".join(c for c in sorted(choices) if c)
+                    if len(choices) <= 40
+                    else f"{len(choices)} names"
+                )
+                raise ValueError(f"unknown {kind} '{value}'{suggest(value, choices)}; known: {shown}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"must be a finite number, got {value}")
+        if info.field_name == "pue" and value < 1:
+            raise ValueError(f"PUE is facility energy over IT energy, so at least 1; got {value}")
+        return value
 
 
-class TrainingJob(BaseModel):
+class TrainingJob(Job):
     """A training job as a user states it: model, system, parallel layout, batch, software settings,
     and the facility and price figures its energy and cost use."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    noun: ClassVar[str] = "training"
+    categories: ClassVar[dict[str, str]] = {
+        "model": "model",
+        "system": "system",
+        "fabric": "scale-out fabric",
+        "dtype": "training precision",
+        "overlap": "overlap strategy",
+        "tp_overlap": "tensor-parallel overlap",
+        "attention": "attention implementation",
+        "recompute": "recompute mode",
+    }
 
     model: str = Field(description="Model name (workloads/): llama3-70b, deepseek-v3, qwen3-30b-a3b, ...")
     system: str = Field(description="System (node) name from the hardware database.")
@@ -117,56 +155,101 @@ class TrainingJob(BaseModel):
         1e12, gt=0, description="Tokens to train on (for time to train, energy, cost)."
     )
 
-    @field_validator(*KINDS)
+
+class ServingJob(Job):
+    """A serving deployment as a user states it: model, system, GPUs and their parallel layout per
+    replica, precision, the request shape, how many requests are in flight (or the latency SLO that
+    decides it), the engine's limits, and the facility and price figures."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)  # batch = 8 or "8"
+    noun: ClassVar[str] = "serving"
+    categories: ClassVar[dict[str, str]] = {
+        "model": "model",
+        "system": "system",
+        "dtype": "serving precision",
+        "kv_dtype": "KV-cache dtype",
+    }
+
+    model: str = Field(description="Model name (workloads/): llama3-70b, qwen3-30b-a3b, ...")
+    system: str = Field(description="System (node) name from the hardware database.")
+    gpus: int | None = Field(
+        None, ge=1, description="Total GPUs, in replicas of tp x pp (default: one replica)."
+    )
+    tp: int = Field(1, ge=1, description="Tensor-parallel size of a replica.")
+    pp: int = Field(1, ge=1, description="Pipeline-parallel size of a replica.")
+    ep: int = Field(
+        1, ge=1, description="Expert-parallel size (MoE; divides tp: experts over ep, tp / ep each)."
+    )
+    dtype: str = Field("bf16", description="Linear layers' weights and activations: bf16, fp8, fp4 (NVFP4).")
+    kv_dtype: str = Field("auto", description="KV cache: bf16, fp8, or auto (fp8 with fp8/fp4 weights).")
+    prompt: int = Field(1024, ge=1, le=MAX_SEQ, description="Prompt (input) tokens per request.")
+    output: int = Field(1024, ge=1, le=MAX_SEQ, description="Output tokens per request.")
+    batch: str = Field(
+        "max",
+        description="Requests in flight: a number, or max (all the KV cache holds: trtllm-bench's offline run).",
+    )
+    slo_ttft: float | None = Field(
+        None, gt=0, description="Time-to-first-token SLO (s): the largest batch meeting it."
+    )
+    slo_tpot: float | None = Field(
+        None, gt=0, description="Time-per-output-token SLO (s): the largest batch meeting it."
+    )
+    max_batch_size: int = Field(
+        2048, ge=1, le=MAX_GLOBAL_BATCH, description="Engine limit on requests in flight."
+    )
+    max_num_tokens: int = Field(8192, ge=1, le=MAX_SEQ, description="Engine limit on tokens per iteration.")
+    kv_fraction: float = Field(0.9, gt=0, le=1, description="Share of free HBM given to the KV cache.")
+    pue: float = Field(1.0, description="Facility PUE for energy (1.0: IT energy only).")
+    price_per_gpu_hour: float = Field(0.0, ge=0, description="Price per GPU-hour (USD), for cost per token.")
+
+    @field_validator("batch")
     @classmethod
-    def _known(cls, value: str, info: Any) -> str:
-        choices = list(_choices(info.field_name))
-        if value not in choices:
-            shown = (
-                ", ".join(c for c in sorted(choices) if c) if len(choices) <= 40 else f"{len(choices)} names"
-            )
-            raise ValueError(
-                f"unknown {KINDS[info.field_name]} '{value}'{suggest(value, choices)}; known: {shown}"
-            )
+    def _batch(cls, value: str) -> str:
+        if value != "max" and not (value.isdigit() and 0 < int(value) <= MAX_GLOBAL_BATCH):
+            raise ValueError(f"a number of requests (1 to {MAX_GLOBAL_BATCH}) or max; got '{value}'")
         return value
 
-    @field_validator("pue", "carbon_g_per_kWh", "price_per_gpu_hour", "train_tokens")
-    @classmethod
-    def _finite(cls, value: float, info: Any) -> float:
-        if not math.isfinite(value):
-            raise ValueError(f"must be a finite number, got {value}")
-        if info.field_name == "pue" and value < 1:
-            raise ValueError(f"PUE is facility energy over IT energy, so at least 1; got {value}")
-        return value
+    @model_validator(mode="after")
+    def _batch_or_slo(self) -> ServingJob:
+        if self.batch != "max" and (self.slo_ttft is not None or self.slo_tpot is not None):
+            raise ValueError("give a batch or a latency SLO, not both (the SLO chooses the batch)")
+        return self
 
 
-def job_error(exc: ValidationError) -> CommodelError:
+def job_error(exc: ValidationError, schema: type[Job]) -> CommodelError:
     """A job's validation errors as one :class:`CommodelError` line per field, in the CLI's terms."""
     lines = []
     for err in exc.errors():
         field = ".".join(str(p) for p in err["loc"])
         message = str(err["msg"]).removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            message = f"not a training input{suggest(field, TrainingJob.model_fields)}"
-        lines.append(f"--{field.replace('_', '-')}: {message}")
+            message = f"not a {schema.noun} input{suggest(field, schema.model_fields)}"
+        lines.append(f"--{field.replace('_', '-')}: {message}" if field else message)
     return CommodelError("; ".join(lines))
 
 
-def training_job(**values: Any) -> TrainingJob:
-    """A validated :class:`TrainingJob`; bad values are a :class:`CommodelError` naming the option."""
+def make_job(schema: type[J], **values: Any) -> J:
+    """A validated job of ``schema``; bad values are a :class:`CommodelError` naming the option."""
     try:
-        return TrainingJob(**values)
+        return schema(**values)
     except ValidationError as exc:
-        raise job_error(exc) from None
+        raise job_error(exc, schema) from None
 
 
-def check_column(name: str, values: Iterable[Any], base: dict[str, Any]) -> None:
+def training_job(**values: Any) -> TrainingJob:
+    """A validated :class:`TrainingJob`."""
+    return make_job(TrainingJob, **values)
+
+
+def serving_job(**values: Any) -> ServingJob:
+    """A validated :class:`ServingJob`."""
+    return make_job(ServingJob, **values)
+
+
+def check_column(schema: type[Job], name: str, values: Iterable[Any], base: dict[str, Any]) -> None:
     """Check every distinct value a sweep gives input ``name`` with the same rules as the CLI
     (``base``: a valid job to vary one field of)."""
     for value in values:
         if value is None or (isinstance(value, float) and math.isnan(value)):
             continue
-        try:
-            TrainingJob(**{**base, name: value})
-        except ValidationError as exc:
-            raise job_error(exc) from None
+        make_job(schema, **{**base, name: value})

@@ -13,7 +13,8 @@ from numpy.typing import ArrayLike
 
 from commodel.errors import CommodelError, unknown
 
-DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}
+#: Bytes per element. FP4 is NVFP4 as stored: a 4-bit e2m1 value plus one e4m3 scale per 16 elements.
+DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5 + 1 / 16}
 
 #: Output tile of a tensor-core GEMM (rows x cols): CUTLASS/cuBLAS's common 128 x 256 for large
 #: half-precision GEMMs on A100/H100; one tile is one CTA, so tiles / SMs sets the number of waves.
@@ -111,6 +112,42 @@ def attention(
     traffic = 2 * (s + s_kv) * b * h * d * _dtype_bytes(dtype)
     tiles = b * h * np.ceil(s / ATTENTION_BLOCK)
     return Kernel("attention", 4 * d * scores, traffic, tiles, keys, dtype, True, exps=scores)
+
+
+def decode_attention(
+    queries: ArrayLike,
+    heads: ArrayLike,
+    context: ArrayLike,
+    flops_per_score: ArrayLike,
+    cached_per_token: ArrayLike,
+    kv_dtype: str = "bf16",
+) -> Kernel:
+    """Attention of ``queries`` new tokens, each over its request's ``context`` cached tokens (the
+    decode phase; TensorRT-LLM's XQA, vLLM's paged attention): ``queries x heads x context`` scores of
+    ``flops_per_score`` FLOPs and one exponential each, and each request's cache read once:
+    ``cached_per_token`` elements per token in ``kv_dtype`` (a GQA group's query heads share one read).
+    GQA: ``4 d`` FLOPs per score, ``2 kv_heads d`` cached; MLA, absorbed: ``2 (2 r + d_rope)`` and
+    ``r + d_rope`` (the latent serves as key and value). Tiles: one per (query, 256 keys), the context
+    split across SMs."""
+    q, h, c, f, w = _positive(
+        queries=queries,
+        heads=heads,
+        context=context,
+        flops_per_score=flops_per_score,
+        cached=cached_per_token,
+    )
+    scores = q * h * c
+    tiles = q * np.ceil(c / 256)
+    return Kernel(
+        "decode-attention",
+        f * scores,
+        q * c * w * _dtype_bytes(kv_dtype),
+        tiles,
+        c,
+        kv_dtype,
+        True,
+        exps=scores,
+    )
 
 
 def unfused_attention(

@@ -9,7 +9,11 @@
   the transposed copy the backward GEMM consumes (write 1 B): 6 B of HBM traffic per element.
 - ``mxfp8`` (Transformer Engine MXFP8, Blackwell): the same GEMMs with 1 x 32 block scales; one pass
   reads 2 B and writes a row-wise and a column-wise FP8 copy with their scales: 2 + 1 + 1 + 2/32 B.
-- ``fp4`` is a weight/inference format here; training recipes use the three above.
+
+Serving (:data:`SERVING_RECIPES`) runs the linear layers with quantized weights and activations, as
+TensorRT-LLM runs ModelOpt checkpoints: ``fp8`` (static per-tensor scales: read 2 B, write 1 B per
+input element) and ``fp4`` (NVFP4 W4A4, Blackwell: read 2 B, write the 4-bit values and their
+16-element block scales); the logits layer, router, norms and attention stay BF16.
 
 Per GEMM, the forward quantizes its input (m x k elements) and the backward its output gradient
 (m x n); weights are quantized once per step and cached across micro-batches (negligible).
@@ -47,6 +51,24 @@ RECIPES = {
     "fp8": Precision("fp8", "fp8", "bf16", 2 + 2 + 1 + 1),
     "mxfp8": Precision("mxfp8", "fp8", "bf16", 2 + 1 + 1 + 2 / 32),
 }
+
+
+#: Inference recipes (no backward pass, so no transposed copies).
+SERVING_RECIPES = {
+    "bf16": RECIPES["bf16"],
+    "fp8": Precision("fp8", "fp8", "bf16", 2 + 1),
+    "fp4": Precision("fp4", "fp4", "bf16", 2 + 0.5 + 1 / 16),
+}
+
+
+def serving_precision(name: str, gpu: GPU) -> Precision:
+    """The inference recipe called ``name``, checked against ``gpu``'s tensor cores."""
+    if name not in SERVING_RECIPES:
+        raise unknown("serving precision", name, SERVING_RECIPES)
+    recipe = SERVING_RECIPES[name]
+    if recipe.gemm not in gpu.peak_flops:
+        raise CommodelError(f"{gpu.description} has no {recipe.gemm} tensor cores; use bf16 or fp8")
+    return recipe
 
 
 def precision(name: str, gpu: GPU | None = None) -> Precision:

@@ -67,6 +67,7 @@ def _load_builtin() -> None:
     from commodel.explore import (  # noqa: F401  (registration)
         collective_evaluator,
         disaggregation_evaluator,
+        serving_evaluator,
         training_evaluator,
     )
 
@@ -98,3 +99,35 @@ def categorical_groups(columns: Mapping[str, Any], keys: list[str]):
     for code in np.unique(combined):
         rows = np.flatnonzero(combined == code)
         yield {k: a[rows[0]] for k, a in zip(keys, arrays, strict=True)}, rows
+
+
+def numbers(values: np.ndarray) -> np.ndarray:
+    """A column as floats; missing entries (None, NaN) become NaN."""
+    return np.array([np.nan if v is None else v for v in values], dtype=float)
+
+
+def check_inputs(schema: type, columns: Mapping[str, np.ndarray]) -> None:
+    """Every distinct value of every input of a job ``schema`` (:mod:`commodel.jobs`), by the job's own
+    rules: a sweep gets the CLI's bounds and messages."""
+    from commodel.jobs import check_column
+
+    base = {"model": columns["model"][0], "system": columns["system"][0]}
+    for name in schema.model_fields:
+        check_column(schema, name, set(np.asarray(columns[name]).tolist()), base)
+
+
+def job_inputs(schema: type) -> tuple[dict[str, object], tuple[str, ...]]:
+    """An evaluator's inputs from a job ``schema``: each field with its default (``None`` for required
+    or derived ones), and the required fields."""
+    fields = schema.model_fields
+    inputs = {name: (None if f.is_required() else f.default) for name, f in fields.items()}
+    return inputs, tuple(name for name, f in fields.items() if f.is_required())
+
+
+def problem_messages(problems: list[tuple[np.ndarray, str]], rows: int) -> np.ndarray:
+    """Per row, the messages of every (mask, message) rule it breaks, joined by "; " ("" if none)."""
+    messages = np.full(rows, "", dtype=object)
+    for mask, message in problems:
+        joined = np.where(messages == "", message, messages + "; " + message)
+        messages = np.where(np.broadcast_to(mask, messages.shape), joined, messages)
+    return messages

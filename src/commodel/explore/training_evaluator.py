@@ -14,9 +14,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from commodel.explore.evaluators import Evaluator, blank_outputs, categorical_groups, register
+from commodel.explore.evaluators import (
+    Evaluator,
+    blank_outputs,
+    categorical_groups,
+    check_inputs,
+    job_inputs,
+    numbers,
+    problem_messages,
+    register,
+)
 from commodel.hardware import cluster as make_cluster
-from commodel.jobs import TrainingJob, check_column
+from commodel.jobs import TrainingJob
 from commodel.ops.energy import energy_costs, gpu_power_W, it_power_W, node_power_W
 from commodel.workloads.catalog import model as get_model
 from commodel.workloads.layout import RECOMPUTE, RECOMPUTE_CODES, layout_problems, make_layout
@@ -25,9 +34,7 @@ from commodel.workloads.training import BREAKDOWN, train_step
 if TYPE_CHECKING:
     import pandas as pd
 
-FIELDS = TrainingJob.model_fields
-INPUTS: dict[str, object] = {name: (None if f.is_required() else f.default) for name, f in FIELDS.items()}
-REQUIRED = tuple(name for name, f in FIELDS.items() if f.is_required())
+INPUTS, REQUIRED = job_inputs(TrainingJob)
 STEP_OUTPUTS = (
     "step_time_s",
     "tokens_per_s",
@@ -65,36 +72,24 @@ def recompute_names(codes: np.ndarray, share: np.ndarray) -> np.ndarray:
     return np.where(named == "auto", chosen, named)
 
 
-def _numbers(values: np.ndarray) -> np.ndarray:
-    """A column as floats; missing entries (None, NaN) become NaN."""
-    return np.array([np.nan if v is None else v for v in values], dtype=float)
-
-
-def _check_inputs(columns: dict[str, np.ndarray]) -> None:
-    """Every distinct value of every input, by the job's own rules (a sweep gets the CLI's bounds)."""
-    base = {"model": columns["model"][0], "system": columns["system"][0]}
-    for name in INPUTS:
-        check_column(name, set(np.asarray(columns[name]).tolist()), base)
-
-
 def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> dict[str, np.ndarray]:
     """The evaluator's core on a table held as columns (name -> array of one value per row): the
     output columns, and the resolved ``gpus``, ``nodes`` and ``dp``. ``checked``: the rows are
     validated jobs already (as from :func:`commodel.workloads.run.train`)."""
     rows_total = len(columns["model"])
     out = blank_outputs(rows_total, OUTPUTS, flags=("fits",), text=("problem", "recompute_used"))
-    resolved = {name: _numbers(columns[name]) for name in ("gpus", "nodes", "dp")}
+    resolved = {name: numbers(columns[name]) for name in ("gpus", "nodes", "dp")}
     if rows_total == 0:
         return {**out, **resolved}
     if not checked:
-        _check_inputs(columns)
+        check_inputs(TrainingJob, columns)
     for key, rows in categorical_groups(columns, CATEGORICAL):
         net = get_model(key["model"])
         c = make_cluster(key["system"], scale_out=key["fabric"] or None)
         per_node = c.gpus_per_node
 
         def col(name: str, rows: np.ndarray = rows) -> np.ndarray:
-            return _numbers(np.asarray(columns[name])[rows])
+            return numbers(np.asarray(columns[name])[rows])
 
         gpus, nodes = col("gpus"), col("nodes")
         nodes = np.where(np.isnan(nodes), np.where(np.isnan(gpus), 1, np.ceil(gpus / per_node)), nodes)
@@ -120,10 +115,7 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
         )
         for name, values in (("gpus", gpus), ("nodes", nodes), ("dp", dp)):
             resolved[name][rows] = values
-        messages = np.full(len(rows), "", dtype=object)
-        for mask, message in problems:
-            joined = np.where(messages == "", message, messages + "; " + message)
-            messages = np.where(np.broadcast_to(mask, messages.shape), joined, messages)
+        messages = problem_messages(problems, len(rows))
         out["problem"][rows] = messages
         ok = messages == ""
         if not ok.any():

@@ -92,3 +92,27 @@ def training_table(result: dict) -> str:
         lines.append(f"  slowest pipeline stage {100 * result['stage_imbalance']:.1f}% above the mean")
     lines += [f"  note: {note}" for note in result.get("notes", [])]
     return "\n".join(lines)
+
+
+def serving_table(result: dict) -> str:
+    """A serving result for a person: the deployment, latency, throughput, memory, power and cost."""
+    layout = " ".join(f"{k}={v}" for k, v in result["layout"].items())
+    fits = "fits" if result["fits"] else "DOES NOT FIT"
+    lines = [
+        f"{result['model']} on {result['gpus']} GPU{'s' if result['gpus'] != 1 else ''} of {result['system']} "
+        f"({result['replicas']} replica{'s' if result['replicas'] != 1 else ''} of {layout}), {result['dtype']} weights, "
+        f"{result['kv_dtype']} KV cache, {result['prompt']} prompt + {result['output']} output tokens",
+        f"  in flight        {result['batch_in_flight']} requests per replica (at most {result['max_batch']})",
+        f"  first token      {1e3 * result['ttft_s']:.4g} ms once scheduled",
+        f"  per output token {1e3 * result['tpot_s']:.4g} ms",
+        f"  throughput       {result['output_tokens_per_s']:,.0f} output tokens/s "
+        f"({result['output_tokens_per_s_per_gpu']:,.0f} per GPU), {result['requests_per_s']:.3g} requests/s",
+        f"  memory per GPU   {result['weight_bytes_per_gpu'] / 1e9:.1f} GB weights, "
+        f"{result['kv_cache_bytes_per_gpu'] / 1e9:.1f} GB KV cache ({fits})",
+        f"  time shares      {100 * result['comm_share']:.1f}% communication, {100 * result['host_share']:.1f}% host",
+        f"  power            {result['gpu_power_W']:.0f} W per GPU, {result['power_kW']:.2f} kW facility",
+        f"  energy, cost     {result['energy_per_token_J']:.3g} J per output token, "
+        f"${result['cost_per_million_tokens_usd']:.3g} per million output tokens",
+    ]
+    lines += [f"  note: {note}" for note in result.get("notes", [])]
+    return "\n".join(lines)

@@ -1,18 +1,20 @@
-"""One training job, end to end: the scalar front door the CLI, validation and studies use.
+"""One training job or serving deployment, end to end: the scalar front doors the CLI, validation and
+studies use.
 
-:func:`train` is the ``training`` evaluator on a one-row table, so a scalar call and a sweep give the
-same answer for the same job (DESIGN principle 7).
+:func:`train` and :func:`serve` are the ``training`` and ``serving`` evaluators on a one-row table,
+so a scalar call and a sweep give the same answer for the same job (DESIGN principle 7).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 from commodel.errors import CommodelError
-from commodel.jobs import TrainingJob, training_job
+from commodel.jobs import Job, ServingJob, TrainingJob, serving_job, training_job
 from commodel.workloads.training import BREAKDOWN
 
 #: Outputs a person reads per step (the rest of the evaluator's columns are job totals).
@@ -30,6 +32,15 @@ STEP_FIELDS = (
 )
 
 
+def _one_row(evaluate_columns: Callable[..., dict[str, np.ndarray]], job: Job) -> SimpleNamespace:
+    """The evaluator's output for one job, as attributes; an invalid job is an error naming why."""
+    table = evaluate_columns({name: np.array([value], dtype=object) for name, value in job}, checked=True)
+    row = SimpleNamespace(**{name: values[0] for name, values in table.items()})
+    if not row.valid:
+        raise CommodelError(f"invalid {job.noun} job: {row.problem}")
+    return row
+
+
 def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
     """Price one training job (a :class:`TrainingJob`, or its fields as keywords): scalar metrics,
     the layout as resolved, a ``breakdown`` of seconds per step, and ``notes`` on what the model
@@ -37,10 +48,7 @@ def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
     from commodel.explore.training_evaluator import evaluate_columns
 
     job = job if job is not None else training_job(**values)
-    table = evaluate_columns({name: np.array([value], dtype=object) for name, value in job}, checked=True)
-    row = SimpleNamespace(**{name: values[0] for name, values in table.items()})
-    if not row.valid:
-        raise CommodelError(f"invalid training job: {row.problem}")
+    row = _one_row(evaluate_columns, job)
     step = {name: float(getattr(row, name)) for name in STEP_FIELDS}
     per_node = int(row.gpus) // int(row.nodes)
     notes = []
@@ -67,5 +75,61 @@ def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
         "node_power_kW": float(row.node_power_kW),
         "energy_per_step_J": float(row.it_power_kW) * 1e3 * job.pue * step["step_time_s"],
         "breakdown": {name: float(getattr(row, f"{name}_s")) for name in BREAKDOWN},
+        "notes": notes,
+    }
+
+
+#: Serving outputs a person reads, in the order :func:`serve` returns them.
+SERVING_FIELDS = (
+    "ttft_s",
+    "tpot_s",
+    "output_tokens_per_s",
+    "output_tokens_per_s_per_gpu",
+    "requests_per_s",
+    "kv_cache_bytes_per_gpu",
+    "weight_bytes_per_gpu",
+    "comm_share",
+    "host_share",
+    "gpu_power_W",
+    "power_kW",
+    "energy_per_token_J",
+    "cost_per_million_tokens_usd",
+)
+
+
+def serve(job: ServingJob | None = None, **values: Any) -> dict[str, Any]:
+    """Price one serving deployment (a :class:`ServingJob`, or its fields as keywords): latency,
+    throughput, KV cache, power and cost, the batch in flight and the largest that fits, and
+    ``notes`` on what decided the batch."""
+    from commodel.compute.precision import SERVING_RECIPES
+    from commodel.explore.serving_evaluator import evaluate_columns
+    from commodel.workloads.serving import kv_dtype_of
+
+    job = job if job is not None else serving_job(**values)
+    row = _one_row(evaluate_columns, job)
+    in_flight, largest = int(row.batch_in_flight), int(row.max_batch)
+    notes = []
+    if job.slo_ttft is not None or job.slo_tpot is not None:
+        notes.append(f"the SLO allows {in_flight} requests in flight per replica (at most {largest} fit)")
+    elif job.batch == "max":
+        notes.append(f"{in_flight} requests in flight per replica: all the KV cache and engine limits allow")
+    if not row.fits:
+        notes.append(
+            "does not fit: the weights and runtime buffers, or this batch's KV cache, exceed the HBM"
+        )
+    return {
+        "model": job.model,
+        "system": job.system,
+        "gpus": int(row.gpus),
+        "replicas": int(row.replicas),
+        "layout": {"tp": job.tp, "pp": job.pp, "ep": job.ep},
+        "dtype": job.dtype,
+        "kv_dtype": kv_dtype_of(job.kv_dtype, SERVING_RECIPES[job.dtype]),
+        "prompt": job.prompt,
+        "output": job.output,
+        "batch_in_flight": in_flight,
+        "max_batch": largest,
+        **{name: float(getattr(row, name)) for name in SERVING_FIELDS},
+        "fits": bool(row.fits),
         "notes": notes,
     }

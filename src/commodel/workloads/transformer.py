@@ -176,7 +176,8 @@ def layer_kernels(
     operand: the input forward, the output gradient backward); the router, attention and every
     memory-bound kernel in ``recipe.other``. MoE layers are averaged with dense ones by their share of
     the depth (DeepSeek-V3: 58 of 61): the E/ep local experts run as one grouped GEMM, each receiving
-    ``tokens x top_k x ep / E`` tokens (balanced, as the published runs force), and the tokens are
+    ``tokens x top_k x ep / E`` tokens (balanced, as the published runs force; in a batch too small to
+    reach every expert, only the experts reached run, and their weights are all that is read), and the tokens are
     permuted to their experts and back. Sliding-window layers attend to at most ``window`` keys.
     """
     T = np.asarray(tokens, dtype=float)
@@ -215,8 +216,11 @@ def layer_kernels(
     if model.moe is not None:
         m = model.moe
         e = np.asarray(ep, dtype=float)
-        per_expert = T * m.top_k * e / m.experts
-        local = m.experts / e
+        # Experts the EP group's T x ep tokens reach (each picks top_k of E; all of them at training
+        # batch sizes, a few in a small decode batch), and the tokens each of those receives.
+        reached = m.experts * -np.expm1(T * e * np.log1p(-m.top_k / m.experts))
+        per_expert = T * m.top_k * e / reached
+        local = reached / e
         fe = m.expert_ffn_hidden
         gemms += [
             (gemm(per_expert, up * fe / t, h, low, batch=local), moe_share, "column"),

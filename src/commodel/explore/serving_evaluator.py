@@ -1,0 +1,210 @@
+"""The ``serving`` evaluator: a serving deployment per row through the serving, power and cost models.
+
+Its inputs are :class:`commodel.jobs.ServingJob`'s fields with their defaults, checked with the CLI's
+rules. Per replica (``tp x pp`` GPUs) the steady state of continuous batching
+(:mod:`commodel.workloads.serving`) at the batch the row asks for: ``max`` (all the KV cache holds
+under the engine's limits), a number, or the largest meeting a latency SLO; totals are over the
+``gpus / (tp pp)`` replicas. Facility power = IT power x PUE with the GPUs busy outside the engine's
+host time; energy per output token = facility power / output tokens per second; cost per million
+output tokens = price per GPU-hour x GPUs / (3600 x tokens per second) x 1e6. Rows that break a rule
+(replicas, heads, experts, a precision the GPU lacks, an SLO one request misses) come back with
+``valid = False`` and the rule in ``problem``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from commodel.compute.precision import serving_precision
+from commodel.errors import CommodelError
+from commodel.explore.evaluators import (
+    Evaluator,
+    blank_outputs,
+    categorical_groups,
+    check_inputs,
+    job_inputs,
+    numbers,
+    problem_messages,
+    register,
+)
+from commodel.hardware import cluster as make_cluster
+from commodel.jobs import ServingJob
+from commodel.ops.energy import gpu_power_W, it_power_W
+from commodel.workloads.catalog import model as get_model
+from commodel.workloads.schema import Transformer
+from commodel.workloads.serving import Engine, capacity, kv_dtype_of, slo_batch, steady_state
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+INPUTS, REQUIRED = job_inputs(ServingJob)
+OUTPUTS = (
+    "ttft_s",
+    "tpot_s",
+    "output_tokens_per_s",
+    "output_tokens_per_s_per_gpu",
+    "requests_per_s",
+    "batch_in_flight",
+    "max_batch",
+    "kv_cache_bytes_per_gpu",
+    "weight_bytes_per_gpu",
+    "fits",
+    "replicas",
+    "comm_share",
+    "host_share",
+    "gpu_power_W",
+    "power_kW",
+    "energy_per_token_J",
+    "cost_per_million_tokens_usd",
+    "problem",
+    "valid",
+)
+CATEGORICAL = ["model", "system", "dtype", "kv_dtype"]
+
+
+def layout_problems(
+    net: Transformer, tp: np.ndarray, pp: np.ndarray, ep: np.ndarray, gpus: np.ndarray
+) -> list:
+    """(mask, message) for each rule a replica layout breaks."""
+    problems = [
+        (np.mod(gpus, tp * pp) != 0, "the GPUs are not whole replicas of tp x pp"),
+        (np.mod(net.heads, tp) != 0, f"attention heads ({net.heads}) must be divisible by tp"),
+        (pp > net.layers, f"pp cannot exceed the layers ({net.layers})"),
+    ]
+    if net.moe is None:
+        problems.append((ep > 1, "ep > 1 needs a mixture-of-experts model"))
+    else:
+        problems.append(
+            (
+                (np.mod(tp, ep) != 0) | (np.mod(net.moe.experts, ep) != 0),
+                f"ep must divide tp and the experts ({net.moe.experts})",
+            )
+        )
+    return problems
+
+
+def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> dict[str, np.ndarray]:
+    """The evaluator's core on a table held as columns (name -> array of one value per row): the
+    output columns and the resolved ``gpus``. ``checked``: the rows are validated jobs already."""
+    rows_total = len(columns["model"])
+    out = blank_outputs(rows_total, OUTPUTS, flags=("fits",), text=("problem",))
+    gpus_all = numbers(columns["gpus"])
+    if rows_total and not checked:
+        check_inputs(ServingJob, columns)
+    for key, rows in categorical_groups(columns, CATEGORICAL):
+        net = get_model(key["model"])
+        c = make_cluster(key["system"])
+
+        def col(name: str, rows: np.ndarray = rows) -> np.ndarray:
+            return numbers(np.asarray(columns[name])[rows])
+
+        tp, pp, ep = col("tp"), col("pp"), col("ep")
+        gpus = np.where(np.isnan(col("gpus")), tp * pp, col("gpus"))
+        gpus_all[rows] = gpus
+        problems = layout_problems(net, tp, pp, ep, gpus)
+        try:
+            recipe = serving_precision(key["dtype"], c.gpu)
+        except CommodelError as exc:
+            problems.append((np.ones(len(rows), dtype=bool), str(exc)))
+            recipe = None
+        messages = problem_messages(problems, len(rows))
+        ok = messages == ""
+        if recipe is not None and ok.any():
+            engine = Engine(
+                net, c, recipe, kv_dtype_of(key["kv_dtype"], recipe), tp[ok], pp[ok], ep[ok],
+                col("max_batch_size")[ok], col("max_num_tokens")[ok], col("kv_fraction")[ok],
+            )  # fmt: skip
+            messages[ok] = _price(engine, {n: col(n)[ok] for n in ("prompt", "output", "slo_ttft", "slo_tpot")},
+                                  _batches(np.asarray(columns["batch"])[rows][ok]), gpus[ok], rows[ok], out,
+                                  c, col("pue")[ok], col("price_per_gpu_hour")[ok])  # fmt: skip
+        out["problem"][rows] = messages
+        out["valid"][rows] = messages == ""
+    return {**out, "gpus": gpus_all}
+
+
+def _batches(values: np.ndarray) -> np.ndarray:
+    """The ``batch`` column as numbers: NaN for ``max``."""
+    return np.array([np.nan if v == "max" else float(v) for v in values])
+
+
+def _price(
+    engine: Engine,
+    request: dict[str, np.ndarray],
+    batch: np.ndarray,
+    gpus: np.ndarray,
+    rows: np.ndarray,
+    out: dict[str, np.ndarray],
+    c: object,
+    pue: np.ndarray,
+    price: np.ndarray,
+) -> np.ndarray:
+    """Fill ``out`` at ``rows`` for designs the layout rules accept; return each row's problem ("" if
+    none: an SLO that one request misses is the only one left)."""
+    p, o = request["prompt"], request["output"]
+    cap = capacity(engine, p, o)
+    limit = np.maximum(cap["max_batch"], 1.0)
+    ttft, tpot = (np.where(np.isnan(v), np.inf, v) for v in (request["slo_ttft"], request["slo_tpot"]))
+    slo = np.isfinite(ttft) | np.isfinite(tpot)
+    chosen = np.where(np.isnan(batch), limit, batch)
+    problems = np.full(len(rows), "", dtype=object)
+    if slo.any():
+        best = slo_batch(engine.select(slo), limit[slo], p[slo], o[slo], ttft[slo], tpot[slo])
+        chosen[slo] = np.maximum(best, 1.0)
+        one = steady_state(engine.select(slo), np.ones(int(slo.sum())), p[slo], o[slo])
+        missed = [
+            f"the SLO is below one request's latency: time to first token {a:.3g} s, per output token {b:.3g} s"
+            for a, b in zip(one["ttft_s"], one["tpot_s"], strict=True)
+        ]
+        problems[np.flatnonzero(slo)[best == 0]] = np.asarray(missed, dtype=object)[best == 0]
+    r = steady_state(engine, chosen, p, o)
+    replicas = gpus / (engine.tp * engine.pp)
+    total = replicas * r["output_tokens_per_s"]
+    busy = 1 - r["host_share"]
+    it_power = it_power_W(c, busy, gpus / c.gpus_per_node)
+    fields = {
+        "ttft_s": r["ttft_s"],
+        "tpot_s": r["tpot_s"],
+        "output_tokens_per_s": total,
+        "output_tokens_per_s_per_gpu": total / gpus,
+        "requests_per_s": replicas * r["requests_per_s"],
+        "batch_in_flight": chosen,
+        "max_batch": cap["max_batch"],
+        "kv_cache_bytes_per_gpu": cap["kv_cache_bytes_per_gpu"],
+        "weight_bytes_per_gpu": cap["weight_bytes_per_gpu"],
+        "fits": cap["weights_fit"] & (chosen <= cap["kv_batch"]),
+        "replicas": replicas,
+        "comm_share": r["comm_share"],
+        "host_share": r["host_share"],
+        "gpu_power_W": gpu_power_W(c, busy),
+        "power_kW": it_power * pue / 1e3,
+        "energy_per_token_J": it_power * pue / total,
+        "cost_per_million_tokens_usd": price * gpus / 3600 / total * 1e6,
+    }
+    for name, values in fields.items():
+        out[name][rows] = values
+    return problems
+
+
+def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
+    """The evaluator on a DataFrame: :func:`evaluate_columns` on its columns (``batch`` as text: a
+    number or ``max``)."""
+    import pandas as pd
+
+    out = evaluate_columns({name: frame[name].to_numpy(dtype=object) for name in frame.columns})
+    gpus = pd.array(out.pop("gpus"), dtype="Int64")
+    return frame.assign(**out, gpus=gpus, batch=frame["batch"].astype(str))
+
+
+@register
+def serving() -> Evaluator:
+    return Evaluator(
+        "serving",
+        "a serving deployment per row: time to first token and per output token, output tokens/s, "
+        "KV cache, power, energy and cost per token",
+        INPUTS,
+        OUTPUTS,
+        evaluate,
+        REQUIRED,
+    )

@@ -1,0 +1,314 @@
+"""Serving a transformer: prefill and decode iterations of an inference engine and the throughput and
+latency of continuous batching, from the same kernels, roofline and collectives as training.
+
+**An iteration** (one forward pass of the engine, TensorRT-LLM's in-flight batching, vLLM's scheduler
+step) carries ``G`` decode queries and ``c`` whole prompts of ``p`` tokens. Its linear layers are one
+GEMM over the ``G + c p`` tokens (:func:`commodel.workloads.transformer.layer_kernels`: weights read
+once, so decode alone is bound by the weights and the KV cache, prefill by compute); attention is
+two kernels, causal flash attention over the prompts and :func:`commodel.compute.kernels.decode_attention`
+over each decode query's cached context; tensor parallelism adds two allreduces per layer, expert
+parallelism a dispatch and a combine all-to-all per MoE layer; the last pipeline stage computes the
+logits of the ``G + c`` tokens that sample. With ``pp`` stages, ``pp`` micro-batches are in flight and
+a round of all of them takes ``pp x`` the slowest stage.
+
+**Continuous batching in steady state** (every request ``p`` prompt and ``o`` output tokens): with
+``B`` requests in flight, ``B / o`` finish and start per iteration, so an iteration carries
+``G = B (o - 1) / o`` decode queries and, on a share ``f = min(B / o, 1)`` of iterations,
+``c = max(B / o, 1)`` prompts. Every iteration yields one token per request in flight:
+``output tokens/s = B / t``, ``t = f t_mixed + (1 - f) t_decode`` the mean iteration (also the time
+per output token), and the first token comes ``t_mixed`` after a request is scheduled.
+
+**How many in flight**: as TensorRT-LLM's guaranteed-no-evict scheduler admits them, each request
+reserves KV blocks for its whole ``p + o`` tokens; the KV pool is ``kv_fraction`` of the memory
+left after weights and runtime buffers; at most ``max_batch`` requests, and the prompts of an
+iteration fill at most ``max_num_tokens`` less its decode tokens (a longer prompt still runs
+whole). ``batch = max`` is trtllm-bench's offline scenario: all requests queued, as many in flight as
+fit; a latency SLO picks the largest batch whose ``t_mixed`` and ``t`` meet it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from commodel.comm.fabric import Fabric, fabric_of
+from commodel.compute.kernels import attention, decode_attention, gemm
+from commodel.compute.precision import Precision
+from commodel.hardware.cluster import Cluster
+from commodel.workloads.groups import Group, collective, group
+from commodel.workloads.layer_work import timed
+from commodel.workloads.schema import Transformer
+from commodel.workloads.transformer import attention_dims, bytes_per, layer_kernels, layer_weights
+
+#: KV-cache dtypes; ``auto`` is FP8 when the linear layers run in FP8 or FP4 (as ModelOpt checkpoints
+#: ship), else BF16.
+KV_DTYPES = ("auto", "bf16", "fp8")
+
+#: TensorRT-LLM's KV-cache block (``tokens_per_block``); the engine limits ``max_batch_size``,
+#: ``max_num_tokens`` and ``free_gpu_memory_fraction`` are the job's inputs (:class:`commodel.jobs.ServingJob`)
+#: with TensorRT-LLM's defaults.
+KV_BLOCK_TOKENS = 32
+
+#: Host time per request in an iteration: the engine's own loop (scheduling, input preparation,
+#: sampling, stop checks and responses, in Python in TensorRT-LLM's PyTorch executor and vLLM),
+#: serialized with the GPU work it prepares. Calibrated: trt-gb200-qwen3-30b-a3b-128-2048.
+HOST_PER_REQUEST_S = 18.8e-6
+
+#: Runtime buffers besides weights and KV cache (assumed): activations of one layer for the token
+#: budget (hidden states, QKV and the MLP's widest intermediate, BF16) and FP32 logits per request.
+ACTIVATION_WIDTHS_H = 4
+
+
+#: The per-design fields of an :class:`Engine`.
+_SIZES = ("tp", "pp", "ep", "max_batch", "max_num_tokens", "kv_fraction")
+
+
+def kv_dtype_of(kv_dtype: str, recipe: Precision) -> str:
+    """The KV-cache dtype ``auto`` stands for under ``recipe``."""
+    if kv_dtype != "auto":
+        return kv_dtype
+    return "fp8" if recipe.gemm in ("fp8", "fp4") else recipe.other
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One serving replica: a model on ``tp x pp`` GPUs of a cluster (experts over ``ep`` of the tp
+    ranks), its precision recipe, KV-cache dtype and engine limits (requests in flight, tokens per
+    iteration, share of free memory for the KV cache); sizes are arrays, one entry per design."""
+
+    model: Transformer
+    cluster: Cluster
+    recipe: Precision
+    kv_dtype: str
+    tp: np.ndarray
+    pp: np.ndarray
+    ep: np.ndarray
+    max_batch: np.ndarray
+    max_num_tokens: np.ndarray
+    kv_fraction: np.ndarray
+
+    def repeated(self, times: int) -> Engine:
+        """Each design repeated ``times`` times in a row (a grid per design)."""
+        return replace(self, **{name: np.repeat(getattr(self, name), times) for name in _SIZES})
+
+    def select(self, rows: np.ndarray) -> Engine:
+        """The designs at ``rows`` (a mask or indices)."""
+        return replace(self, **{name: getattr(self, name)[rows] for name in _SIZES})
+
+    @cached_property
+    def fabric(self) -> Fabric:
+        return fabric_of(self.cluster, launch="graph")  # engines replay decode iterations as CUDA graphs
+
+    @property
+    def tp_group(self) -> Group:
+        return group(self.tp, 1, self.cluster.domain_gpus)
+
+
+def kv_bytes_per_token_layer(model: Transformer, tp: ArrayLike, kv_dtype: str) -> np.ndarray:
+    """KV-cache bytes one token takes in one layer on one GPU: K and V of its ``kv_heads / tp`` heads
+    (at least one: a head is replicated when tp exceeds the KV heads), or MLA's latent and RoPE key,
+    which every tensor-parallel rank keeps whole."""
+    size = bytes_per(kv_dtype)
+    if model.mla is not None:
+        return np.full(np.shape(tp), (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * size)
+    heads = np.maximum(model.n_kv_heads / np.asarray(tp, dtype=float), 1.0)
+    return 2 * heads * model.d_head * size
+
+
+def kv_bytes_per_sequence(
+    model: Transformer, tokens: ArrayLike, tp: ArrayLike, pp: ArrayLike, kv_dtype: str
+) -> np.ndarray:
+    """KV-cache bytes per GPU of one sequence of ``tokens``: its stage's layers, sliding-window layers
+    keeping at most their window."""
+    t = np.asarray(tokens, dtype=float)
+    per = kv_bytes_per_token_layer(model, tp, kv_dtype)
+    windowed = model.windowed_layers
+    held = (model.layers - windowed) * t + windowed * np.minimum(t, model.sliding_window or np.inf)
+    return per * held / np.asarray(pp, dtype=float)
+
+
+def weight_bytes_per_gpu(model: Transformer, tp: ArrayLike, pp: ArrayLike, recipe: Precision) -> np.ndarray:
+    """Weights per GPU: a stage's layers, linear weights in the recipe's GEMM dtype split over tp (experts
+    over ep x expert-tp = tp), the router BF16; embedding and logits BF16 and vocabulary-parallel, on
+    the end stages (both on one GPU without pipelining, unless tied)."""
+    t, p = np.asarray(tp, dtype=float), np.asarray(pp, dtype=float)
+    w = layer_weights(model)
+    moe_share = model.moe_layers / model.layers
+    linear = w.attention + (1 - moe_share) * w.dense_mlp + moe_share * (w.moe_experts + w.moe_shared)
+    per_layer = linear / t * bytes_per(recipe.gemm) + moe_share * w.router * 2 + 2 * model.hidden * 2
+    tables = np.where((p == 1) & (not model.tied_embeddings), 2.0, 1.0)
+    return np.ceil(model.layers / p) * per_layer + tables * model.vocab * model.hidden * 2 / t
+
+
+def runtime_bytes_per_gpu(
+    model: Transformer, tp: ArrayLike, max_tokens: ArrayLike, max_batch: ArrayLike
+) -> np.ndarray:
+    """Runtime buffers (assumed, :data:`ACTIVATION_WIDTHS_H`): one layer's activations for the token
+    budget and FP32 logits for every request in flight."""
+    t = np.asarray(tp, dtype=float)
+    up = 2 if model.gated_mlp else 1
+    ffn = model.ffn_hidden if model.moe is None else model.moe.expert_ffn_hidden * model.moe.top_k
+    widths = ACTIVATION_WIDTHS_H * model.hidden + up * ffn / t
+    return np.asarray(max_tokens) * widths * 2 + np.asarray(max_batch) * model.vocab / t * 4
+
+
+def free_bytes(engine: Engine) -> np.ndarray:
+    """HBM per GPU left after weights and runtime buffers (negative when they do not fit)."""
+    capacity = engine.cluster.gpu.memory_capacity.value
+    used = weight_bytes_per_gpu(engine.model, engine.tp, engine.pp, engine.recipe)
+    return (
+        capacity
+        - used
+        - runtime_bytes_per_gpu(engine.model, engine.tp, engine.max_num_tokens, engine.max_batch)
+    )
+
+
+def _decode_attention_s(engine: Engine, queries: np.ndarray, context: np.ndarray) -> np.ndarray:
+    """One layer's decode attention (sliding-window layers read at most their window)."""
+    model, gpu = engine.model, engine.cluster.gpu
+    heads = model.heads / engine.tp
+    if model.mla is not None:
+        r, rope = model.mla.kv_lora_rank, model.mla.qk_rope_head_dim
+        flops, cached = 2 * (2 * r + rope), r + rope
+    else:
+        flops = 4 * model.d_head
+        cached = 2 * np.maximum(model.n_kv_heads / engine.tp, 1.0) * model.d_head
+    q = np.maximum(queries, 1.0)
+    windowed = model.windowed_layers / model.layers
+    total = 0.0
+    for share, keys in (
+        (1 - windowed, context),
+        (windowed, np.minimum(context, model.sliding_window or np.inf)),
+    ):
+        if share:
+            k = decode_attention(q, heads, keys, flops, cached, engine.kv_dtype)
+            total = total + share * timed(gpu, k, None)[0]
+    return np.where(queries > 0, total, 0.0)
+
+
+def _prefill_attention_s(engine: Engine, prompts: np.ndarray, prompt: np.ndarray) -> np.ndarray:
+    """One layer's causal flash attention over ``prompts`` prompts of ``prompt`` tokens."""
+    model, gpu = engine.model, engine.cluster.gpu
+    d_qk, d_v = attention_dims(model)
+    shape = (
+        np.maximum(prompts, 1e-9),
+        model.heads / engine.tp,
+        prompt,
+        (d_qk + d_v) / 2,
+        engine.recipe.other,
+    )
+    windowed = model.windowed_layers / model.layers
+    total = (1 - windowed) * timed(gpu, attention(*shape, True), None)[0]
+    if windowed:
+        total = total + windowed * timed(gpu, attention(*shape, True, window=model.sliding_window), None)[0]
+    return np.where(prompts > 0, total, 0.0)
+
+
+def iteration_time(
+    engine: Engine, queries: ArrayLike, prompts: ArrayLike, prompt: ArrayLike, context: ArrayLike
+) -> dict[str, np.ndarray]:
+    """Seconds of one engine iteration carrying ``queries`` decode queries (each over ``context`` cached
+    tokens) and ``prompts`` whole prompts of ``prompt`` tokens: ``time_s`` (a round of the pipeline),
+    and its ``compute_s`` and ``comm_s``."""
+    model, gpu, fab = engine.model, engine.cluster.gpu, engine.fabric
+    pp = engine.pp
+    g = np.asarray(queries, dtype=float) / pp  # one of pp micro-batches
+    c = np.asarray(prompts, dtype=float) / pp
+    p = np.asarray(prompt, dtype=float)
+    tokens = g + c * p
+    lk = layer_kernels(model, tokens, 1, p, engine.tp, 1, engine.ep, False, engine.recipe)
+    layer = sum(count * timed(gpu, k, None)[0] for k, count, _ in lk.gemms)
+    layer = layer + sum(forward * timed(gpu, k, None)[0] for k, forward, _ in lk.elementwise if forward)
+    layer = layer + _prefill_attention_s(engine, c, p) + _decode_attention_s(engine, g, np.asarray(context))
+    act = tokens * model.hidden * bytes_per(engine.recipe.other)
+    ar, _ = collective("allreduce", act, engine.tp_group, fab)
+    comm = np.where(engine.tp > 1, 2 * ar, 0.0)
+    if model.moe is not None:
+        ep = group(engine.ep, 1, engine.cluster.domain_gpus)
+        a2a, _ = collective("alltoall", act * model.moe.top_k, ep, fab)
+        comm = comm + np.where(engine.ep > 1, 2 * model.moe_layers / model.layers * a2a, 0.0)
+    logits = timed(gpu, gemm(g + c, model.vocab / engine.tp, model.hidden, engine.recipe.other), None)[0]
+    stage_layers = np.ceil(model.layers / pp)
+    send, _ = collective("sendrecv", act, Group(np.full_like(tokens, 2.0), np.full_like(tokens, 2.0)), fab)
+    stage_comm = stage_layers * comm + np.where(pp > 1, send, 0.0)
+    stage_compute = stage_layers * layer + logits
+    host = HOST_PER_REQUEST_S * (np.asarray(queries, dtype=float) + np.asarray(prompts, dtype=float))
+    return {
+        "time_s": pp * (stage_compute + stage_comm) + host,
+        "compute_s": pp * stage_compute,
+        "comm_s": pp * stage_comm,
+        "host_s": host,
+    }
+
+
+def capacity(engine: Engine, prompt: ArrayLike, output: ArrayLike) -> dict[str, np.ndarray]:
+    """Requests the engine can hold in flight: by KV cache (``kv_batch``), and under the engine's
+    batch and token limits (``max_batch``); the KV pool and the weights per GPU."""
+    p, o = np.asarray(prompt, dtype=float), np.asarray(output, dtype=float)
+    reserved = np.ceil((p + o) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+    free = free_bytes(engine)
+    pool = engine.kv_fraction * np.maximum(free, 0.0)
+    per_request = kv_bytes_per_sequence(engine.model, reserved, engine.tp, engine.pp, engine.kv_dtype)
+    kv_batch = np.floor(pool / per_request)
+    budget = np.maximum(engine.max_num_tokens * o / (p + o - 1), o)
+    return {
+        "kv_batch": kv_batch,
+        "max_batch": np.minimum(np.minimum(kv_batch, engine.max_batch), np.floor(budget)),
+        "weights_fit": free > 0,
+        "kv_cache_bytes_per_gpu": pool,
+        "weight_bytes_per_gpu": weight_bytes_per_gpu(engine.model, engine.tp, engine.pp, engine.recipe),
+    }
+
+
+def steady_state(
+    engine: Engine, batch: ArrayLike, prompt: ArrayLike, output: ArrayLike
+) -> dict[str, np.ndarray]:
+    """Continuous batching with ``batch`` requests in flight (module docstring): time to first token
+    once scheduled, time per output token, and output tokens and requests per second per replica."""
+    b = np.asarray(batch, dtype=float)
+    p, o = np.asarray(prompt, dtype=float), np.asarray(output, dtype=float)
+    starts = b / o
+    share, prompts = np.minimum(starts, 1.0), np.maximum(starts, 1.0)
+    queries = b * (o - 1) / o
+    context = p + o / 2
+    mixed = iteration_time(engine, queries, prompts, p, context)
+    decode = iteration_time(engine, queries, np.zeros_like(b), p, context)
+    mean = share * mixed["time_s"] + (1 - share) * decode["time_s"]
+    comm = share * mixed["comm_s"] + (1 - share) * decode["comm_s"]
+    host = share * mixed["host_s"] + (1 - share) * decode["host_s"]
+    return {
+        "ttft_s": mixed["time_s"],
+        "tpot_s": mean,
+        "output_tokens_per_s": b / mean,
+        "requests_per_s": starts / mean,
+        "comm_share": comm / mean,
+        "host_share": host / mean,
+    }
+
+
+#: Batches tried when a latency SLO chooses the batch: steps of 2^(1/4) from 1 to the limit.
+SLO_STEPS_PER_DOUBLING = 4
+
+
+def slo_batch(
+    engine: Engine, limit: ArrayLike, prompt: ArrayLike, output: ArrayLike, ttft: ArrayLike, tpot: ArrayLike
+) -> np.ndarray:
+    """The largest batch (at most ``limit``, on a grid of :data:`SLO_STEPS_PER_DOUBLING` steps per
+    doubling) whose first-token and per-token times meet the SLO; 0 where one request misses it."""
+    limit = np.asarray(limit, dtype=float)
+    rows = limit.size
+    doublings = np.log2(max(float(limit.max()), 1.0))
+    grid = np.unique(
+        np.floor(2 ** (np.arange(doublings * SLO_STEPS_PER_DOUBLING + 1) / SLO_STEPS_PER_DOUBLING))
+    )
+    batch = np.minimum(grid[None, :], limit[:, None]).ravel()  # rows x grid, row-major
+
+    def per_point(values: ArrayLike) -> np.ndarray:
+        return np.repeat(np.broadcast_to(np.asarray(values, dtype=float), (rows,)), grid.size)
+
+    r = steady_state(engine.repeated(grid.size), np.maximum(batch, 1.0), per_point(prompt), per_point(output))
+    ok = (r["ttft_s"] <= per_point(ttft)) & (r["tpot_s"] <= per_point(tpot)) & (batch >= 1)
+    return np.where(ok, batch, 0.0).reshape(rows, grid.size).max(axis=1)

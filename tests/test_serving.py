@@ -1,0 +1,134 @@
+"""Serving: KV-cache sizes by hand, physical bounds of decode, how throughput and latency move with the
+batch, the SLO, the CLI and a serving sweep."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from commodel.cli import app
+from commodel.compute.precision import serving_precision
+from commodel.hardware import cluster
+from commodel.workloads.catalog import model
+from commodel.workloads.run import serve
+from commodel.workloads.serving import (
+    Engine,
+    capacity,
+    kv_bytes_per_token_layer,
+    steady_state,
+    weight_bytes_per_gpu,
+)
+
+
+def engine(name="llama3-8b", system="dgx-h100", dtype="bf16", kv="bf16", tp=1, pp=1, ep=1):
+    c = cluster(system)
+    one = np.ones(1)
+    return Engine(
+        model(name), c, serving_precision(dtype, c.gpu), kv, tp * one, pp * one, ep * one,
+        2048 * one, 8192 * one, 0.9 * one,
+    )  # fmt: skip
+
+
+def test_kv_cache_sizes_by_hand():
+    llama = model("llama3-70b")  # 80 layers, 8 KV heads of 128
+    assert kv_bytes_per_token_layer(llama, [1], "fp8")[0] * 80 == 80 * 2 * 8 * 128 * 1
+    assert kv_bytes_per_token_layer(llama, [8], "bf16")[0] == 2 * 1 * 128 * 2  # one KV head per GPU
+    assert kv_bytes_per_token_layer(llama, [16], "bf16")[0] == 2 * 1 * 128 * 2  # replicated, not halved
+    dsv3 = model("deepseek-v3")  # MLA: a 512-wide latent and a 64-wide RoPE key, whole on every rank
+    for tp in (1, 8):
+        assert kv_bytes_per_token_layer(dsv3, [tp], "bf16")[0] == (512 + 64) * 2
+
+
+def test_decode_at_batch_one_reads_at_least_the_weights_it_uses():
+    for name in ("llama3-8b", "qwen3-30b-a3b"):
+        e = engine(name)
+        gpu = e.cluster.gpu
+        tpot = steady_state(e, np.ones(1), 128, 128)["tpot_s"][0]
+        weights = weight_bytes_per_gpu(e.model, e.tp, e.pp, e.recipe)[0]
+        if name == "llama3-8b":
+            assert tpot >= weights / gpu.memory_bandwidth.value
+        else:  # one token reaches 8 of 128 experts: far less than every weight, more than the active ones
+            active = 2 * 3.3e9
+            assert active / gpu.memory_bandwidth.value <= tpot < weights / gpu.memory_bandwidth.value
+
+
+def test_throughput_rises_with_batch_until_the_kv_cache_is_full():
+    e = engine("llama3-8b", dtype="fp8", kv="fp8")
+    largest = capacity(e, 1024, 1024)["max_batch"][0]
+    batches = np.unique(np.minimum(2.0 ** np.arange(0, 13), largest))
+    r = steady_state(e.repeated(batches.size), batches, 1024, 1024)
+    assert np.all(np.diff(r["output_tokens_per_s"]) > 0)
+    assert np.all(np.diff(r["tpot_s"]) >= 0)  # each request waits longer per token
+    assert batches[-1] == largest < 2048  # the KV cache, not the engine's limit, stops it
+
+
+def test_a_bigger_kv_cache_dtype_holds_fewer_requests():
+    fp8 = capacity(engine(kv="fp8"), 2048, 2048)["kv_batch"][0]
+    bf16 = capacity(engine(kv="bf16"), 2048, 2048)["kv_batch"][0]
+    assert fp8 == pytest.approx(2 * bf16, rel=0.01)
+
+
+def test_a_tighter_slo_serves_fewer_requests_and_a_missed_one_is_an_error():
+    loose = serve(model="llama3-8b", system="dgx-h100", prompt=1024, output=256, slo_tpot=0.05)
+    tight = serve(model="llama3-8b", system="dgx-h100", prompt=1024, output=256, slo_tpot=0.015)
+    assert tight["batch_in_flight"] < loose["batch_in_flight"]
+    assert tight["tpot_s"] <= 0.015 and loose["tpot_s"] <= 0.05  # (an SLO one request misses: test_cli)
+
+
+def test_serve_cli_json_keys():
+    args = ["serve", "--model", "llama3-70b", "--system", "gb200-nvl72", "--dtype", "fp4", "--prompt", "128"]
+    result = CliRunner().invoke(app, [*args, "--output", "2048", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    for key in ("ttft_s", "tpot_s", "output_tokens_per_s", "output_tokens_per_s_per_gpu", "max_batch"):
+        assert data[key] > 0
+    assert data["kv_cache_bytes_per_gpu"] > 0 and data["fits"] is True
+
+
+def test_more_replicas_scale_throughput():
+    one = serve(model="llama3-8b", system="dgx-h100", gpus=1)
+    eight = serve(model="llama3-8b", system="dgx-h100", gpus=8)
+    assert eight["output_tokens_per_s"] == pytest.approx(8 * one["output_tokens_per_s"])
+    assert eight["output_tokens_per_s_per_gpu"] == pytest.approx(one["output_tokens_per_s_per_gpu"])
+
+
+def test_a_serving_sweep_has_a_pareto_front(tmp_path):
+    from commodel.explore.spec import load_spec
+    from commodel.explore.sweep import run_sweep
+
+    spec = tmp_path / "serve.toml"
+    spec.write_text(
+        """
+[study]
+name = "serve"
+evaluate = "serving"
+method = "grid"
+constraints = ["fits == true"]
+
+[fixed]
+model = "llama3-70b"
+prompt = 1024
+output = 512
+gpus = 8
+
+[variables]
+system = { choice = ["dgx-h100", "dgx-b200"] }
+tp = { choice = [1, 2, 4, 8] }
+dtype = { choice = ["bf16", "fp8"] }
+batch = { choice = [8, 64, "max"] }
+
+[derived]
+price_per_gpu_hour = { lookup = "system", values = { "dgx-h100" = 2.5, "dgx-b200" = 4.0 } }
+
+[objectives]
+cost_per_million_tokens_usd = "min"
+tpot_s = "min"
+"""
+    )
+    run_sweep(load_spec(spec), tmp_path / "out")
+    import pandas as pd
+
+    front = pd.read_csv(tmp_path / "out" / "pareto.csv")
+    assert len(front) >= 2 and front.fits.all()
+    assert front.sort_values("tpot_s").cost_per_million_tokens_usd.is_monotonic_decreasing
