@@ -123,6 +123,22 @@ def test_validate_prints_errors_and_gates():
         (["roofline", "gemm", "--gpu", "h100"], "did you mean 'h100-sxm'"),
         (["roofline", "gemm", "--gpu", "a100-sxm-80gb", "--dtype", "fp8"], "no fp8 peak"),
         (["hw", "show", "nvlink9"], "did you mean"),
+        (["train", "--model", "llama3-8b", "--system", "dgx-h100:1;mi300x-8:1", "--pp", "2"], "SYSTEM:NODES"),
+        (
+            [
+                "train",
+                "--model",
+                "llama3-8b",
+                "--system",
+                "dgx-h100:1,mi300x-8:1",
+                "--pp",
+                "2",
+                "--stage-layers",
+                "9,9",
+            ],
+            "sum to the model's 32 layers",
+        ),
+        (["train", "--model", "llama3-8b", "--system", "dgx-h100", "--stage-layers", "16,16"], "node groups"),
         (
             ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--slo-tpot", "1e-4"],
             "below one request's",

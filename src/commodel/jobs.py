@@ -57,6 +57,10 @@ def _choices(kind: str) -> Iterable[str]:
         from commodel.workloads.serving import KV_DTYPES
 
         return KV_DTYPES
+    if kind == "cross-vendor transport":
+        from commodel.comm.cross_vendor import TRANSPORTS
+
+        return TRANSPORTS
     if kind == "overlap strategy":
         from commodel.overlap import STRATEGIES
 
@@ -72,6 +76,18 @@ def _choices(kind: str) -> Iterable[str]:
     from commodel.workloads.layout import RECOMPUTE
 
     return (*RECOMPUTE, "auto")
+
+
+def _names(kind: str, value: str) -> list[str]:
+    """The names a categorical value holds: a system may be node groups (``mi300x-8:2,dgx-h100:2``)."""
+    if kind == "system" and ":" in value:
+        from commodel.workloads.hetero import parse_node_groups
+
+        try:
+            return [name for name, _ in parse_node_groups(value)]
+        except CommodelError as exc:
+            raise ValueError(str(exc)) from None
+    return [value]
 
 
 class Job(BaseModel):
@@ -90,13 +106,14 @@ class Job(BaseModel):
         kind = cls.categories.get(info.field_name)
         if kind is not None:
             choices = list(_choices(kind))
-            if value not in choices:
-                shown = (
-                    ", ".join(c for c in sorted(choices) if c)
-                    if len(choices) <= 40
-                    else f"{len(choices)} names"
-                )
-                raise ValueError(f"unknown {kind} '{value}'{suggest(value, choices)}; known: {shown}")
+            for name in _names(kind, value):
+                if name not in choices:
+                    shown = (
+                        ", ".join(c for c in sorted(choices) if c)
+                        if len(choices) <= 40
+                        else f"{len(choices)} names"
+                    )
+                    raise ValueError(f"unknown {kind} '{name}'{suggest(name, choices)}; known: {shown}")
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"must be a finite number, got {value}")
         if info.field_name == "pue" and value < 1:
@@ -118,10 +135,14 @@ class TrainingJob(Job):
         "tp_overlap": "tensor-parallel overlap",
         "attention": "attention implementation",
         "recompute": "recompute mode",
+        "transport": "cross-vendor transport",
     }
 
     model: str = Field(description="Model name (workloads/): llama3-70b, deepseek-v3, qwen3-30b-a3b, ...")
-    system: str = Field(description="System (node) name from the hardware database.")
+    system: str = Field(
+        description="System (node) name from the hardware database, or node groups SYSTEM:NODES,... "
+        "(pipeline stages across unlike nodes, e.g. mi300x-8:1,dgx-h100:1)."
+    )
     gpus: int | None = Field(None, ge=1, description="Total GPUs (default: nodes x GPUs per node).")
     nodes: int | None = Field(None, ge=1, description="Nodes (default: just enough for the GPUs).")
     fabric: str = Field("", description="Scale-out fabric instead of the system's own (a link name).")
@@ -148,6 +169,17 @@ class TrainingJob(Job):
         "none", description="Tensor-parallel communication: none, t3 (fused GEMM+RS), cais."
     )
     attention: str = Field("flash", description="Attention kernel: flash or unfused.")
+    transport: str = Field(
+        "device-direct",
+        description="Across node groups of different vendors: device-direct (GPUDirect RDMA) or cpu-forwarding.",
+    )
+    nics: int | None = Field(
+        None, ge=1, description="NICs per node carrying cross-vendor traffic (default: all the node's NICs)."
+    )
+    stage_layers: str = Field(
+        "",
+        description="Layers per pipeline stage across node groups, e.g. 18,14 (default: balanced by speed).",
+    )
     pue: float = Field(1.0, description="Facility PUE for energy (1.0: IT energy only).")
     carbon_g_per_kWh: float = Field(0.0, ge=0, description="Grid carbon intensity (g CO2 per kWh).")
     price_per_gpu_hour: float = Field(0.0, ge=0, description="Price per GPU-hour (USD).")

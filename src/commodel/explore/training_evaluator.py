@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from commodel.errors import CommodelError
 from commodel.explore.evaluators import (
     Evaluator,
     blank_outputs,
@@ -25,10 +26,13 @@ from commodel.explore.evaluators import (
     register,
 )
 from commodel.hardware import cluster as make_cluster
+from commodel.hardware.cluster import Cluster
 from commodel.jobs import TrainingJob
 from commodel.ops.energy import energy_costs, gpu_power_W, it_power_W, node_power_W
 from commodel.workloads.catalog import model as get_model
-from commodel.workloads.layout import RECOMPUTE, RECOMPUTE_CODES, layout_problems, make_layout
+from commodel.workloads.hetero import hetero_train_step, is_node_groups, parse_node_groups
+from commodel.workloads.layout import RECOMPUTE, RECOMPUTE_CODES, Layout, layout_problems, make_layout
+from commodel.workloads.schema import Transformer
 from commodel.workloads.training import BREAKDOWN, train_step
 
 if TYPE_CHECKING:
@@ -47,6 +51,8 @@ STEP_OUTPUTS = (
     "recompute_used",
     "stage_imbalance",
     "tp_domains",
+    "stage_layers",
+    "cross_vendor_s",
 )
 JOB_OUTPUTS = (
     "gpu_power_W",
@@ -77,7 +83,9 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
     output columns, and the resolved ``gpus``, ``nodes`` and ``dp``. ``checked``: the rows are
     validated jobs already (as from :func:`commodel.workloads.run.train`)."""
     rows_total = len(columns["model"])
-    out = blank_outputs(rows_total, OUTPUTS, flags=("fits",), text=("problem", "recompute_used"))
+    out = blank_outputs(
+        rows_total, OUTPUTS, flags=("fits",), text=("problem", "recompute_used", "stage_layers")
+    )
     resolved = {name: numbers(columns[name]) for name in ("gpus", "nodes", "dp")}
     if rows_total == 0:
         return {**out, **resolved}
@@ -85,15 +93,34 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
         check_inputs(TrainingJob, columns)
     for key, rows in categorical_groups(columns, CATEGORICAL):
         net = get_model(key["model"])
-        c = make_cluster(key["system"], scale_out=key["fabric"] or None)
-        per_node = c.gpus_per_node
+        fleet = _fleet(key["system"], key["fabric"])
+        per_node = fleet[0][0].gpus_per_node
 
         def col(name: str, rows: np.ndarray = rows) -> np.ndarray:
             return numbers(np.asarray(columns[name])[rows])
 
         gpus, nodes = col("gpus"), col("nodes")
-        nodes = np.where(np.isnan(nodes), np.where(np.isnan(gpus), 1, np.ceil(gpus / per_node)), nodes)
-        gpus = np.where(np.isnan(gpus), nodes * per_node, gpus)
+        problems = []
+        if len(fleet) == 1 and fleet[0][1] is None:
+            nodes = np.where(np.isnan(nodes), np.where(np.isnan(gpus), 1, np.ceil(gpus / per_node)), nodes)
+            gpus = np.where(np.isnan(gpus), nodes * per_node, gpus)
+            problems += [
+                (gpus > nodes * per_node, f"the GPUs do not fit in the nodes ({per_node} GPUs per node)"),
+                (
+                    (gpus > per_node) & (np.mod(gpus, per_node) != 0),
+                    f"the GPUs do not fill whole {key['system']} nodes of {per_node} GPUs",
+                ),
+            ]
+        else:  # node groups: their nodes and GPUs are the job's
+            own_nodes = sum(n for _, n in fleet)
+            own_gpus = sum(c.gpus_per_node * n for c, n in fleet)
+            problems.append(
+                (
+                    (~np.isnan(nodes) & (nodes != own_nodes)) | (~np.isnan(gpus) & (gpus != own_gpus)),
+                    f"the node groups are {own_nodes} nodes of {own_gpus} GPUs",
+                )
+            )
+            gpus, nodes = np.full(len(rows), float(own_gpus)), np.full(len(rows), float(own_nodes))
         tp, pp, cp, dp, seq = (col(k) for k in ("tp", "pp", "cp", "dp", "seq"))
         dp = np.where(np.isnan(dp), np.floor(gpus / (tp * pp * cp)), dp)
         seq = np.where(np.isnan(seq), net.seq, seq)
@@ -103,16 +130,10 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
             global_batch=col("global_batch"), seq=seq, recompute=codes,
             sequence_parallel=np.asarray(columns["sequence_parallel"])[rows].astype(bool), zero=col("zero"),
         )  # fmt: skip
-        problems = layout_problems(net, layout, gpus)
-        problems.append(
-            (gpus > nodes * per_node, f"the GPUs do not fit in the nodes ({per_node} GPUs per node)")
-        )
-        problems.append(
-            (
-                (gpus > per_node) & (np.mod(gpus, per_node) != 0),
-                f"the GPUs do not fill whole {key['system']} nodes of {per_node} GPUs",
-            )
-        )
+        problems += layout_problems(net, layout, gpus)
+        stage_layers = np.asarray(columns["stage_layers"])[rows]
+        if len(fleet) == 1:
+            problems.append((stage_layers != "", "stage layers apply to node groups (SYSTEM:NODES,...)"))
         for name, values in (("gpus", gpus), ("nodes", nodes), ("dp", dp)):
             resolved[name][rows] = values
         messages = problem_messages(problems, len(rows))
@@ -120,30 +141,96 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
         ok = messages == ""
         if not ok.any():
             continue
-        keep = rows[ok]
         sub = layout.select(ok)
-        result = train_step(net, c, sub, key["dtype"], key["overlap"], key["attention"], key["tp_overlap"])
+        if len(fleet) == 1:
+            c = fleet[0][0]
+            result = train_step(
+                net, c, sub, key["dtype"], key["overlap"], key["attention"], key["tp_overlap"]
+            )
+            result |= {"stage_layers": np.full(sub.tp.size, "", dtype=object), "cross_vendor_s": 0 * sub.tp}
+            powered = [(c, gpus[ok] / per_node)]
+        else:
+            result, failed = _hetero(net, [c for c, _ in fleet], sub, key, columns, rows[ok])
+            out["problem"][rows[ok]] = failed
+            if not result:
+                continue
+            powered = [(c, np.full(int(ok.sum()), float(n))) for c, n in fleet]
+        keep = rows[ok]
         for name, values in result.items():
             out[name][keep] = values
         out["recompute_used"][keep] = recompute_names(sub.recompute, result["recompute_share"])
-        busy = result["compute_s"] / result["step_time_s"]
-        it_power = it_power_W(c, busy, gpus[ok] / per_node)
-        pue = col("pue", keep)
-        seconds = col("train_tokens", keep) / result["tokens_per_s"]
-        costs = energy_costs(
-            it_power, seconds, gpus[ok], pue, col("carbon_g_per_kWh", keep), col("price_per_gpu_hour", keep)
-        )
-        out["gpu_power_W"][keep] = gpu_power_W(c, busy)
-        out["node_power_kW"][keep] = node_power_W(c, busy) / 1e3
-        out["it_power_kW"][keep] = it_power / 1e3
-        out["power_kW"][keep] = it_power * pue / 1e3
-        out["energy_per_token_J"][keep] = it_power * pue / result["tokens_per_s"]
-        out["time_to_train_days"][keep] = seconds / 86400
-        out["gpu_hours"][keep] = gpus[ok] * seconds / 3600
-        for name in ("energy_MWh", "co2_t", "cost_usd"):
-            out[name][keep] = costs[name]
-        out["valid"][keep] = True
+        _job_totals(out, keep, result, powered, gpus[ok], {n: col(n, keep) for n in TOTALS_INPUTS})
+        out["valid"][rows] = out["problem"][rows] == ""
     return {**out, **resolved}
+
+
+#: Inputs the job totals (energy, carbon, cost, time to train) read.
+TOTALS_INPUTS = ("pue", "train_tokens", "carbon_g_per_kWh", "price_per_gpu_hour")
+
+
+def _fleet(system: str, fabric: str) -> list[tuple[Cluster, int | None]]:
+    """The clusters a ``system`` input names, with their node counts (``None``: from the row)."""
+    if not is_node_groups(system):
+        return [(make_cluster(system, scale_out=fabric or None), None)]
+    return [
+        (make_cluster(name, nodes, scale_out=fabric or None), nodes)
+        for name, nodes in parse_node_groups(system)
+    ]
+
+
+def _hetero(
+    net: Transformer, groups: list[Cluster], sub: Layout, key: dict, columns: dict, rows: np.ndarray
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Rows on unlike node groups, one at a time (:func:`commodel.workloads.hetero.hetero_train_step`):
+    the results, NaN where a row breaks a rule of the groups, and that rule per row ("" if none)."""
+    results, failed = [], np.full(len(rows), "", dtype=object)
+    for i, row in enumerate(rows):
+        nics = columns["nics"][row]
+        try:
+            r = hetero_train_step(
+                net, groups, sub.select(np.arange(len(rows)) == i), key["dtype"], key["overlap"], key["attention"],
+                columns["transport"][row], None if nics is None or nics != nics else int(nics),
+                columns["stage_layers"][row],
+            )  # fmt: skip
+        except CommodelError as exc:
+            failed[i] = str(exc)
+            r = {}
+        results.append(r)
+    names = next((list(r) for r in results if r), [])
+    blank = {
+        name: np.array([""], dtype=object) if name == "stage_layers" else np.array([np.nan]) for name in names
+    }
+    return {name: np.concatenate([(r or blank)[name] for r in results]) for name in names}, failed
+
+
+def _job_totals(
+    out: dict[str, np.ndarray],
+    keep: np.ndarray,
+    result: dict[str, np.ndarray],
+    fleet: list[tuple[Cluster, np.ndarray]],
+    gpus: np.ndarray,
+    inputs: dict[str, np.ndarray],
+) -> None:
+    """Power, energy, time to train, carbon and cost of the rows ``keep`` over the nodes of ``fleet``
+    ((cluster, nodes) per group): GPUs busy for the step's compute share, the rest of each node and
+    the switch ports it uses (:mod:`commodel.ops.energy`)."""
+    busy = result["compute_s"] / result["step_time_s"]
+    it_power = sum(it_power_W(c, busy, n) for c, n in fleet)
+    pue = inputs["pue"]
+    seconds = inputs["train_tokens"] / result["tokens_per_s"]
+    costs = energy_costs(
+        it_power, seconds, gpus, pue, inputs["carbon_g_per_kWh"], inputs["price_per_gpu_hour"]
+    )
+    nodes = sum(n for _, n in fleet)
+    out["gpu_power_W"][keep] = sum(gpu_power_W(c, busy) * c.gpus_per_node * n for c, n in fleet) / gpus
+    out["node_power_kW"][keep] = sum(node_power_W(c, busy) * n for c, n in fleet) / nodes / 1e3
+    out["it_power_kW"][keep] = it_power / 1e3
+    out["power_kW"][keep] = it_power * pue / 1e3
+    out["energy_per_token_J"][keep] = it_power * pue / result["tokens_per_s"]
+    out["time_to_train_days"][keep] = seconds / 86400
+    out["gpu_hours"][keep] = gpus * seconds / 3600
+    for name in ("energy_MWh", "co2_t", "cost_usd"):
+        out[name][keep] = costs[name]
 
 
 def evaluate(frame: pd.DataFrame) -> pd.DataFrame:

@@ -73,9 +73,14 @@ def training_table(result: dict) -> str:
     layout = " ".join(f"{k}={v}" for k, v in result["layout"].items())
     fits = "fits" if result["fits"] else "DOES NOT FIT"
     nodes = result["nodes"]
+    where = (
+        f"node groups {result['system']}"
+        if ":" in result["system"]
+        else f"{nodes} {result['system']} node{'s' if nodes != 1 else ''} of {result['gpus_per_node']}"
+    )
     lines = [
-        f"{result['model']} on {result['gpus']} GPUs ({nodes} {result['system']} node{'s' if nodes != 1 else ''} of "
-        f"{result['gpus_per_node']}), {layout}, {result['dtype']}, recompute {result['recompute']}, overlap {result['overlap']}",
+        f"{result['model']} on {result['gpus']} GPUs ({where}), {layout}, {result['dtype']}, "
+        f"recompute {result['recompute']}, overlap {result['overlap']}",
         f"  step time        {result['step_time_s']:.4g} s",
         f"  throughput       {result['tokens_per_s']:,.0f} tokens/s",
         f"  model TFLOP/s    {result['tflops_per_gpu']:.1f} per GPU (MFU {100 * result['mfu']:.1f}%)",

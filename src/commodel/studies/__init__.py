@@ -16,6 +16,10 @@ STUDIES: dict[str, tuple[str, str]] = {
         "commodel.studies.disaggregation",
         "pooling granularity vs stranding, scheduling and energy",
     ),
+    "hetero": (
+        "commodel.studies.hetero",
+        "pipeline stages across AMD and NVIDIA nodes: device-direct vs CPU-forwarding",
+    ),
     "ncclbpf": (
         "commodel.studies.ncclbpf",
         "a size-aware tuner policy vs NCCL's default choice, and its cost",

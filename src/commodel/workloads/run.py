@@ -54,6 +54,13 @@ def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
     notes = []
     if job.recompute == "auto":
         notes.append(f"recompute auto: {row.recompute_used} is the least recomputation that fits")
+    if row.stage_layers:
+        notes.append(f"pipeline stages across node groups: layers per stage {row.stage_layers}")
+        if float(row.cross_vendor_s) > 0:
+            notes.append(
+                f"each activation or gradient crossing vendors takes {1e3 * float(row.cross_vendor_s):.3g} ms "
+                f"({job.transport})"
+            )
     if float(row.tp_domains) > 1:
         notes.append(
             f"tensor parallelism spans {float(row.tp_domains):g} scale-up domains: its collectives cross "

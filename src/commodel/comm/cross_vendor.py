@@ -1,0 +1,79 @@
+"""Point-to-point transfers between GPUs of different vendors: a pipeline boundary between an AMD and
+an NVIDIA node, where neither NCCL nor RCCL reaches the other side. The two paths Hu et al. compare
+(joint training on AMD and NVIDIA GPUs, arXiv 2602.18007):
+
+- ``cpu-forwarding``: device to pinned host memory over the sender's PCIe link, NIC to NIC by a host
+  backend (no vendor library spans both GPUs: Gloo-style TCP streams, one per NIC, each at most
+  :data:`HOST_STREAM_BPS`), host to device over the receiver's; chunk-pipelined (chunk ``i`` crosses the
+  network while ``i + 1`` is copied out), each transfer striped over all the node's NICs;
+- ``device-direct``: each NIC reads and writes GPU memory itself (GPUDirect RDMA, PCIe peer to peer)
+  and a CPU thread only posts the operations (CPU-offloaded P2P): no staging, one NIC per transfer.
+
+With ``pairs`` transfers leaving a node at once over its ``nics`` NICs, a transfer's network share is
+``nics x B_nic / pairs`` (device-direct: at most one NIC, ``B_nic``; CPU-forwarding: at most
+``nics x HOST_STREAM_BPS``). For ``n`` bytes:
+
+- device-direct: ``t = L_net + POST_S + n / min(share, B_pcie_send, B_pcie_recv)``;
+- cpu-forwarding, ``k = n / c`` chunks of ``c = min(n, CHUNK_BYTES)`` through the stage rates
+  ``r = (B_pcie_send, share, B_pcie_recv)``: ``t = L_net + POST_S + sum_i c / r_i + (k - 1)
+  (max_i c / r_i + SYNC_S)``: the pipeline's fill, then one chunk per slowest stage plus the host's
+  hand-off between stages.
+
+PCIe rates are the GPUs' host links (``host_link`` records, with their measured efficiency); the NIC
+rate is the slower scale-out fabric of the two nodes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from commodel.errors import unknown
+from commodel.hardware.cluster import Cluster
+from commodel.hardware.loader import default_db
+
+TRANSPORTS = ("device-direct", "cpu-forwarding")
+
+#: Host staging chunk (assumed: the pinned buffers of a pipelined host-forwarding path, as MPI's
+#: and Gloo's pipelines use a few MiB).
+CHUNK_BYTES = 4 * 2**20
+
+#: Host hand-off per chunk and stage (assumed): the forwarding thread waits for a copy's completion
+#: event, then posts the next stage.
+SYNC_S = 10e-6
+
+#: What one host-forwarding stream carries (assumed: a single TCP stream through the kernel, as Gloo
+#: runs it, reaches 30-50 Gb/s on 100-400 Gb/s NICs without tuning).
+HOST_STREAM_BPS = 5e9
+
+#: A CPU thread posting a transfer's network operations (assumed).
+POST_S = 5e-6
+
+
+def _pcie_Bps(c: Cluster) -> float:
+    link = default_db().link(c.gpu.host_link)
+    return link.bandwidth.value * link.efficiency.value
+
+
+def _nic_Bps(c: Cluster) -> float:
+    return c.scale_out.bandwidth.value * c.scale_out.efficiency.value
+
+
+def cross_vendor_time(
+    transport: str, size: ArrayLike, send: Cluster, recv: Cluster, pairs: ArrayLike, nics: ArrayLike
+) -> np.ndarray:
+    """Seconds to move ``size`` bytes from a GPU of ``send`` to one of ``recv`` (module docstring)."""
+    if transport not in TRANSPORTS:
+        raise unknown("cross-vendor transport", transport, TRANSPORTS)
+    n = np.asarray(size, dtype=float)
+    nic = min(_nic_Bps(send), _nic_Bps(recv))
+    share = np.asarray(nics, dtype=float) * nic / np.asarray(pairs, dtype=float)
+    latency = max(send.scale_out.latency.value, recv.scale_out.latency.value) + POST_S
+    out_rate, in_rate = _pcie_Bps(send), _pcie_Bps(recv)
+    if transport == "device-direct":
+        return latency + n / np.minimum(np.minimum(share, nic), min(out_rate, in_rate))
+    network = np.minimum(share, np.asarray(nics, dtype=float) * HOST_STREAM_BPS)
+    chunk = np.minimum(n, CHUNK_BYTES)
+    stages = [chunk / out_rate, chunk / network, chunk / in_rate]
+    slowest = np.maximum(np.maximum(stages[0], stages[1]), stages[2])
+    return latency + sum(stages) + (n / chunk - 1) * (slowest + SYNC_S)

@@ -1,0 +1,67 @@
+"""Training across AMD and NVIDIA node groups: cross-vendor transfers, stage balancing, and bounds."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commodel.comm.cross_vendor import cross_vendor_time
+from commodel.hardware import cluster
+from commodel.workloads.catalog import model
+from commodel.workloads.hetero import balanced_layers, hetero_train_step, node_groups
+from commodel.workloads.layout import make_layout
+
+MIXED = "dgx-h100:1,mi300x-8:1"
+
+
+def tokens_per_s(groups, x, transport="device-direct", nics=None, name="llama3-8b"):
+    r = hetero_train_step(model(name), node_groups(groups), x, "bf16", "serial", "flash", transport, nics)
+    return float(r["tokens_per_s"][0])
+
+
+def test_device_direct_never_loses_to_cpu_forwarding_and_more_nics_narrow_the_gap():
+    h100, mi300x = cluster("dgx-h100"), cluster("mi300x-8")
+    size = 64 * 2**20
+    direct = cross_vendor_time("device-direct", size, h100, mi300x, 8, [1, 2, 4, 8])
+    forwarded = cross_vendor_time("cpu-forwarding", size, h100, mi300x, 8, [1, 2, 4, 8])
+    assert np.all(forwarded > direct) and np.all(np.diff(direct) < 0)
+    x = make_layout(tp=1, pp=2, dp=8, global_batch=256, seq=4096)
+    gaps = [
+        1 - tokens_per_s(MIXED, x, "cpu-forwarding", n) / tokens_per_s(MIXED, x, "device-direct", n)
+        for n in (1, 2, 4, 8)
+    ]
+    assert all(g > 0 for g in gaps) and np.all(np.diff(gaps) < 0)
+
+
+def test_balanced_stages_give_the_slower_gpus_fewer_layers():
+    assert list(balanced_layers(32, np.array([1.0, 1.0]), np.zeros(2))) == [16, 16]
+    layers = balanced_layers(32, np.array([1.0, 1.25]), np.zeros(2))
+    assert layers.sum() == 32 and layers[0] > layers[1]
+    # the logits on the last stage take layers from it
+    assert balanced_layers(32, np.array([1.0, 1.0]), np.array([0.0, 4.0]))[1] < 16
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.sampled_from(["llama3-8b", "qwen2-7b"]),
+    st.sampled_from([1, 2, 4]),
+    st.sampled_from([1, 2]),
+    st.sampled_from([1, 2, 8]),
+    st.sampled_from(["device-direct", "cpu-forwarding"]),
+)
+def test_a_mixed_cluster_never_beats_its_faster_homogeneous_counterpart(
+    name, micro_batch, tp, nics, transport
+):
+    x = make_layout(tp=tp, pp=2, dp=8 // tp, micro_batch=micro_batch, global_batch=64 * micro_batch, seq=4096)
+    mixed = tokens_per_s(MIXED, x, transport, nics, name)
+    nvidia = tokens_per_s("dgx-h100:1,dgx-h100:1", x, name=name)
+    amd = tokens_per_s("mi300x-8:1,mi300x-8:1", x, name=name)
+    assert min(nvidia, amd) * 0.9 < mixed <= max(nvidia, amd)
+
+
+def test_node_groups_that_do_not_hold_the_pipeline_are_errors():
+    from commodel.errors import CommodelError
+
+    x = make_layout(tp=1, pp=4, dp=8, global_batch=64, seq=4096)
+    with pytest.raises(CommodelError, match="hold 2 pipeline stages"):
+        tokens_per_s(MIXED, x)
