@@ -67,6 +67,7 @@ def _load_builtin() -> None:
     from commodel.explore import (  # noqa: F401  (registration)
         collective_evaluator,
         disaggregation_evaluator,
+        rl_rollout_evaluator,
         serving_evaluator,
         training_evaluator,
     )

@@ -20,6 +20,10 @@ STUDIES: dict[str, tuple[str, str]] = {
         "commodel.studies.hetero",
         "pipeline stages across AMD and NVIDIA nodes: device-direct vs CPU-forwarding",
     ),
+    "rl-rollout": (
+        "commodel.studies.rl_rollout",
+        "RL rollouts on a serving cluster's spare capacity under its SLO",
+    ),
     "ncclbpf": (
         "commodel.studies.ncclbpf",
         "a size-aware tuner policy vs NCCL's default choice, and its cost",

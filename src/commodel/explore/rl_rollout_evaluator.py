@@ -1,0 +1,194 @@
+"""The ``rollout`` evaluator: an RL post-training job beside a serving cluster, one policy per row,
+over a day of online load (:mod:`commodel.ops.rl_rollout`).
+
+Every priced piece comes from the other models: an RL replica's time per token at each batch and its
+slots (:mod:`commodel.workloads.serving`, KV for a prompt and the longest response), a serving
+replica's largest batch under the time-per-token SLO and its time per token there, the policy update
+(:func:`commodel.workloads.run.train` on the RL cluster, FSDP, x ``TRAIN_PASSES``), and the weight
+transfers over the cross-cluster link. The day is sampled every ``24 / hours`` hours; each sample is
+one RL step at that hour's load, with its own seeded response lengths. Outputs are day means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+
+import numpy as np
+import pandas as pd
+
+from commodel.explore.evaluators import Evaluator, blank_outputs, register
+from commodel.ops.rl_rollout import (
+    SPARSE_BYTES,
+    SPARSE_SHARE,
+    TRAIN_PASSES,
+    Setup,
+    load_share,
+    response_lengths,
+    rl_hour,
+)
+
+INPUTS: dict[str, object] = {
+    "model": "llama3-8b",
+    "system": "dgx-h100",
+    "policy": None,
+    "rl_gpus": 32,
+    "serve_gpus": 64,
+    "tp": 1,
+    "samples": 512,
+    "prompt": 512,
+    "median_response": 1024,
+    "tail_sigma": 1.0,
+    "longest": 16384,
+    "online_prompt": 1024,
+    "online_output": 256,
+    "slo_tpot": 0.05,
+    "load_low": 0.3,
+    "load_high": 0.9,
+    "link_GBps": 50.0,
+    "hours": 8,
+    "seed": 0,
+}
+OUTPUTS = (
+    "samples_per_hour",
+    "step_s",
+    "rollout_s",
+    "train_s",
+    "weight_sync_s",
+    "serving_slots",
+    "online_tpot_s",
+    "valid",
+)
+
+
+@cache
+def rl_setup(
+    model: str, system: str, rl_gpus: int, serve_gpus: int, tp: int, samples: int, prompt: int,
+    median: int, sigma: float, longest: int, online_prompt: int, online_output: int, slo_tpot: float, link_GBps: float,
+) -> Setup:  # fmt: skip
+    """The priced pieces of an RL job beside a serving cluster (module docstring)."""
+    from commodel.compute.precision import serving_precision
+    from commodel.hardware import cluster
+    from commodel.workloads.catalog import model as get_model
+    from commodel.workloads.run import train
+    from commodel.workloads.serving import Engine, capacity, slo_batch, steady_state
+    from commodel.workloads.transformer import parameters
+
+    net, c = get_model(model), cluster(system)
+
+    def engine(replicas: int = 1) -> Engine:
+        ones = np.ones(replicas)
+        return Engine(net, c, serving_precision("bf16", c.gpu), "bf16", tp * ones, ones, ones,
+                      2048 * ones, 8192 * ones, 0.9 * ones)  # fmt: skip
+
+    mean_len = min(float(np.exp(sigma**2 / 2) * median), longest)  # the lognormal's mean
+    rollout = capacity(engine(), prompt, int(mean_len))
+    rl_slots = int(rollout["max_batch"][0])
+
+    def iteration(prompt_len: int, output_len: float, slots: int) -> Callable[[np.ndarray], np.ndarray]:
+        grid = np.arange(1, max(slots, 1) + 1, dtype=float)
+        tpot = steady_state(engine(grid.size), grid, prompt_len, output_len)["tpot_s"]
+        return lambda b: np.interp(b, grid, tpot)
+
+    online = capacity(engine(), online_prompt, online_output)
+    batch = slo_batch(engine(), online["max_batch"], online_prompt, online_output, np.inf, slo_tpot)[0]
+    job = train(model=model, system=system, gpus=rl_gpus, tp=tp, global_batch=samples,
+                seq=int(prompt + mean_len), zero=3, recompute="auto")  # fmt: skip
+    weights = parameters(net)["total"]
+    return Setup(
+        rl_iteration=iteration(prompt, mean_len, rl_slots),
+        rl_slots=rl_slots,
+        rl_replicas=rl_gpus // tp,
+        serve_replicas=serve_gpus // tp,
+        serve_iteration=iteration(online_prompt, online_output, int(batch)),
+        slo_batch=float(batch),
+        spare_kv_slots=float(rollout["kv_batch"][0]),
+        train_s=TRAIN_PASSES * job["step_time_s"],
+        dense_s=2 * weights / (link_GBps * 1e9),
+        sparse_s=SPARSE_SHARE * SPARSE_BYTES * weights / (link_GBps * 1e9),
+    )
+
+
+def day(row: pd.Series) -> dict[str, float]:
+    """Day means of one policy's RL steps (module docstring)."""
+    setup = rl_setup(
+        row.model, row.system, int(row.rl_gpus), int(row.serve_gpus), int(row.tp), int(row.samples),
+        int(row.prompt), int(row.median_response), float(row.tail_sigma), int(row.longest), int(row.online_prompt),
+        int(row.online_output), float(row.slo_tpot), float(row.link_GBps),
+    )  # fmt: skip
+    hours = np.arange(int(row.hours)) * 24 / int(row.hours)
+    loads = load_share(hours, float(row.load_low), float(row.load_high))
+    steps, rollouts, slots, online = [], [], [], [0.0]
+    for h, load in enumerate(loads):
+        lengths = response_lengths(
+            int(row.samples), row.median_response, row.tail_sigma, row.longest, int(row.seed) * 1000 + h
+        )
+        seconds, rollout = rl_hour(row.policy, setup, lengths, float(load))
+        steps.append(seconds)
+        rollouts.append(rollout.t_last)
+        spare = max((counts.get("serving spare", 0) for _, counts in rollout.timeline), default=0)
+        slots.append(spare)
+        if row.policy == "rose":  # the busiest a serving replica got: online requests plus rollouts
+            online.append(
+                float(
+                    setup.serve_iteration(np.array([load * setup.slo_batch + spare / setup.serve_replicas]))[
+                        0
+                    ]
+                )
+            )
+    sync = {"fixed": 0.0, "elastic": setup.dense_s, "rose": setup.sparse_s}[row.policy]
+    return {
+        "samples_per_hour": float(np.mean(int(row.samples) * 3600 / np.array(steps))),
+        "step_s": float(np.mean(steps)),
+        "rollout_s": float(np.mean(rollouts)),
+        "train_s": setup.train_s,
+        "weight_sync_s": sync,
+        "serving_slots": float(np.mean(slots)),
+        "online_tpot_s": max(online),
+    }
+
+
+def check(frame: pd.DataFrame) -> None:
+    """Inputs a day cannot be simulated with: an unknown policy, a non-positive size, rate or time,
+    load shares outside 0 <= low <= high < 1."""
+    from commodel.errors import CommodelError, unknown
+    from commodel.ops.rl_rollout import POLICIES
+
+    for policy in set(frame.policy):
+        if policy not in POLICIES:
+            raise unknown("RL rollout policy", policy, POLICIES)
+    numeric = [
+        name for name, default in INPUTS.items() if isinstance(default, int | float) and name != "seed"
+    ]
+    for name in numeric:
+        values = pd.to_numeric(frame[name], errors="coerce")
+        if not (values > 0).all() or not np.isfinite(values).all():
+            raise CommodelError(
+                f"rollout input '{name}' must be a positive number; got {list(frame[name].unique())}"
+            )
+    low, high = frame.load_low.astype(float), frame.load_high.astype(float)
+    if not ((low <= high) & (high < 1)).all():
+        raise CommodelError(
+            "rollout load shares need 0 < load_low <= load_high < 1 (shares of the SLO capacity)"
+        )
+
+
+def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
+    check(frame)
+    out = blank_outputs(len(frame), OUTPUTS)
+    for i, row in enumerate(frame.itertuples(index=False)):
+        for name, value in day(row).items():
+            out[name][i] = value
+        out["valid"][i] = True
+    return frame.assign(**out)
+
+
+@register
+def rollout() -> Evaluator:
+    return Evaluator(
+        "rollout",
+        "an RL post-training job beside a serving cluster, per rollout policy: samples per hour over a day",
+        INPUTS,
+        OUTPUTS,
+        evaluate,
+    )

@@ -1,0 +1,210 @@
+"""RL post-training whose rollouts may run on a serving cluster's spare capacity (ROSE, Gao et al.,
+arXiv:2605.06534), against a resource-fixed and an instance-elastic baseline.
+
+**One RL step**: ``n`` responses are generated (rollout), then the policy trains on them (GRPO: one
+update and two forward passes, :data:`TRAIN_PASSES` training steps' worth of FLOPs), then the new
+weights reach every GPU that generates. Response lengths are long-tailed: lognormal with a median and
+a shape ``sigma``, cut at a maximum (:func:`response_lengths`, seeded).
+
+**Rollout** (:func:`simulate_rollout`, event-driven and deterministic): pools of generation slots,
+each slot advancing one token per iteration of its pool, the iteration time a function of the pool's
+requests in flight per replica (the serving model's time per output token at that batch); slots are
+what the KV cache holds at the mean response (paged, allocated as tokens come). A request keeps its
+slot until it ends.
+
+**Serving cluster**: online traffic at a share ``u(t)`` of its capacity under a time-per-token SLO
+(:func:`load_share`, a daily sinusoid between a low and a high share); each replica serves at most
+``B_slo`` requests (the largest batch meeting the SLO, from the serving model), online ones taking
+``u B_slo`` of them.
+
+**Policies**:
+
+- ``fixed``: rollout on the RL cluster's replicas only.
+- ``elastic``: the serving replicas online traffic does not need (``floor((1 - u) R_serve)``, online
+  requests packed onto the rest at the SLO batch) are lent whole, after a dense weight transfer (BF16
+  weights over the cross-cluster link).
+- ``rose``: every serving replica co-serves rollouts in its spare slots and KV cache: beside its
+  ``u B_slo`` online requests, at most ``(1 - u) B_slo`` rollouts, so its batch never passes the SLO
+  batch and online requests never miss the SLO; after a sparse weight transfer (the changed share of
+  the weights, index and value). Once nothing is queued, the RL cluster takes back, into its free
+  slots, the requests that have run longest on serving slots (its elastic scheduler), so the long
+  tail ends on lightly loaded replicas rather than at the SLO batch's pace (their KV caches, a few
+  hundred MB, move in milliseconds and are not charged).
+
+Every policy trains after its rollout: ``step = t_last + T_train``.
+
+Requests go to the ready pool with the fewest requests per replica (online ones included), as a
+least-loaded router does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+POLICIES = ("fixed", "elastic", "rose")
+
+#: GRPO per step: a policy update (forward and backward: 3 units) and two forward passes (old and
+#: reference log-probabilities: 1 unit each), in training steps: 5/3.
+TRAIN_PASSES = 5 / 3
+
+#: Share of BF16 weights an RL update changes per step (assumed; RL updates are sparse), each sent as
+#: a 4-byte index and a 2-byte value.
+SPARSE_SHARE = 0.05
+SPARSE_BYTES = 6.0
+
+
+def response_lengths(n: int, median: float, sigma: float, longest: float, seed: int) -> np.ndarray:
+    """``n`` response lengths (tokens): lognormal with ``median`` and shape ``sigma``, at most ``longest``."""
+    rng = np.random.default_rng(seed)
+    return np.minimum(np.ceil(median * np.exp(sigma * rng.standard_normal(n))), longest)
+
+
+def load_share(hour: np.ndarray, low: float, high: float) -> np.ndarray:
+    """Online load as a share of the serving cluster's SLO capacity: lowest at 04:00, highest at 16:00."""
+    return low + (high - low) * (1 - np.cos(2 * np.pi * (np.asarray(hour, dtype=float) - 4) / 24)) / 2
+
+
+#: Tokens the fastest pool advances per simulation step; requests end at their exact time within a
+#: step, queued ones start at the step's end (a resolution, not a model constant).
+QUANTUM_TOKENS = 128
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Generation slots: ``slots`` in all over ``replicas`` replicas, ready at ``start`` seconds, each
+    replica already running ``base`` other requests (online traffic); ``iteration(b)`` is the seconds
+    per token at ``b`` requests in flight per replica."""
+
+    name: str
+    slots: int
+    replicas: float
+    iteration: Callable[[np.ndarray], np.ndarray]
+    start: float = 0.0
+    base: float = 0.0
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """When each response ended and which pool ended it, the last end, and how many requests each pool
+    ran over time (``timeline``: (seconds, counts per pool))."""
+
+    finish: np.ndarray
+    pool: np.ndarray
+    t_last: float
+    timeline: list[tuple[float, dict[str, int]]]
+
+
+def _admit(queue: list[int], pools: list[Pool], where: np.ndarray, counts: np.ndarray, t: float) -> None:
+    """Queued requests to the ready pool with the fewest requests per replica, while slots are free."""
+    if not queue or all(c >= p.slots for p, c in zip(pools, counts, strict=True)):
+        return
+    batch = counts / [p.replicas for p in pools] + [p.base for p in pools]
+    ready = np.array([p.start <= t for p in pools]) & (counts < [p.slots for p in pools])
+    while queue and ready.any():
+        p = int(np.argmin(np.where(ready, batch, np.inf)))
+        where[queue.pop(0)] = p
+        counts[p] += 1
+        batch[p] += 1 / pools[p].replicas
+        ready[p] = counts[p] < pools[p].slots
+
+
+def _steal(pools: list[Pool], where: np.ndarray, counts: np.ndarray, generated: np.ndarray) -> None:
+    """With nothing queued, the first pool (the RL cluster) takes back the requests that have run
+    longest elsewhere into its free slots: the tail ends on its fast, lightly loaded replicas."""
+    free = pools[0].slots - counts[0]
+    elsewhere = np.flatnonzero(where > 0)
+    if free <= 0 or not elsewhere.size:
+        return
+    moved = elsewhere[np.argsort(-generated[elsewhere])[:free]]
+    counts -= np.bincount(where[moved], minlength=len(pools))
+    where[moved] = 0
+    counts[0] += moved.size
+
+
+def simulate_rollout(lengths: np.ndarray, pools: list[Pool], steal: bool = False) -> Rollout:
+    """Generate ``lengths`` tokens per request on ``pools`` (module docstring), in steps of
+    :data:`QUANTUM_TOKENS`; ``steal``: the RL cluster takes back the tail (:func:`_steal`)."""
+    lengths = np.asarray(lengths, dtype=float)
+    n = len(lengths)
+    remaining, finish = lengths.copy(), np.full(n, np.nan)
+    where = np.full(n, -1)  # pool of each request in flight; -1 queued or done
+    counts = np.zeros(len(pools), dtype=int)
+    queue, t = list(range(n)), 0.0
+    timeline: list[tuple[float, dict[str, int]]] = []
+    while np.isnan(finish).any():
+        _admit(queue, pools, where, counts, t)
+        if steal and not queue:
+            _steal(pools, where, counts, lengths - remaining)
+        timeline.append((t, {pool.name: int(c) for pool, c in zip(pools, counts, strict=True)}))
+        batch = counts / np.array([p.replicas for p in pools]) + [p.base for p in pools]
+        rates = np.array(
+            [1 / float(p.iteration(np.array([b]))[0]) for p, b in zip(pools, batch, strict=True)]
+        )
+        active = np.flatnonzero(where >= 0)
+        dt = QUANTUM_TOKENS / rates[counts > 0].max()
+        if queue:
+            dt = min([dt] + [p.start - t for p in pools if p.start > t])
+        rate = rates[where[active]]
+        ending = remaining[active] <= rate * dt
+        finish[active[ending]] = t + remaining[active[ending]] / rate[ending]
+        remaining[active] -= rate * dt
+        counts -= np.bincount(where[active[ending]], minlength=len(pools))
+        where[active[ending]] = -1
+        t += dt
+    timeline.append((t, {pool.name: 0 for pool in pools}))
+    return Rollout(finish, where, float(np.max(finish)), timeline)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """An RL job beside a serving cluster: the priced pieces :func:`rl_hour` combines.
+
+    ``rl_iteration`` and ``rl_slots``: an RL-cluster replica's seconds per token at a batch and its
+    slots (KV for a prompt and the longest response); ``rl_replicas``; ``serve_replicas``;
+    ``serve_iteration``, ``slo_batch``: a serving replica's seconds per token at a batch (online request
+    shapes) and its largest batch under the SLO; ``spare_kv_slots``: rollout requests one idle serving
+    replica's KV cache holds;
+    ``train_s``: the policy update; ``dense_s``, ``sparse_s``: weight transfers to the serving cluster."""
+
+    rl_iteration: Callable[[np.ndarray], np.ndarray]
+    rl_slots: int
+    rl_replicas: int
+    serve_replicas: int
+    serve_iteration: Callable[[np.ndarray], np.ndarray]
+    slo_batch: float
+    spare_kv_slots: float
+    train_s: float
+    dense_s: float
+    sparse_s: float
+
+
+def pools_for(policy: str, setup: Setup, load: float) -> list[Pool]:
+    """The generation pools of ``policy`` at online load share ``load`` (module docstring)."""
+    per = setup.rl_slots
+    pools = [Pool("RL cluster", per * setup.rl_replicas, setup.rl_replicas, setup.rl_iteration)]
+    if policy == "elastic":
+        lent = int(np.floor((1 - load) * setup.serve_replicas))
+        if lent:
+            pools.append(Pool("lent replicas", per * lent, lent, setup.rl_iteration, setup.dense_s))
+    elif policy == "rose":
+        # each replica keeps its online requests and fills up to the SLO batch (and its spare KV)
+        online = load * setup.slo_batch
+        slots = min(setup.slo_batch - online, (1 - load) * setup.spare_kv_slots)
+        pools.append(
+            Pool("serving spare", int(slots * setup.serve_replicas), setup.serve_replicas, setup.serve_iteration,
+                 setup.sparse_s, online)
+        )  # fmt: skip
+    return pools
+
+
+def rl_hour(policy: str, setup: Setup, lengths: np.ndarray, load: float) -> tuple[float, Rollout]:
+    """One RL step at online load share ``load``: its seconds and its rollout."""
+    if policy not in POLICIES:
+        from commodel.errors import unknown
+
+        raise unknown("RL rollout policy", policy, POLICIES)
+    rollout = simulate_rollout(lengths, pools_for(policy, setup, load), steal=policy == "rose")
+    return rollout.t_last + setup.train_s, rollout
