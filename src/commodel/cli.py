@@ -215,7 +215,9 @@ def _job_options(schema: type) -> list[inspect.Parameter]:
         flag = f"--{name.replace('_', '-')}"
         annotation = field.annotation
         if annotation is bool:
-            option = typer.Option(flag, help=field.description)
+            option = typer.Option(
+                f"{flag}/--no-{flag[2:]}" if field.default else flag, help=field.description
+            )
         else:
             option = typer.Option(flag, help=field.description, show_default=field.default is not None)
         default = inspect.Parameter.empty if field.is_required() else field.default

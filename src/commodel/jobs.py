@@ -57,6 +57,14 @@ def _choices(kind: str) -> Iterable[str]:
         from commodel.workloads.serving import KV_DTYPES
 
         return KV_DTYPES
+    if kind == "failure model":
+        from commodel.workloads.catalog import failure_models
+
+        return ["", *failure_models()]
+    if kind == "checkpoint mode":
+        from commodel.ops.goodput import CHECKPOINT_MODES
+
+        return CHECKPOINT_MODES
     if kind == "cross-vendor transport":
         from commodel.comm.cross_vendor import TRANSPORTS
 
@@ -136,6 +144,8 @@ class TrainingJob(Job):
         "attention": "attention implementation",
         "recompute": "recompute mode",
         "transport": "cross-vendor transport",
+        "failures": "failure model",
+        "checkpoint": "checkpoint mode",
     }
 
     model: str = Field(description="Model name (workloads/): llama3-70b, deepseek-v3, qwen3-30b-a3b, ...")
@@ -180,6 +190,28 @@ class TrainingJob(Job):
         "",
         description="Layers per pipeline stage across node groups, e.g. 18,14 (default: balanced by speed).",
     )
+    failures: str = Field(
+        "", description="Failure model (workloads/failures/): llama3-h100; empty: no failures, goodput 1."
+    )
+    mtbf_gpu_hours: float | None = Field(
+        None, gt=0, description="MTBF of one GPU's share of the cluster, hours (instead of a failure model)."
+    )
+    checkpoint: str = Field(
+        "sync", description="Checkpoints: sync (training stops) or async (background write)."
+    )
+    checkpoint_interval_min: float | None = Field(
+        None, gt=0, description="Minutes of training between checkpoints (default: Daly's optimum)."
+    )
+    storage_GBps: float = Field(
+        2000.0, gt=0, description="Checkpoint storage write and read bandwidth, GB/s."
+    )
+    restart_min: float = Field(
+        10.0, ge=0, description="Minutes from a failure to training again, less the reload."
+    )
+    spares: bool = Field(
+        True, description="Hot spare nodes replace failed ones (else repairs stall the job)."
+    )
+    repair_hours: float = Field(4.0, ge=0, description="Hours to repair a node when no spare is at hand.")
     pue: float = Field(1.0, description="Facility PUE for energy (1.0: IT energy only).")
     carbon_g_per_kWh: float = Field(0.0, ge=0, description="Grid carbon intensity (g CO2 per kWh).")
     price_per_gpu_hour: float = Field(0.0, ge=0, description="Price per GPU-hour (USD).")

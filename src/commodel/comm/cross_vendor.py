@@ -30,7 +30,6 @@ from numpy.typing import ArrayLike
 
 from commodel.errors import unknown
 from commodel.hardware.cluster import Cluster
-from commodel.hardware.loader import default_db
 
 TRANSPORTS = ("device-direct", "cpu-forwarding")
 
@@ -50,11 +49,6 @@ HOST_STREAM_BPS = 5e9
 POST_S = 5e-6
 
 
-def _pcie_Bps(c: Cluster) -> float:
-    link = default_db().link(c.gpu.host_link)
-    return link.bandwidth.value * link.efficiency.value
-
-
 def _nic_Bps(c: Cluster) -> float:
     return c.scale_out.bandwidth.value * c.scale_out.efficiency.value
 
@@ -69,7 +63,7 @@ def cross_vendor_time(
     nic = min(_nic_Bps(send), _nic_Bps(recv))
     share = np.asarray(nics, dtype=float) * nic / np.asarray(pairs, dtype=float)
     latency = max(send.scale_out.latency.value, recv.scale_out.latency.value) + POST_S
-    out_rate, in_rate = _pcie_Bps(send), _pcie_Bps(recv)
+    out_rate, in_rate = send.host_link_Bps, recv.host_link_Bps
     if transport == "device-direct":
         return latency + n / np.minimum(np.minimum(share, nic), min(out_rate, in_rate))
     network = np.minimum(share, np.asarray(nics, dtype=float) * HOST_STREAM_BPS)

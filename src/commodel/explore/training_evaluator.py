@@ -29,11 +29,14 @@ from commodel.hardware import cluster as make_cluster
 from commodel.hardware.cluster import Cluster
 from commodel.jobs import TrainingJob
 from commodel.ops.energy import energy_costs, gpu_power_W, it_power_W, node_power_W
+from commodel.ops.goodput import STATE_BYTES_PER_PARAM, goodput
+from commodel.workloads.catalog import failure_model
 from commodel.workloads.catalog import model as get_model
 from commodel.workloads.hetero import hetero_train_step, is_node_groups, parse_node_groups
 from commodel.workloads.layout import RECOMPUTE, RECOMPUTE_CODES, Layout, layout_problems, make_layout
 from commodel.workloads.schema import Transformer
 from commodel.workloads.training import BREAKDOWN, train_step
+from commodel.workloads.transformer import parameters
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,6 +58,9 @@ STEP_OUTPUTS = (
     "cross_vendor_s",
 )
 JOB_OUTPUTS = (
+    "goodput",
+    "job_mtbf_h",
+    "checkpoint_interval_min",
     "gpu_power_W",
     "node_power_kW",
     "it_power_kW",
@@ -67,7 +73,17 @@ JOB_OUTPUTS = (
     "cost_usd",
 )
 OUTPUTS = (*STEP_OUTPUTS, *(f"{b}_s" for b in BREAKDOWN), *JOB_OUTPUTS, "problem", "valid")
-CATEGORICAL = ["model", "system", "fabric", "dtype", "overlap", "tp_overlap", "attention"]
+CATEGORICAL = [
+    "model",
+    "system",
+    "fabric",
+    "dtype",
+    "overlap",
+    "tp_overlap",
+    "attention",
+    "failures",
+    "checkpoint",
+]
 
 
 def recompute_names(codes: np.ndarray, share: np.ndarray) -> np.ndarray:
@@ -159,13 +175,19 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
         for name, values in result.items():
             out[name][keep] = values
         out["recompute_used"][keep] = recompute_names(sub.recompute, result["recompute_share"])
-        _job_totals(out, keep, result, powered, gpus[ok], {n: col(n, keep) for n in TOTALS_INPUTS})
+        inputs = {n: col(n, keep) for n in TOTALS_INPUTS}
+        inputs["spares"] = np.asarray(columns["spares"])[keep].astype(bool)
+        failures = _failures(net, key, inputs, gpus[ok], powered)
+        _job_totals(out, keep, result, powered, gpus[ok], inputs, failures)
         out["valid"][rows] = out["problem"][rows] == ""
     return {**out, **resolved}
 
 
-#: Inputs the job totals (energy, carbon, cost, time to train) read.
-TOTALS_INPUTS = ("pue", "train_tokens", "carbon_g_per_kWh", "price_per_gpu_hour")
+#: Inputs the job totals (goodput, energy, carbon, cost, time to train) read.
+TOTALS_INPUTS = (
+    "pue", "train_tokens", "carbon_g_per_kWh", "price_per_gpu_hour", "mtbf_gpu_hours",
+    "checkpoint_interval_min", "storage_GBps", "restart_min", "repair_hours",
+)  # fmt: skip
 
 
 def _fleet(system: str, fabric: str) -> list[tuple[Cluster, int | None]]:
@@ -203,6 +225,29 @@ def _hetero(
     return {name: np.concatenate([(r or blank)[name] for r in results]) for name in names}, failed
 
 
+def _failures(
+    net: Transformer, key: dict, inputs: dict[str, np.ndarray], gpus: np.ndarray, fleet: list
+) -> dict[str, np.ndarray]:
+    """Goodput of each row under its failure model or per-GPU MTBF (:mod:`commodel.ops.goodput`):
+    the model state checkpointed, the storage bandwidth, each GPU's PCIe link for async snapshots,
+    and a restart that waits for a repair when a hardware failure finds no spare."""
+    model = failure_model(key["failures"]) if key["failures"] else None
+    mtbf = inputs["mtbf_gpu_hours"]
+    rate = np.where(
+        np.isnan(mtbf), model.rate_per_gpu_hour() if model else 0.0, 1 / np.where(np.isnan(mtbf), 1, mtbf)
+    )
+    hardware = model.hardware_share if model else 1.0
+    restart = 60 * inputs["restart_min"] + np.where(
+        inputs["spares"], 0.0, hardware * 3600 * inputs["repair_hours"]
+    )
+    pcie = min(c.host_link_Bps for c, _ in fleet)
+    interval = inputs["checkpoint_interval_min"]
+    return goodput(
+        key["checkpoint"], rate, gpus, parameters(net)["total"] * STATE_BYTES_PER_PARAM, inputs["storage_GBps"] * 1e9,
+        pcie, restart, 60 * interval,
+    )  # fmt: skip
+
+
 def _job_totals(
     out: dict[str, np.ndarray],
     keep: np.ndarray,
@@ -210,14 +255,19 @@ def _job_totals(
     fleet: list[tuple[Cluster, np.ndarray]],
     gpus: np.ndarray,
     inputs: dict[str, np.ndarray],
+    failures: dict[str, np.ndarray],
 ) -> None:
-    """Power, energy, time to train, carbon and cost of the rows ``keep`` over the nodes of ``fleet``
-    ((cluster, nodes) per group): GPUs busy for the step's compute share, the rest of each node and
-    the switch ports it uses (:mod:`commodel.ops.energy`)."""
+    """Power, goodput, energy, time to train, carbon and cost of the rows ``keep`` over the nodes of
+    ``fleet`` ((cluster, nodes) per group): GPUs busy for the step's compute share, the rest of each
+    node and the switch ports it uses (:mod:`commodel.ops.energy`); failures stretch the time to train
+    by 1 / goodput, at the same power."""
     busy = result["compute_s"] / result["step_time_s"]
     it_power = sum(it_power_W(c, busy, n) for c, n in fleet)
     pue = inputs["pue"]
-    seconds = inputs["train_tokens"] / result["tokens_per_s"]
+    seconds = inputs["train_tokens"] / result["tokens_per_s"] / failures["goodput"]
+    out["goodput"][keep] = failures["goodput"]
+    out["job_mtbf_h"][keep] = failures["job_mtbf_s"] / 3600
+    out["checkpoint_interval_min"][keep] = failures["interval_s"] / 60
     costs = energy_costs(
         it_power, seconds, gpus, pue, inputs["carbon_g_per_kWh"], inputs["price_per_gpu_hour"]
     )

@@ -45,6 +45,12 @@ class Cluster:
         return self.partition or self.full_domain
 
     @property
+    def host_link_Bps(self) -> float:
+        """Achievable bytes/s of a GPU's link to its host (PCIe, at the link's measured efficiency)."""
+        link = default_db().link(self.gpu.host_link)
+        return link.bandwidth.value * link.efficiency.value
+
+    @property
     def nvls(self) -> bool:
         """Whether the scale-up switches reduce in the network (NVLink SHARP)."""
         return self.scale_up.in_network_reduction

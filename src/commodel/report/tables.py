@@ -88,6 +88,15 @@ def training_table(result: dict) -> str:
         f"  memory           {result['memory_per_gpu_bytes'] / 2**30:.1f} GiB per GPU ({fits})",
         f"  power            {result['gpu_power_W']:.0f} W per GPU, {result['it_power_kW']:.1f} kW IT",
         f"  energy           {result['energy_per_step_J'] / 1e6:.3g} MJ per step, {result['energy_per_token_J']:.3g} J per token",
+        *(
+            [
+                f"  failures         goodput {100 * result['goodput']:.1f}% (job MTBF {result['job_mtbf_h']:.3g} h, "
+                f"checkpoint every {result['checkpoint_interval_min']:.3g} min), {result['time_to_train_days']:.3g} days "
+                "to train"
+            ]
+            if "job_mtbf_h" in result
+            else []
+        ),
         "  breakdown (slowest pipeline stage):",
     ]
     step = result["step_time_s"]

@@ -1,4 +1,4 @@
-"""The transformer configurations and job mixes shipped in ``workloads/`` (one TOML file each)."""
+"""The transformer configurations, job mixes and failure models shipped in ``workloads/`` (one TOML file each)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from functools import cache
 from commodel.errors import pick
 from commodel.records import load_folder
 from commodel.resources import resource_dir
-from commodel.workloads.schema import JobMixSpec, Transformer
+from commodel.workloads.schema import FailureModel, JobMixSpec, Transformer
 
 
 @cache
@@ -30,3 +30,14 @@ def job_mixes() -> dict[str, JobMixSpec]:
 def job_mix(name: str) -> JobMixSpec:
     """One job mix; an unknown name gets a suggestion."""
     return pick("job mix", name, job_mixes())
+
+
+@cache
+def failure_models() -> dict[str, FailureModel]:
+    """Every shipped failure model by name (``workloads/failures/NAME.toml``)."""
+    return load_folder(resource_dir("workloads") / "failures", FailureModel)
+
+
+def failure_model(name: str) -> FailureModel:
+    """One failure model; an unknown name gets a suggestion."""
+    return pick("failure model", name, failure_models())

@@ -81,6 +81,16 @@ def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
         "fits": bool(row.fits),
         "node_power_kW": float(row.node_power_kW),
         "energy_per_step_J": float(row.it_power_kW) * 1e3 * job.pue * step["step_time_s"],
+        "goodput": float(row.goodput),
+        "time_to_train_days": float(row.time_to_train_days),
+        **(
+            {
+                "job_mtbf_h": float(row.job_mtbf_h),
+                "checkpoint_interval_min": float(row.checkpoint_interval_min),
+            }
+            if np.isfinite(row.job_mtbf_h)
+            else {}
+        ),  # fmt: skip
         "breakdown": {name: float(getattr(row, f"{name}_s")) for name in BREAKDOWN},
         "notes": notes,
     }

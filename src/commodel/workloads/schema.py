@@ -6,7 +6,7 @@ mixture-of-experts layers (``[moe]``) are first-class.
 
 from __future__ import annotations
 
-from pydantic import PositiveInt, model_validator
+from pydantic import NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from commodel.records import Strict
 
@@ -129,3 +129,34 @@ class JobMixSpec(Strict):
             if any(d > s for d, s in zip(c.demand, self.server, strict=True)):
                 raise ValueError(f"class '{c.name}' asks for more than one server has")
         return self
+
+
+class FailureModel(Strict):
+    """Interruptions of a large training run by root cause (``workloads/failures/*.toml``): counts
+    over ``days`` on ``gpus`` GPUs, so each cause's rate per GPU-hour is ``count / (gpus x 24 days)``;
+    ``software``: the causes a restart fixes without repairing a node."""
+
+    description: str
+    source: str
+    gpus: PositiveInt
+    days: PositiveFloat
+    software: list[str] = []
+    interruptions: dict[str, NonNegativeInt]
+
+    @model_validator(mode="after")
+    def _known_causes(self) -> FailureModel:
+        unknown = set(self.software) - set(self.interruptions)
+        if unknown:
+            raise ValueError(f"software causes {sorted(unknown)} are not among the interruptions")
+        return self
+
+    @property
+    def hardware_share(self) -> float:
+        """Share of interruptions that take a node out until it is repaired or replaced."""
+        total = sum(self.interruptions.values())
+        return 1 - sum(self.interruptions[c] for c in self.software) / total if total else 0.0
+
+    def rate_per_gpu_hour(self, causes: list[str] | None = None) -> float:
+        """Interruptions per GPU-hour, over ``causes`` (default: all)."""
+        chosen = self.interruptions if causes is None else {c: self.interruptions[c] for c in causes}
+        return sum(chosen.values()) / (self.gpus * 24 * self.days)

@@ -1,0 +1,58 @@
+"""Training goodput under failures: Daly's interval, sync vs async checkpoints, and the failure data."""
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from commodel.ops.goodput import daly_interval, goodput
+from commodel.workloads.catalog import failure_model
+from commodel.workloads.run import train
+
+
+def test_the_llama3_failure_data_adds_up():
+    model = failure_model("llama3-h100")
+    assert sum(model.interruptions.values()) == 419  # unexpected interruptions in the 54-day snapshot
+    # one interruption about every 3 hours on 16,384 GPUs, as the paper reports
+    assert 1 / (model.rate_per_gpu_hour() * 16384) == pytest.approx(3.09, rel=0.01)
+    assert 0.8 < model.hardware_share < 0.9
+
+
+def test_daly_interval_minimizes_the_expected_wall_time():
+    checkpoint, mtbf = 60.0, 4 * 3600.0
+    taus = np.linspace(300, 6000, 20000)
+    wall = 1 / goodput("sync", 1 / (mtbf / 3600), 1, 1.0, 1 / checkpoint, 1e12, 0.0, taus)["goodput"]
+    assert daly_interval(checkpoint, mtbf) == pytest.approx(taus[np.argmin(wall)], rel=0.01)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.floats(1e2, 1e6),
+    st.integers(8, 100_000),
+    st.floats(1e11, 1e14),
+    st.floats(1e10, 1e13),
+    st.floats(0, 3600),
+)
+def test_goodput_is_a_share_async_never_loses_and_more_failures_hurt(mtbf_gpu_h, gpus, state, write, restart):
+    def run(mode, rate):
+        return goodput(mode, rate, gpus, state, write, pcie, restart)["goodput"]
+
+    rate = 1 / mtbf_gpu_h
+    pcie = 5e10
+    write = min(write, gpus * pcie / 2)  # the GPUs' host links outrun storage (async's premise)
+    assume(state / write < 3600 * mtbf_gpu_h / gpus)  # a checkpoint takes less than the job's MTBF
+    sync, asynchronous = run("sync", rate), run("async", rate)
+    assert 0 < sync <= 1 and 0 < asynchronous <= 1
+    assert asynchronous >= sync * (1 - 1e-9)
+    assert run("sync", 2 * rate) < sync
+
+
+def test_train_reports_goodput_and_a_shorter_mtbf_lowers_it():
+    job = dict(model="llama3-70b", system="dgx-h100", gpus=1024, tp=8, pp=4, global_batch=1024, seq=8192)
+    none = train(**job)
+    assert none["goodput"] == 1 and "job_mtbf_h" not in none
+    long, short = (train(**job, mtbf_gpu_hours=h) for h in (50_000, 5_000))
+    assert 1 > long["goodput"] > short["goodput"]
+    assert short["time_to_train_days"] > long["time_to_train_days"] > none["time_to_train_days"]
+    no_spares = train(**job, failures="llama3-h100", spares=False)
+    assert no_spares["goodput"] < train(**job, failures="llama3-h100")["goodput"]
