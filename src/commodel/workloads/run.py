@@ -66,6 +66,11 @@ def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
             f"tensor parallelism spans {float(row.tp_domains):g} scale-up domains: its collectives cross "
             "the scale-out network"
         )
+    failures = (
+        {"job_mtbf_h": float(row.job_mtbf_h), "checkpoint_interval_min": float(row.checkpoint_interval_min)}
+        if np.isfinite(row.job_mtbf_h)
+        else {}
+    )
     return {
         "model": job.model,
         "system": job.system,
@@ -83,14 +88,7 @@ def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
         "energy_per_step_J": float(row.it_power_kW) * 1e3 * job.pue * step["step_time_s"],
         "goodput": float(row.goodput),
         "time_to_train_days": float(row.time_to_train_days),
-        **(
-            {
-                "job_mtbf_h": float(row.job_mtbf_h),
-                "checkpoint_interval_min": float(row.checkpoint_interval_min),
-            }
-            if np.isfinite(row.job_mtbf_h)
-            else {}
-        ),  # fmt: skip
+        **failures,
         "breakdown": {name: float(getattr(row, f"{name}_s")) for name in BREAKDOWN},
         "notes": notes,
     }
