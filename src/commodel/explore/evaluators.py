@@ -68,7 +68,9 @@ def _load_builtin() -> None:
         collective_evaluator,
         disaggregation_evaluator,
         rl_rollout_evaluator,
+        scheduling_evaluator,
         serving_evaluator,
+        stream_evaluator,
         training_evaluator,
     )
 

@@ -24,6 +24,14 @@ STUDIES: dict[str, tuple[str, str]] = {
         "commodel.studies.rl_rollout",
         "RL rollouts on a serving cluster's spare capacity under its SLO",
     ),
+    "tres": (
+        "commodel.studies.tres",
+        "node-exclusive allocation vs consumable-resource packing: queue waits",
+    ),
+    "streamguard": (
+        "commodel.studies.streamguard",
+        "asynchronous checkpoints and load redistribution for streams",
+    ),
     "ncclbpf": (
         "commodel.studies.ncclbpf",
         "a size-aware tuner policy vs NCCL's default choice, and its cost",

@@ -107,14 +107,17 @@ class JobClass(Strict):
 
 
 class JobMixSpec(Strict):
-    """A stated job mix and the server bundle it runs on (``workloads/job_mixes/*.toml``)."""
+    """A stated job mix and the server bundle it runs on (``workloads/job_mixes/*.toml``): mean job
+    duration ``job_hours`` with coefficient of variation ``runtime_cv`` (lognormal runtimes),
+    ``devices_per_job`` devices a disaggregated job composes."""
 
     description: str
     source: str
     resources: list[str]
     server: list[float]
-    devices_per_job: float
+    devices_per_job: float = 1.0
     job_hours: float
+    runtime_cv: float = 1.0
     classes: list[JobClass]
 
     @model_validator(mode="after")
