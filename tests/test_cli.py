@@ -123,6 +123,11 @@ def test_validate_prints_errors_and_gates():
         (["roofline", "gemm", "--gpu", "h100"], "did you mean 'h100-sxm'"),
         (["roofline", "gemm", "--gpu", "a100-sxm-80gb", "--dtype", "fp8"], "no fp8 peak"),
         (["hw", "show", "nvlink9"], "did you mean"),
+        (
+            ["comm", "schemes", "--system", "frontier-node", "--scheme", "kernel-initiated"],
+            "GPU-initiated work",
+        ),
+        (["comm", "schemes", "--scheme", "kernel-initated"], "did you mean 'kernel-initiated'"),
         (["train", "--model", "llama3-8b", "--system", "dgx-h100:1;mi300x-8:1", "--pp", "2"], "SYSTEM:NODES"),
         (
             [

@@ -27,6 +27,8 @@ hw_app = typer.Typer(help="Browse the hardware database.", no_args_is_help=True)
 roofline_app = typer.Typer(help="Roofline model of kernels on one GPU.", no_args_is_help=True)
 app.add_typer(hw_app, name="hw")
 app.add_typer(roofline_app, name="roofline")
+comm_app = typer.Typer(help="Who drives communication: GPU-centric initiation schemes.", no_args_is_help=True)
+app.add_typer(comm_app, name="comm")
 study_app = typer.Typer(help="Published systems modelled as studies.", no_args_is_help=True)
 app.add_typer(study_app, name="study")
 calibrate_app = typer.Typer(help="Fit a system's constants to your own measurements.", no_args_is_help=True)
@@ -264,6 +266,36 @@ def _register_job_commands() -> None:
 
 
 _register_job_commands()
+
+
+@comm_app.command("schemes")
+def comm_schemes(
+    system: Annotated[str, typer.Option(help="System (node) name from the hardware database.")] = "dgx-h100",
+    size: Annotated[
+        str, typer.Option(help="Message sizes: 8, 8,64KiB,1MiB or 8B:1MiB.")
+    ] = "8,4KiB,64KiB,1MiB",
+    scheme: Annotated[
+        str, typer.Option(help="Only this scheme (an error if the fabric cannot run it).")
+    ] = "",
+    as_json: JsonFlag = False,
+) -> None:
+    """The GPU-centric taxonomy on one system's node-to-node path: who calls, builds, triggers and
+    moves each message; put latency per size, coordination latency, message rate, and where each
+    scheme wins over the host-driven baseline."""
+    from commodel.comm.initiation import check_scheme, path_of, scheme_table
+    from commodel.hardware import cluster
+    from commodel.units import parse_sizes
+
+    path = path_of(cluster(system, 2))
+    if scheme:
+        check_scheme(scheme, path)
+    records = [r for r in scheme_table(path, parse_sizes(size)) if r["scheme"] == scheme or not scheme]
+    if as_json:
+        typer.echo(json.dumps(records, indent=2))
+        return
+    from commodel.report.tables import scheme_text
+
+    typer.echo(scheme_text(system, records))
 
 
 @roofline_app.command("gemm")

@@ -279,6 +279,24 @@ def _training(row: pd.Series, db: HardwareDB) -> float:
     return float(training_metric(run, train(run.job)))
 
 
+#: Latency rows by what each measured: (scheme, system, round trip, after a kernel end).
+LATENCY_ROWS = {
+    "gin-rtt": ("kernel-initiated", "dgx-h100", True, True),
+    "slingshot-put": ("host-driven", "frontier-node", False, False),
+}
+
+
+def _latency(row: pd.Series, db: HardwareDB) -> float:
+    """Kernel launch, or a small put (one way or round trip) by the scheme the row measured (us)."""
+    from commodel.comm.initiation import path_of, put_latency
+
+    if row.id == "launch-gb200":
+        return db.gpu("gb200").launch_overhead.value * 1e6
+    scheme, system, round_trip, after_kernel = LATENCY_ROWS[row.id]
+    one_way = float(put_latency(scheme, path_of(cluster(system, 2, db)), 8, after_kernel))
+    return (2 if round_trip else 1) * one_way * 1e6
+
+
 def _serving(row: pd.Series, db: HardwareDB) -> float:
     """An offline-throughput run (trtllm-bench: every request queued, as many in flight as fit) as its
     description states it (``serve MODEL tpN islP oslO DTYPE``): total output tokens/s over its GPUs."""
@@ -302,6 +320,7 @@ MODELS: dict[str, Callable[[pd.Series, HardwareDB], float]] = {
     "memory": _memory,
     "training": _training,
     "serving": _serving,
+    "latency": _latency,
     "power": _power,
     "facility": _facility,
 }
@@ -309,13 +328,16 @@ MODELS: dict[str, Callable[[pd.Series, HardwareDB], float]] = {
 #: Rows whose model is still being built, and where (by kind, or by row for training runs whose
 #: layouts are not configured yet).
 PENDING = {
-    "latency": "GPU-initiated communication (gin, gicc, gpu-centric studies)",
+    "nvshmem-red": "the platform is unstated",
+    "graph-replay": "a formula (15 us + 0.58 us per node), the source of the graph-node constant",
     "training": "Megatron-Bridge recipes on GB200/GB300 (training-step fidelity)",
 }
 
 
 def _pending(row: pd.Series) -> str | None:
     """Why a row has no model yet, or None when it is modelled."""
+    if row.id in PENDING:
+        return PENDING[row.id]
     if row.kind not in MODELS:
         return PENDING.get(row.kind, "no model")
     if row.kind == "training" and row.id not in TRAINING_RUNS:
@@ -384,6 +406,9 @@ def _groups(table: pd.DataFrame) -> dict[str, pd.Series]:
         & table.error_pct.notna()
         & ~table.id.str.contains("dsv3|gptoss|qwen3"),
         "serving throughput, no constant fit to them": (table.kind == "serving") & held,
+        "message latency, no constant fit to them": (table.kind == "latency")
+        & held
+        & table.error_pct.notna(),
     }
 
 
@@ -399,6 +424,7 @@ GATES = {
     ("end-to-end training, dense models", "median"): 8.0,
     ("end-to-end training, dense models", "max"): 20.0,
     ("serving throughput, no constant fit to them", "median"): 15.0,
+    ("message latency, no constant fit to them", "median"): 20.0,
 }
 
 

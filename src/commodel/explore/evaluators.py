@@ -66,6 +66,7 @@ def evaluator(name: str) -> Evaluator:
 def _load_builtin() -> None:
     from commodel.explore import (  # noqa: F401  (registration)
         collective_evaluator,
+        comm_evaluators,
         disaggregation_evaluator,
         rl_rollout_evaluator,
         scheduling_evaluator,

@@ -63,6 +63,41 @@ class GPU(Strict):
         return entry.value
 
 
+class NicInitiation(Strict):
+    """How a scale-out NIC takes work (:mod:`commodel.comm.initiation`): ``processing`` per message on
+    each side, switch ``hops`` between two nodes, the ``message_rate`` it sustains with many queues
+    (default: one over its processing), and which initiation it supports: operations the
+    host pre-stages and a GPU write triggers (``triggered_ops``: libfabric CXI on Slingshot) and work
+    requests a GPU thread builds and rings itself (``device_initiated``: IBGDA / GDAKI on ConnectX)."""
+
+    processing: Duration
+    hops: Count
+    message_rate: Rate | None = None
+    triggered_ops: bool = False
+    device_initiated: bool = False
+
+
+def _assumed(value: str, why: str) -> Duration:
+    return Duration(value=value, source=f"assumed: {why}")
+
+
+class HostCosts(Strict):
+    """Software costs of driving communication from a node's host and GPUs (defaults are documented
+    assumptions; a system record may state its own under ``[initiation]``)."""
+
+    host_sync: Duration = _assumed("2 us", "a spinning host thread sees a stream's kernel end")
+    host_call: Duration = _assumed("1 us", "a small-message MPI or libfabric call, or a completion poll")
+    proxy_poll: Duration = _assumed("1 us", "a proxy thread picks an entry off a lock-free GPU-to-host queue")
+    stream_memop: Duration = _assumed(
+        "2 us", "the GPU front end runs a stream write- or wait-value operation"
+    )
+    device_poll: Duration = _assumed("0.5 us", "a GPU thread polling memory sees a flag the NIC wrote")
+    wqe_build: Duration = _assumed("0.5 us", "a GPU thread writes a 64-byte work request and fences it")
+    doorbell: Duration = _assumed(
+        "1 us", "a GPU's uncached write to a NIC register crosses PCIe (as a PCIe transaction)"
+    )
+
+
 class Link(Strict):
     """A link or fabric port: bandwidth per direction, latency per hop, achievable efficiency.
 
@@ -92,6 +127,7 @@ class Link(Strict):
     device_unpack: bool = False
     ring_step_latency: Duration | None = None
     nvls_latency: Duration | None = None
+    initiation: NicInitiation | None = None
 
     @model_validator(mode="after")
     def _reduction_needs_efficiency(self) -> Link:
@@ -134,6 +170,7 @@ class System(Strict):
     ``cpu``: the host CPU's vendor (NCCL prices network overhead and LL bandwidth by it).
     ``node_other_power``: everything in the node but its GPUs (CPUs, memory, NVSwitches, fans, power
     supply losses) at its rated value: the node's maximum power minus its GPUs' TDPs.
+    ``initiation``: the software costs of driving communication from its host and GPUs.
     """
 
     description: str
@@ -143,3 +180,4 @@ class System(Strict):
     node_other_power: Power
     scale_up: ScaleUp
     scale_out: ScaleOut
+    initiation: HostCosts = HostCosts()

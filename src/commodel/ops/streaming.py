@@ -16,7 +16,8 @@ until its backlog is drained again (fluid model: a backlog ``Q`` drains at spare
   background (``P = S / B_storage``), every ``tau_a = max(P, Daly(c))``: overhead ``c / (tau_a + c)``.
   A crash restarts only that worker; after detection ``delta`` its partitions move to the others
   (capacity ``K (W - 1) / W``), which load its persisted state (``P`` more) and redo its
-  ``r / W (a + P)`` lost items and the ``r / W (delta + P)`` that queued. A slowed worker's share
+  ``r / W (a + P)`` lost items and the ``r / W (delta + P)`` that queued, unless the worker's own
+  restart (``R``, then its share's backlog drained at ``K - r``) comes first. A slowed worker's share
   moves by progress after ``delta``.
 
 Faults: crashes from a per-worker exponential or Weibull lifetime (shape ``k``, same mean), slowdowns
@@ -97,11 +98,14 @@ def crash_impact(policy: str, s: Stream, age: np.ndarray) -> np.ndarray:
     if policy == "sync":
         return s.restart_s + (s.restart_s + age) / s.headroom
     share = s.rate / s.workers
-    backlog = share * (age + 2 * ck["write_s"] + s.detect_s)
+    # whichever comes first resumes the partitions: the others take them after detection (loading the
+    # persisted state), or the worker itself restarts and the whole pipeline drains its backlog
+    restarted = s.restart_s + share * (age + ck["write_s"] + s.restart_s) / (s.capacity - s.rate)
     spare = s.capacity * (s.workers - 1) / s.workers - s.rate
-    if spare <= 0:  # the others cannot carry it: wait for the restart, then drain at full capacity
-        return s.restart_s + (backlog + share * s.restart_s) / (s.capacity - s.rate)
-    return s.detect_s + backlog / spare
+    if spare <= 0:
+        return np.asarray(restarted, dtype=float)
+    moved = s.detect_s + share * (age + 2 * ck["write_s"] + s.detect_s) / spare
+    return np.minimum(moved, restarted)
 
 
 def slowdown_impact(policy: str, s: Stream) -> float:

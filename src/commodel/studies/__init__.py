@@ -32,6 +32,9 @@ STUDIES: dict[str, tuple[str, str]] = {
         "commodel.studies.streamguard",
         "asynchronous checkpoints and load redistribution for streams",
     ),
+    "gpu-centric": ("commodel.studies.gpu_centric", "who drives a message: GPU-centric schemes per fabric"),
+    "gicc": ("commodel.studies.gicc", "GPU-triggered communication for a stencil on Slingshot"),
+    "gin": ("commodel.studies.gin", "NCCL's GPU-initiated networking on MoE dispatch and combine"),
     "ncclbpf": (
         "commodel.studies.ncclbpf",
         "a size-aware tuner policy vs NCCL's default choice, and its cost",

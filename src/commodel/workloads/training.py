@@ -45,7 +45,12 @@ from commodel.workloads.memory import (
 )
 from commodel.workloads.schema import Transformer
 from commodel.workloads.tensor_parallel import tensor_parallel_exposed
-from commodel.workloads.transformer import bytes_per, model_flops_per_token, recompute_flops_per_token
+from commodel.workloads.transformer import (
+    bytes_per,
+    model_flops_per_token,
+    recompute_flops_per_token,
+    routed_copies,
+)
 
 #: Adam with fp32 master weights: read master, gradient, momentum, variance (16 B), write master,
 #: momentum, variance and the bf16 copy (14 B), read the gradient again for the norm (4 B).
@@ -94,8 +99,7 @@ def per_microbatch(
     tp_comm = tensor_parallel_exposed(tp_overlap, full, act, tp, fab, x, hbm)
     # Expert parallelism: dispatch and combine all-to-alls per MoE layer and pass.
     moe_share = model.moe_layers / model.layers
-    top_k = model.moe.top_k if model.moe else 0
-    a2a, _ = collective("alltoall", T * top_k * h * size, ep, fab)
+    a2a, _ = collective("alltoall", routed_copies(model, T) * h * size, ep, fab)
     ep_comm = moe_share * 4 * a2a
     if strategy == "ideal":
         tp_exposed = np.maximum(tp_comm - full.total_s, 0.0)

@@ -158,6 +158,12 @@ class LayerKernels:
     elementwise: list[tuple[Kernel, float, float]]
 
 
+def routed_copies(model: Transformer, tokens: ArrayLike) -> np.ndarray:
+    """Token copies a MoE layer's router sends to experts: ``tokens x top_k`` (0 for a dense model);
+    the expert-parallel dispatch moves them, the combine brings them back."""
+    return np.asarray(tokens, dtype=float) * (model.moe.top_k if model.moe else 0)
+
+
 def layer_kernels(
     model: Transformer,
     tokens: ArrayLike,

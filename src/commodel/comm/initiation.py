@@ -1,0 +1,211 @@
+"""Who drives a message: the latency of one put, of one coordination and the message rate of each
+GPU-centric communication scheme (Unat et al., "The landscape of GPU-centric communication",
+arXiv:2409.09874), from named hardware parameters.
+
+Pieces (``hardware_db``): the GPU's kernel launch; the host's and GPU's software costs
+(:class:`commodel.hardware.schema.HostCosts`: host wake-up on a stream, library call, proxy pick-up,
+stream memory operation, device poll, work-request build); a PCIe transaction ``p`` (the GPU's host
+link latency; a read is a round trip, ``2p``); the NIC's processing per side and the switch hops
+(:class:`commodel.hardware.schema.NicInitiation`, each hop the fabric's latency); payload
+serialization at the link's achievable bandwidth. The network part of every put is
+``N = 2 nic + hops x hop + n / B``.
+
+One put, sender's decision to payload visible to the receiver:
+
+- ``host-driven`` (GPU-aware MPI at a kernel boundary): the host wakes on the kernel's end, calls the
+  library, rings the NIC (``p``), the NIC reads the request from host memory and the payload from the
+  GPU (``2p`` each), ``N``, writes the payload (``p``), the receiving host polls the completion.
+- ``stream-triggered``: operations queued on the stream beforehand; at the kernel boundary the GPU's
+  front end triggers the NIC (a stream memory operation), the NIC reads the payload (``2p``), ``N``,
+  writes it (``p``), and a stream wait-value operation releases the receiver.
+- ``kernel-triggered`` (GICC on libfabric CXI): inside the kernel a GPU thread writes the trigger of an
+  operation the host pre-staged (the GPU's doorbell write), the NIC reads the payload (``2p``), ``N``,
+  writes payload and completion (``p``), a GPU thread polls it.
+- ``kernel-initiated`` (NVSHMEM IBGDA, NCCL GIN GDAKI): a GPU thread builds the work request and rings
+  the doorbell, the NIC reads request and payload from GPU memory (``2p`` each), ``N``, writes (``p``),
+  a GPU thread polls.
+- ``proxy`` (NVSHMEM and NCCL GIN proxy): a GPU thread posts to a host queue (``p``), a proxy thread
+  picks it up and posts to the NIC like the host path, the receiving GPU polls.
+
+A **coordination** (signal a peer and wait for its answer) is a round trip of 8-byte puts, plus, where
+a kernel boundary is needed on each side (host-driven, stream-triggered), ending and relaunching the
+kernel. The **message rate** is one over the slowest serial step per message: the host call, the
+proxy thread, the stream front end, or the NIC.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from commodel.errors import CommodelError, unknown
+from commodel.hardware.cluster import Cluster
+
+SCHEMES = ("host-driven", "stream-triggered", "kernel-triggered", "kernel-initiated", "proxy")
+
+#: The taxonomy: who calls, who builds the message, who triggers it, who moves the data.
+TAXONOMY = {
+    "host-driven": ("host", "host", "host", "NIC"),
+    "stream-triggered": ("host (ahead)", "host", "GPU stream", "NIC"),
+    "kernel-triggered": ("host (ahead)", "host", "GPU thread", "NIC"),
+    "kernel-initiated": ("GPU thread", "GPU thread", "GPU thread", "NIC"),
+    "proxy": ("GPU thread", "host proxy", "host proxy", "NIC"),
+}
+
+#: Which NIC capability a scheme needs (the others work on any RDMA NIC).
+NEEDS = {"kernel-triggered": "triggered_ops", "kernel-initiated": "device_initiated"}
+
+
+@dataclass(frozen=True)
+class Path:
+    """The parameters of one node-to-node path (seconds, bytes/s)."""
+
+    launch: float
+    host_sync: float
+    host_call: float
+    proxy_poll: float
+    stream_memop: float
+    device_poll: float
+    wqe_build: float
+    doorbell: float
+    pcie: float
+    nic: float
+    nic_rate: float
+    hops: float
+    hop: float
+    bandwidth: float
+    triggered_ops: bool
+    device_initiated: bool
+
+
+def path_of(c: Cluster) -> Path:
+    """The path between two nodes of cluster ``c`` (its scale-out NIC, its GPU's host link)."""
+    from commodel.hardware import default_db
+
+    nic = c.scale_out.initiation
+    if nic is None:
+        raise CommodelError(
+            f"{c.scale_out.description} has no NIC initiation parameters in the hardware database"
+        )
+    host = c.system.initiation
+    return Path(
+        launch=c.gpu.launch_overhead.value,
+        host_sync=host.host_sync.value,
+        host_call=host.host_call.value,
+        proxy_poll=host.proxy_poll.value,
+        stream_memop=host.stream_memop.value,
+        device_poll=host.device_poll.value,
+        wqe_build=host.wqe_build.value,
+        doorbell=host.doorbell.value,
+        pcie=default_db().link(c.gpu.host_link).latency.value,
+        nic=nic.processing.value,
+        nic_rate=nic.message_rate.value if nic.message_rate else 1 / nic.processing.value,
+        hops=nic.hops.value,
+        hop=c.scale_out.latency.value,
+        bandwidth=c.scale_out.bandwidth.value * c.scale_out.efficiency.value,
+        triggered_ops=nic.triggered_ops,
+        device_initiated=nic.device_initiated,
+    )
+
+
+def check_scheme(scheme: str, path: Path) -> None:
+    """An unknown scheme, or one the fabric's NIC cannot run, is an error naming what is missing."""
+    if scheme not in SCHEMES:
+        raise unknown("initiation scheme", scheme, SCHEMES)
+    need = NEEDS.get(scheme)
+    if need and not getattr(path, need):
+        what = (
+            "host-staged triggered operations" if need == "triggered_ops" else "GPU-initiated work requests"
+        )
+        raise CommodelError(f"{scheme} needs a NIC with {what}; this fabric's NIC has none")
+
+
+def available(scheme: str, path: Path) -> bool:
+    need = NEEDS.get(scheme)
+    return need is None or bool(getattr(path, need))
+
+
+def put_latency(scheme: str, path: Path, size: ArrayLike = 8, after_kernel: bool = True) -> np.ndarray:
+    """Seconds from the sender's decision to ``size`` bytes visible to the receiver (module docstring).
+    ``after_kernel=False``: a host program's own put, with no kernel end to wait for (host-driven)."""
+    check_scheme(scheme, path)
+    n = np.asarray(size, dtype=float)
+    p = path.pcie
+    network = 2 * path.nic + path.hops * path.hop + n / path.bandwidth
+    land = network + p  # the receiving NIC writes the payload into GPU memory
+    if scheme == "host-driven":
+        wake = path.host_sync if after_kernel else 0.0
+        return wake + path.host_call + p + 2 * p + 2 * p + land + path.host_call
+    if scheme == "stream-triggered":
+        return path.stream_memop + 2 * p + land + path.stream_memop
+    if scheme == "kernel-triggered":
+        return path.doorbell + 2 * p + land + path.device_poll
+    if scheme == "kernel-initiated":
+        return path.wqe_build + path.doorbell + 2 * p + 2 * p + land + path.device_poll
+    return p + path.proxy_poll + path.host_call + p + 2 * p + 2 * p + land + path.device_poll
+
+
+def coordination_latency(scheme: str, path: Path) -> np.ndarray:
+    """Seconds to signal a peer and see its answer: two 8-byte puts, plus a kernel end and relaunch on
+    each side where the scheme works at kernel boundaries."""
+    boundary = 2 * path.launch if scheme in ("host-driven", "stream-triggered") else 0.0
+    return 2 * put_latency(scheme, path, 8) + boundary
+
+
+def message_rate(scheme: str, path: Path, issuers: int = 1) -> float:
+    """Messages per second ``issuers`` sustain (host threads, GPU warps or proxy threads, each one
+    message per serial step of its own), at most the NIC's message rate."""
+    check_scheme(scheme, path)
+    serial = {
+        "host-driven": path.host_call,
+        "stream-triggered": path.stream_memop,
+        "kernel-triggered": path.doorbell,
+        "kernel-initiated": path.wqe_build,
+        "proxy": path.proxy_poll + path.host_call,
+    }[scheme]
+    return min(issuers / serial, path.nic_rate)
+
+
+#: "Competitive": within this share of the faster scheme's latency.
+COMPETITIVE = 0.05
+
+#: A scheme "wins" a workload when its coordinations save this share of the wall time.
+WORTHWHILE = 0.10
+
+
+def host_competitive_above(scheme: str, path: Path) -> float:
+    """Message size (bytes) above which the host-driven put is within :data:`COMPETITIVE` of
+    ``scheme``'s: the fixed gap ``D`` stays while the payload grows, so ``n >= (D / w - t(0)) B``."""
+    gap = float(put_latency("host-driven", path, 0) - put_latency(scheme, path, 0))
+    if gap <= 0:
+        return 0.0
+    return max(gap / COMPETITIVE - float(put_latency(scheme, path, 0)), 0.0) * path.bandwidth
+
+
+def wins_above(scheme: str, path: Path) -> float:
+    """Coordinations per second above which ``scheme`` saves :data:`WORTHWHILE` of the wall time over
+    host-driven coordination (infinite when it saves nothing)."""
+    gap = float(coordination_latency("host-driven", path) - coordination_latency(scheme, path))
+    return WORTHWHILE / gap if gap > 0 else float("inf")
+
+
+def scheme_table(path: Path, sizes: ArrayLike) -> list[dict[str, object]]:
+    """The taxonomy with this path's numbers: one record per scheme the NIC can run."""
+    records = []
+    for scheme in SCHEMES:
+        if not available(scheme, path):
+            continue
+        calls, builds, triggers, moves = TAXONOMY[scheme]
+        records.append(
+            {
+                "scheme": scheme, "calls": calls, "builds": builds, "triggers": triggers, "moves": moves,
+                "put_us": {int(n): float(put_latency(scheme, path, n)) * 1e6 for n in np.atleast_1d(sizes)},
+                "coordination_us": float(coordination_latency(scheme, path)) * 1e6,
+                "messages_per_s": message_rate(scheme, path),
+                "host_competitive_above_bytes": host_competitive_above(scheme, path),
+                "wins_above_per_s": wins_above(scheme, path),
+            }
+        )  # fmt: skip
+    return records

@@ -1,0 +1,81 @@
+"""GPU-centric communication: the schemes' latencies follow their parts, the workloads follow their
+driving inputs, and the studies' orderings hold."""
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from commodel.comm.initiation import SCHEMES, available, coordination_latency, path_of, put_latency
+from commodel.errors import CommodelError
+from commodel.hardware import cluster
+from commodel.workloads.catalog import model
+from commodel.workloads.moe_dispatch import dispatch_combine
+from commodel.workloads.stencil import iteration_time, weak_efficiency
+
+IB, SLINGSHOT = (path_of(cluster(s, 2)) for s in ("dgx-h100", "frontier-node"))
+
+
+def test_every_gpu_driven_scheme_beats_the_host_path_on_small_messages_and_coordination():
+    for path in (IB, SLINGSHOT):
+        host = put_latency("host-driven", path)
+        for scheme in ("kernel-triggered", "kernel-initiated"):
+            if available(scheme, path):
+                assert put_latency(scheme, path) < host
+                assert coordination_latency(scheme, path) < coordination_latency("host-driven", path)
+        # large messages: the same bytes on the same NIC, so the fixed gap fades
+        big = 64 * 2**20
+        assert (
+            put_latency("host-driven", path, big)
+            / min(put_latency(s, path, big) for s in SCHEMES if available(s, path))
+            < 1.05
+        )
+
+
+def test_a_costlier_doorbell_narrows_gdakis_lead_over_the_proxy():
+    def lead(path):
+        return float(put_latency("proxy", path) - put_latency("kernel-initiated", path))
+
+    slow = dataclasses.replace(IB, doorbell=IB.doorbell + 1e-6)
+    assert 0 < lead(slow) < lead(IB)
+
+
+def test_a_scheme_the_nic_lacks_is_an_error():
+    with pytest.raises(CommodelError, match="GPU-initiated work requests"):
+        put_latency("kernel-initiated", SLINGSHOT)
+    with pytest.raises(CommodelError, match="triggered operations"):
+        put_latency("kernel-triggered", IB)
+
+
+def test_a_larger_halo_or_subdomain_shrinks_the_gicc_gain():
+    c = cluster("frontier-node", 8)
+
+    def gain(n, halo=1):
+        return weak_efficiency("kernel-triggered", c, n, 64, halo) - weak_efficiency(
+            "host-driven", c, n, 64, halo
+        )
+
+    assert gain(64) > gain(128) > gain(256) > 0
+    assert gain(128, 1) > gain(128, 4)
+    with pytest.raises(CommodelError, match="does not fit"):
+        iteration_time("host-driven", c, 8, 64, halo=4)
+
+
+def test_moe_dispatch_binds_on_nvlink_in_a_node_and_the_network_beyond_and_proxies_issue_slowly():
+    net = model("deepseek-v3")
+    one = dispatch_combine("high-throughput", "kernel-initiated", net, cluster("dgx-h100", 1), 8, 4096)
+    many = dispatch_combine("high-throughput", "kernel-initiated", net, cluster("dgx-h100", 8), 64, 4096)
+    assert one["binding"] == "NVLink" and many["binding"] == "network"
+    gpu = dispatch_combine("low-latency", "kernel-initiated", net, cluster("dgx-h100", 8), 64, 128)
+    proxy = dispatch_combine("low-latency", "proxy", net, cluster("dgx-h100", 8), 64, 128)
+    assert proxy["time_s"] > 2 * gpu["time_s"] and proxy["binding"] == "message issue"
+
+
+def test_a_halo_deeper_than_half_the_subdomain_stops_a_sweep():
+    from commodel.explore.evaluators import evaluator
+
+    frame = pd.DataFrame([{"system": "frontier-node", "scheme": "host-driven", "n": 8, "gpus": 8, "halo": 4}])
+    with pytest.raises(CommodelError, match="does not fit"):
+        evaluator("halo")(frame)
+    assert np.isfinite(evaluator("halo")(frame.assign(halo=1)).iteration_us).all()
