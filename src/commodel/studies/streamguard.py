@@ -56,8 +56,7 @@ def run() -> StudyResult:
         "(one worker restarts and the others take its partitions, instead of the whole pipeline rolling back); "
         "slow nodes widen the gap because fixed partitions leave the slow worker's share behind until it recovers",
         "the impact ratio follows the assumed headroom, detection time and slowdown (4x for 5 minutes); the "
-        f"paper's 'up to 6x' is {_where(6.0, crash_only.impact_ratio)} the model's crash-only range: with this "
-        "stream's assumed sizes the model's StreamGuard recovers faster than the paper's measured one",
+        f"paper's 'up to 6x' is {_where(6.0, crash_only.impact_ratio)} the model's crash-only range",
         "Daly's interval minimizes lost work for a batch job; a stream also pays to drain the backlog a rollback "
         "leaves (1 / headroom times the lost time), so its best interval is shorter (see the notebook's trade-off)",
     ]
