@@ -1,6 +1,7 @@
 """The CLI contract other tools rely on, and its handling of bad input (exit 2, one line, no traceback)."""
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -81,7 +82,8 @@ def test_hw_list_and_show():
     assert listed.exit_code == 0 and "frontier-node" in listed.output and "h100-sxm " not in listed.output
     shown = invoke("hw", "show", "h100-sxm")
     assert shown.exit_code == 0
-    assert "memory_bandwidth = 3.35e+12" in shown.output and "[ml-engineering" in shown.output
+    assert "memory_bandwidth = 3.35 TB/s" in shown.output and "[ml-engineering" in shown.output
+    assert "peak_flops.bf16 = 989 TFLOP/s" in shown.output and "launch_overhead = 3 us" in shown.output
     as_json = json.loads(invoke("hw", "show", "nvlink4", "--json").output)
     assert (
         as_json["record"] == "link"
@@ -123,6 +125,11 @@ def test_validate_prints_errors_and_gates():
         (["roofline", "gemm", "--gpu", "h100"], "did you mean 'h100-sxm'"),
         (["roofline", "gemm", "--gpu", "a100-sxm-80gb", "--dtype", "fp8"], "no fp8 peak"),
         (["hw", "show", "nvlink9"], "did you mean"),
+        (["collective", "allreduce", "--size", "1e99"], "above 2^63 bytes"),
+        (["collective", "allreduce", "--size", "8B:1e30"], "above 2^63 bytes"),
+        (["collective", "allreduce", "--size", "1MiB", "--json", "--csv"], "choose one"),
+        (["sweep", "-o", ""], "needs a name"),
+        (["sweep", "--scheduler", "tcp://127.0.0.1:9", "-o", "/tmp/commodel-unused"], "--executor dask"),
         (
             ["comm", "schemes", "--system", "frontier-node", "--scheme", "kernel-initiated"],
             "GPU-initiated work",
@@ -286,3 +293,58 @@ def test_study_run_prints_claims_for_a_person():
     result = invoke("study", "run", "disaggregation")
     assert result.exit_code == 0, result.output
     assert "paper 32 to 47 %" in result.output and "model" in result.output
+
+
+def test_a_sweep_never_replaces_another_specs_results_nor_writes_into_a_file(tmp_path, capsys, monkeypatch):
+    cais = str(Path(__file__).parents[1] / "studies" / "cais" / "study.toml")
+    ncclbpf = str(Path(__file__).parents[1] / "studies" / "ncclbpf" / "study.toml")
+    out = tmp_path / "out"
+
+    def run(*args):
+        monkeypatch.setattr("sys.argv", ["commodel", "sweep", *args, "--quiet"])
+        try:
+            main()
+        except SystemExit as exit_info:
+            return exit_info.code
+        return 0
+
+    assert run(cais, "-o", str(out)) == 0
+    before = (out / "results.parquet").read_bytes()
+    for extra in ([], ["--resume"]):
+        assert run(ncclbpf, "-o", str(out), *extra) == 2
+        assert "another specification" in capsys.readouterr().err
+    assert (out / "results.parquet").read_bytes() == before
+    assert run(ncclbpf, "-o", str(out), "--force") == 0
+    (tmp_path / "file").write_text("x")
+    assert run(cais, "-o", str(tmp_path / "file")) == 2 and "is a file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("variables", "fixed", "message"),
+    [
+        (
+            "nodes = { int = [1, 1000000] }\nglobal_batch = { int = [1, 1000000] }",
+            "",
+            "1,000,000,000,000 points",
+        ),
+        ("nodes = { choice = [] }", "", "empty choice list"),
+        ("nodes = { choice = [1, 2] }", 'global_batch = "lots"', "valid integer"),
+        ("nodes = { choice = [1, 2] }", "pue = 0.5", "PUE"),
+    ],
+)
+def test_bad_sweep_specs_stop_before_any_work_and_leave_nothing(
+    tmp_path, capsys, monkeypatch, variables, fixed, message
+):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        f'[study]\nname = "bad"\nevaluate = "training"\nmethod = "grid"\n[fixed]\nmodel = "llama3-8b"\n'
+        f'system = "dgx-h100"\n{fixed}\n[variables]\n{variables}\n[objectives]\nstep_time_s = "min"\n'
+    )
+    out = tmp_path / "out"
+    monkeypatch.setattr("sys.argv", ["commodel", "sweep", str(spec), "-o", str(out), "--quiet"])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and err.count("\n") == 1
+    assert not out.exists()

@@ -201,7 +201,7 @@ def test_resume_refuses_a_changed_spec(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         run_sweep(spec, tmp_path / "out", progress=False)
     changed = spec.model_copy(update={"objectives": {"cost_usd": "min"}})
-    with pytest.raises(CommodelError, match="specification changed"):
+    with pytest.raises(CommodelError, match="another specification"):
         run_sweep(changed, tmp_path / "out", resume=True, progress=False)
 
 

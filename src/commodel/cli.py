@@ -17,6 +17,22 @@ import typer
 
 from commodel.errors import CommodelError
 
+
+def _flags_without_metavar() -> None:
+    """typer 0.29 prints ``<bool>`` after a flag in help, as if it took a value; a flag takes none."""
+    option = getattr(getattr(typer, "core", None), "TyperOption", None)
+    if option is None or not hasattr(option, "display_type_rich"):
+        return
+    shown = option.display_type_rich
+
+    def display_type_rich(self: object, ctx: object) -> str | None:
+        return None if getattr(self, "is_flag", False) else shown(self, ctx)
+
+    option.display_type_rich = display_type_rich
+
+
+_flags_without_metavar()
+
 app = typer.Typer(
     help="commodel: traceable models of communication and computation in multi-GPU systems.",
     no_args_is_help=True,
@@ -71,7 +87,7 @@ def sweep(
         Path | None, typer.Argument(help="Sweep specification (TOML); default: the built-in study.")
     ] = None,
     output: Annotated[
-        Path | None, typer.Option("-o", "--output", help="Output folder (default: sweep-NAME).")
+        str | None, typer.Option("-o", "--output", help="Output folder (default: sweep-NAME).")
     ] = None,
     resume: Annotated[
         bool, typer.Option("--resume", help="Continue an interrupted sweep from its finished chunks.")
@@ -84,6 +100,13 @@ def sweep(
     quiet: Annotated[
         bool, typer.Option("--quiet", help="No progress bar; print only the summary line.")
     ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace another specification's results in the output folder.")
+    ] = False,
+    max_points: Annotated[
+        int,
+        typer.Option("--max-points", min=1, help="Refuse spaces larger than this before any work starts."),
+    ] = 50_000_000,
 ) -> None:
     """Explore a design space and write its results, Pareto front, plot, summary and report."""
     from commodel.explore.spec import load_spec
@@ -92,10 +115,18 @@ def sweep(
 
     spec_path = spec or resource_dir("studies") / "default" / "study.toml"
     loaded = load_spec(spec_path)
-    out = output or Path(f"sweep-{loaded.study.name}")
-    summary = run_sweep(
-        loaded, out, resume=resume, executor=executor, scheduler=scheduler, write_csv=csv, progress=not quiet
-    )
+    if scheduler and executor != "dask":
+        raise CommodelError("--scheduler is a Dask scheduler address: use it with --executor dask")
+    out = f"sweep-{loaded.study.name}" if output is None else output
+    try:
+        summary = run_sweep(
+            loaded, out, resume=resume, executor=executor, scheduler=scheduler, write_csv=csv, progress=not quiet,
+            force=force, max_points=max_points,
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        again = " ".join(["commodel sweep", str(spec_path), "-o", out, "--resume"])
+        typer.echo(f"interrupted: finished chunks are kept; continue with: {again}", err=True)
+        raise typer.Exit(130) from None
     typer.echo(
         f"{summary['study']}: {summary['points']:,} points, {summary['valid']:,} valid, {summary['feasible']:,} feasible, "
         f"{summary['pareto']:,} Pareto-optimal, hypervolume {summary['hypervolume']:.4f}, {summary['elapsed_s']:.1f} s -> {out}/"
@@ -152,6 +183,8 @@ def collective(
     as_csv: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
 ) -> None:
     """Time, algbw and busbw of a collective over a range of sizes (nccl-tests conventions)."""
+    if as_json and as_csv:
+        raise CommodelError("--json and --csv are two output formats: choose one")
     from commodel.comm.collectives import run
     from commodel.comm.fabric import fabric_of
     from commodel.hardware import cluster
@@ -385,26 +418,35 @@ def hw_show(
     name: Annotated[str, typer.Argument(help="A GPU, link or system name.")],
     as_json: JsonFlag = False,
 ) -> None:
-    """Every field of one record, in SI units, with its source."""
+    """Every field of one record, in human units, with its source."""
     from commodel.hardware import default_db
 
     kind, record = default_db().find(name)
-    data = record.model_dump()
     if as_json:
-        typer.echo(json.dumps({"record": kind, "name": name, **data}, indent=2))
+        typer.echo(json.dumps({"record": kind, "name": name, **record.model_dump()}, indent=2))
         return
     typer.echo(f"{kind} {name}")
-    for line in _describe(data):
+    for line in _describe(record):
         typer.echo(line)
 
 
-def _describe(data: dict, prefix: str = "") -> list[str]:
-    """Flatten a record into ``field = value  [source]`` lines."""
+def _describe(record: object, prefix: str = "") -> list[str]:
+    """Flatten a record into ``field = value unit  [source]`` lines, values in human units."""
+    from pydantic import BaseModel
+
+    from commodel.records import Sourced
+    from commodel.units import format_quantity
+
+    items = (
+        record.items()
+        if isinstance(record, dict)
+        else ((k, getattr(record, k)) for k in type(record).model_fields)
+    )
     lines = []
-    for key, value in data.items():
-        if isinstance(value, dict) and "source" in value:
-            lines.append(f"  {prefix}{key} = {value['value']:.6g}  [{value['source']}]")
-        elif isinstance(value, dict):
+    for key, value in items:
+        if isinstance(value, Sourced):
+            lines.append(f"  {prefix}{key} = {format_quantity(value.value, value.KIND)}  [{value.source}]")
+        elif isinstance(value, BaseModel | dict):
             lines.extend(_describe(value, f"{prefix}{key}."))
         elif value is not None:
             lines.append(f"  {prefix}{key} = {value}")

@@ -107,6 +107,9 @@ def parse_sizes(spec: str) -> np.ndarray:
     return np.asarray(sizes, dtype=float)
 
 
+#: The largest message size: a signed 64-bit byte count (what NCCL and MPI take).
+MAX_BYTES = 2**63 - 1
+
 #: nccl-tests' own size suffixes (``-b 8 -e 128M``): bare K, M, G, T are binary multiples.
 _NCCL_TESTS_SUFFIX = re.compile(r"(\d+)([KMGT])")
 
@@ -114,12 +117,15 @@ _NCCL_TESTS_SUFFIX = re.compile(r"(\d+)([KMGT])")
 def _one_size(text: str) -> float:
     shorthand = _NCCL_TESTS_SUFFIX.fullmatch(text)
     if shorthand:
-        return float(int(shorthand[1]) * 1024 ** ("KMGT".index(shorthand[2]) + 1))
-    value = parse_quantity(text, "bytes")
+        value = float(int(shorthand[1]) * 1024 ** ("KMGT".index(shorthand[2]) + 1))
+    else:
+        value = parse_quantity(text, "bytes")
     if not np.isfinite(value) or value <= 0:
         raise CommodelError(f"size must be positive, got '{text}'")
     if value != round(value):
         raise CommodelError(f"size must be a whole number of bytes, got '{text}'")
+    if value > MAX_BYTES:
+        raise CommodelError(f"size '{text}' is above 2^63 bytes, the largest a message can be")
     return float(value)
 
 
@@ -129,3 +135,20 @@ def format_bytes(n: float) -> str:
         if n >= scale:
             return f"{n / scale:g} {unit}"
     return f"{n:g} B"
+
+
+#: The unit each quantity kind prints in (SI prefixes are added by :func:`format_quantity`).
+_UNITS = {"bandwidth": "B/s", "time": "s", "bytes": "B", "flop_rate": "FLOP/s", "power": "W"}
+
+
+def format_quantity(value: float, kind: str | None) -> str:
+    """A value in SI units for a person: ``2.5e10`` bandwidth as ``25 GB/s``, ``3e-6`` time as ``3 us``;
+    dimensionless values (fractions, counts, rates) as plain numbers."""
+    unit = _UNITS.get(kind or "")
+    if unit is None:
+        return f"{value:.6g}"
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1.0), ("m", 1e-3),
+                          ("u", 1e-6), ("n", 1e-9)):  # fmt: skip
+        if abs(value) >= scale or prefix == "n":
+            return f"{value / scale:.4g} {prefix}{unit}"
+    return f"{value:.4g} {unit}"

@@ -3,6 +3,8 @@ that samplers and optimizers share. Every point is completed with the fixed and 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -26,12 +28,28 @@ def grid_values(var: Variable) -> list:
     return [float(v) for v in values]
 
 
+def value_count(var: Variable) -> int:
+    """How many values :func:`grid_values` gives, without listing them."""
+    if isinstance(var, Choice):
+        return len(var.choice)
+    if isinstance(var, IntRange):
+        lo, hi = var.int
+        return int(np.floor(np.log2(hi / lo))) + 1 if var.log else (hi - lo) // var.step + 1
+    return var.points
+
+
 def grid_shape(spec: SweepSpec) -> tuple[int, ...]:
-    return tuple(len(grid_values(v)) for v in spec.variables.values())
+    return tuple(value_count(v) for v in spec.variables.values())
 
 
 def grid_size(spec: SweepSpec) -> int:
-    return int(np.prod(grid_shape(spec), dtype=np.int64)) if spec.variables else 1
+    """Points of the full grid (a Python integer: no overflow however large)."""
+    return math.prod(grid_shape(spec))
+
+
+def design_points(spec: SweepSpec) -> int:
+    """Points a specification asks for: its grid, or its method's budget."""
+    return grid_size(spec) if spec.study.method == "grid" else spec.study.budget
 
 
 def grid_chunk(spec: SweepSpec, start: int, stop: int) -> pd.DataFrame:

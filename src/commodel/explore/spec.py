@@ -34,9 +34,9 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from commodel.errors import CommodelError, suggest
 from commodel.records import Strict, load_record
@@ -116,6 +116,15 @@ class SweepSpec(Strict):
     variables: dict[str, Variable] = {}
     derived: dict[str, str | Lookup] = {}
     objectives: dict[str, Literal["min", "max"]] = Field(min_length=1)
+
+    @field_validator("variables", mode="before")
+    @classmethod
+    def _no_empty_choice(cls, variables: Any) -> Any:
+        """An empty choice list, said as such (not as a union's every mismatch)."""
+        for name, var in (variables or {}).items():
+            if isinstance(var, dict) and "choice" in var and not var["choice"]:
+                raise ValueError(f"variable '{name}' has an empty choice list; give it at least one value")
+        return variables
 
     def digest(self) -> str:
         """A stable hash of the specification (what ``--resume`` checks)."""

@@ -136,7 +136,7 @@ def scheme_text(system: str, records: list[dict]) -> str:
     """The initiation-scheme table for a person (``commodel comm schemes``)."""
     sizes = list(records[0]["put_us"]) if records else []
     head = f"{'scheme':<18}{'calls':<14}{'builds':<12}{'triggers':<12}{'moves':<6}"
-    head += "".join(f"{'put ' + _size(n):>12}" for n in sizes)
+    head += "".join(f"{'put ' + format_bytes(n):>12}" for n in sizes)
     head += f"{'coord':>9}{'msg/s':>9}  where it wins"
     lines = [f"{system}: one message between two nodes (us)", head]
     for r in records:
@@ -149,16 +149,9 @@ def scheme_text(system: str, records: list[dict]) -> str:
             above = r["host_competitive_above_bytes"]
             rate = r["wins_above_per_s"]
             line += (
-                f"  >{rate:,.0f} coordinations/s; host within 5% above {_size(above)}"
+                f"  >{rate:,.0f} coordinations/s; host within 5% above {format_bytes(above)}"
                 if rate != float("inf")
                 else "  never faster"
             )
         lines.append(line)
     return "\n".join(lines)
-
-
-def _size(n: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.3g}{unit}"
-    return f"{n:.0f}B"
