@@ -132,3 +132,14 @@ tpot_s = "min"
     front = pd.read_csv(tmp_path / "out" / "pareto.csv")
     assert len(front) >= 2 and front.fits.all()
     assert front.sort_values("tpot_s").cost_per_million_tokens_usd.is_monotonic_decreasing
+
+
+def test_disaggregation_trades_first_token_time_for_steady_decode_and_follows_the_slower_pool():
+    job = dict(model="llama3-70b", system="dgx-h100", gpus=8, tp=2, dtype="fp8", prompt=4096, output=512)
+    together = serve(**job)
+    few, more = (serve(**job, prefill_gpus=g) for g in (2, 4))
+    assert few["tpot_s"] < together["tpot_s"]  # decode no longer waits behind prompts
+    assert more["output_tokens_per_s"] > few["output_tokens_per_s"]  # prefill-bound: more prefill helps
+    assert (
+        few["ttft_s"] > 0 and few["batch_in_flight"] < together["batch_in_flight"]
+    )  # an underfed decode pool

@@ -258,6 +258,11 @@ class ServingJob(Job):
     slo_tpot: float | None = Field(
         None, gt=0, description="Time-per-output-token SLO (s): the largest batch meeting it."
     )
+    prefill_gpus: int = Field(
+        0,
+        ge=0,
+        description="GPUs serving prompts only (prefill/decode disaggregation); 0: every replica does both.",
+    )
     max_batch_size: int = Field(
         2048, ge=1, le=MAX_GLOBAL_BATCH, description="Engine limit on requests in flight."
     )

@@ -34,7 +34,7 @@ from commodel.jobs import ServingJob
 from commodel.ops.energy import gpu_power_W, it_power_W
 from commodel.workloads.catalog import model as get_model
 from commodel.workloads.schema import Transformer
-from commodel.workloads.serving import Engine, capacity, kv_dtype_of, slo_batch, steady_state
+from commodel.workloads.serving import Engine, capacity, disaggregated, kv_dtype_of, slo_batch, steady_state
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -104,6 +104,15 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
         gpus = np.where(np.isnan(col("gpus")), tp * pp, col("gpus"))
         gpus_all[rows] = gpus
         problems = layout_problems(net, tp, pp, ep, gpus)
+        prefill = col("prefill_gpus")
+        split = prefill > 0
+        slo = ~np.isnan(col("slo_ttft")) | ~np.isnan(col("slo_tpot"))
+        problems += [
+            (split & ((np.mod(prefill, tp * pp) != 0) | (prefill >= gpus)),
+             "prefill GPUs must be whole replicas of tp x pp and leave some for decode"),
+            (split & (slo | (np.asarray(columns["batch"])[rows] != "max")),
+             "disaggregated pools size their own batches: give neither a batch nor an SLO"),
+        ]  # fmt: skip
         try:
             recipe = serving_precision(key["dtype"], c.gpu)
         except CommodelError as exc:
@@ -116,12 +125,19 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
                 net, c, recipe, kv_dtype_of(key["kv_dtype"], recipe), tp[ok], pp[ok], ep[ok],
                 col("max_batch_size")[ok], col("max_num_tokens")[ok], col("kv_fraction")[ok],
             )  # fmt: skip
-            messages[ok] = _price(engine, {n: col(n)[ok] for n in ("prompt", "output", "slo_ttft", "slo_tpot")},
+            messages[ok] = _price(engine, {n: col(n)[ok] for n in ("prompt", "output", "slo_ttft", "slo_tpot", "prefill_gpus")},
                                   _batches(np.asarray(columns["batch"])[rows][ok]), gpus[ok], rows[ok], out,
                                   c, col("pue")[ok], col("price_per_gpu_hour")[ok])  # fmt: skip
         out["problem"][rows] = messages
         out["valid"][rows] = messages == ""
     return {**out, "gpus": gpus_all}
+
+
+def _spread(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``values`` of the rows in ``mask``, in place among all rows (NaN elsewhere)."""
+    out = np.full(mask.shape, np.nan)
+    out[mask] = values
+    return out
 
 
 def _batches(values: np.ndarray) -> np.ndarray:
@@ -158,9 +174,20 @@ def _price(
             for a, b in zip(one["ttft_s"], one["tpot_s"], strict=True)
         ]
         problems[np.flatnonzero(slo)[best == 0]] = np.asarray(missed, dtype=object)[best == 0]
-    r = steady_state(engine, chosen, p, o)
     replicas = gpus / (engine.tp * engine.pp)
+    r = steady_state(engine, chosen, p, o)
     total = replicas * r["output_tokens_per_s"]
+    split = request["prefill_gpus"] > 0
+    if split.any():  # prefill/decode disaggregation: the pools' own steady state, totals over both
+        prefill = request["prefill_gpus"][split] / (engine.tp * engine.pp)[split]
+        d = disaggregated(engine.select(split), prefill, replicas[split] - prefill, p[split], o[split])
+        for name in ("ttft_s", "tpot_s", "comm_share", "host_share"):
+            r[name] = np.where(split, _spread(d[name], split), r[name])
+        chosen = np.where(split, _spread(d["decode_batch"], split), chosen)
+        total = np.where(split, _spread(d["output_tokens_per_s"], split), total)
+        r["requests_per_s"] = np.where(
+            split, _spread(d["requests_per_s"], split) / replicas, r["requests_per_s"]
+        )
     busy = 1 - r["host_share"]
     it_power = it_power_W(c, busy, gpus / c.gpus_per_node)
     fields = {
