@@ -94,22 +94,8 @@ def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
     }
 
 
-#: Serving outputs a person reads, in the order :func:`serve` returns them.
-SERVING_FIELDS = (
-    "ttft_s",
-    "tpot_s",
-    "output_tokens_per_s",
-    "output_tokens_per_s_per_gpu",
-    "requests_per_s",
-    "kv_cache_bytes_per_gpu",
-    "weight_bytes_per_gpu",
-    "comm_share",
-    "host_share",
-    "gpu_power_W",
-    "power_kW",
-    "energy_per_token_J",
-    "cost_per_million_tokens_usd",
-)
+#: The serving evaluator's outputs :func:`serve` reports apart (counts, flags) or not at all.
+SERVING_APART = ("batch_in_flight", "max_batch", "fits", "replicas", "problem", "valid")
 
 
 def serve(job: ServingJob | None = None, **values: Any) -> dict[str, Any]:
@@ -117,7 +103,7 @@ def serve(job: ServingJob | None = None, **values: Any) -> dict[str, Any]:
     throughput, KV cache, power and cost, the batch in flight and the largest that fits, and
     ``notes`` on what decided the batch."""
     from commodel.compute.precision import SERVING_RECIPES
-    from commodel.explore.serving_evaluator import evaluate_columns
+    from commodel.explore.serving_evaluator import OUTPUTS, evaluate_columns
     from commodel.workloads.serving import kv_dtype_of
 
     job = job if job is not None else serving_job(**values)
@@ -144,7 +130,7 @@ def serve(job: ServingJob | None = None, **values: Any) -> dict[str, Any]:
         "output": job.output,
         "batch_in_flight": in_flight,
         "max_batch": largest,
-        **{name: float(getattr(row, name)) for name in SERVING_FIELDS},
+        **{name: float(getattr(row, name)) for name in OUTPUTS if name not in SERVING_APART},
         "fits": bool(row.fits),
         "notes": notes,
     }
