@@ -79,3 +79,14 @@ def test_a_halo_deeper_than_half_the_subdomain_stops_a_sweep():
     with pytest.raises(CommodelError, match="does not fit"):
         evaluator("halo")(frame)
     assert np.isfinite(evaluator("halo")(frame.assign(halo=1)).iteration_us).all()
+
+
+def test_inside_a_node_gpu_threads_store_over_nvlink_faster_than_any_network_put():
+    node = path_of(cluster("dgx-h100"), "node")
+    assert put_latency("kernel-initiated", node) < put_latency("host-driven", node)
+    assert put_latency("kernel-initiated", node) < min(
+        put_latency(s, IB) for s in SCHEMES if available(s, IB)
+    )
+    assert node.bandwidth > IB.bandwidth
+    with pytest.raises(CommodelError, match="scope"):
+        path_of(cluster("dgx-h100"), "rack")

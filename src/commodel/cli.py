@@ -310,6 +310,9 @@ def comm_schemes(
     scheme: Annotated[
         str, typer.Option(help="Only this scheme (an error if the fabric cannot run it).")
     ] = "",
+    scope: Annotated[
+        str, typer.Option(help="network (two nodes) or node (two GPUs over NVLink/xGMI).")
+    ] = "network",
     as_json: JsonFlag = False,
 ) -> None:
     """The GPU-centric taxonomy on one system's node-to-node path: who calls, builds, triggers and
@@ -319,7 +322,7 @@ def comm_schemes(
     from commodel.hardware import cluster
     from commodel.units import parse_sizes
 
-    path = path_of(cluster(system, 2))
+    path = path_of(cluster(system, 2), scope)
     if scheme:
         check_scheme(scheme, path)
     records = [r for r in scheme_table(path, parse_sizes(size)) if r["scheme"] == scheme or not scheme]
@@ -328,7 +331,7 @@ def comm_schemes(
         return
     from commodel.report.tables import scheme_text
 
-    typer.echo(scheme_text(system, records))
+    typer.echo(scheme_text(f"{system} ({scope})", records))
 
 
 @roofline_app.command("gemm")

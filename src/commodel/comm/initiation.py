@@ -78,12 +78,34 @@ class Path:
     bandwidth: float
     triggered_ops: bool
     device_initiated: bool
+    scope: str = "network"
 
 
-def path_of(c: Cluster) -> Path:
-    """The path between two nodes of cluster ``c`` (its scale-out NIC, its GPU's host link)."""
+#: Where a message goes: to another node through the NICs, or to a GPU of the same node over the
+#: scale-up fabric (NVLink, xGMI), where a GPU thread stores into the peer's memory itself.
+SCOPES = ("network", "node")
+
+
+def path_of(c: Cluster, scope: str = "network") -> Path:
+    """The path between two GPUs of cluster ``c``: across nodes (its scale-out NIC, its GPU's host
+    link), or inside a node, where the scale-up fabric is both network and NIC: one hop at its latency,
+    no PCIe, GPU threads storing directly (load/store; no work request, no doorbell), the host path
+    a copy the host starts at a kernel boundary, no host-staged triggers."""
     from commodel.hardware import default_db
 
+    if scope not in SCOPES:
+        raise unknown("message scope", scope, SCOPES)
+    if scope == "node":
+        host = c.system.initiation
+        up = c.scale_up
+        return Path(
+            launch=c.gpu.launch_overhead.value, host_sync=host.host_sync.value, host_call=host.host_call.value,
+            proxy_poll=host.proxy_poll.value, stream_memop=host.stream_memop.value,
+            device_poll=host.device_poll.value, wqe_build=0.0, doorbell=0.0, pcie=0.0, nic=0.0,
+            nic_rate=np.inf, hops=1.0, hop=up.latency.value,
+            bandwidth=up.bandwidth.value * up.efficiency.value * c.system.scale_up.links_per_gpu.value,
+            triggered_ops=False, device_initiated=True, scope="node",
+        )  # fmt: skip
     nic = c.scale_out.initiation
     if nic is None:
         raise CommodelError(
@@ -162,7 +184,7 @@ def message_rate(scheme: str, path: Path, issuers: int = 1) -> float:
         "host-driven": path.host_call,
         "stream-triggered": path.stream_memop,
         "kernel-triggered": path.doorbell,
-        "kernel-initiated": path.wqe_build,
+        "kernel-initiated": path.wqe_build or path.device_poll,  # load/store: a store and its flag
         "proxy": path.proxy_poll + path.host_call,
     }[scheme]
     return min(issuers / serial, path.nic_rate)
@@ -198,6 +220,8 @@ def scheme_table(path: Path, sizes: ArrayLike) -> list[dict[str, object]]:
         if not available(scheme, path):
             continue
         calls, builds, triggers, moves = TAXONOMY[scheme]
+        if path.scope == "node":
+            moves = "GPU stores" if scheme == "kernel-initiated" else "copy engine"
         records.append(
             {
                 "scheme": scheme, "calls": calls, "builds": builds, "triggers": triggers, "moves": moves,

@@ -135,12 +135,12 @@ def serving_table(result: dict) -> str:
 def scheme_text(system: str, records: list[dict]) -> str:
     """The initiation-scheme table for a person (``commodel comm schemes``)."""
     sizes = list(records[0]["put_us"]) if records else []
-    head = f"{'scheme':<18}{'calls':<14}{'builds':<12}{'triggers':<12}{'moves':<6}"
+    head = f"{'scheme':<18}{'calls':<14}{'builds':<12}{'triggers':<12}{'moves':<12}"
     head += "".join(f"{'put ' + format_bytes(n):>12}" for n in sizes)
     head += f"{'coord':>9}{'msg/s':>9}  where it wins"
-    lines = [f"{system}: one message between two nodes (us)", head]
+    lines = [f"{system}: one message (us)", head]
     for r in records:
-        line = f"{r['scheme']:<18}{r['calls']:<14}{r['builds']:<12}{r['triggers']:<12}{r['moves']:<6}"
+        line = f"{r['scheme']:<18}{r['calls']:<14}{r['builds']:<12}{r['triggers']:<12}{r['moves']:<12}"
         line += "".join(f"{r['put_us'][n]:12.2f}" for n in sizes)
         line += f"{r['coordination_us']:9.2f}{r['messages_per_s'] / 1e6:8.2f}M"
         if r["scheme"] == "host-driven":
