@@ -12,7 +12,7 @@ from commodel.errors import CommodelError
 from commodel.hardware import cluster
 from commodel.workloads.catalog import model
 from commodel.workloads.moe_dispatch import dispatch_combine
-from commodel.workloads.stencil import iteration_time, weak_efficiency
+from commodel.workloads.stencil import iteration_time, strong_efficiency, weak_efficiency
 
 IB, SLINGSHOT = (path_of(cluster(s, 2)) for s in ("dgx-h100", "frontier-node"))
 
@@ -90,3 +90,11 @@ def test_inside_a_node_gpu_threads_store_over_nvlink_faster_than_any_network_put
     assert node.bandwidth > IB.bandwidth
     with pytest.raises(CommodelError, match="scope"):
         path_of(cluster("dgx-h100"), "rack")
+
+
+def test_strong_scaling_loses_efficiency_as_subdomains_shrink_and_gicc_loses_less():
+    c = cluster("frontier-node", 8)
+    host = [strong_efficiency("host-driven", c, 512, g) for g in (8, 64)]
+    gicc = [strong_efficiency("kernel-triggered", c, 512, g) for g in (8, 64)]
+    assert host[0] > host[1] and gicc[0] > gicc[1]
+    assert gicc[1] > host[1]

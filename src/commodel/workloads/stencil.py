@@ -16,7 +16,7 @@ per iteration, each GPU updates its ``n^3`` subdomain of doubles and swaps one f
   claim to overlap).
 
 Weak scaling: parallel efficiency ``E(P) = t(1) / t(P)`` with ``t(1)`` the sweep alone; strong scaling
-divides a fixed ``N^3`` domain.
+divides a fixed ``N^3`` domain: ``E(P) = t(1, N) / (P t(P, N / P^(1/3)))``.
 """
 
 from __future__ import annotations
@@ -99,3 +99,11 @@ def weak_efficiency(scheme: str, c: Cluster, n: int, gpus: int, halo: int = 1) -
     """Weak-scaling parallel efficiency at ``gpus`` GPUs: one GPU's iteration over this one's."""
     alone = _sweep_s(c, float(n) ** 3) + c.gpu.launch_overhead.value
     return alone / iteration_time(scheme, c, n, gpus, halo)["time_s"]
+
+
+def strong_efficiency(scheme: str, c: Cluster, domain: int, gpus: int, halo: int = 1) -> float:
+    """Strong-scaling parallel efficiency at ``gpus`` GPUs on a fixed ``domain^3`` grid, each GPU
+    taking a ``domain / gpus^(1/3)`` cube: one GPU's iteration over ``gpus`` times this one's."""
+    alone = _sweep_s(c, float(domain) ** 3) + c.gpu.launch_overhead.value
+    n = max(round(domain / gpus ** (1 / 3)), 2 * halo + 1)
+    return alone / (gpus * iteration_time(scheme, c, n, gpus, halo)["time_s"])
