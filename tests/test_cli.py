@@ -125,6 +125,7 @@ def test_validate_prints_errors_and_gates():
         (["roofline", "gemm", "--gpu", "h100"], "did you mean 'h100-sxm'"),
         (["roofline", "gemm", "--gpu", "a100-sxm-80gb", "--dtype", "fp8"], "no fp8 peak"),
         (["hw", "show", "nvlink9"], "did you mean"),
+        (["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--output-cv", "-1"], "--output-cv"),
         (
             ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "4", "--prefill-gpus", "4"],
             "leave some",

@@ -143,3 +143,11 @@ def test_disaggregation_trades_first_token_time_for_steady_decode_and_follows_th
     assert (
         few["ttft_s"] > 0 and few["batch_in_flight"] < together["batch_in_flight"]
     )  # an underfed decode pool
+
+
+def test_a_wider_spread_of_lengths_costs_throughput_at_the_same_means():
+    job = dict(model="llama3-8b", system="dgx-h100", prompt=1024, output=1024)
+    fixed, spread = serve(**job), serve(**job, prompt_cv=1.5, output_cv=1.5)
+    assert spread["output_tokens_per_s"] < fixed["output_tokens_per_s"]  # longer contexts in flight
+    assert spread["tpot_s"] > fixed["tpot_s"] and spread["ttft_s"] > fixed["ttft_s"]
+    assert serve(**job, prompt_cv=0.0, output_cv=0.0) == fixed

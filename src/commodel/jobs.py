@@ -248,6 +248,12 @@ class ServingJob(Job):
     kv_dtype: str = Field("auto", description="KV cache: bf16, fp8, or auto (fp8 with fp8/fp4 weights).")
     prompt: int = Field(1024, ge=1, le=MAX_SEQ, description="Prompt (input) tokens per request.")
     output: int = Field(1024, ge=1, le=MAX_SEQ, description="Output tokens per request.")
+    prompt_cv: float = Field(
+        0.0, ge=0, le=10, description="Spread of prompt lengths (coefficient of variation)."
+    )
+    output_cv: float = Field(
+        0.0, ge=0, le=10, description="Spread of output lengths (coefficient of variation)."
+    )
     batch: str = Field(
         "max",
         description="Requests in flight: a number, or max (all the KV cache holds: trtllm-bench's offline run).",

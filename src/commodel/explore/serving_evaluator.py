@@ -125,7 +125,7 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
                 net, c, recipe, kv_dtype_of(key["kv_dtype"], recipe), tp[ok], pp[ok], ep[ok],
                 col("max_batch_size")[ok], col("max_num_tokens")[ok], col("kv_fraction")[ok],
             )  # fmt: skip
-            messages[ok] = _price(engine, {n: col(n)[ok] for n in ("prompt", "output", "slo_ttft", "slo_tpot", "prefill_gpus")},
+            messages[ok] = _price(engine, {n: col(n)[ok] for n in ("prompt", "output", "prompt_cv", "output_cv", "slo_ttft", "slo_tpot", "prefill_gpus")},
                                   _batches(np.asarray(columns["batch"])[rows][ok]), gpus[ok], rows[ok], out,
                                   c, col("pue")[ok], col("price_per_gpu_hour")[ok])  # fmt: skip
         out["problem"][rows] = messages
@@ -159,6 +159,7 @@ def _price(
     """Fill ``out`` at ``rows`` for designs the layout rules accept; return each row's problem ("" if
     none: an SLO that one request misses is the only one left)."""
     p, o = request["prompt"], request["output"]
+    spread = request["prompt_cv"], request["output_cv"]
     cap = capacity(engine, p, o)
     limit = np.maximum(cap["max_batch"], 1.0)
     ttft, tpot = (np.where(np.isnan(v), np.inf, v) for v in (request["slo_ttft"], request["slo_tpot"]))
@@ -166,16 +167,17 @@ def _price(
     chosen = np.where(np.isnan(batch), limit, batch)
     problems = np.full(len(rows), "", dtype=object)
     if slo.any():
-        best = slo_batch(engine.select(slo), limit[slo], p[slo], o[slo], ttft[slo], tpot[slo])
+        mix = [v[slo] for v in spread]
+        best = slo_batch(engine.select(slo), limit[slo], p[slo], o[slo], ttft[slo], tpot[slo], *mix)
         chosen[slo] = np.maximum(best, 1.0)
-        one = steady_state(engine.select(slo), np.ones(int(slo.sum())), p[slo], o[slo])
+        one = steady_state(engine.select(slo), np.ones(int(slo.sum())), p[slo], o[slo], *mix)
         missed = [
             f"the SLO is below one request's latency: time to first token {a:.3g} s, per output token {b:.3g} s"
             for a, b in zip(one["ttft_s"], one["tpot_s"], strict=True)
         ]
         problems[np.flatnonzero(slo)[best == 0]] = np.asarray(missed, dtype=object)[best == 0]
     replicas = gpus / (engine.tp * engine.pp)
-    r = steady_state(engine, chosen, p, o)
+    r = steady_state(engine, chosen, p, o, *spread)
     total = replicas * r["output_tokens_per_s"]
     split = request["prefill_gpus"] > 0
     if split.any():  # prefill/decode disaggregation: the pools' own steady state, totals over both

@@ -208,11 +208,18 @@ def _prefill_attention_s(engine: Engine, prompts: np.ndarray, prompt: np.ndarray
 
 
 def iteration_time(
-    engine: Engine, queries: ArrayLike, prompts: ArrayLike, prompt: ArrayLike, context: ArrayLike
+    engine: Engine,
+    queries: ArrayLike,
+    prompts: ArrayLike,
+    prompt: ArrayLike,
+    context: ArrayLike,
+    prompt_cv: ArrayLike = 0.0,
 ) -> dict[str, np.ndarray]:
     """Seconds of one engine iteration carrying ``queries`` decode queries (each over ``context`` cached
-    tokens) and ``prompts`` whole prompts of ``prompt`` tokens: ``time_s`` (a round of the pipeline),
-    and its ``compute_s`` and ``comm_s``."""
+    tokens) and ``prompts`` whole prompts of ``prompt`` tokens on average (coefficient of variation
+    ``prompt_cv``: causal attention grows as ``E[p^2] = p^2 (1 + cv^2)``, priced as ``prompts / (1 + cv^2)``
+    prompts of ``p (1 + cv^2)`` tokens, the same tokens): ``time_s`` (a round of the pipeline), and its
+    ``compute_s``, ``comm_s`` and ``host_s``."""
     model, gpu, fab = engine.model, engine.cluster.gpu, engine.fabric
     pp = engine.pp
     g = np.asarray(queries, dtype=float) / pp  # one of pp micro-batches
@@ -222,7 +229,9 @@ def iteration_time(
     lk = layer_kernels(model, tokens, 1, p, engine.tp, 1, engine.ep, False, engine.recipe)
     layer = sum(count * timed(gpu, k, None)[0] for k, count, _ in lk.gemms)
     layer = layer + sum(forward * timed(gpu, k, None)[0] for k, forward, _ in lk.elementwise if forward)
-    layer = layer + _prefill_attention_s(engine, c, p) + _decode_attention_s(engine, g, np.asarray(context))
+    spread = 1 + np.asarray(prompt_cv, dtype=float) ** 2
+    layer = layer + _prefill_attention_s(engine, c / spread, p * spread)
+    layer = layer + _decode_attention_s(engine, g, np.asarray(context))
     act = tokens * model.hidden * bytes_per(engine.recipe.other)
     ar, _ = collective("allreduce", act, engine.tp_group, fab)
     comm = np.where(engine.tp > 1, 2 * ar, 0.0)
@@ -264,17 +273,26 @@ def capacity(engine: Engine, prompt: ArrayLike, output: ArrayLike) -> dict[str, 
 
 
 def steady_state(
-    engine: Engine, batch: ArrayLike, prompt: ArrayLike, output: ArrayLike
+    engine: Engine,
+    batch: ArrayLike,
+    prompt: ArrayLike,
+    output: ArrayLike,
+    prompt_cv: ArrayLike = 0.0,
+    output_cv: ArrayLike = 0.0,
 ) -> dict[str, np.ndarray]:
     """Continuous batching with ``batch`` requests in flight (module docstring): time to first token
-    once scheduled, time per output token, and output tokens and requests per second per replica."""
+    once scheduled, time per output token, and output tokens and requests per second per replica.
+
+    A request mix enters by its mean lengths and their coefficients of variation: a decode step sees
+    the length-biased mean context ``E[p] + E[o^2] / 2 E[o] = p + o (1 + cv_o^2) / 2`` (long outputs
+    are in flight longer), prompts' attention ``E[p^2]`` (:func:`iteration_time`)."""
     b = np.asarray(batch, dtype=float)
     p, o = np.asarray(prompt, dtype=float), np.asarray(output, dtype=float)
     starts = b / o
     share, prompts = np.minimum(starts, 1.0), np.maximum(starts, 1.0)
     queries = b * (o - 1) / o
-    context = p + o / 2
-    mixed = iteration_time(engine, queries, prompts, p, context)
+    context = p + o * (1 + np.asarray(output_cv, dtype=float) ** 2) / 2
+    mixed = iteration_time(engine, queries, prompts, p, context, prompt_cv)
     decode = iteration_time(engine, queries, np.zeros_like(b), p, context)
     mean = share * mixed["time_s"] + (1 - share) * decode["time_s"]
     comm = share * mixed["comm_s"] + (1 - share) * decode["comm_s"]
@@ -347,7 +365,14 @@ SLO_STEPS_PER_DOUBLING = 4
 
 
 def slo_batch(
-    engine: Engine, limit: ArrayLike, prompt: ArrayLike, output: ArrayLike, ttft: ArrayLike, tpot: ArrayLike
+    engine: Engine,
+    limit: ArrayLike,
+    prompt: ArrayLike,
+    output: ArrayLike,
+    ttft: ArrayLike,
+    tpot: ArrayLike,
+    prompt_cv: ArrayLike = 0.0,
+    output_cv: ArrayLike = 0.0,
 ) -> np.ndarray:
     """The largest batch (at most ``limit``, on a grid of :data:`SLO_STEPS_PER_DOUBLING` steps per
     doubling) whose first-token and per-token times meet the SLO; 0 where one request misses it."""
@@ -362,6 +387,9 @@ def slo_batch(
     def per_point(values: ArrayLike) -> np.ndarray:
         return np.repeat(np.broadcast_to(np.asarray(values, dtype=float), (rows,)), grid.size)
 
-    r = steady_state(engine.repeated(grid.size), np.maximum(batch, 1.0), per_point(prompt), per_point(output))
+    r = steady_state(
+        engine.repeated(grid.size), np.maximum(batch, 1.0), per_point(prompt), per_point(output),
+        per_point(prompt_cv), per_point(output_cv),
+    )  # fmt: skip
     ok = (r["ttft_s"] <= per_point(ttft)) & (r["tpot_s"] <= per_point(tpot)) & (batch >= 1)
     return np.where(ok, batch, 0.0).reshape(rows, grid.size).max(axis=1)
