@@ -125,6 +125,13 @@ def test_validate_prints_errors_and_gates():
         (["roofline", "gemm", "--gpu", "h100"], "did you mean 'h100-sxm'"),
         (["roofline", "gemm", "--gpu", "a100-sxm-80gb", "--dtype", "fp8"], "no fp8 peak"),
         (["hw", "show", "nvlink9"], "did you mean"),
+        (
+            ["compare", "--a", "sytem=dgx-h100,model=llama3-8b", "--b", "system=dgx-h100,model=llama3-8b"],
+            "did you mean 'system'",
+        ),
+        (["compare", "--a", "system", "--b", "x=1"], "field=value pairs"),
+        (["roofline", "plot", "-o", "/tmp/roofline.foo"], "image extension"),
+        (["roofline", "plot", "-o", "/tmp"], "is a folder"),
         (["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--output-cv", "-1"], "--output-cv"),
         (
             ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "4", "--prefill-gpus", "4"],
@@ -369,3 +376,18 @@ def test_bad_sweep_specs_stop_before_any_work_and_leave_nothing(
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_compare_sets_two_designs_side_by_side_from_the_train_model(tmp_path):
+    from commodel.workloads.run import train
+
+    common = "model=llama3-8b,gpus=8,global_batch=64,seq=4096"
+    result = invoke("compare", "--common", common, "--a", "system=dgx-h100", "--b", "system=dgx-b200",
+                    "--json", "--plot", str(tmp_path / "cmp.png"))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    a = train(model="llama3-8b", gpus=8, global_batch=64, seq=4096, system="dgx-h100")
+    step = next(r for r in data["metrics"] if r["metric"] == "step time")
+    assert step["a"] == pytest.approx(a["step_time_s"]) and step["b_over_a"] < 1  # B200 is faster
+    assert sum(r["change_s"] for r in data["breakdown"]) == pytest.approx(step["b"] - step["a"])
+    assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"

@@ -57,6 +57,25 @@ def roofline_plot(gpu: GPU, name: str, kernels: dict[str, Kernel], path: Path) -
     ax.set_title(f"Roofline: {name} (solid: vendor peak, dashed: achievable)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight", format=Path(path).suffix.lstrip(".") or "png")
-    return Path(path)
+    return save_figure(fig, path)
+
+
+def save_figure(fig: object, path: str | Path, dpi: int = 120) -> Path:
+    """Write a matplotlib figure atomically, in the format its extension names; a directory, a
+    missing folder or a format matplotlib cannot write is a :class:`CommodelError`."""
+    from commodel.errors import CommodelError
+
+    target = Path(path)
+    kind = target.suffix.lstrip(".").lower()
+    formats = fig.canvas.get_supported_filetypes()  # type: ignore[attr-defined]
+    if target.is_dir():
+        raise CommodelError(f"{target} is a folder; give an image file name (e.g. {target / 'plot.png'})")
+    if kind not in formats:
+        raise CommodelError(
+            f"cannot write '{target.name}': give an image extension ({', '.join(sorted(formats))})"
+        )
+    if not target.parent.is_dir():
+        raise CommodelError(f"no folder {target.parent} to write {target.name} into")
+    with atomic_path(target) as tmp:
+        fig.savefig(tmp, dpi=dpi, bbox_inches="tight", format=kind)  # type: ignore[attr-defined]
+    return target

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from commodel.explore.spec import SweepSpec
-from commodel.io import atomic_path
+from commodel.report.plots import save_figure
 from commodel.report.tables import markdown_table
 
 
@@ -55,9 +55,7 @@ def pareto_plot(cloud: pd.DataFrame, front: pd.DataFrame, spec: SweepSpec, path:
         ax.text(0.5, 0.5, "no feasible design", ha="center")
     ax.set_title(f"{spec.study.title or spec.study.name}: {len(front)} Pareto-optimal designs")
     ax.grid(True, alpha=0.3)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def _spans_decades(cloud: pd.DataFrame, front: pd.DataFrame, column: str) -> bool:

@@ -1,0 +1,106 @@
+"""Two training designs side by side (``commodel compare``): headline metrics, their ratio, and where
+the step's time moved, component by component, from the same scalar model as ``commodel train``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from commodel.errors import CommodelError
+
+#: Headline metrics: result key, label, unit, scale.
+METRICS = (
+    ("step_time_s", "step time", "s", 1.0),
+    ("tokens_per_s", "throughput", "tokens/s", 1.0),
+    ("mfu", "MFU", "%", 100.0),
+    ("memory_per_gpu_bytes", "memory per GPU", "GiB", 2**-30),
+    ("gpu_power_W", "power per GPU", "W", 1.0),
+    ("energy_per_token_J", "energy per token", "J", 1.0),
+    ("time_to_train_days", "time to train", "days", 1.0),
+    ("cost_usd", "cost to train", "USD", 1.0),
+)
+
+
+def parse_design(text: str, option: str) -> dict[str, str]:
+    """``"system=dgx-h100,tp=8"`` as fields (typed by the job declaration later), or a TOML file of them."""
+    if text.endswith(".toml"):
+        from commodel.records import read_toml
+
+        return dict(read_toml(Path(text)))
+    fields = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        if not sep or not name.strip():
+            raise CommodelError(
+                f"{option}: cannot read '{part}': write field=value pairs, e.g. system=dgx-h100,tp=8"
+            )
+        fields[name.strip().replace("-", "_")] = value.strip()
+    if not fields:
+        raise CommodelError(f"{option}: an empty design; give field=value pairs or a TOML file")
+    return fields
+
+
+def compare(a: dict[str, Any], b: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """Price both designs (each over ``common``) and set them side by side."""
+    from commodel.workloads.run import train
+
+    results = {}
+    for label, design in (("a", a), ("b", b)):
+        try:
+            results[label] = train(**{**common, **design})
+        except CommodelError as exc:
+            raise CommodelError(f"design {label.upper()}: {exc}") from None
+        job = {**common, **design}
+        price = float(job.get("price_per_gpu_hour", 0) or 0)
+        result = results[label]
+        result["cost_usd"] = price * result["gpus"] * result["time_to_train_days"] * 24
+    rows = []
+    for key, label, unit, scale in METRICS:
+        va, vb = results["a"][key] * scale, results["b"][key] * scale
+        rows.append({"metric": label, "unit": unit, "a": va, "b": vb, "b_over_a": vb / va if va else None})
+    breakdown = [
+        {"component": name, "a_s": results["a"]["breakdown"][name], "b_s": results["b"]["breakdown"][name],
+         "change_s": results["b"]["breakdown"][name] - results["a"]["breakdown"][name]}
+        for name in results["a"]["breakdown"]
+    ]  # fmt: skip
+    return {"designs": {"a": {**common, **a}, "b": {**common, **b}}, "metrics": rows, "breakdown": breakdown}
+
+
+def compare_text(result: dict[str, Any]) -> str:
+    """The comparison for a person: metrics with B / A, then the breakdown's changes, largest first."""
+    lines = [f"A: {_design(result['designs']['a'])}", f"B: {_design(result['designs']['b'])}", ""]
+    lines.append(f"{'':<26}{'A':>14}{'B':>14}{'B / A':>9}")
+    for row in result["metrics"]:
+        ratio = f"{row['b_over_a']:.3g}" if row["b_over_a"] is not None else "-"
+        name = f"{row['metric']} ({row['unit']})"
+        lines.append(f"{name:<26}{row['a']:>14.4g}{row['b']:>14.4g}{ratio:>9}")
+    lines += ["", "where the step's time moved (s, B - A):"]
+    for row in sorted(result["breakdown"], key=lambda r: -abs(r["change_s"])):
+        lines.append(
+            f"  {row['component']:<12}{row['a_s']:>12.4g}{row['b_s']:>12.4g}{row['change_s']:>+12.4g}"
+        )
+    return "\n".join(lines)
+
+
+def compare_plot(result: dict[str, Any], path: str | Path) -> Path:
+    """Stacked bars of each design's step time by component."""
+    from matplotlib.figure import Figure
+
+    from commodel.report.plots import save_figure
+
+    fig = Figure(figsize=(6, 4.5))
+    ax = fig.subplots()
+    bottoms = [0.0, 0.0]
+    for row in result["breakdown"]:
+        heights = [row["a_s"], row["b_s"]]
+        if max(heights) > 0:
+            ax.bar(["A", "B"], heights, bottom=bottoms, label=row["component"])
+            bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+    ax.set_ylabel("step time (s)")
+    ax.set_title("where the step's time goes")
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def _design(fields: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in fields.items())
