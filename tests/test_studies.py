@@ -151,12 +151,16 @@ def test_pooling_utilization_grows_with_pool_size_and_matches_a_direct_count():
     assert big.mean() > one.mean()
 
 
-def test_study_headlines_are_reported_with_their_papers():
-    overlap = {c.claim: c for c in run_study("overlap").claims}
-    assert any(c.paper == 25.5 for c in overlap.values())
+def test_study_claims_are_computed_numbers_beside_the_papers():
+    """Every claim pairs a paper figure (a number or a range) with a finite number the model computed."""
+    import math
+
+    for name in ("overlap", "cais", "streamguard"):
+        for claim in run_study(name).claims:
+            paper = claim.paper if isinstance(claim.paper, tuple) else (claim.paper,)
+            assert all(isinstance(v, float | int) for v in paper) and math.isfinite(claim.model), claim
     cais = run_study("cais").claims
-    assert [c.paper for c in cais] == [1.38, 1.61]
-    assert all(c.model > 1.0 for c in cais)  # CAIS is faster than both baselines
+    assert all(c.model > 1.0 for c in cais)  # CAIS is faster than both baselines in the model
 
 
 def test_ncclbpf_gain_comes_from_nvls_mid_size_weakness():

@@ -11,36 +11,73 @@ from commodel.explore.spec import SweepSpec
 from commodel.report.plots import save_figure
 from commodel.report.tables import markdown_table
 
+#: Column-name suffixes and the units they stand for, for axis titles in words.
+UNITS = {
+    "days": "days", "MWh": "MWh", "usd": "USD", "s": "s", "us": "us", "min": "min", "pct": "%", "J": "J",
+    "kW": "kW", "W": "W", "bytes": "bytes", "h": "h", "GB": "GB",
+}  # fmt: skip
+
+
+def axis_title(column: str, goal: str) -> str:
+    """``time_to_train_days`` as ``time to train (days), lower is better``."""
+    head, _, unit = column.rpartition("_")
+    words, unit = (head, UNITS[unit]) if head and unit in UNITS else (column, "")
+    better = "lower" if goal == "min" else "higher"
+    return f"{words.replace('_', ' ')}{f' ({unit})' if unit else ''}, {better} is better"
+
+
+def _category(spec: SweepSpec, frame: pd.DataFrame) -> str | None:
+    """The first text-valued variable (system, GPU, ...): what the design points are coloured by."""
+    for name in spec.variables:
+        if name in frame and not pd.api.types.is_numeric_dtype(frame[name]):
+            return name
+    return None
+
+
+def _label(row: pd.Series, varying: list[str]) -> str:
+    """A Pareto point's design, by the variables that differ along the front."""
+    return " ".join(str(row[n]) if isinstance(row[n], str) else f"{n}={row[n]:g}" for n in varying)
+
 
 def pareto_plot(cloud: pd.DataFrame, front: pd.DataFrame, spec: SweepSpec, path: Path) -> Path:
-    """2 objectives: scatter with the front highlighted; 3: the same, colored by the third;
-    more: parallel coordinates of the front (objectives scaled to [0, 1], 0 = best)."""
+    """2 objectives: designs coloured by their first text variable, the front as a step line with each
+    point labelled by its design; 3: the front coloured by the third objective; more: parallel
+    coordinates of the front (objectives scaled to [0, 1], 0 = best)."""
     from matplotlib.figure import Figure  # no pyplot: leaves the caller's backend (a notebook's) alone
 
     names = list(spec.objectives)
-    fig = Figure(figsize=(7.5, 5))
+    fig = Figure(figsize=(8.5, 5.5))
     ax = fig.subplots()
     if len(names) <= 3 and len(names) >= 2:
         x, y = names[0], names[1]
-        color = front[names[2]] if len(names) == 3 and len(front) else None
+        category = _category(spec, cloud if len(cloud) else front)
         if len(cloud):
-            ax.scatter(cloud[x], cloud[y], s=6, color="0.8", label="designs (sample)")
+            groups = cloud.groupby(category) if category else [("designs (sample)", cloud)]
+            for index, (value, group) in enumerate(groups):
+                ax.scatter(group[x], group[y], s=6, alpha=0.35, color=f"C{index % 10}", label=str(value))
         if len(front):
             ordered = front.sort_values(x)
-            shade = (
-                {"c": color.loc[ordered.index], "cmap": "viridis"} if color is not None else {"color": "C3"}
+            if len(names) == 2:  # a 2-objective front is a staircase; a 3-objective one's shadow is not
+                ax.step(ordered[x], ordered[y], where="post", color="black", lw=1, zorder=2)
+            shade = {"c": ordered[names[2]], "cmap": "viridis"} if len(names) == 3 else {"color": "white"}
+            points = ax.scatter(
+                ordered[x], ordered[y], s=28, edgecolors="black", zorder=3, label="Pareto front", **shade
             )
-            points = ax.scatter(ordered[x], ordered[y], s=22, label="Pareto front", zorder=3, **shade)
-            if color is not None:
-                fig.colorbar(points, ax=ax, label=names[2])
-        ax.set_xlabel(f"{x} ({spec.objectives[x]})")
-        ax.set_ylabel(f"{y} ({spec.objectives[y]})")
+            if len(names) == 3:
+                fig.colorbar(points, ax=ax, label=axis_title(names[2], spec.objectives[names[2]]))
+            varying = [n for n in spec.variables if n in ordered and ordered[n].nunique() > 1]
+            for index, (_, row) in enumerate(ordered.head(MAX_LABELS).iterrows()):
+                offset = (4, 6 + 10 * (index % 3))
+                ax.annotate(_label(row, varying), (row[x], row[y]), fontsize=6, rotation=30, xytext=offset,
+                            textcoords="offset points")  # fmt: skip
+        ax.set_xlabel(axis_title(x, spec.objectives[x]))
+        ax.set_ylabel(axis_title(y, spec.objectives[y]))
         if _spans_decades(cloud, front, x):
             ax.set_xscale("log")
         if _spans_decades(cloud, front, y):
             ax.set_yscale("log")
         if len(cloud) or len(front):
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=7, title=category)
     elif len(front):
         values = front[names].to_numpy(dtype=float)
         sign = np.array([-1.0 if spec.objectives[n] == "max" else 1.0 for n in names])
@@ -49,13 +86,17 @@ def pareto_plot(cloud: pd.DataFrame, front: pd.DataFrame, spec: SweepSpec, path:
         scaled = (scaled - lo) / np.where(hi > lo, hi - lo, 1.0)
         for row in scaled:
             ax.plot(range(len(names)), row, color="C0", alpha=0.3)
-        ax.set_xticks(range(len(names)), names, rotation=20)
+        ax.set_xticks(range(len(names)), [n.replace("_", " ") for n in names], rotation=20)
         ax.set_ylabel("scaled objective (0 = best)")
     else:
         ax.text(0.5, 0.5, "no feasible design", ha="center")
     ax.set_title(f"{spec.study.title or spec.study.name}: {len(front)} Pareto-optimal designs")
     ax.grid(True, alpha=0.3)
     return save_figure(fig, path, dpi=110)
+
+
+#: Pareto points labelled with their design (the rest stay unlabelled to keep the plot readable).
+MAX_LABELS = 12
 
 
 def _spans_decades(cloud: pd.DataFrame, front: pd.DataFrame, column: str) -> bool:
