@@ -1,0 +1,62 @@
+"""Global sensitivity: SALib's estimators through commodel's path recover the Ishigami indices, give
+an unused variable about 0, and rank a study's variables."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from commodel.errors import CommodelError
+from commodel.explore.sensitivity import indices
+
+STUDIES = Path(__file__).parents[1] / "studies"
+
+
+def ishigami(x: np.ndarray) -> dict[str, np.ndarray]:
+    """Ishigami (a = 7, b = 0.1) on [-pi, pi]^3, plus a fourth input it ignores."""
+    z = -np.pi + 2 * np.pi * x
+    y = np.sin(z[:, 0]) + 7 * np.sin(z[:, 1]) ** 2 + 0.1 * z[:, 2] ** 4 * np.sin(z[:, 0])
+    return {"y": y}
+
+
+def test_sobol_indices_of_the_ishigami_function():
+    table = indices(ishigami, ["x1", "x2", "x3", "unused"], "sobol", samples=2048, seed=1).set_index(
+        "variable"
+    )
+    expected_s1 = {"x1": 0.3139, "x2": 0.4424, "x3": 0.0, "unused": 0.0}
+    expected_st = {"x1": 0.5576, "x2": 0.4424, "x3": 0.2437, "unused": 0.0}
+    for name in expected_s1:
+        assert table.S1[name] == pytest.approx(expected_s1[name], abs=0.05), name
+        assert table.ST[name] == pytest.approx(expected_st[name], abs=0.05), name
+
+
+def test_morris_ranks_an_unused_input_last_and_bad_requests_are_errors():
+    table = indices(ishigami, ["x1", "x2", "x3", "unused"], "morris", samples=200, seed=1).set_index(
+        "variable"
+    )
+    assert table.mu_star["unused"] == pytest.approx(0.0, abs=1e-9)
+    assert table.mu_star.idxmax() in ("x1", "x2")
+    with pytest.raises(CommodelError, match="did you mean 'sobol'"):
+        indices(ishigami, ["x1"], "sobl")
+    with pytest.raises(CommodelError, match="at least one variable"):
+        indices(ishigami, [], "sobol")
+
+
+def test_a_studys_dominant_variable_ranks_first_and_a_study_without_variables_is_refused(
+    tmp_path, capsys, monkeypatch
+):
+    from commodel.cli import main
+    from commodel.explore.sensitivity import study_sensitivity
+    from commodel.explore.spec import load_spec
+
+    # the cais study varies model, system and tp_overlap: the model's size dominates step time
+    table = study_sensitivity(load_spec(STUDIES / "cais" / "study.toml"), "sobol", 64).set_index("variable")
+    assert table.ST["model"] > table.ST["tp_overlap"]
+    assert (table.invalid_share == 0).all()
+    spec = tmp_path / "fixed.toml"
+    spec.write_text('[study]\nname = "fixed"\nevaluate = "training"\n[fixed]\nmodel = "llama3-8b"\n'
+                    'system = "dgx-h100"\n[objectives]\nstep_time_s = "min"\n')  # fmt: skip
+    monkeypatch.setattr("sys.argv", ["commodel", "sensitivity", str(spec)])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 2 and "no variables" in capsys.readouterr().err
