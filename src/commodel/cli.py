@@ -181,6 +181,9 @@ def collective(
     ] = False,
     as_json: JsonFlag = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
+    uncertainty: Annotated[
+        bool, typer.Option("--uncertainty", help="Add p10-p90 bands from the collectives' validation errors.")
+    ] = False,
 ) -> None:
     """Time, algbw and busbw of a collective over a range of sizes (nccl-tests conventions)."""
     if as_json and as_csv:
@@ -196,6 +199,14 @@ def collective(
     where = cluster(system, nodes, partition=partition)
     fab = fabric_of(where, sharp=sharp, launch=launch, nvls=nvls, gpus_per_process=gpus_per_process)
     frame = run(op, where, parse_sizes(size), gpus, algo, protocol, library, channels, fab)
+    if uncertainty:
+        from commodel.uncertainty import band
+
+        b = band("collective")
+        frame["time_s_p10"], frame["time_s_p90"] = b.time(frame.time_s)
+        frame["busbw_GBps_p10"], frame["busbw_GBps_p90"] = b.speed(frame.busbw_GBps)
+        if not (as_json or as_csv):
+            typer.echo(f"# band p10-p90 from {b.source}: time x{1 / b.high:.3f} to x{1 / b.low:.3f}")
     if as_json:
         typer.echo(to_json(frame))
     elif as_csv:
@@ -267,34 +278,65 @@ def _job_options(schema: type) -> list[inspect.Parameter]:
     return params
 
 
-def train(as_json: bool = False, **values: object) -> None:
+#: Predictions each job command puts a band around: (model class, speeds, times).
+BANDED = {
+    "train": ("training", ("tokens_per_s",), ("step_time_s", "time_to_train_days")),
+    "serve": ("serving", ("output_tokens_per_s",), ("ttft_s", "tpot_s")),
+}
+
+
+def _banded(command: str, result: dict, uncertainty: bool) -> dict:
+    if not uncertainty:
+        return result
+    from commodel.uncertainty import with_bands
+
+    return with_bands(result, *BANDED[command])
+
+
+def _band_lines(result: dict) -> str:
+    """The bands of a result for a person, after its table."""
+    if "band_source" not in result:
+        return ""
+    pairs = [k[: -len("_p10")] for k in result if k.endswith("_p10")]
+    text = "; ".join(f"{k} {result[k + '_p10']:.4g} to {result[k + '_p90']:.4g}" for k in pairs)
+    return f"\n  band (p10-p90, {result['band_source']}): {text}"
+
+
+def train(as_json: bool = False, uncertainty: bool = False, **values: object) -> None:
     """Time, throughput, memory, power, energy and the breakdown of one training step."""
     from commodel.report.tables import training_table
     from commodel.workloads.run import train as run_train
 
-    result = run_train(**values)
-    typer.echo(json.dumps(result, indent=2) if as_json else training_table(result))
+    result = _banded("train", run_train(**values), uncertainty)
+    typer.echo(json.dumps(result, indent=2) if as_json else training_table(result) + _band_lines(result))
 
 
-def serve(as_json: bool = False, **values: object) -> None:
+def serve(as_json: bool = False, uncertainty: bool = False, **values: object) -> None:
     """Serving: time to first token and per output token, throughput, KV cache, power and cost per token."""
     from commodel.report.tables import serving_table
     from commodel.workloads.run import serve as run_serve
 
-    result = run_serve(**values)
-    typer.echo(json.dumps(result, indent=2) if as_json else serving_table(result))
+    result = _banded("serve", run_serve(**values), uncertainty)
+    typer.echo(json.dumps(result, indent=2) if as_json else serving_table(result) + _band_lines(result))
 
 
 def _register_job_commands() -> None:
     """``train`` and ``serve``, their options generated from the job declarations."""
     from commodel.jobs import ServingJob, TrainingJob
 
-    json_flag = inspect.Parameter(
-        "as_json", inspect.Parameter.KEYWORD_ONLY, default=False,
-        annotation=Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")],
-    )  # fmt: skip
+    flags = [
+        inspect.Parameter(
+            "as_json", inspect.Parameter.KEYWORD_ONLY, default=False,
+            annotation=Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")],
+        ),
+        inspect.Parameter(
+            "uncertainty", inspect.Parameter.KEYWORD_ONLY, default=False,
+            annotation=Annotated[bool, typer.Option(
+                "--uncertainty", help="Add a p10-p90 band from the model class's validation errors.")],
+        ),
+    ]  # fmt: skip
     for name, command, schema in (("train", train, TrainingJob), ("serve", serve, ServingJob)):
-        command.__signature__ = inspect.Signature([*_job_options(schema), json_flag])  # type: ignore[attr-defined]
+        command.__signature__ = inspect.Signature([*_job_options(schema), *flags])  # type: ignore[attr-defined]
         app.command(name)(command)
 
 
@@ -521,14 +563,21 @@ def validate(
 ) -> None:
     """Model vs every published measurement: errors per row, and median/max error per kind."""
     from commodel.report.tables import markdown_table, plain_table, to_json
+    from commodel.uncertainty import coverage_table
     from commodel.validate import accuracy_gates, summary, validation_table
 
     table = validation_table()
     stats = summary(table)
     gates = accuracy_gates(table)
+    bands = coverage_table(table)
     if as_json:
         payload = {name: json.loads(to_json(f)) for name, f in (("rows", table), ("summary", stats))}
-        typer.echo(json.dumps({**payload, "gates": json.loads(to_json(gates))}, indent=2))
+        typer.echo(
+            json.dumps(
+                {**payload, "gates": json.loads(to_json(gates)), "band_coverage": json.loads(to_json(bands))},
+                indent=2,
+            )
+        )
         return
     shown = table.drop(columns=["unit"]).rename(columns={"error_pct": "error_%"})
     render = markdown_table if markdown else plain_table
@@ -536,6 +585,7 @@ def validate(
         ("Per row", shown),
         ("Per kind (absolute error, %)", stats),
         ("Accuracy gates (absolute error, %)", gates),
+        ("Uncertainty bands: held-out rows inside their class's band, built without them (%)", bands),
     ]
     for title, frame in sections:
         typer.echo(f"\n## {title}\n" if markdown else f"\n{title}:")
