@@ -2,7 +2,8 @@
 results table, its Pareto front, a plot, a summary and a report.
 
 Output folder: ``results.parquet`` (every valid point: inputs, outputs and ``feasible``),
-``results.csv`` on request, ``pareto.csv``, ``pareto.png``, ``summary.json``, ``report.md``. Every
+``results.csv`` on request, ``pareto.csv``, ``pareto.png``, ``summary.json``, ``report.md``,
+``report.html``. Every
 file is written atomically. Finished chunks live in ``.chunks/`` until the sweep completes, so an
 interrupted sweep resumes (``resume=True``) from them, provided the specification is unchanged.
 """
@@ -277,6 +278,7 @@ class _ChunkProgress:
 
 def _write_outputs(spec: SweepSpec, out: Path, parts, n_chunks: int, write_csv: bool, started: float) -> dict:
     from commodel import __version__
+    from commodel.report.html_report import report_html
     from commodel.report.sweep_report import pareto_plot, report_markdown
 
     keep_every = max(point_count(spec) // PLOT_SAMPLE, 1)
@@ -325,4 +327,5 @@ def _write_outputs(spec: SweepSpec, out: Path, parts, n_chunks: int, write_csv: 
     }
     write_text(out / "summary.json", json.dumps(summary, indent=2, default=str))
     write_text(out / "report.md", report_markdown(spec, summary, front))
+    write_text(out / "report.html", report_html(spec, summary, front, out / "pareto.png"))
     return summary

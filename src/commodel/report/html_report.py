@@ -1,0 +1,129 @@
+"""A sweep's report as one self-contained HTML file (``report.html``): the study, its specification,
+the Pareto front as a sortable table, the plot inline, and where the models it used stand against
+published measurements. No network, no external files: it opens from a mail attachment.
+
+The table sorts by a click on a column header, or on load by ``#sort=COLUMN`` (``#sort=-COLUMN``
+descending) in the address. When every image has loaded, the page sets ``data-images-loaded`` on
+its body to the number that rendered, for anything checking it without a person.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from commodel.explore.spec import SweepSpec
+
+#: The validation kinds each evaluator's models answer to.
+MODEL_KINDS = {
+    "training": ("training", "collective", "gemm", "memory", "power"),
+    "serving": ("serving", "collective", "gemm", "memory"),
+    "collective": ("collective",),
+    "initiation": ("latency",),
+}
+
+_SCRIPT = """
+function sortBy(table, column, descending) {
+  const body = table.tBodies[0];
+  const rows = Array.from(body.rows);
+  const index = Array.from(table.tHead.rows[0].cells).findIndex(c => c.dataset.column === column);
+  if (index < 0) return;
+  const key = r => { const t = r.cells[index].dataset.value; const n = parseFloat(t); return isNaN(n) ? t : n; };
+  rows.sort((a, b) => { const x = key(a), y = key(b); return (x < y ? -1 : x > y ? 1 : 0) * (descending ? -1 : 1); });
+  rows.forEach(r => body.appendChild(r));
+  table.dataset.sortedBy = (descending ? "-" : "") + column;
+}
+document.querySelectorAll("table.sortable th").forEach(th => th.addEventListener("click", () => {
+  const table = th.closest("table");
+  sortBy(table, th.dataset.column, table.dataset.sortedBy === th.dataset.column);
+}));
+const wanted = new URLSearchParams(location.hash.slice(1)).get("sort");
+if (wanted) { const d = wanted.startsWith("-"); sortBy(document.querySelector("table.sortable"), wanted.replace(/^-/, ""), d); }
+window.addEventListener("load", () => {
+  const images = Array.from(document.images);
+  document.body.dataset.imagesLoaded = images.filter(i => i.complete && i.naturalWidth > 0).length;
+});
+"""
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 70em; color: #222; }
+table { border-collapse: collapse; font-size: 0.85em; } th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; }
+th { background: #eee; cursor: pointer; } td.number { text-align: right; } pre { background: #f6f6f6; padding: 1em; }
+img { max-width: 100%; } .holds { color: #176d1f; } .misses { color: #a31515; }
+"""
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        shown = f"{value:.4g}"
+        return f'<td class="number" data-value="{value!r}">{shown}</td>'
+    text = html.escape(str(value))
+    return f'<td data-value="{text}">{text}</td>'
+
+
+def front_table(front: pd.DataFrame, columns: list[str]) -> str:
+    """The Pareto front as a sortable HTML table over ``columns``."""
+    head = "".join(
+        f'<th data-column="{html.escape(c)}">{html.escape(c.replace("_", " "))}</th>' for c in columns
+    )
+    rows = "".join(
+        "<tr>" + "".join(_cell(row[c]) for c in columns) + "</tr>" for _, row in front[columns].iterrows()
+    )
+    return f'<table class="sortable" id="front"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+
+
+def validation_section(evaluator: str) -> str:
+    """Accuracy gates and per-kind errors of the models this evaluator uses (``commodel validate``)."""
+    from commodel.validate import accuracy_gates, summary, validation_table
+
+    kinds = MODEL_KINDS.get(evaluator)
+    if not kinds:
+        return "<p>No published measurements bear on this evaluator's models.</p>"
+    table = validation_table()
+    stats = summary(table)
+    stats = stats[stats.kind.isin(kinds)]
+    gates = accuracy_gates(table)
+    lines = ["<table><tr><th>model class</th><th>rows</th><th>median error %</th><th>max error %</th></tr>"]
+    for row in stats.itertuples():
+        lines.append(f"<tr><td>{row.kind}</td><td>{row.rows}</td><td>{row.median_abs_err_pct:.3g}</td>"
+                     f"<td>{row.max_abs_err_pct:.3g}</td></tr>")  # fmt: skip
+    lines.append("</table><ul>")
+    for row in gates.itertuples():
+        verdict = "holds" if row.holds else "misses"
+        lines.append(f'<li class="{verdict}">{html.escape(row.gate)}, {row.statistic}: {row.abs_err_pct:.3g}% '
+                     f"(bound {row.bound_pct:g}%): {verdict}</li>")  # fmt: skip
+    return "\n".join([*lines, "</ul>"])
+
+
+def report_html(spec: SweepSpec, summary: dict, front: pd.DataFrame, plot: Path) -> str:
+    """The whole report as one HTML document."""
+    import tomli_w
+
+    s = spec.study
+    image = base64.b64encode(Path(plot).read_bytes()).decode() if Path(plot).is_file() else ""
+    columns = [c for c in [*spec.variables, *spec.objectives] if c in front]
+    spec_text = tomli_w.dumps(json.loads(spec.model_dump_json(exclude_defaults=True)))
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(s.title or s.name)}</title>
+<style>{_STYLE}</style></head>
+<body>
+<h1>{html.escape(s.title or s.name)}</h1>
+<p>Evaluator <code>{s.evaluate}</code>, method <code>{s.method}</code>: {summary["points"]:,} points,
+{summary["valid"]:,} valid, {summary["feasible"]:,} feasible, {summary["pareto"]:,} Pareto-optimal, hypervolume
+{summary["hypervolume"]:.4f}, {summary["elapsed_s"]:.1f} s. Specification hash <code>{summary["spec_hash"]}</code>,
+commodel {summary["commodel_version"]}.</p>
+<h2>Pareto front</h2>
+<img alt="Pareto front" src="data:image/png;base64,{image}">
+<p>Click a column to sort.</p>
+{front_table(front, columns)}
+<h2>Where the models stand</h2>
+{validation_section(s.evaluate)}
+<h2>Specification</h2>
+<pre>{html.escape(spec_text)}</pre>
+<script>{_SCRIPT}</script>
+</body></html>
+"""

@@ -1,0 +1,54 @@
+"""report.html: self-contained, its table sorts and its image renders in a real browser (Chromium,
+installed by .ci/run when missing)."""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from commodel.explore.spec import load_spec
+from commodel.explore.sweep import run_sweep
+
+STUDY = Path(__file__).parents[1] / "studies" / "default" / "study.toml"
+BROWSER = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep")
+    run_sweep(load_spec(STUDY), out, progress=False)
+    return out
+
+
+def test_the_report_is_one_self_contained_file_with_the_front_and_the_models_standing(report):
+    text = (report / "report.html").read_text()
+    assert 'src="data:image/png;base64,' in text and not re.search(r'(src|href)="https?://', text)
+    front = pd.read_csv(report / "pareto.csv")
+    table = text[text.index('id="front"') : text.index("</table>", text.index('id="front"'))]
+    assert table.count("<tr><td") == len(front)
+    for section in ("Pareto front", "Where the models stand", "Specification"):
+        assert section in text
+
+
+@pytest.mark.skipif(
+    BROWSER is None, reason="no Chromium on this machine (.ci/run installs Debian's chromium)"
+)
+def test_in_a_real_browser_the_table_sorts_and_the_image_renders(report):
+    def dom(fragment: str) -> str:
+        url = (report / "report.html").as_uri() + fragment
+        run = subprocess.run(
+            [BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=3000", "--dump-dom", url],
+            capture_output=True, text=True, timeout=120, check=True,
+        )  # fmt: skip
+        return run.stdout
+
+    page = dom("#sort=-cost_usd")
+    assert 'data-images-loaded="1"' in page and 'data-sorted-by="-cost_usd"' in page
+    body = page[page.index("<tbody>") : page.index("</tbody>")]
+    header = page[page.index("<thead>") : page.index("</thead>")]
+    column = re.findall(r'data-column="([^"]+)"', header).index("cost_usd")
+    values = [float(re.findall(r'data-value="([^"]*)"', row)[column]) for row in body.split("<tr>")[1:]]
+    assert len(values) >= 3 and values == sorted(values, reverse=True)
