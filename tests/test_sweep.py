@@ -265,3 +265,11 @@ def test_constraint_values_must_match_the_column(tmp_path):
     spec = load_spec(write_spec(tmp_path, text=SMALL.replace('"fits == true"', '"fits == maybe"')))
     with pytest.raises(CommodelError, match="compared with true or false"):
         evaluate_all(spec)
+
+
+def test_an_optimizer_reports_as_many_points_as_its_budget(tmp_path):
+    spec = load_spec(write_spec(tmp_path, method="nsga2", budget=50))
+    summary = run_sweep(spec, tmp_path / "out", progress=False)
+    results = pd.read_parquet(tmp_path / "out" / "results.parquet")
+    assert summary["points"] == 50 and summary["valid"] == len(results) <= 50
+    assert results.point.max() < 50

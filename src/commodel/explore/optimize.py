@@ -36,7 +36,7 @@ def snap(spec: SweepSpec, x: np.ndarray) -> np.ndarray:
 
 
 def optimize(spec: SweepSpec, progress: bool = False) -> pd.DataFrame:
-    """Run the spec's optimizer for ``budget`` evaluations; return every valid evaluated design."""
+    """Run the spec's optimizer for ``budget`` evaluations; return every valid design among them."""
     from pymoo.algorithms.moo.nsga2 import NSGA2
     from pymoo.algorithms.moo.nsga3 import NSGA3
     from pymoo.core.problem import Problem
@@ -94,4 +94,9 @@ def optimize(spec: SweepSpec, progress: bool = False) -> pd.DataFrame:
     else:
         algorithm = NSGA2(pop_size=pop, **operators)
     minimize(Sweep(), algorithm, ("n_evals", budget), seed=spec.study.seed, verbose=False)
-    return pd.concat(seen, ignore_index=True) if seen else pd.DataFrame()
+    if not seen:
+        return pd.DataFrame()
+    evaluated = pd.concat(seen, ignore_index=True)
+    # pymoo stops at the first generation that reaches the budget: keep the budget's first evaluations,
+    # so the counts of the summary, the report and the files agree
+    return evaluated[evaluated["point"] < budget].reset_index(drop=True)
