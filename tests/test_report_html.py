@@ -29,8 +29,9 @@ def test_the_report_is_one_self_contained_file_with_the_front_and_the_models_sta
     front = pd.read_csv(report / "pareto.csv")
     table = text[text.index('id="front"') : text.index("</table>", text.index('id="front"'))]
     assert table.count("<tr><td") == len(front)
-    for section in ("Pareto front", "Where the models stand", "Specification"):
+    for section in ("Pareto front", "Where the step time goes", "Where the models stand", "Specification"):
         assert section in text
+    assert (report / "breakdown.png").read_bytes()[:4] == b"\x89PNG" and text.count("data:image/png;base64,") == 2
 
 
 @pytest.mark.skipif(
@@ -46,7 +47,7 @@ def test_in_a_real_browser_the_table_sorts_and_the_image_renders(report):
         return run.stdout
 
     page = dom("#sort=-cost_usd")
-    assert 'data-images-loaded="1"' in page and 'data-sorted-by="-cost_usd"' in page
+    assert 'data-images-loaded="2"' in page and 'data-sorted-by="-cost_usd"' in page
     body = page[page.index("<tbody>") : page.index("</tbody>")]
     header = page[page.index("<thead>") : page.index("</thead>")]
     column = re.findall(r'data-column="([^"]+)"', header).index("cost_usd")

@@ -279,7 +279,7 @@ class _ChunkProgress:
 def _write_outputs(spec: SweepSpec, out: Path, parts, n_chunks: int, write_csv: bool, started: float) -> dict:
     from commodel import __version__
     from commodel.report.html_report import report_html
-    from commodel.report.sweep_report import pareto_plot, report_markdown
+    from commodel.report.sweep_report import front_breakdown, pareto_plot, report_markdown
 
     keep_every = max(point_count(spec) // PLOT_SAMPLE, 1)
     with atomic_path(out / "results.parquet") as tmp:
@@ -301,6 +301,7 @@ def _write_outputs(spec: SweepSpec, out: Path, parts, n_chunks: int, write_csv: 
             pd.read_parquet(out / "results.parquet").to_csv(tmp, index=False)
     cloud = pd.concat(collector.cloud, ignore_index=True) if collector.cloud else pd.DataFrame()
     pareto_plot(cloud, front, spec, out / "pareto.png")
+    front_breakdown(spec, front, out / "breakdown.png")
     best = {}
     for name, sense in spec.objectives.items():
         if len(front):

@@ -84,22 +84,12 @@ def compare_text(result: dict[str, Any]) -> str:
 
 def compare_plot(result: dict[str, Any], path: str | Path) -> Path:
     """Stacked bars of each design's step time by component."""
-    from matplotlib.figure import Figure
+    from commodel.report.plots import breakdown_plot
 
-    from commodel.report.plots import save_figure
-
-    fig = Figure(figsize=(6, 4.5))
-    ax = fig.subplots()
-    bottoms = [0.0, 0.0]
-    for row in result["breakdown"]:
-        heights = [row["a_s"], row["b_s"]]
-        if max(heights) > 0:
-            ax.bar(["A", "B"], heights, bottom=bottoms, label=row["component"])
-            bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
-    ax.set_ylabel("step time (s)")
-    ax.set_title("where the step's time goes")
-    ax.legend(fontsize=8)
-    return save_figure(fig, path)
+    bars = {
+        label: {r["component"]: r[f"{label.lower()}_s"] for r in result["breakdown"]} for label in ("A", "B")
+    }
+    return breakdown_plot(bars, path)
 
 
 def _design(fields: dict[str, Any]) -> str:

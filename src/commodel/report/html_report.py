@@ -65,6 +65,11 @@ def _cell(value: object) -> str:
     return f'<td data-value="{text}">{text}</td>'
 
 
+def _inline(path: Path) -> str:
+    """A file's bytes as base64, for an inline image (empty when the file is missing)."""
+    return base64.b64encode(path.read_bytes()).decode() if path.is_file() else ""
+
+
 def front_table(front: pd.DataFrame, columns: list[str]) -> str:
     """The Pareto front as a sortable HTML table over ``columns``."""
     head = "".join(
@@ -104,7 +109,10 @@ def report_html(spec: SweepSpec, summary: dict, front: pd.DataFrame, plot: Path)
     import tomli_w
 
     s = spec.study
-    image = base64.b64encode(Path(plot).read_bytes()).decode() if Path(plot).is_file() else ""
+    image = _inline(Path(plot))
+    breakdown = Path(plot).with_name("breakdown.png")
+    bars = f'<h2>Where the step time goes</h2>\n<img alt="breakdown" src="data:image/png;base64,{_inline(breakdown)}">'
+
     columns = [c for c in [*spec.variables, *spec.objectives] if c in front]
     spec_text = tomli_w.dumps(json.loads(spec.model_dump_json(exclude_defaults=True)))
     return f"""<!DOCTYPE html>
@@ -120,6 +128,7 @@ commodel {summary["commodel_version"]}.</p>
 <img alt="Pareto front" src="data:image/png;base64,{image}">
 <p>Click a column to sort.</p>
 {front_table(front, columns)}
+{bars if breakdown.is_file() else ""}
 <h2>Where the models stand</h2>
 {validation_section(s.evaluate)}
 <h2>Specification</h2>

@@ -79,3 +79,26 @@ def save_figure(fig: object, path: str | Path, dpi: int = 120) -> Path:
     with atomic_path(target) as tmp:
         fig.savefig(tmp, dpi=dpi, bbox_inches="tight", format=kind)  # type: ignore[attr-defined]
     return target
+
+
+def breakdown_plot(
+    bars: dict[str, dict[str, float]], path: str | Path, title: str = "where the step's time goes"
+) -> Path:
+    """Stacked bars, one per design (label -> component -> seconds), components in a shared order."""
+    from matplotlib.figure import Figure
+
+    labels = list(bars)
+    components = list(dict.fromkeys(c for parts in bars.values() for c in parts))
+    fig = Figure(figsize=(max(5.0, 1.2 * len(labels) + 3), 4.5))
+    ax = fig.subplots()
+    bottoms = np.zeros(len(labels))
+    for component in components:
+        heights = np.array([bars[label].get(component, 0.0) for label in labels])
+        if heights.max() > 0:
+            ax.bar(labels, heights, bottom=bottoms, label=component.replace("_", " "))
+            bottoms += heights
+    ax.set_ylabel("step time (s)")
+    ax.set_title(title)
+    ax.tick_params(axis="x", labelrotation=20, labelsize=7)
+    ax.legend(fontsize=7)
+    return save_figure(fig, path)

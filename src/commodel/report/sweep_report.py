@@ -152,3 +152,25 @@ def report_markdown(spec: SweepSpec, summary: dict, front: pd.DataFrame, rows: i
         first = next(iter(spec.objectives))
         lines.append(markdown_table(front.sort_values(first).head(rows)[shown], "{:.4g}"))
     return "\n".join(lines) + "\n"
+
+
+#: Front designs the breakdown plot shows (the fastest by the first objective first).
+BREAKDOWN_DESIGNS = 8
+
+
+def front_breakdown(spec: SweepSpec, front: pd.DataFrame, path: Path) -> Path | None:
+    """Where each front design's step time goes (training sweeps: their ``*_s`` breakdown columns),
+    as stacked bars labelled by the variables that differ along the front; nothing for other sweeps."""
+    from commodel.report.plots import breakdown_plot
+    from commodel.workloads.training import BREAKDOWN
+
+    columns = [f"{name}_s" for name in BREAKDOWN]
+    if not len(front) or not set(columns) <= set(front):
+        return None
+    ordered = front.sort_values(next(iter(spec.objectives))).head(BREAKDOWN_DESIGNS)
+    varying = [n for n in spec.variables if n in ordered and ordered[n].nunique() > 1]
+    bars = {
+        f"{i + 1}: {_label(row, varying)}": {name: float(row[f"{name}_s"]) for name in BREAKDOWN}
+        for i, (_, row) in enumerate(ordered.iterrows())
+    }
+    return breakdown_plot(bars, path, "where the front designs' step time goes")
