@@ -90,9 +90,7 @@ def test_overlay_changes_only_the_calibrated_system(tmp_path, truth, monkeypatch
         "sys.argv",
         ["commodel", "calibrate", "nccl-tests", str(log), "--system", "dgx-h100", "-o", str(overlay)],
     )
-    with pytest.raises(SystemExit) as done:
-        main()
-    assert done.value.code in (0, None), capsys.readouterr().err
+    main()  # success returns; an error would exit 2
     assert "NVLS multimem efficiency" in capsys.readouterr().out
     before = {s: run("allreduce", cluster(s), [2**33]).busbw_GBps.iloc[0] for s in ("dgx-h100", "hgx-h200")}
     monkeypatch.setenv(OVERLAY_ENV, str(overlay))

@@ -31,7 +31,9 @@ def test_the_report_is_one_self_contained_file_with_the_front_and_the_models_sta
     assert table.count("<tr><td") == len(front)
     for section in ("Pareto front", "Where the step time goes", "Where the models stand", "Specification"):
         assert section in text
-    assert (report / "breakdown.png").read_bytes()[:4] == b"\x89PNG" and text.count("data:image/png;base64,") == 2
+    assert (report / "breakdown.png").read_bytes()[:4] == b"\x89PNG" and text.count(
+        "data:image/png;base64,"
+    ) == 2
 
 
 @pytest.mark.skipif(

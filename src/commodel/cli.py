@@ -624,13 +624,36 @@ def study_run(
         typer.echo(f"\n- {note}")
 
 
-def main() -> None:
-    """Console entry point: run the app, turning user errors into one line and exit code 2."""
+def _parser_errors() -> object:
+    """The option parser's exception module (typer vendors click from 0.2x on; older ones use click)."""
     try:
-        app()
+        from typer._click import exceptions
+    except ImportError:  # pragma: no cover - older typer
+        from click import exceptions
+    return exceptions
+
+
+def main() -> None:
+    """Console entry point: run the app, turning user errors (ours, and the option parser's) into one
+    ``error:`` line and exit code 2."""
+    errors = _parser_errors()
+    try:
+        code = app(standalone_mode=False)  # an Exit(n) a command raised comes back as n
     except CommodelError as exc:
         typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except errors.NoArgsIsHelpError as exc:  # a bare command group: its help, as usual
+        typer.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        sys.exit(0)
+    except errors.UsageError as exc:
+        where = f" ({exc.ctx.command_path})" if exc.ctx else ""
+        typer.echo(f"error{where}: {exc.format_message()}; see --help", err=True)
+        sys.exit(2)
+    except errors.ClickException as exc:
+        typer.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         typer.echo("interrupted: finished sweep chunks are kept; rerun with --resume to continue", err=True)
         sys.exit(130)
+    if isinstance(code, int) and code:
+        sys.exit(code)
