@@ -67,7 +67,7 @@ def parse_quantity(text: str | float | int, kind: str) -> float:
     CommodelError
         If ``text`` has no recognizable unit of the right kind.
     """
-    if isinstance(text, bool):
+    if isinstance(text, bool) or not isinstance(text, str | int | float):
         raise CommodelError(f"expected {DESCRIPTIONS[kind]}, got {text!r}")
     if isinstance(text, int | float):
         return float(text)
