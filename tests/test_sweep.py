@@ -11,13 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+import commodel.explore.evaluation as evaluation
 import commodel.explore.sweep as sweep_module
 from commodel.errors import CommodelError
+from commodel.explore.evaluation import evaluate_all
 from commodel.explore.expressions import evaluate_expression
 from commodel.explore.pareto import hypervolume, nondominated
 from commodel.explore.space import complete, grid_chunk, grid_size
 from commodel.explore.spec import load_spec
-from commodel.explore.sweep import evaluate_all, run_sweep
+from commodel.explore.sweep import run_sweep
 
 SMALL = """
 [study]
@@ -195,7 +197,7 @@ def test_resume_refuses_a_changed_spec(tmp_path, monkeypatch):
         lambda s, i: (
             (_ for _ in ()).throw(KeyboardInterrupt)
             if i == 1
-            else sweep_module.finish(spec, sweep_module.chunk_inputs(spec, i))
+            else evaluation.finish(spec, evaluation.chunk_inputs(spec, i))
         ),
     )
     with pytest.raises(KeyboardInterrupt):

@@ -13,7 +13,7 @@ import pandas as pd
 
 from commodel.comm.collectives import run
 from commodel.comm.fabric import fabric_of
-from commodel.explore.evaluators import Evaluator, blank_outputs, categorical_groups, register
+from commodel.explore.evaluators import Evaluator, blank_outputs, categorical_groups
 from commodel.hardware import cluster as make_cluster
 
 INPUTS: dict[str, object] = {
@@ -64,7 +64,6 @@ def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(**out)
 
 
-@register
 def collective() -> Evaluator:
     return Evaluator(
         "collective",

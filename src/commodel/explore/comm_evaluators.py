@@ -12,7 +12,7 @@ import pandas as pd
 
 from commodel.comm.initiation import coordination_latency, message_rate, path_of, put_latency
 from commodel.errors import CommodelError
-from commodel.explore.evaluators import Evaluator, blank_outputs, register
+from commodel.explore.evaluators import Evaluator, blank_outputs
 from commodel.hardware import cluster
 from commodel.workloads.catalog import model as get_model
 from commodel.workloads.moe_dispatch import dispatch_combine
@@ -66,7 +66,6 @@ def _moe(row: object) -> dict:
             "binding": r["binding"]}  # fmt: skip
 
 
-@register
 def initiation() -> Evaluator:
     outputs = ("put_us", "coordination_us", "messages_per_s", "problem", "valid")
     return Evaluator(
@@ -78,7 +77,6 @@ def initiation() -> Evaluator:
     )
 
 
-@register
 def halo() -> Evaluator:
     outputs = ("iteration_us", "comm_us", "compute_us", "efficiency", "problem", "valid")
     return Evaluator(
@@ -90,7 +88,6 @@ def halo() -> Evaluator:
     )
 
 
-@register
 def moe_dispatch() -> Evaluator:
     outputs = ("dispatch_us", "combine_us", "total_us", "binding", "problem", "valid")
     return Evaluator(

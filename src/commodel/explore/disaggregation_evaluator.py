@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from commodel.explore.evaluators import Evaluator, blank_outputs, categorical_groups, register
+from commodel.explore.evaluators import Evaluator, blank_outputs, categorical_groups
 from commodel.hardware import cluster as make_cluster
 from commodel.hardware import default_db
 from commodel.ops.energy import node_power_W
@@ -113,7 +113,6 @@ def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(**out)
 
 
-@register
 def disaggregation() -> Evaluator:
     return Evaluator(
         "disaggregation",

@@ -49,31 +49,27 @@ class Evaluator:
         return self.function(frame)
 
 
-_REGISTRY: dict[str, Callable[[], Evaluator]] = {}
-
-
-def register(factory: Callable[[], Evaluator]) -> Callable[[], Evaluator]:
-    _REGISTRY[factory.__name__] = factory
-    return factory
+#: The built-in evaluators: name -> "module:factory" (imported when first asked for).
+BUILTIN = {
+    "training": "commodel.explore.training_evaluator:training",
+    "serving": "commodel.explore.serving_evaluator:serving",
+    "collective": "commodel.explore.collective_evaluator:collective",
+    "disaggregation": "commodel.explore.disaggregation_evaluator:disaggregation",
+    "rollout": "commodel.explore.rl_rollout_evaluator:rollout",
+    "scheduling": "commodel.explore.scheduling_evaluator:scheduling",
+    "stream": "commodel.explore.stream_evaluator:stream",
+    "initiation": "commodel.explore.comm_evaluators:initiation",
+    "halo": "commodel.explore.comm_evaluators:halo",
+    "moe_dispatch": "commodel.explore.comm_evaluators:moe_dispatch",
+}
 
 
 def evaluator(name: str) -> Evaluator:
     """The evaluator called ``name``."""
-    _load_builtin()
-    return pick("evaluator", name, _REGISTRY)()
+    from importlib import import_module
 
-
-def _load_builtin() -> None:
-    from commodel.explore import (  # noqa: F401  (registration)
-        collective_evaluator,
-        comm_evaluators,
-        disaggregation_evaluator,
-        rl_rollout_evaluator,
-        scheduling_evaluator,
-        serving_evaluator,
-        stream_evaluator,
-        training_evaluator,
-    )
+    module, _, factory = pick("evaluator", name, BUILTIN).partition(":")
+    return getattr(import_module(module), factory)()
 
 
 def blank_outputs(

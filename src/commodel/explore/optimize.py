@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from commodel.explore.evaluation import finish
 from commodel.explore.pareto import objective_matrix
 from commodel.explore.space import complete, decode
 from commodel.explore.spec import SweepSpec
@@ -46,8 +47,6 @@ def optimize(spec: SweepSpec, progress: bool = False) -> pd.DataFrame:
     from pymoo.operators.sampling.lhs import LHS
     from pymoo.optimize import minimize
     from pymoo.util.ref_dirs import get_reference_directions
-
-    from commodel.explore.sweep import finish
 
     budget, n_obj = spec.study.budget, len(spec.objectives)
     pop = int(max(8, min(POPULATION, budget // 10)))

@@ -17,7 +17,7 @@ from functools import cache
 import numpy as np
 import pandas as pd
 
-from commodel.explore.evaluators import Evaluator, blank_outputs, register
+from commodel.explore.evaluators import Evaluator, blank_outputs
 from commodel.ops.rl_rollout import (
     SPARSE_BYTES,
     SPARSE_SHARE,
@@ -183,7 +183,6 @@ def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(**out)
 
 
-@register
 def rollout() -> Evaluator:
     return Evaluator(
         "rollout",

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from commodel.errors import CommodelError, unknown
-from commodel.explore.evaluators import Evaluator, blank_outputs, register
+from commodel.explore.evaluators import Evaluator, blank_outputs
 from commodel.ops.scheduling import POLICIES, approximate_waits, simulate_waits
 from commodel.workloads.catalog import job_mix
 
@@ -64,7 +64,6 @@ def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(**out)
 
 
-@register
 def scheduling() -> Evaluator:
     return Evaluator(
         "scheduling",

@@ -27,7 +27,6 @@ from commodel.explore.evaluators import (
     job_inputs,
     numbers,
     problem_messages,
-    register,
 )
 from commodel.hardware import cluster as make_cluster
 from commodel.jobs import ServingJob
@@ -226,7 +225,6 @@ def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(**out, gpus=gpus, batch=frame["batch"].astype(str))
 
 
-@register
 def serving() -> Evaluator:
     return Evaluator(
         "serving",

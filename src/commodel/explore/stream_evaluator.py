@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from commodel.explore.evaluators import Evaluator, blank_outputs, register
+from commodel.explore.evaluators import Evaluator, blank_outputs
 from commodel.ops.streaming import Stream, fault_impacts
 
 INPUTS: dict[str, object] = {
@@ -62,7 +62,6 @@ def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(**out)
 
 
-@register
 def stream() -> Evaluator:
     return Evaluator(
         "stream",

@@ -13,22 +13,18 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from functools import cache
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from commodel.errors import CommodelError
-from commodel.explore.evaluators import evaluator
+from commodel.explore.evaluation import SAMPLED, chunk_count, evaluate_chunk
 from commodel.explore.executors import execute
-from commodel.explore.expressions import constraint_mask
 from commodel.explore.pareto import bounds, hypervolume, objective_matrix, pareto_front
-from commodel.explore.space import complete, design_points, grid_chunk, grid_size, sample
+from commodel.explore.space import design_points
 from commodel.explore.spec import SweepSpec
 from commodel.io import atomic_path, write_text
-
-SAMPLED = ("grid", "sobol", "lhs")
 
 #: Points a sweep runs without ``--max-points`` (about 8 minutes and 15 GB of results at the measured
 #: 100,000 points/s end to end and ~300 bytes per stored row).
@@ -38,56 +34,6 @@ MAX_POINTS = 50_000_000
 POINTS_PER_S, BYTES_PER_POINT = 1e5, 300
 #: Points of the background cloud kept for the plot (the front is always drawn in full).
 PLOT_SAMPLE = 20_000
-
-
-def point_count(spec: SweepSpec) -> int:
-    return grid_size(spec) if spec.study.method == "grid" else spec.study.budget
-
-
-def chunk_count(spec: SweepSpec) -> int:
-    return -(-point_count(spec) // spec.study.chunk_size)
-
-
-@cache
-def _samples(spec_json: str) -> pd.DataFrame:
-    return sample(SweepSpec.model_validate_json(spec_json))
-
-
-def chunk_inputs(spec: SweepSpec, index: int) -> pd.DataFrame:
-    """The input table of chunk ``index``: variables, fixed inputs and derived values."""
-    start = index * spec.study.chunk_size
-    stop = min(start + spec.study.chunk_size, point_count(spec))
-    if spec.study.method == "grid":
-        points = grid_chunk(spec, start, stop)
-    else:
-        points = _samples(spec.model_dump_json()).iloc[start:stop]
-    return complete(spec, points)
-
-
-def finish(spec: SweepSpec, frame: pd.DataFrame) -> pd.DataFrame:
-    """Evaluate a table of inputs; keep valid rows and mark those meeting every constraint."""
-    result = evaluator(spec.study.evaluate)(frame)
-    result = result[result["valid"].to_numpy(dtype=bool)].drop(columns="valid").reset_index(drop=True)
-    feasible = np.ones(len(result), dtype=bool)
-    for text in spec.study.constraints:
-        feasible &= constraint_mask(text, result)
-    return result.assign(feasible=feasible)
-
-
-def evaluate_chunk(spec_json: str, index: int) -> pd.DataFrame:
-    """Evaluate chunk ``index`` of a specification given as JSON (a picklable task for Dask)."""
-    spec = SweepSpec.model_validate_json(spec_json)
-    return finish(spec, chunk_inputs(spec, index))
-
-
-def evaluate_all(spec: SweepSpec) -> pd.DataFrame:
-    """Every valid point of a specification, evaluated in this process (no files): what studies use."""
-    if spec.study.method not in SAMPLED:
-        from commodel.explore.optimize import optimize
-
-        return optimize(spec)
-    spec_json = spec.model_dump_json()
-    return pd.concat([evaluate_chunk(spec_json, i) for i in range(chunk_count(spec))], ignore_index=True)
 
 
 def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
@@ -281,7 +227,7 @@ def _write_outputs(spec: SweepSpec, out: Path, parts, n_chunks: int, write_csv: 
     from commodel.report.html_report import report_html
     from commodel.report.sweep_report import front_breakdown, pareto_plot, report_markdown
 
-    keep_every = max(point_count(spec) // PLOT_SAMPLE, 1)
+    keep_every = max(design_points(spec) // PLOT_SAMPLE, 1)
     with atomic_path(out / "results.parquet") as tmp:
         collector = Collector(spec, tmp, keep_every)
         try:
@@ -314,7 +260,7 @@ def _write_outputs(spec: SweepSpec, out: Path, parts, n_chunks: int, write_csv: 
         "method": spec.study.method,
         "spec_hash": spec.digest(),
         "commodel_version": __version__,
-        "points": point_count(spec),
+        "points": design_points(spec),
         "chunks": n_chunks,
         "valid": collector.valid,
         "feasible": collector.feasible,

@@ -23,7 +23,6 @@ from commodel.explore.evaluators import (
     job_inputs,
     numbers,
     problem_messages,
-    register,
 )
 from commodel.hardware import cluster as make_cluster
 from commodel.hardware.cluster import Cluster
@@ -293,7 +292,6 @@ def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(**out, **resolved)
 
 
-@register
 def training() -> Evaluator:
     return Evaluator(
         "training",

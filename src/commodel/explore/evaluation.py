@@ -1,0 +1,63 @@
+"""Evaluating a design space: its points chunk by chunk (grid order, or the sampler's), completed
+with fixed and derived inputs, through the spec's evaluator, with validity and constraints marked.
+What sweeps, studies and optimizers share."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import pandas as pd
+
+from commodel.explore.evaluators import evaluator
+from commodel.explore.expressions import constraint_mask
+from commodel.explore.space import complete, design_points, grid_chunk, sample
+from commodel.explore.spec import SweepSpec
+
+SAMPLED = ("grid", "sobol", "lhs")
+
+
+def chunk_count(spec: SweepSpec) -> int:
+    return -(-design_points(spec) // spec.study.chunk_size)
+
+
+@cache
+def _samples(spec_json: str) -> pd.DataFrame:
+    return sample(SweepSpec.model_validate_json(spec_json))
+
+
+def chunk_inputs(spec: SweepSpec, index: int) -> pd.DataFrame:
+    """The input table of chunk ``index``: variables, fixed inputs and derived values."""
+    start = index * spec.study.chunk_size
+    stop = min(start + spec.study.chunk_size, design_points(spec))
+    if spec.study.method == "grid":
+        points = grid_chunk(spec, start, stop)
+    else:
+        points = _samples(spec.model_dump_json()).iloc[start:stop]
+    return complete(spec, points)
+
+
+def finish(spec: SweepSpec, frame: pd.DataFrame) -> pd.DataFrame:
+    """Evaluate a table of inputs; keep valid rows and mark those meeting every constraint."""
+    result = evaluator(spec.study.evaluate)(frame)
+    result = result[result["valid"].to_numpy(dtype=bool)].drop(columns="valid").reset_index(drop=True)
+    feasible = np.ones(len(result), dtype=bool)
+    for text in spec.study.constraints:
+        feasible &= constraint_mask(text, result)
+    return result.assign(feasible=feasible)
+
+
+def evaluate_chunk(spec_json: str, index: int) -> pd.DataFrame:
+    """Evaluate chunk ``index`` of a specification given as JSON (a picklable task for Dask)."""
+    spec = SweepSpec.model_validate_json(spec_json)
+    return finish(spec, chunk_inputs(spec, index))
+
+
+def evaluate_all(spec: SweepSpec) -> pd.DataFrame:
+    """Every valid point of a specification, evaluated in this process (no files): what studies use."""
+    if spec.study.method not in SAMPLED:
+        from commodel.explore.optimize import optimize  # an optimizer evaluates through finish()
+
+        return optimize(spec)
+    spec_json = spec.model_dump_json()
+    return pd.concat([evaluate_chunk(spec_json, i) for i in range(chunk_count(spec))], ignore_index=True)
