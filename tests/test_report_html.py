@@ -11,6 +11,7 @@ import pytest
 
 from commodel.explore.spec import load_spec
 from commodel.explore.sweep import run_sweep
+from commodel.report.sweep_report import write_reports
 
 STUDY = Path(__file__).parents[1] / "studies" / "default" / "study.toml"
 BROWSER = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
@@ -19,7 +20,7 @@ BROWSER = next((b for b in ("chromium", "chromium-browser", "google-chrome") if 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep")
-    run_sweep(load_spec(STUDY), out, progress=False)
+    run_sweep(load_spec(STUDY), out, progress=False, reporter=write_reports)
     return out
 
 

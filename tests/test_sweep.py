@@ -20,6 +20,7 @@ from commodel.explore.pareto import hypervolume, nondominated
 from commodel.explore.space import complete, grid_chunk, grid_size
 from commodel.explore.spec import load_spec
 from commodel.explore.sweep import run_sweep
+from commodel.report.sweep_report import write_reports
 
 SMALL = """
 [study]
@@ -151,7 +152,9 @@ def test_chunking_does_not_change_results(tmp_path):
 
 def test_outputs_are_complete_and_atomic(tmp_path):
     out = tmp_path / "out"
-    summary = run_sweep(load_spec(write_spec(tmp_path)), out, write_csv=True, progress=False)
+    summary = run_sweep(
+        load_spec(write_spec(tmp_path)), out, write_csv=True, progress=False, reporter=write_reports
+    )
     for name in ("results.parquet", "results.csv", "pareto.csv", "pareto.png", "summary.json", "report.md"):
         assert (out / name).is_file(), name
     assert not list(out.glob(".*tmp")) and not (out / ".chunks").exists()
@@ -258,7 +261,7 @@ def test_nsga2_reaches_the_grid_front_with_five_percent_of_its_evaluations():
 
 def test_no_feasible_design_still_writes_every_output(tmp_path):
     spec = load_spec(write_spec(tmp_path, text=SMALL.replace('"fits == true"', '"cost_usd <= 0"')))
-    summary = run_sweep(spec, tmp_path / "out", progress=False)
+    summary = run_sweep(spec, tmp_path / "out", progress=False, reporter=write_reports)
     assert summary["feasible"] == 0 and summary["pareto"] == 0 and summary["hypervolume"] == 0
     assert (tmp_path / "out" / "pareto.png").is_file() and (tmp_path / "out" / "report.md").is_file()
 

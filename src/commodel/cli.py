@@ -111,6 +111,7 @@ def sweep(
     """Explore a design space and write its results, Pareto front, plot, summary and report."""
     from commodel.explore.spec import load_spec
     from commodel.explore.sweep import run_sweep
+    from commodel.report.sweep_report import write_reports
     from commodel.resources import resource_dir
 
     spec_path = spec or resource_dir("studies") / "default" / "study.toml"
@@ -121,7 +122,7 @@ def sweep(
     try:
         summary = run_sweep(
             loaded, out, resume=resume, executor=executor, scheduler=scheduler, write_csv=csv, progress=not quiet,
-            force=force, max_points=max_points,
+            force=force, max_points=max_points, reporter=write_reports,
         )  # fmt: skip
     except KeyboardInterrupt:
         again = " ".join(["commodel sweep", str(spec_path), "-o", out, "--resume"])

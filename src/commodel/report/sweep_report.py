@@ -174,3 +174,17 @@ def front_breakdown(spec: SweepSpec, front: pd.DataFrame, path: Path) -> Path | 
         for i, (_, row) in enumerate(ordered.iterrows())
     }
     return breakdown_plot(bars, path, "where the front designs' step time goes")
+
+
+def write_reports(
+    spec: SweepSpec, out: Path, summary: dict, front: pd.DataFrame, cloud: pd.DataFrame
+) -> None:
+    """A sweep's reports for a person: ``pareto.png``, ``breakdown.png`` (training sweeps),
+    ``report.md`` and the self-contained ``report.html``."""
+    from commodel.io import write_text
+    from commodel.report.html_report import report_html
+
+    pareto_plot(cloud, front, spec, out / "pareto.png")
+    front_breakdown(spec, front, out / "breakdown.png")
+    write_text(out / "report.md", report_markdown(spec, summary, front))
+    write_text(out / "report.html", report_html(spec, summary, front, out / "pareto.png"))
