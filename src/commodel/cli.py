@@ -389,9 +389,10 @@ def sensitivity(
 ) -> None:
     """Which variables drive each objective: Sobol indices or Morris effects, estimated by SALib on the
     sweep's own evaluation."""
-    from commodel.explore.sensitivity import sensitivity_plot, study_sensitivity
+    from commodel.explore.sensitivity import study_sensitivity
     from commodel.explore.spec import load_spec
     from commodel.io import write_text
+    from commodel.report.plots import sensitivity_plot
 
     loaded = load_spec(spec)
     table = study_sensitivity(loaded, method, samples, loaded.study.seed)

@@ -86,26 +86,3 @@ def study_sensitivity(
     if not spec.variables:
         raise CommodelError(f"{spec.study.name} has no variables to be sensitive to")
     return indices(study_function(spec), list(spec.variables), method, samples, seed)
-
-
-def sensitivity_plot(table: pd.DataFrame, path: str) -> str:
-    """Bars of each output's indices per variable (total and first-order, or mu*)."""
-    from matplotlib.figure import Figure
-
-    from commodel.report.plots import save_figure
-
-    outputs = list(dict.fromkeys(table.output))
-    fig = Figure(figsize=(4.5 * len(outputs), 4))
-    axes = np.atleast_1d(fig.subplots(1, len(outputs)))
-    for ax, output in zip(axes, outputs, strict=True):
-        rows = table[table.output == output]
-        at = np.arange(len(rows))
-        if "ST" in rows:
-            ax.bar(at - 0.2, rows.ST, 0.4, label="total")
-            ax.bar(at + 0.2, rows.S1, 0.4, label="first order")
-        else:
-            ax.bar(at, rows.mu_star, 0.6, label="mu*")
-        ax.set_xticks(at, rows.variable, rotation=30, fontsize=8)
-        ax.set_title(output.replace("_", " "), fontsize=9)
-        ax.legend(fontsize=7)
-    return str(save_figure(fig, path))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from commodel.compute.kernels import Kernel
 from commodel.compute.roofline import achievable_bandwidth, kernel_time
@@ -101,4 +102,25 @@ def breakdown_plot(
     ax.set_title(title)
     ax.tick_params(axis="x", labelrotation=20, labelsize=7)
     ax.legend(fontsize=7)
+    return save_figure(fig, path)
+
+
+def sensitivity_plot(table: pd.DataFrame, path: str | Path) -> Path:
+    """Bars of each output's indices per variable (total and first-order, or mu*)."""
+    from matplotlib.figure import Figure
+
+    outputs = list(dict.fromkeys(table.output))
+    fig = Figure(figsize=(4.5 * len(outputs), 4))
+    axes = np.atleast_1d(fig.subplots(1, len(outputs)))
+    for ax, output in zip(axes, outputs, strict=True):
+        rows = table[table.output == output]
+        at = np.arange(len(rows))
+        if "ST" in rows:
+            ax.bar(at - 0.2, rows.ST, 0.4, label="total")
+            ax.bar(at + 0.2, rows.S1, 0.4, label="first order")
+        else:
+            ax.bar(at, rows.mu_star, 0.6, label="mu*")
+        ax.set_xticks(at, rows.variable, rotation=30, fontsize=8)
+        ax.set_title(output.replace("_", " "), fontsize=9)
+        ax.legend(fontsize=7)
     return save_figure(fig, path)
