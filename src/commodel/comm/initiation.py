@@ -213,6 +213,11 @@ def wins_above(scheme: str, path: Path) -> float:
     return WORTHWHILE / gap if gap > 0 else float("inf")
 
 
+def _finite(value: float) -> float | None:
+    """A number for JSON: ``None`` where it is infinite (a scheme that never wins)."""
+    return value if np.isfinite(value) else None
+
+
 def scheme_table(path: Path, sizes: ArrayLike) -> list[dict[str, object]]:
     """The taxonomy with this path's numbers: one record per scheme the NIC can run."""
     records = []
@@ -229,7 +234,7 @@ def scheme_table(path: Path, sizes: ArrayLike) -> list[dict[str, object]]:
                 "coordination_us": float(coordination_latency(scheme, path)) * 1e6,
                 "messages_per_s": message_rate(scheme, path),
                 "host_competitive_above_bytes": host_competitive_above(scheme, path),
-                "wins_above_per_s": wins_above(scheme, path),
+                "wins_above_per_s": _finite(wins_above(scheme, path)),
             }
         )  # fmt: skip
     return records

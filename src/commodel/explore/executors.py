@@ -11,9 +11,12 @@ from contextlib import contextmanager
 
 import pandas as pd
 
-from commodel.errors import unknown
+from commodel.errors import CommodelError, unknown
 
 EXECUTORS = ("local", "dask")
+
+#: Seconds to wait for a Dask scheduler to answer before giving up.
+CONNECT_TIMEOUT_S = 5
 ChunkFunction = Callable[[str, int], pd.DataFrame]
 
 
@@ -28,7 +31,13 @@ def dask_client(scheduler: str | None):
     from dask.distributed import Client, LocalCluster
 
     if scheduler:
-        with Client(scheduler) as client:
+        try:
+            client = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError) as exc:
+            raise CommodelError(
+                f"no Dask scheduler answered at {scheduler} within {CONNECT_TIMEOUT_S} s ({type(exc).__name__})"
+            ) from None
+        with client:
             yield client
     else:
         with (

@@ -40,19 +40,16 @@ def roofline_plot(gpu: GPU, name: str, kernels: dict[str, Kernel], path: Path) -
             color=line[0].get_color(),
             lw=0.8,
         )
-    for index, (label, kernel) in enumerate(kernels.items()):
+    # Kernels as numbered points, named (with their dtype) in a key inside the axes, off the ceilings.
+    key = []
+    for number, (label, kernel) in enumerate(kernels.items(), start=1):
         result = kernel_time(gpu, kernel)
         x, y = float(np.max(kernel.intensity)), float(np.max(result.achieved_flops))
         ax.scatter([x], [y], color="black", zorder=3, s=18)
-        offset = (-6, 8) if index % 2 else (6, -12)
-        ax.annotate(
-            label,
-            (x, y),
-            textcoords="offset points",
-            xytext=offset,
-            fontsize=8,
-            ha="right" if index % 2 else "left",
-        )
+        ax.annotate(str(number), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8, weight="bold")
+        key.append(f"{number}: {label} ({kernel.dtype}, {np.ravel(result.bound)[0]}-bound)")
+    ax.text(0.98, 0.03, "\n".join(key), transform=ax.transAxes, ha="right", va="bottom", fontsize=7,
+            bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.85})  # fmt: skip
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("FLOP/s")
     ax.set_title(f"Roofline: {name} (solid: vendor peak, dashed: achievable)")

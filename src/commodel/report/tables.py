@@ -150,7 +150,7 @@ def scheme_text(system: str, records: list[dict]) -> str:
             rate = r["wins_above_per_s"]
             line += (
                 f"  >{rate:,.0f} coordinations/s; host within 5% above {format_bytes(above)}"
-                if rate != float("inf")
+                if rate
                 else "  never faster"
             )
         lines.append(line)
