@@ -14,6 +14,7 @@ from commodel.comm.initiation import coordination_latency, message_rate, path_of
 from commodel.errors import CommodelError
 from commodel.explore.evaluators import Evaluator, blank_outputs
 from commodel.hardware import cluster
+from commodel.hardware.cluster import Cluster
 from commodel.workloads.catalog import model as get_model
 from commodel.workloads.moe_dispatch import dispatch_combine
 from commodel.workloads.stencil import iteration_time, weak_efficiency
@@ -32,6 +33,11 @@ def _rows(frame: pd.DataFrame, outputs: tuple[str, ...], price: Callable[[object
             out[name][i] = value
         out["valid"][i] = True
     return frame.assign(**out)
+
+
+def _cluster_of(system: str, gpus: int) -> Cluster:
+    """Enough nodes of ``system`` for ``gpus`` GPUs (at least one)."""
+    return cluster(system, max(gpus // cluster(system).gpus_per_node, 1))
 
 
 def _message(row: object) -> dict:
@@ -53,14 +59,14 @@ def _halo_rows(frame: pd.DataFrame, outputs: tuple[str, ...]) -> pd.DataFrame:
 
 
 def _halo(row: object) -> dict:
-    c = cluster(row.system, max(int(row.gpus) // cluster(row.system).gpus_per_node, 1))
+    c = _cluster_of(row.system, int(row.gpus))
     r = iteration_time(row.scheme, c, int(row.n), int(row.gpus), int(row.halo))
     return {"iteration_us": 1e6 * r["time_s"], "comm_us": 1e6 * r["comm_s"], "compute_us": 1e6 * r["compute_s"],
             "efficiency": weak_efficiency(row.scheme, c, int(row.n), int(row.gpus), int(row.halo))}  # fmt: skip
 
 
 def _moe(row: object) -> dict:
-    c = cluster(row.system, max(int(row.ep) // cluster(row.system).gpus_per_node, 1))
+    c = _cluster_of(row.system, int(row.ep))
     r = dispatch_combine(row.mode, row.scheme, get_model(row.model), c, int(row.ep), float(row.tokens))
     return {"dispatch_us": 1e6 * r["dispatch_s"], "combine_us": 1e6 * r["combine_s"], "total_us": 1e6 * r["time_s"],
             "binding": r["binding"]}  # fmt: skip

@@ -131,3 +131,15 @@ def problem_messages(problems: list[tuple[np.ndarray, str]], rows: int) -> np.nd
         joined = np.where(messages == "", message, messages + "; " + message)
         messages = np.where(np.broadcast_to(mask, messages.shape), joined, messages)
     return messages
+
+
+def evaluate_frame(
+    frame: pd.DataFrame, evaluate_columns: Callable[..., dict[str, np.ndarray]], resolved: tuple[str, ...]
+) -> pd.DataFrame:
+    """A column-wise evaluator (``evaluate_columns``) on a DataFrame: its outputs added, and the
+    inputs it ``resolved`` (derived counts such as gpus) replaced as nullable integers."""
+    import pandas as pd
+
+    out = evaluate_columns({name: frame[name].to_numpy(dtype=object) for name in frame.columns})
+    counts = {name: pd.array(out.pop(name), dtype="Int64") for name in resolved}
+    return frame.assign(**out, **counts)

@@ -24,6 +24,7 @@ from commodel.explore.evaluators import (
     blank_outputs,
     categorical_groups,
     check_inputs,
+    evaluate_frame,
     job_inputs,
     numbers,
     problem_messages,
@@ -216,13 +217,9 @@ def _price(
 
 
 def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
-    """The evaluator on a DataFrame: :func:`evaluate_columns` on its columns (``batch`` as text: a
+    """The evaluator on a DataFrame (:func:`evaluate_columns`; gpus resolved, ``batch`` as text: a
     number or ``max``)."""
-    import pandas as pd
-
-    out = evaluate_columns({name: frame[name].to_numpy(dtype=object) for name in frame.columns})
-    gpus = pd.array(out.pop("gpus"), dtype="Int64")
-    return frame.assign(**out, gpus=gpus, batch=frame["batch"].astype(str))
+    return evaluate_frame(frame.assign(batch=frame["batch"].astype(str)), evaluate_columns, ("gpus",))
 
 
 def serving() -> Evaluator:

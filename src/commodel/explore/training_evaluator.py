@@ -20,6 +20,7 @@ from commodel.explore.evaluators import (
     blank_outputs,
     categorical_groups,
     check_inputs,
+    evaluate_frame,
     job_inputs,
     numbers,
     problem_messages,
@@ -283,13 +284,8 @@ def _job_totals(
 
 
 def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
-    """The evaluator on a DataFrame: :func:`evaluate_columns` on its columns, resolved inputs as
-    nullable integers."""
-    import pandas as pd
-
-    out = evaluate_columns({name: frame[name].to_numpy(dtype=object) for name in frame.columns})
-    resolved = {name: pd.array(out.pop(name), dtype="Int64") for name in ("gpus", "nodes", "dp")}
-    return frame.assign(**out, **resolved)
+    """The evaluator on a DataFrame (:func:`evaluate_columns`; gpus, nodes and dp resolved)."""
+    return evaluate_frame(frame, evaluate_columns, ("gpus", "nodes", "dp"))
 
 
 def training() -> Evaluator:
