@@ -51,6 +51,7 @@ CASES = (
     + [["compare", "--a", "model=llama3-8b,system=dgx-h100", "--b", "model=llama3-8b,system=dgx-h100,tp=3"],
        ["compare", "--a", "", "--b", "x=1"], ["compare", "--a", "/nonexistent.toml", "--b", "x=1"]]
     + [["sensitivity", "/nonexistent.toml"], ["calibrate", "nccl-tests", "/nonexistent.log", "--system", "dgx-h100"]]
+    + [["validate", "--parameter-draws", "-1"], ["validate", "--parameter-draws", "1"]]
 )  # fmt: skip
 
 

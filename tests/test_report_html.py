@@ -30,11 +30,26 @@ def test_the_report_is_one_self_contained_file_with_the_front_and_the_models_sta
     front = pd.read_csv(report / "pareto.csv")
     table = text[text.index('id="front"') : text.index("</table>", text.index('id="front"'))]
     assert table.count("<tr><td") == len(front)
-    for section in ("Pareto front", "Where the step time goes", "Where the models stand", "Specification"):
+    sections = ("Pareto front", "Uncertainty", "Sensitivity to the design choices", "Where the step time goes",
+                "Where the models stand", "Specification")  # fmt: skip
+    for section in sections:
         assert section in text
-    assert (report / "breakdown.png").read_bytes()[:4] == b"\x89PNG" and text.count(
-        "data:image/png;base64,"
-    ) == 2
+    for png in ("breakdown.png", "sensitivity.png"):
+        assert (report / png).read_bytes()[:4] == b"\x89PNG"
+    assert text.count("data:image/png;base64,") == 3
+
+
+def test_the_default_studys_report_shows_each_front_designs_band_and_the_sensitivity(report):
+    text = (report / "report.html").read_text()
+    front = pd.read_csv(report / "pareto.csv")
+    bands = text[text.index('id="bands"') : text.index("</table>", text.index('id="bands"'))]
+    assert bands.count("<tr><td") == len(front) and "driven by" in bands
+    assert (front.time_to_train_days_p10 <= front.time_to_train_days_p90).all()
+    sensitivity = pd.read_csv(report / "sensitivity.csv")
+    assert set(sensitivity.output) == {"time_to_train_days", "energy_MWh", "cost_usd"}
+    # the price per GPU-hour follows the system: the system drives the cost more than the PUE does
+    cost = sensitivity[sensitivity.output == "cost_usd"].set_index("variable").ST
+    assert cost["system"] > cost["pue"]
 
 
 @pytest.mark.skipif(
@@ -50,7 +65,7 @@ def test_in_a_real_browser_the_table_sorts_and_the_image_renders(report):
         return run.stdout
 
     page = dom("#sort=-cost_usd")
-    assert 'data-images-loaded="2"' in page and 'data-sorted-by="-cost_usd"' in page
+    assert 'data-images-loaded="3"' in page and 'data-sorted-by="-cost_usd"' in page
     body = page[page.index("<tbody>") : page.index("</tbody>")]
     header = page[page.index("<thead>") : page.index("</thead>")]
     column = re.findall(r'data-column="([^"]+)"', header).index("cost_usd")

@@ -36,6 +36,22 @@ def test_bands_wrap_predictions_and_times_invert():
     b = band("training")
     assert data["step_time_s_p90"] == pytest.approx(data["step_time_s"] / b.low)
     assert "training rows" in data["band_source"]
+    # the hardware's uncertain numbers: a band around the same prediction, and what drives it
+    assert (
+        data["tokens_per_s_params_p10"]
+        <= data["tokens_per_s"] * 1.01
+        <= data["tokens_per_s_params_p90"] * 1.02
+    )
+    assert "uncertain hardware numbers" in data["params_source"]
+    assert data["step_time_s_params_driver"].startswith("h100-sxm.matmul_efficiency.bf16")
+
+
+def test_a_collectives_parameter_band_follows_the_fabric_it_crosses():
+    args = ["collective", "allreduce", "--system", "dgx-h100", "--size", "256MiB", "--uncertainty", "--json"]
+    inside = json.loads(CliRunner().invoke(app, args).output)[0]
+    across = json.loads(CliRunner().invoke(app, [*args, "--nodes", "4"]).output)[0]
+    assert "nvlink4" in inside["busbw_GBps_params_driver"] and "ib-ndr" in across["busbw_GBps_params_driver"]
+    assert across["busbw_GBps_params_p10"] < across["busbw_GBps"] <= across["busbw_GBps_params_p90"]
 
 
 @pytest.mark.parametrize("percentiles", [(0.0, 90.0), (90.0, 10.0), (10.0, 100.0)])

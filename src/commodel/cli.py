@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import sys
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -197,17 +199,30 @@ def collective(
 
     if nodes < 1:
         raise CommodelError(f"--nodes must be at least 1, got {nodes}")
-    where = cluster(system, nodes, partition=partition)
-    fab = fabric_of(where, sharp=sharp, launch=launch, nvls=nvls, gpus_per_process=gpus_per_process)
-    frame = run(op, where, parse_sizes(size), gpus, algo, protocol, library, channels, fab)
+    sizes = parse_sizes(size)
+
+    def priced() -> object:
+        """The collective on the hardware database in use (a Monte Carlo draw's, below)."""
+        where = cluster(system, nodes, partition=partition)
+        fab = fabric_of(where, sharp=sharp, launch=launch, nvls=nvls, gpus_per_process=gpus_per_process)
+        return run(op, where, sizes, gpus, algo, protocol, library, channels, fab)
+
+    frame = priced()
     if uncertainty:
-        from commodel.uncertainty import band
+        from commodel.uncertainty import band, parameter_bands
 
         b = band("collective")
         frame["time_s_p10"], frame["time_s_p90"] = b.time(frame.time_s)
         frame["busbw_GBps_p10"], frame["busbw_GBps_p90"] = b.speed(frame.busbw_GBps)
+        params = parameter_bands(priced, [system], ("time_s", "busbw_GBps"))
+        frame = frame.assign(**{k: v for k, v in params.items() if k != "params_source"})
         if not (as_json or as_csv):
             typer.echo(f"# band p10-p90 from {b.source}: time x{1 / b.high:.3f} to x{1 / b.low:.3f}")
+            last = frame.iloc[-1]
+            typer.echo(f"# band p10-p90 from {params['params_source']}: at {last.size_bytes:.0f} B busbw "
+                       f"{last.busbw_GBps_params_p10:.4g} to {last.busbw_GBps_params_p90:.4g} GB/s"
+                       + (f", driven by {last.busbw_GBps_params_driver}" if "busbw_GBps_params_driver" in frame else "")
+                       + " (every size: --json or --csv)")  # fmt: skip
     if as_json:
         typer.echo(to_json(frame))
     elif as_csv:
@@ -286,21 +301,30 @@ BANDED = {
 }
 
 
-def _banded(command: str, result: dict, uncertainty: bool) -> dict:
+def _banded(command: str, result: dict, uncertainty: bool, run: Callable[[], dict], values: dict) -> dict:
+    """``result`` with the model class's band and the band of the hardware's uncertain numbers."""
     if not uncertainty:
         return result
-    from commodel.uncertainty import with_bands
+    from commodel.uncertainty import parameter_bands, with_bands
 
-    return with_bands(result, *BANDED[command])
+    kind, speeds, times = BANDED[command]
+    names = [name for v in values.values() if isinstance(v, str) for name in re.split(r"[,:]", v)]
+    return {**with_bands(result, kind, speeds, times), **parameter_bands(run, names, speeds + times)}
 
 
 def _band_lines(result: dict) -> str:
     """The bands of a result for a person, after its table."""
     if "band_source" not in result:
         return ""
-    pairs = [k[: -len("_p10")] for k in result if k.endswith("_p10")]
+    pairs = [k[: -len("_p10")] for k in result if k.endswith("_p10") and "_params_" not in k]
     text = "; ".join(f"{k} {result[k + '_p10']:.4g} to {result[k + '_p90']:.4g}" for k in pairs)
-    return f"\n  band (p10-p90, {result['band_source']}): {text}"
+    params = "; ".join(
+        f"{k} {result[k + '_params_p10']:.4g} to {result[k + '_params_p90']:.4g}"
+        + (f", driven by {result[k + '_params_driver']}" if k + "_params_driver" in result else "")
+        for k in pairs
+    )
+    return (f"\n  band (p10-p90, {result['band_source']}): {text}"
+            f"\n  band (p10-p90, {result['params_source']}): {params}")  # fmt: skip
 
 
 def train(as_json: bool = False, uncertainty: bool = False, **values: object) -> None:
@@ -308,7 +332,7 @@ def train(as_json: bool = False, uncertainty: bool = False, **values: object) ->
     from commodel.report.tables import training_table
     from commodel.workloads.run import train as run_train
 
-    result = _banded("train", run_train(**values), uncertainty)
+    result = _banded("train", run_train(**values), uncertainty, lambda: run_train(**values), values)
     typer.echo(json.dumps(result, indent=2) if as_json else training_table(result) + _band_lines(result))
 
 
@@ -317,7 +341,7 @@ def serve(as_json: bool = False, uncertainty: bool = False, **values: object) ->
     from commodel.report.tables import serving_table
     from commodel.workloads.run import serve as run_serve
 
-    result = _banded("serve", run_serve(**values), uncertainty)
+    result = _banded("serve", run_serve(**values), uncertainty, lambda: run_serve(**values), values)
     typer.echo(json.dumps(result, indent=2) if as_json else serving_table(result) + _band_lines(result))
 
 
@@ -562,6 +586,13 @@ def _describe(record: object, prefix: str = "") -> list[str]:
 def validate(
     as_json: JsonFlag = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the report as Markdown.")] = False,
+    parameter_draws: Annotated[
+        int,
+        typer.Option(
+            help="Also price every row on this many draws of the hardware's uncertain numbers and "
+            "report how often that band holds the measurement (0: skip; about 1.5 s per draw)."
+        ),
+    ] = 0,
 ) -> None:
     """Model vs every published measurement: errors per row, and median/max error per kind."""
     from commodel.report.tables import markdown_table, plain_table, to_json
@@ -572,6 +603,15 @@ def validate(
     stats = summary(table)
     gates = accuracy_gates(table)
     bands = coverage_table(table)
+    if parameter_draws < 0:
+        raise CommodelError(f"--parameter-draws must be 0 or more, got {parameter_draws}")
+    if parameter_draws == 1:
+        raise CommodelError("--parameter-draws needs at least 2 draws to make a band")
+    if parameter_draws:
+        from commodel.uncertainty import parameter_coverage
+
+        drawn = parameter_coverage(parameter_draws).rename(columns={"inside_pct": "inside_pct (parameters)"})
+        bands = bands.merge(drawn[["kind", "inside_pct (parameters)"]], on="kind", how="left")
     if as_json:
         payload = {name: json.loads(to_json(f)) for name, f in (("rows", table), ("summary", stats))}
         typer.echo(

@@ -1,7 +1,8 @@
 """Strict, sourced records read from TOML: the primitives every data file (hardware, workloads) uses.
 
 A :class:`Sourced` number carries its value in SI units and the ``source`` it came from (a datasheet, a
-measurement row id, or an explicit assumption). :func:`load_record` is the one place TOML is parsed:
+measurement row id, or an explicit assumption), and may state the ``range`` it is believed to lie in
+(what :mod:`commodel.hardware.uncertain` propagates). :func:`load_record` is the one place TOML is parsed:
 errors name the file and the field, and suggest the closest valid key.
 """
 
@@ -26,12 +27,14 @@ class Strict(BaseModel):
 
 
 class Sourced(Strict):
-    """A positive number with its unit parsed to SI and the source it came from."""
+    """A positive number with its unit parsed to SI, the source it came from and, optionally, the
+    ``range = [low, high]`` (same unit) it is believed to lie in."""
 
     KIND: ClassVar[str | None] = None
     value: float
     source: str
     note: str = ""
+    range: tuple[float, float] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -40,7 +43,15 @@ class Sourced(Strict):
             raise ValueError('expected a table {value = ..., source = "..."}')
         if "value" in data and cls.KIND is not None:
             data = {**data, "value": parse_quantity(data["value"], cls.KIND)}
+        if isinstance(data.get("range"), list | tuple) and cls.KIND is not None:
+            data = {**data, "range": [parse_quantity(v, cls.KIND) for v in data["range"]]}
         return data
+
+    @model_validator(mode="after")
+    def _value_in_range(self) -> Sourced:
+        if self.range is not None and not 0 < self.range[0] <= self.value <= self.range[1]:
+            raise ValueError(f"range {list(self.range)} must be positive and hold the value {self.value:g}")
+        return self
 
     @field_validator("value")
     @classmethod

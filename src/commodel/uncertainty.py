@@ -8,13 +8,19 @@ ratio reads "how much faster reality was"). A prediction of a speed ``v`` gets t
 ``[v q_lo, v q_hi]`` with ``q`` the ratios' ``lo`` and ``hi`` percentiles; a prediction of a time
 ``t`` gets ``[t / q_hi, t / q_lo]``. The source of each band is named: the class and its row count.
 
-The bands are checked on the rows themselves without letting a row inform its own band: each row's
+:func:`parameter_bands` adds the other view: the prediction repeated on Monte Carlo draws of the
+uncertain hardware numbers it uses (:mod:`commodel.hardware.uncertain`), with the number that drives
+each band named.
+
+The class bands are checked on the rows themselves without letting a row inform its own band: each row's
 band comes from the other rows of its class (leave one out), and :func:`coverage` reports how often
 the measurement falls inside; an 80% band should hold about 80% of the rows.
 """
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 
@@ -56,9 +62,12 @@ def check_percentiles(low: float, high: float) -> None:
         raise CommodelError(f"a band needs percentiles with 0 < low < high < 100, got {low:g} and {high:g}")
 
 
-def _ratios(table: object) -> dict[str, np.ndarray]:
-    """Reality-over-model speed ratios per model class, from a validation table."""
-    scored = table[table.error_pct.notna() & (table.role == "validation")]  # type: ignore[attr-defined]
+def _ratios(table: object, held_out: bool = True) -> dict[str, np.ndarray]:
+    """Reality-over-model speed ratios per model class, from a validation table: of the held-out rows,
+    or (``held_out=False``) of every scored row, calibration residuals included."""
+    scored = table[table.error_pct.notna()]  # type: ignore[attr-defined]
+    if held_out:
+        scored = scored[scored.role == "validation"]
     ratio = np.where(
         scored.metric.isin(TIME_METRICS), scored.model / scored.measured, scored.measured / scored.model
     )
@@ -66,16 +75,21 @@ def _ratios(table: object) -> dict[str, np.ndarray]:
 
 
 @cache
-def _validation_ratios() -> dict[str, np.ndarray]:
+def _validation_table() -> object:
     from commodel.validate import validation_table
 
-    return _ratios(validation_table())
+    return validation_table()
+
+
+def validation_ratios(held_out: bool = True) -> dict[str, np.ndarray]:
+    """:func:`_ratios` of ``commodel validate``'s own table (computed once per process)."""
+    return _ratios(_validation_table(), held_out)
 
 
 def band(kind: str, percentiles: tuple[float, float] = BAND) -> Band:
     """The band of model class ``kind`` (collective, training, serving, ...)."""
     check_percentiles(*percentiles)
-    ratios = _validation_ratios()
+    ratios = validation_ratios()
     if kind not in ratios or len(ratios[kind]) < 3:
         raise CommodelError(f"no uncertainty band for {kind} predictions: fewer than 3 validation rows")
     low, high = np.percentile(ratios[kind], percentiles)
@@ -124,3 +138,83 @@ def with_bands(
         low, high = (b.speed if key in speeds else b.time)(float(result[key]))
         extra[f"{key}_{lo}"], extra[f"{key}_{hi}"] = low, high
     return {**result, **extra}
+
+
+def parameter_bands(
+    run: Callable[[], Mapping],
+    names: list[str],
+    keys: tuple[str, ...],
+    samples: int = 100,
+    percentiles: tuple[float, float] = BAND,
+    seed: int = 0,
+) -> dict:
+    """``KEY_params_pLO`` / ``_pHI`` for each of ``keys``: percentiles of ``run()`` (a prediction on
+    the current hardware database: numbers, or arrays of them) over ``samples`` draws of the uncertain
+    numbers of the records ``names`` use, ``KEY_params_driver`` (the number the key follows most, with
+    its share of the variance) and the source. Scalars in, scalars out."""
+    from commodel.explore.robust import drivers
+    from commodel.hardware.loader import default_db, using
+    from commodel.hardware.uncertain import draws, moved, uncertain_parameters
+
+    check_percentiles(*percentiles)
+    base = default_db()
+    parameters = uncertain_parameters(base, names, (validation_ratios(), validation_ratios(False)))
+    factors = draws(parameters, samples, seed)
+    runs = []
+    for row in factors:
+        with using(moved(base, parameters, row)):
+            result = run()
+        runs.append([np.atleast_1d(np.asarray(result[k], dtype=float)) for k in keys])
+    values = np.array(runs)  # draws x keys x points
+    scalar = all(np.ndim(result[k]) == 0 for k in keys)
+    low, high = np.percentile(values, percentiles, axis=0)
+    lo, hi = (f"p{p:g}" for p in percentiles)
+    labels = [p.label for p in parameters]
+    extra: dict = {"params_source": f"{samples} draws of {len(parameters)} uncertain hardware numbers"}
+    for i, key in enumerate(keys):
+        extra[f"{key}_params_{lo}"], extra[f"{key}_params_{hi}"] = low[i], high[i]
+        if parameters:
+            best, share = drivers(np.log(factors), values[:, i, :])
+            extra[f"{key}_params_driver"] = np.where(
+                share > 0, [f"{labels[b]} ({100 * r:.0f}%)" for b, r in zip(best, share, strict=True)], ""
+            )
+    if scalar:
+        extra = {k: v if isinstance(v, str) else v.item() for k, v in extra.items()}
+    return extra
+
+
+def parameter_coverage(samples: int = 32, percentiles: tuple[float, float] = BAND, seed: int = 0) -> object:
+    """How often the band of the hardware's uncertain numbers alone holds a held-out measurement: every
+    ``commodel validate`` row priced on ``samples`` draws of every uncertain number in the database;
+    per model class, the share of held-out rows whose measurement lies in the row's band. (A
+    calibrated number's range comes from its class's error spread, not from any one row's error.)"""
+    import pandas as pd
+
+    from commodel.hardware.loader import default_db, using
+    from commodel.hardware.uncertain import draws, moved, uncertain_parameters
+    from commodel.validate import validation_table
+
+    check_percentiles(*percentiles)
+    base = default_db()
+    names = [n for kind in ("system", "gpu", "link") for n in base.table(kind)]
+    parameters = uncertain_parameters(base, names, (validation_ratios(), validation_ratios(False)))
+    table = _validation_table()
+    priced = []
+    for row in draws(parameters, samples, seed):
+        db = moved(base, parameters, row)
+        with using(db):
+            priced.append(validation_table(db).model.to_numpy(dtype=float))
+    with warnings.catch_warnings():  # rows without a model are NaN in every draw
+        warnings.simplefilter("ignore", RuntimeWarning)
+        low, high = np.nanpercentile(np.array(priced), percentiles, axis=0)
+    held = (table.role == "validation") & table.error_pct.notna()
+    inside = (table.measured >= low) & (table.measured <= high)
+    return pd.DataFrame(
+        [{"kind": kind, "rows": int(rows.sum()), "band": f"p{percentiles[0]:g}-p{percentiles[1]:g}",
+          "inside_pct": 100 * float(inside[rows].mean()), "parameters": len(parameters), "draws": samples}
+         for kind in table.kind[held].unique() if (rows := held & (table.kind == kind)).sum() >= MIN_COVERAGE_ROWS]
+    )  # fmt: skip
+
+
+#: Held-out rows a class needs before its coverage is reported.
+MIN_COVERAGE_ROWS = 4

@@ -1,6 +1,7 @@
 """Evaluating a design space: its points chunk by chunk (grid order, or the sampler's), completed
 with fixed and derived inputs, through the spec's evaluator, with validity and constraints marked.
-What sweeps, studies and optimizers share."""
+What sweeps, studies and optimizers share; a spec with ``[uncertainty]`` adds each design's bands
+(:mod:`commodel.explore.robust`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pandas as pd
 
 from commodel.explore.evaluators import evaluator
 from commodel.explore.expressions import constraint_mask
+from commodel.explore.robust import with_bands
 from commodel.explore.space import complete, design_points, grid_chunk, sample
 from commodel.explore.spec import SweepSpec
 
@@ -40,11 +42,13 @@ def chunk_inputs(spec: SweepSpec, index: int) -> pd.DataFrame:
 def finish(spec: SweepSpec, frame: pd.DataFrame) -> pd.DataFrame:
     """Evaluate a table of inputs; keep valid rows and mark those meeting every constraint."""
     result = evaluator(spec.study.evaluate)(frame)
-    result = result[result["valid"].to_numpy(dtype=bool)].drop(columns="valid").reset_index(drop=True)
+    valid = result["valid"].to_numpy(dtype=bool)
+    result = result[valid].drop(columns="valid").reset_index(drop=True)
     feasible = np.ones(len(result), dtype=bool)
     for text in spec.study.constraints:
         feasible &= constraint_mask(text, result)
-    return result.assign(feasible=feasible)
+    result = result.assign(feasible=feasible)
+    return with_bands(spec, frame[valid].reset_index(drop=True), result)
 
 
 def evaluate_chunk(spec_json: str, index: int) -> pd.DataFrame:

@@ -24,6 +24,15 @@ price_per_gpu_hour = { lookup = "system", values = { "dgx-h100" = 2.5, "mi300x-8
 
 [objectives]
 time_to_train_days = "min"
+
+[uncertainty]                    # optional: bands from the hardware database's uncertain numbers
+samples = 100                    # Monte Carlo draws per design (commodel.explore.robust)
+band = [10, 90]                  # percentiles written as OBJECTIVE_p10 and OBJECTIVE_p90
+robust = "p90"                   # optional: a second front on each objective at this percentile
+
+[sensitivity]                    # optional: Sobol or Morris indices of the objectives in the report
+method = "sobol"
+samples = 64
 ```
 
 Every name is checked against the evaluator's inputs and outputs with a suggestion for typos.
@@ -106,6 +115,47 @@ class StudySection(Strict):
         return self
 
 
+class UncertaintySection(Strict):
+    """Monte Carlo bands of every design's objectives over the uncertain hardware numbers
+    (:mod:`commodel.hardware.uncertain`); ``robust = "pNN"`` adds a front on each objective taken at
+    its pessimistic NN-th percentile (the NN-th of a minimized objective, the (100-NN)-th of a
+    maximized one)."""
+
+    samples: int = Field(default=100, ge=2)
+    band: tuple[float, float] = (10.0, 90.0)
+    robust: str | None = None
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _percentiles(self) -> UncertaintySection:
+        low, high = self.band
+        if not 0 < low < high < 100:
+            raise ValueError(f"band needs percentiles with 0 < low < high < 100, got [{low:g}, {high:g}]")
+        if self.robust is not None:
+            _ = self.robust_percentile  # a bad text raises here
+        return self
+
+    @property
+    def robust_percentile(self) -> float:
+        """The NN of ``robust = "pNN"``."""
+        text = str(self.robust)
+        try:
+            value = float(text.removeprefix("p"))
+        except ValueError:
+            value = float("nan")
+        if not (text.startswith("p") and 0 < value < 100):
+            raise ValueError(f"robust must be a percentile 'pNN' with 0 < NN < 100, got '{text}'")
+        return value
+
+
+class SensitivitySection(Strict):
+    """Global sensitivity of the objectives to the variables, computed with the sweep and shown in
+    its report (:mod:`commodel.explore.sensitivity`)."""
+
+    method: Literal["sobol", "morris"] = "sobol"
+    samples: int = Field(default=64, ge=2)
+
+
 class SweepSpec(Strict):
     """A design space, its objectives and constraints; ``parameters`` holds inputs a study module
     reads beyond the sweep itself (the sweep ignores them)."""
@@ -116,6 +166,8 @@ class SweepSpec(Strict):
     variables: dict[str, Variable] = {}
     derived: dict[str, str | Lookup] = {}
     objectives: dict[str, Literal["min", "max"]] = Field(min_length=1)
+    uncertainty: UncertaintySection | None = None
+    sensitivity: SensitivitySection | None = None
 
     @field_validator("variables", mode="before")
     @classmethod

@@ -2,7 +2,9 @@
 results table, its Pareto front and a summary, and hand them to the caller's reporter.
 
 Output folder: ``results.parquet`` (every valid point: inputs, outputs and ``feasible``),
-``results.csv`` on request, ``pareto.csv``, ``summary.json``, and what the reporter writes
+``results.csv`` on request, ``pareto.csv``, with ``[uncertainty] robust`` ``pareto_robust.csv`` (the
+front on the robust objectives; each front says whether its designs are on the other), with
+``[sensitivity]`` ``sensitivity.csv``, ``summary.json``, and what the reporter writes
 (``commodel sweep``: :func:`commodel.report.sweep_report.write_reports`). Every
 file is written atomically. Finished chunks live in ``.chunks/`` until the sweep completes, so an
 interrupted sweep resumes (``resume=True``) from them, provided the specification is unchanged.
@@ -23,6 +25,7 @@ from commodel.errors import CommodelError
 from commodel.explore.evaluation import SAMPLED, chunk_count, evaluate_chunk
 from commodel.explore.executors import execute
 from commodel.explore.pareto import bounds, hypervolume, objective_matrix, pareto_front
+from commodel.explore.robust import robust_objectives
 from commodel.explore.space import design_points
 from commodel.explore.spec import SweepSpec
 from commodel.io import atomic_path, write_text
@@ -52,6 +55,8 @@ class Collector:
     def __init__(self, spec: SweepSpec, path: Path, keep_every: int):
         self.spec, self.path, self.keep_every = spec, path, max(keep_every, 1)
         self.front = pd.DataFrame()
+        self.robust_front = pd.DataFrame()
+        self.robust = robust_objectives(spec)
         self.cloud: list[pd.DataFrame] = []
         self.valid = self.feasible = 0
         self.lo = self.hi = None
@@ -78,6 +83,9 @@ class Collector:
             self.lo = lo if self.lo is None else np.minimum(self.lo, lo)
             self.hi = hi if self.hi is None else np.maximum(self.hi, hi)
             self.front = pareto_front(pd.concat([self.front, good], ignore_index=True), self.spec.objectives)
+            if self.robust:
+                both = pd.concat([self.robust_front, good], ignore_index=True)
+                self.robust_front = pareto_front(both, self.robust)
             self.cloud.append(good.iloc[:: self.keep_every])
 
     def close(self) -> None:
@@ -249,9 +257,14 @@ def _write_outputs(
             collector.close()
         if collector.writer is None:
             pd.DataFrame().to_parquet(tmp)
-    front = collector.front
+    front, robust = collector.front, collector.robust_front
     points = objective_matrix(front, spec.objectives)
     hv = hypervolume(points, collector.lo, collector.hi) if len(front) else 0.0
+    if collector.robust:
+        front = front.assign(robust_front=front["point"].isin(robust["point"]).to_numpy())
+        robust = robust.assign(nominal_front=robust["point"].isin(front["point"]).to_numpy())
+        with atomic_path(out / "pareto_robust.csv") as tmp:
+            robust.to_csv(tmp, index=False)
     with atomic_path(out / "pareto.csv") as tmp:
         front.to_csv(tmp, index=False)
     if write_csv:
@@ -275,6 +288,11 @@ def _write_outputs(
         "valid": collector.valid,
         "feasible": collector.feasible,
         "pareto": len(front),
+        **(
+            {"robust_pareto": len(robust), "off_robust_front": int((~front["robust_front"]).sum())}
+            if collector.robust
+            else {}
+        ),
         "objectives": spec.objectives,
         "hypervolume": hv,
         "ideal": None if collector.lo is None else collector.lo.tolist(),
@@ -282,6 +300,15 @@ def _write_outputs(
         "best": best,
         "elapsed_s": time.perf_counter() - started,
     }
+    if spec.sensitivity is not None:
+        from commodel.explore.sensitivity import study_sensitivity
+
+        table = study_sensitivity(spec, spec.sensitivity.method, spec.sensitivity.samples, spec.study.seed)
+        with atomic_path(out / "sensitivity.csv") as tmp:
+            table.to_csv(tmp, index=False)
+        shown = [c for c in ("output", "variable", "S1", "ST", "mu_star", "sigma") if c in table]
+        summary["sensitivity"] = json.loads(table[shown].to_json(orient="records"))
+        summary["elapsed_s"] = time.perf_counter() - started
     write_text(out / "summary.json", json.dumps(summary, indent=2, default=str))
     if reporter is not None:
         reporter(spec, out, summary, front, cloud)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -198,7 +200,22 @@ def _database(overlays: tuple[Path, ...]) -> HardwareDB:
     return db
 
 
+#: A database standing in for the default one (:func:`using`), or ``None``.
+_standing_in: list[HardwareDB] = []
+
+
 def default_db() -> HardwareDB:
     """The hardware database shipped with commodel, with the active overlays applied (loaded once
-    per process and set of overlays)."""
-    return _database(active_overlays())
+    per process and set of overlays), or the one :func:`using` puts in its place."""
+    return _standing_in[-1] if _standing_in else _database(active_overlays())
+
+
+@contextmanager
+def using(db: HardwareDB) -> Iterator[HardwareDB]:
+    """Price everything inside the ``with`` block on ``db`` (e.g. one Monte Carlo draw of the
+    uncertain parameters, :func:`commodel.hardware.uncertain.moved`)."""
+    _standing_in.append(db)
+    try:
+        yield db
+    finally:
+        _standing_in.pop()

@@ -1,5 +1,6 @@
 """A sweep's report as one self-contained HTML file (``report.html``): the study, its specification,
-the Pareto front as a sortable table, the plot inline, and where the models it used stand against
+the Pareto front as a sortable table, the plot inline, the designs' uncertainty bands and the
+objectives' sensitivity when the study asks for them, and where the models it used stand against
 published measurements. No network, no external files: it opens from a mail attachment.
 
 The table sorts by a click on a column header, or on load by ``#sort=COLUMN`` (``#sort=-COLUMN``
@@ -17,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from commodel.explore.spec import SweepSpec
+from commodel.report.sweep_report import sensitivity_text, uncertainty_table, uncertainty_text
 
 #: The validation kinds each evaluator's models answer to.
 MODEL_KINDS = {
@@ -70,7 +72,7 @@ def _inline(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode() if path.is_file() else ""
 
 
-def front_table(front: pd.DataFrame, columns: list[str]) -> str:
+def front_table(front: pd.DataFrame, columns: list[str], table_id: str = "front") -> str:
     """The Pareto front as a sortable HTML table over ``columns``."""
     head = "".join(
         f'<th data-column="{html.escape(c)}">{html.escape(c.replace("_", " "))}</th>' for c in columns
@@ -78,7 +80,9 @@ def front_table(front: pd.DataFrame, columns: list[str]) -> str:
     rows = "".join(
         "<tr>" + "".join(_cell(row[c]) for c in columns) + "</tr>" for _, row in front[columns].iterrows()
     )
-    return f'<table class="sortable" id="front"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+    return (
+        f'<table class="sortable" id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+    )
 
 
 def validation_section(evaluator: str) -> str:
@@ -114,6 +118,16 @@ def report_html(spec: SweepSpec, summary: dict, front: pd.DataFrame, plot: Path)
     bars = f'<h2>Where the step time goes</h2>\n<img alt="breakdown" src="data:image/png;base64,{_inline(breakdown)}">'
 
     columns = [c for c in [*spec.variables, *spec.objectives] if c in front]
+    uncertainty = ""
+    if spec.uncertainty is not None and len(front):
+        bands = uncertainty_table(spec, front)
+        uncertainty = (f"<h2>Uncertainty</h2>\n<p>{html.escape(uncertainty_text(spec, summary))}</p>\n"
+                       f"{front_table(bands, list(bands.columns), 'bands')}")  # fmt: skip
+    sensitivity_png = Path(plot).with_name("sensitivity.png")
+    sensitivity = (
+        f"<h2>Sensitivity to the design choices</h2>\n<p>{html.escape(sensitivity_text(spec))}</p>\n"
+        f'<img alt="sensitivity" src="data:image/png;base64,{_inline(sensitivity_png)}">'
+    )
     spec_text = tomli_w.dumps(json.loads(spec.model_dump_json(exclude_defaults=True)))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(s.title or s.name)}</title>
@@ -128,6 +142,8 @@ commodel {summary["commodel_version"]}.</p>
 <img alt="Pareto front" src="data:image/png;base64,{image}">
 <p>Click a column to sort.</p>
 {front_table(front, columns)}
+{uncertainty}
+{sensitivity if sensitivity_png.is_file() else ""}
 {bars if breakdown.is_file() else ""}
 <h2>Where the models stand</h2>
 {validation_section(s.evaluate)}

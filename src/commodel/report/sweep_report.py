@@ -65,6 +65,7 @@ def pareto_plot(cloud: pd.DataFrame, front: pd.DataFrame, spec: SweepSpec, path:
             )
             if len(names) == 3:
                 fig.colorbar(points, ax=ax, label=axis_title(names[2], spec.objectives[names[2]]))
+            _draw_bands(ax, spec, ordered, x, y)
             varying = [n for n in spec.variables if n in ordered and ordered[n].nunique() > 1]
             for index, (_, row) in enumerate(ordered.head(MAX_LABELS).iterrows()):
                 offset = (4, 6 + 10 * (index % 3))
@@ -97,6 +98,66 @@ def pareto_plot(cloud: pd.DataFrame, front: pd.DataFrame, spec: SweepSpec, path:
 
 #: Pareto points labelled with their design (the rest stay unlabelled to keep the plot readable).
 MAX_LABELS = 12
+
+
+def band_names(spec: SweepSpec, name: str) -> tuple[str, str]:
+    """The band columns of objective ``name`` (``NAME_p10``, ``NAME_p90``)."""
+    low, high = spec.uncertainty.band if spec.uncertainty else (10.0, 90.0)
+    return f"{name}_p{low:g}", f"{name}_p{high:g}"
+
+
+def _draw_bands(ax, spec: SweepSpec, front: pd.DataFrame, x: str, y: str) -> None:
+    """Each front design's band as error bars; designs that drop off the robust front as crosses."""
+    if not set(band_names(spec, x) + band_names(spec, y)) <= set(front):
+        return
+    (xl, xh), (yl, yh) = band_names(spec, x), band_names(spec, y)
+    ax.errorbar(front[x], front[y], xerr=[front[x] - front[xl], front[xh] - front[x]],
+                yerr=[front[y] - front[yl], front[yh] - front[y]], fmt="none", ecolor="0.4", lw=0.7,
+                zorder=1, label=f"band ({xl.rpartition('_')[2]}-{xh.rpartition('_')[2]})")  # fmt: skip
+    if "robust_front" in front:
+        off = front[~front["robust_front"].astype(bool)]
+        ax.scatter(off[x], off[y], marker="x", s=40, color="C3", zorder=4, label="drops off the robust front")
+
+
+def uncertainty_table(spec: SweepSpec, front: pd.DataFrame) -> pd.DataFrame:
+    """The front's designs with each objective, its band, what drives the band, and whether the design
+    stays on the front under uncertainty."""
+    out = front[[c for c in spec.variables if c in front]].copy()
+    for name in spec.objectives:
+        low, high = band_names(spec, name)
+        if low not in front:
+            continue
+        out[name] = front[name]
+        out[f"{name} band"] = [f"{a:.4g} - {b:.4g}" for a, b in zip(front[low], front[high], strict=True)]
+        if f"{name}_driver" in front:
+            out[f"{name} driven by"] = [f"{d} ({100 * r:.0f}%)" for d, r in
+                                        zip(front[f"{name}_driver"], front[f"{name}_driver_share"], strict=True)]  # fmt: skip
+    if "robust_front" in front:
+        out["on robust front"] = front["robust_front"].map({True: "yes", False: "drops off"})
+    return out
+
+
+def uncertainty_text(spec: SweepSpec, summary: dict) -> str:
+    """What the bands are and where they come from, in one paragraph."""
+    u = spec.uncertainty
+    if u is None:
+        return ""
+    low, high = u.band
+    text = (
+        f"Every valid design is priced on {u.samples} draws of the uncertain numbers of the hardware "
+        f"records it uses (a Latin hypercube, the same draws for every design). An efficiency or latency "
+        "fit to a published measurement varies as the held-out errors of the model class it feeds; an "
+        "assumed one by a factor of 1.25 either way unless its record states a range; datasheet values "
+        f"are exact. Bands are the p{low:g}-p{high:g} of each objective over the draws; 'driven by' names "
+        "the number whose draw explains the largest share of the design's variance."
+    )
+    if u.robust is not None:
+        text += (
+            f" The robust front takes each objective at its pessimistic {u.robust}: "
+            f"{summary['robust_pareto']} designs; {summary['off_robust_front']} of the {summary['pareto']} "
+            "nominal front designs drop off it under uncertainty."
+        )
+    return text
 
 
 def _spans_decades(cloud: pd.DataFrame, front: pd.DataFrame, column: str) -> bool:
@@ -151,7 +212,30 @@ def report_markdown(spec: SweepSpec, summary: dict, front: pd.DataFrame, rows: i
         ]
         first = next(iter(spec.objectives))
         lines.append(markdown_table(front.sort_values(first).head(rows)[shown], "{:.4g}"))
+        if spec.uncertainty is not None:
+            table = uncertainty_table(spec, front.sort_values(first).head(rows))
+            lines += [
+                "",
+                "## Uncertainty",
+                "",
+                uncertainty_text(spec, summary),
+                "",
+                markdown_table(table, "{:.4g}"),
+            ]
+    if "sensitivity" in summary:
+        lines += ["", "## Sensitivity to the design choices", "", sensitivity_text(spec), "",
+                  "![sensitivity](sensitivity.png)", "", markdown_table(pd.DataFrame(summary["sensitivity"]), "{:.3f}")]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def sensitivity_text(spec: SweepSpec) -> str:
+    """What the sensitivity indices say, for the method the spec chose."""
+    if spec.sensitivity is not None and spec.sensitivity.method == "morris":
+        return ("Morris elementary effects (SALib) of each objective per variable: mu* is the mean "
+                "absolute change a step in the variable makes, sigma its spread (interactions).")  # fmt: skip
+    return ("How much of each objective's variance over the design space each variable explains, alone "
+            "(first order, S1) and with its interactions (total, ST), by Sobol's method (SALib) on the "
+            "sweep's own evaluator.")  # fmt: skip
 
 
 #: Front designs the breakdown plot shows (the fastest by the first objective first).
@@ -186,5 +270,9 @@ def write_reports(
 
     pareto_plot(cloud, front, spec, out / "pareto.png")
     front_breakdown(spec, front, out / "breakdown.png")
+    if (out / "sensitivity.csv").is_file():
+        from commodel.report.plots import sensitivity_plot
+
+        sensitivity_plot(pd.read_csv(out / "sensitivity.csv"), out / "sensitivity.png")
     write_text(out / "report.md", report_markdown(spec, summary, front))
     write_text(out / "report.html", report_html(spec, summary, front, out / "pareto.png"))

@@ -1,0 +1,133 @@
+"""Uncertainty bands and robust objectives of a sweep's designs, by Monte Carlo over the uncertain
+hardware numbers (:mod:`commodel.hardware.uncertain`).
+
+All designs of a chunk see the same draws (common random numbers), so their bands compare: draw ``s``
+moves every uncertain number of the records the chunk uses by its factor ``f[s]`` (a Latin
+hypercube, uniform in the logarithm of each range), and the evaluator prices the whole chunk on that
+database. For each objective the chunk gets ``OBJECTIVE_pLO`` and ``OBJECTIVE_pHI`` (the spec's
+band) and, with ``robust = "pNN"``, ``OBJECTIVE_robust``: the objective at its pessimistic NN-th
+percentile (the NN-th of a minimized objective, the (100-NN)-th of a maximized one).
+
+Which number drives a design's band: ``OBJECTIVE_driver`` names the uncertain number whose log
+factor explains the largest share of the variance of the log objective across the draws, and
+``OBJECTIVE_driver_share`` that share (the squared correlation: the first-order index of a model
+linear in the logs, as a Latin hypercube estimates it).
+
+The draws of a chunk are spread over the machine's cores (forked processes); inside a Dask worker,
+which may not fork, they run in its own process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import numpy as np
+import pandas as pd
+
+from commodel.explore.spec import SweepSpec
+from commodel.hardware.loader import default_db, using
+from commodel.hardware.uncertain import Uncertain, draws, moved, uncertain_parameters
+
+
+def study_parameters(frame: pd.DataFrame) -> list[Uncertain]:
+    """The uncertain numbers of every hardware record a table of designs names."""
+    from commodel.uncertainty import validation_ratios
+
+    names = sorted({v for column in frame.columns if pd.api.types.is_string_dtype(frame[column])
+                    for v in frame[column].unique() if isinstance(v, str)})  # fmt: skip
+    return uncertain_parameters(default_db(), names, (validation_ratios(), validation_ratios(False)))
+
+
+def _objectives_per_draw(
+    spec_json: str, frame: pd.DataFrame, parameters: list[Uncertain], factors: np.ndarray
+) -> np.ndarray:
+    """Draws x designs x objectives: the spec's objectives priced on each draw's database (NaN where
+    a draw makes a design invalid)."""
+    from commodel.explore.evaluators import evaluator
+
+    spec = SweepSpec.model_validate_json(spec_json)
+    evaluate = evaluator(spec.study.evaluate)
+    base = default_db()
+    out = np.full((len(factors), len(frame), len(spec.objectives)), np.nan)
+    for s, row in enumerate(factors):
+        with using(moved(base, parameters, row)):
+            result = evaluate(frame)
+        valid = result["valid"].to_numpy(dtype=bool)
+        for k, name in enumerate(spec.objectives):
+            out[s, :, k] = np.where(valid, result[name].to_numpy(dtype=float), np.nan)
+    return out
+
+
+def _workers(draws_: int) -> int:
+    if multiprocessing.current_process().daemon or "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    return max(1, min(os.cpu_count() or 1, draws_))
+
+
+def objectives_per_draw(
+    spec: SweepSpec, frame: pd.DataFrame, parameters: list[Uncertain], factors: np.ndarray
+) -> np.ndarray:
+    """:func:`_objectives_per_draw`, the draws split over the machine's cores."""
+    spec_json = spec.model_dump_json()
+    workers = _workers(len(factors))
+    if workers == 1:
+        return _objectives_per_draw(spec_json, frame, parameters, factors)
+    from concurrent.futures import ProcessPoolExecutor
+
+    blocks = np.array_split(factors, workers)
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        parts = pool.map(_objectives_per_draw, [spec_json] * workers, [frame] * workers,
+                         [parameters] * workers, blocks)  # fmt: skip
+        return np.concatenate(list(parts), axis=0)
+
+
+def drivers(log_factors: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per design: the index of the factor whose logarithm best explains the logarithm of ``values``
+    (draws x designs) and its squared correlation with it (0 where the value does not move)."""
+    x = log_factors - log_factors.mean(axis=0)
+    y = np.log(np.abs(values))
+    y = y - np.nanmean(y, axis=0)
+    y = np.where(np.isfinite(y), y, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        corr = (x.T @ y) / np.sqrt((x**2).sum(axis=0)[:, None] * (y**2).sum(axis=0)[None, :])
+    share = np.nan_to_num(corr**2)
+    best = np.argmax(share, axis=0)
+    return best, share[best, np.arange(share.shape[1])]
+
+
+def with_bands(spec: SweepSpec, inputs: pd.DataFrame, result: pd.DataFrame) -> pd.DataFrame:
+    """``result`` (the designs of ``inputs``, in order, with ``feasible`` marked) with each objective's
+    band, robust value and driver; an infeasible design, never on a front, gets none (NaN)."""
+    section = spec.uncertainty
+    feasible = result["feasible"].to_numpy(dtype=bool)
+    if section is None or not feasible.any():
+        return result
+    inputs = inputs[feasible].reset_index(drop=True)
+    parameters = study_parameters(inputs)
+    factors = draws(parameters, section.samples, section.seed)
+    values = objectives_per_draw(spec, inputs, parameters, factors)
+    low, high = section.band
+    columns: dict[str, np.ndarray] = {}
+    labels = np.array([p.label for p in parameters] or [""])
+    for k, (name, sense) in enumerate(spec.objectives.items()):
+        draws_k = values[:, :, k]
+        columns[f"{name}_p{low:g}"], columns[f"{name}_p{high:g}"] = np.nanpercentile(
+            draws_k, (low, high), axis=0
+        )
+        if section.robust is not None:
+            q = section.robust_percentile
+            columns[f"{name}_robust"] = np.nanpercentile(draws_k, q if sense == "min" else 100 - q, axis=0)
+        if parameters:
+            best, share = drivers(np.log(factors), draws_k)
+            columns[f"{name}_driver"], columns[f"{name}_driver_share"] = labels[best], share
+    bands = pd.DataFrame(columns, index=np.flatnonzero(feasible)).reindex(range(len(result)))
+    return pd.concat([result, bands], axis=1)
+
+
+def robust_objectives(spec: SweepSpec) -> dict[str, str]:
+    """The robust objective columns and their senses (empty without ``robust``)."""
+    if spec.uncertainty is None or spec.uncertainty.robust is None:
+        return {}
+    return {f"{name}_robust": sense for name, sense in spec.objectives.items()}
