@@ -100,6 +100,16 @@ def test_overlay_changes_only_the_calibrated_system(tmp_path, truth, monkeypatch
     )
     assert after["dgx-h100"] > before["dgx-h100"] * 1.03
     assert after["hgx-h200"] == before["hgx-h200"]  # shares NVLink 4, not the calibration
+    # each fitted value states the range its residuals leave it in, which the bands then propagate
+    from commodel.hardware.loader import default_db
+    from commodel.hardware.uncertain import uncertain_parameters
+
+    fitted = default_db().link("dgx-h100-scale-up").reduction_efficiency
+    assert fitted.range is not None and fitted.range[0] <= fitted.value <= fitted.range[1]
+    found = {p.label: p for p in uncertain_parameters(default_db(), ["dgx-h100"], ({}, {}))}
+    assert found["dgx-h100-scale-up.reduction_efficiency"].source.startswith(
+        "stated range (calibrated: commodel"
+    )
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ an unused variable about 0, and rank a study's variables."""
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from commodel.errors import CommodelError
@@ -60,3 +61,15 @@ def test_a_studys_dominant_variable_ranks_first_and_a_study_without_variables_is
     with pytest.raises(SystemExit) as exit_info:
         main()
     assert exit_info.value.code == 2 and "no variables" in capsys.readouterr().err
+
+
+def test_a_studys_sensitivity_is_the_same_chunked_or_whole_and_on_dask():
+    from commodel.explore.sensitivity import study_sensitivity
+    from commodel.explore.spec import load_spec
+
+    spec = load_spec(STUDIES / "cais" / "study.toml")
+    whole = study_sensitivity(spec, "morris", 8)
+    chunked = spec.model_copy(update={"study": spec.study.model_copy(update={"chunk_size": 7})})
+    pd.testing.assert_frame_equal(whole, study_sensitivity(chunked, "morris", 8))
+    pytest.importorskip("dask.distributed")
+    pd.testing.assert_frame_equal(whole, study_sensitivity(chunked, "morris", 8, executor="dask"))

@@ -81,6 +81,13 @@ class Kind(StrEnum):
 
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+ExecutorOption = Annotated[str, typer.Option(help="local, or dask (a LocalCluster unless --scheduler).")]
+SchedulerOption = Annotated[str | None, typer.Option(help="Dask scheduler address.")]
+
+
+def _check_scheduler(executor: str, scheduler: str | None) -> None:
+    if scheduler and executor != "dask":
+        raise CommodelError("--scheduler is a Dask scheduler address: use it with --executor dask")
 
 
 @app.command()
@@ -94,10 +101,8 @@ def sweep(
     resume: Annotated[
         bool, typer.Option("--resume", help="Continue an interrupted sweep from its finished chunks.")
     ] = False,
-    executor: Annotated[
-        str, typer.Option(help="local, or dask (a LocalCluster unless --scheduler).")
-    ] = "local",
-    scheduler: Annotated[str | None, typer.Option(help="Dask scheduler address.")] = None,
+    executor: ExecutorOption = "local",
+    scheduler: SchedulerOption = None,
     csv: Annotated[bool, typer.Option("--csv", help="Also write results.csv.")] = False,
     quiet: Annotated[
         bool, typer.Option("--quiet", help="No progress bar; print only the summary line.")
@@ -118,8 +123,7 @@ def sweep(
 
     spec_path = spec or resource_dir("studies") / "default" / "study.toml"
     loaded = load_spec(spec_path)
-    if scheduler and executor != "dask":
-        raise CommodelError("--scheduler is a Dask scheduler address: use it with --executor dask")
+    _check_scheduler(executor, scheduler)
     out = f"sweep-{loaded.study.name}" if output is None else output
     try:
         summary = run_sweep(
@@ -139,6 +143,9 @@ def sweep(
             typer.echo(
                 f"  best {name}: {row[name]:.4g}  ({', '.join(f'{k}={row[k]}' for k in loaded.variables)})"
             )
+        if "robust_pareto" in summary:
+            typer.echo(f"  robust ({loaded.uncertainty.robust}) front: {summary['robust_pareto']} designs; "
+                       f"{summary['off_robust_front']} of the nominal front drop off it under uncertainty")  # fmt: skip
 
 
 @app.command()
@@ -409,6 +416,8 @@ def sensitivity(
         int, typer.Option(min=8, help="Base samples (Saltelli N, or Morris trajectories).")
     ] = 256,
     output: Annotated[str, typer.Option("-o", "--output", help="Folder for sensitivity.csv and .png.")] = "",
+    executor: ExecutorOption = "local",
+    scheduler: SchedulerOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Which variables drive each objective: Sobol indices or Morris effects, estimated by SALib on the
@@ -419,7 +428,8 @@ def sensitivity(
     from commodel.report.plots import sensitivity_plot
 
     loaded = load_spec(spec)
-    table = study_sensitivity(loaded, method, samples, loaded.study.seed)
+    _check_scheduler(executor, scheduler)
+    table = study_sensitivity(loaded, method, samples, loaded.study.seed, executor, scheduler)
     if output:
         out = Path(output)
         out.mkdir(parents=True, exist_ok=True)

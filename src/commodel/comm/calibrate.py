@@ -17,7 +17,8 @@ The fit minimizes the squared log-time errors of every row (scipy ``least_square
 parameter the data cannot determine (a 1% change moves no row's time by 0.01%) is not fit: it keeps
 its prior, and the report says so. The result is a hardware overlay (:mod:`commodel.hardware.loader`)
 that gives the system its own copies of its two links with the fitted values, so other systems that
-share the built-in links are untouched.
+share the built-in links are untouched; each fitted value states the ``range`` its residuals leave it
+in, which ``--uncertainty`` and sweep bands then propagate (:mod:`commodel.hardware.uncertain`).
 """
 
 from __future__ import annotations
@@ -110,11 +111,23 @@ class Calibration:
             name = f"{self.system}-{side.replace('_', '-')}"
             fields = record.model_dump(exclude_none=True)
             for field, value in changed.items():
-                fields[field] = {"value": float(value), "source": source}
+                fields[field] = {
+                    "value": float(value),
+                    "source": source,
+                    "range": self.residual_range(value, field),
+                }
             links[name] = fields
             systems[side]["link"] = name
         system = {side: table for side, table in systems.items() if table}
         return {"links": links, "systems": {self.system: system}} if links else {}
+
+    def residual_range(self, value: float, field: str) -> list[float]:
+        """The range the fit's residuals leave a fitted value in: the p10-p90 of reality over the
+        model across the rows (inverted for a latency), widened to hold the value."""
+        low, high = np.percentile(1 + self.rows.error_after_pct.to_numpy() / 100, (10, 90))
+        if field.endswith("latency"):
+            low, high = 1 / high, 1 / low
+        return [float(min(value * low, value)), float(max(value * high, value))]
 
 
 def _model_times(logs: list[NcclTestsLog], layouts: list, fab: Fabric, algo: str) -> np.ndarray:

@@ -3,13 +3,15 @@ and total Sobol indices (Saltelli sampling) or Morris elementary effects, estima
 
 Every variable spans the unit interval its sweep encoding uses (:func:`commodel.explore.space.decode`:
 choices and integers pick among their grid values, reals interpolate); the design points are
-completed and evaluated exactly as a sweep evaluates them. A point the evaluator rejects (an invalid
+completed and evaluated exactly as a sweep evaluates them, chunk by chunk, by the same executors
+(in this process, or on a Dask cluster). A point the evaluator rejects (an invalid
 layout) takes the objective's mean over the valid points, and the share of such points is reported:
 an index is only as good as the space is valid.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import numpy as np
@@ -65,24 +67,47 @@ def indices(
     return pd.DataFrame(rows)
 
 
-def study_function(spec: SweepSpec) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
-    """Unit-cube points -> the spec's objectives, through the sweep's encoding and evaluator."""
+def _chunk_objectives(payload: str, index: int) -> pd.DataFrame:
+    """The objectives of chunk ``index`` of a sensitivity sample (a picklable task, as a sweep's)."""
     from commodel.explore.evaluators import evaluator
 
-    evaluate = evaluator(spec.study.evaluate)
+    data = json.loads(payload)
+    spec = SweepSpec.model_validate_json(data["spec"])
+    size = spec.study.chunk_size
+    x = np.asarray(data["x"], dtype=float)[index * size : (index + 1) * size]
+    result = evaluator(spec.study.evaluate)(complete(spec, decode(spec, x, index * size)))
+    valid = result["valid"].to_numpy(dtype=bool)
+    return pd.DataFrame(
+        {name: np.where(valid, result[name].to_numpy(dtype=float), np.nan) for name in spec.objectives}
+    )
+
+
+def study_function(
+    spec: SweepSpec, executor: str = "local", scheduler: str | None = None
+) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
+    """Unit-cube points -> the spec's objectives, through the sweep's encoding, evaluator, chunks and
+    executors (a Dask cluster evaluates the chunks as it does a sweep's)."""
+    from commodel.explore.executors import execute
 
     def objectives(x: np.ndarray) -> dict[str, np.ndarray]:
-        result = evaluate(complete(spec, decode(spec, x)))
-        valid = result["valid"].to_numpy(dtype=bool)
-        return {name: np.where(valid, result[name].to_numpy(dtype=float), np.nan) for name in spec.objectives}
+        payload = json.dumps({"spec": spec.model_dump_json(), "x": x.tolist()})
+        chunks = list(range(-(-len(x) // spec.study.chunk_size)))
+        parts = dict(execute(executor, _chunk_objectives, payload, chunks, scheduler))
+        frame = pd.concat([parts[i] for i in chunks], ignore_index=True)
+        return {name: frame[name].to_numpy() for name in spec.objectives}
 
     return objectives
 
 
 def study_sensitivity(
-    spec: SweepSpec, method: str = "sobol", samples: int = 256, seed: int = 0
+    spec: SweepSpec,
+    method: str = "sobol",
+    samples: int = 256,
+    seed: int = 0,
+    executor: str = "local",
+    scheduler: str | None = None,
 ) -> pd.DataFrame:
     """:func:`indices` of a study's objectives with respect to its variables."""
     if not spec.variables:
         raise CommodelError(f"{spec.study.name} has no variables to be sensitive to")
-    return indices(study_function(spec), list(spec.variables), method, samples, seed)
+    return indices(study_function(spec, executor, scheduler), list(spec.variables), method, samples, seed)

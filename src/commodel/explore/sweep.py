@@ -192,9 +192,24 @@ def _run(
 
         parts = iter([optimize(spec, progress=progress)])
         n = 1
-    summary = _write_outputs(spec, out, parts, n, write_csv, started, reporter)
+    sensitivity = _sensitivity(spec, out, executor, scheduler)
+    summary = _write_outputs(spec, out, parts, n, write_csv, started, reporter, sensitivity)
     shutil.rmtree(chunks, ignore_errors=True)
     return summary
+
+
+def _sensitivity(spec: SweepSpec, out: Path, executor: str, scheduler: str | None) -> list[dict] | None:
+    """With a ``[sensitivity]`` section: its indices in ``sensitivity.csv``, and their main columns."""
+    if spec.sensitivity is None:
+        return None
+    from commodel.explore.sensitivity import study_sensitivity
+
+    section = spec.sensitivity
+    table = study_sensitivity(spec, section.method, section.samples, spec.study.seed, executor, scheduler)
+    with atomic_path(out / "sensitivity.csv") as tmp:
+        table.to_csv(tmp, index=False)
+    shown = [c for c in ("output", "variable", "S1", "ST", "mu_star", "sigma") if c in table]
+    return json.loads(table[shown].to_json(orient="records"))
 
 
 def _resumable(chunks: Path, spec: SweepSpec, n: int) -> set[int]:
@@ -244,6 +259,7 @@ def _write_outputs(
     write_csv: bool,
     started: float,
     reporter: Reporter | None,
+    sensitivity: list[dict] | None = None,
 ) -> dict:
     from commodel import __version__
 
@@ -300,15 +316,8 @@ def _write_outputs(
         "best": best,
         "elapsed_s": time.perf_counter() - started,
     }
-    if spec.sensitivity is not None:
-        from commodel.explore.sensitivity import study_sensitivity
-
-        table = study_sensitivity(spec, spec.sensitivity.method, spec.sensitivity.samples, spec.study.seed)
-        with atomic_path(out / "sensitivity.csv") as tmp:
-            table.to_csv(tmp, index=False)
-        shown = [c for c in ("output", "variable", "S1", "ST", "mu_star", "sigma") if c in table]
-        summary["sensitivity"] = json.loads(table[shown].to_json(orient="records"))
-        summary["elapsed_s"] = time.perf_counter() - started
+    if sensitivity is not None:
+        summary["sensitivity"] = sensitivity
     write_text(out / "summary.json", json.dumps(summary, indent=2, default=str))
     if reporter is not None:
         reporter(spec, out, summary, front, cloud)

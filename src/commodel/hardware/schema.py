@@ -77,24 +77,23 @@ class NicInitiation(Strict):
     device_initiated: bool = False
 
 
-def _assumed(value: str, why: str) -> Duration:
-    return Duration(value=value, source=f"assumed: {why}")
+def _assumed(microseconds: float, why: str) -> Duration:
+    """A documented default (given in microseconds; stored in seconds, so no unit parsing at import)."""
+    return Duration(value=microseconds * 1e-6, source=f"assumed: {why}")
 
 
 class HostCosts(Strict):
     """Software costs of driving communication from a node's host and GPUs (defaults are documented
     assumptions; a system record may state its own under ``[initiation]``)."""
 
-    host_sync: Duration = _assumed("2 us", "a spinning host thread sees a stream's kernel end")
-    host_call: Duration = _assumed("1 us", "a small-message MPI or libfabric call, or a completion poll")
-    proxy_poll: Duration = _assumed("1 us", "a proxy thread picks an entry off a lock-free GPU-to-host queue")
-    stream_memop: Duration = _assumed(
-        "2 us", "the GPU front end runs a stream write- or wait-value operation"
-    )
-    device_poll: Duration = _assumed("0.5 us", "a GPU thread polling memory sees a flag the NIC wrote")
-    wqe_build: Duration = _assumed("0.5 us", "a GPU thread writes a 64-byte work request and fences it")
+    host_sync: Duration = _assumed(2.0, "a spinning host thread sees a stream's kernel end")
+    host_call: Duration = _assumed(1.0, "a small-message MPI or libfabric call, or a completion poll")
+    proxy_poll: Duration = _assumed(1.0, "a proxy thread picks an entry off a lock-free GPU-to-host queue")
+    stream_memop: Duration = _assumed(2.0, "the GPU front end runs a stream write- or wait-value operation")
+    device_poll: Duration = _assumed(0.5, "a GPU thread polling memory sees a flag the NIC wrote")
+    wqe_build: Duration = _assumed(0.5, "a GPU thread writes a 64-byte work request and fences it")
     doorbell: Duration = _assumed(
-        "1 us", "a GPU's uncached write to a NIC register crosses PCIe (as a PCIe transaction)"
+        1.0, "a GPU's uncached write to a NIC register crosses PCIe (as a PCIe transaction)"
     )
 
 
