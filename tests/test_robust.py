@@ -164,6 +164,10 @@ def test_a_robust_sweep_writes_both_fronts_and_marks_who_drops_off(tmp_path):
     assert set(front.point[front.robust_front]) == set(robust.point[robust.nominal_front])
     saved = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert saved["robust_pareto"] == len(robust)
+    # a Dask worker draws in its own process (it may not fork): the same draws, the same bands
+    pytest.importorskip("dask.distributed")
+    run_sweep(load_spec(write(tmp_path)), tmp_path / "dask", executor="dask", progress=False)
+    pd.testing.assert_frame_equal(front, pd.read_csv(tmp_path / "dask" / "pareto.csv"))
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 
 import numpy as np
 import pandas as pd
@@ -59,6 +60,11 @@ def _objectives_per_draw(
     return out
 
 
+def _parent_handles_interrupts() -> None:
+    """In a worker: leave Ctrl-C to the parent, which stops the pool (no traceback per worker)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _workers(draws_: int) -> int:
     if multiprocessing.current_process().daemon or "fork" not in multiprocessing.get_all_start_methods():
         return 1
@@ -73,14 +79,14 @@ def objectives_per_draw(
     workers = _workers(len(factors))
     if workers == 1:
         return _objectives_per_draw(spec_json, frame, parameters, factors)
-    from concurrent.futures import ProcessPoolExecutor
-
     blocks = np.array_split(factors, workers)
+    tasks = [(spec_json, frame, parameters, block) for block in blocks]
     context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        parts = pool.map(_objectives_per_draw, [spec_json] * workers, [frame] * workers,
-                         [parameters] * workers, blocks)  # fmt: skip
-        return np.concatenate(list(parts), axis=0)
+    with context.Pool(workers, initializer=_parent_handles_interrupts) as pool:  # leaving kills the workers
+        pending = pool.starmap_async(_objectives_per_draw, tasks)
+        while not pending.ready():  # a timed wait, so Ctrl-C reaches this process at once
+            pending.wait(0.2)
+        return np.concatenate(pending.get(), axis=0)
 
 
 def drivers(log_factors: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
