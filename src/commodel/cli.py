@@ -6,6 +6,7 @@ printed as one ``error:`` line on stderr with exit code 2.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import re
@@ -685,12 +686,25 @@ def _parser_errors() -> object:
     return exceptions
 
 
+def _with_only(first: list[str]) -> typer.Typer:
+    """The app with only the command (or command group) ``first`` names, when it names one: typer
+    builds every registered command's options from its signature at each start, a sixth of a
+    ``commodel train`` from the shell; with a global option or help first, the whole app."""
+    commands = [c for c in app.registered_commands if (c.name or c.callback.__name__) in first]
+    groups = [g for g in app.registered_groups if g.name in first]
+    if not commands and not groups:
+        return app
+    lean = copy.copy(app)
+    lean.registered_commands, lean.registered_groups = commands, groups
+    return lean
+
+
 def main() -> None:
     """Console entry point: run the app, turning user errors (ours, and the option parser's) into one
     ``error:`` line and exit code 2."""
     errors = _parser_errors()
     try:
-        code = app(standalone_mode=False)  # an Exit(n) a command raised comes back as n
+        code = _with_only(sys.argv[1:2])(standalone_mode=False)  # an Exit(n) a command raised comes back as n
     except CommodelError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
