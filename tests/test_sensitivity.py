@@ -73,3 +73,18 @@ def test_a_studys_sensitivity_is_the_same_chunked_or_whole_and_on_dask():
     pd.testing.assert_frame_equal(whole, study_sensitivity(chunked, "morris", 8))
     pytest.importorskip("dask.distributed")
     pd.testing.assert_frame_equal(whole, study_sensitivity(chunked, "morris", 8, executor="dask"))
+
+
+def test_the_uncertain_numbers_of_one_design_rank_by_what_its_step_time_rests_on(tmp_path):
+    from commodel.explore.sensitivity import study_sensitivity
+    from commodel.explore.spec import load_spec
+
+    spec = tmp_path / "fixed.toml"
+    spec.write_text('[study]\nname = "fixed"\nevaluate = "training"\n[fixed]\nmodel = "llama3-70b"\n'
+                    'system = "dgx-b200"\nnodes = 16\ntp = 8\npp = 4\nglobal_batch = 512\nseq = 8192\n'
+                    '[objectives]\nstep_time_s = "min"\n')  # fmt: skip
+    table = study_sensitivity(load_spec(spec), "morris", 8, parameters=True).set_index("variable")
+    # B200's BF16 GEMM efficiency is assumed (x0.8-1.25): the step time rests on it; a doorbell write
+    # (GPU-initiated communication only) does not enter a training step at all
+    assert table.mu_star.idxmax() == "b200-sxm.matmul_efficiency.bf16"
+    assert table.mu_star["dgx-b200.initiation.doorbell"] == 0.0

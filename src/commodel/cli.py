@@ -417,6 +417,14 @@ def sensitivity(
         int, typer.Option(min=8, help="Base samples (Saltelli N, or Morris trajectories).")
     ] = 256,
     output: Annotated[str, typer.Option("-o", "--output", help="Folder for sensitivity.csv and .png.")] = "",
+    parameters: Annotated[
+        bool,
+        typer.Option(
+            "--parameters",
+            help="Also the uncertain numbers of the study's hardware (one evaluation "
+            "per point: for small studies).",
+        ),
+    ] = False,
     executor: ExecutorOption = "local",
     scheduler: SchedulerOption = None,
     as_json: JsonFlag = False,
@@ -430,7 +438,7 @@ def sensitivity(
 
     loaded = load_spec(spec)
     _check_scheduler(executor, scheduler)
-    table = study_sensitivity(loaded, method, samples, loaded.study.seed, executor, scheduler)
+    table = study_sensitivity(loaded, method, samples, loaded.study.seed, executor, scheduler, parameters)
     if output:
         out = Path(output)
         out.mkdir(parents=True, exist_ok=True)

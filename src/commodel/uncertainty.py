@@ -154,11 +154,11 @@ def parameter_bands(
     its share of the variance) and the source. Scalars in, scalars out."""
     from commodel.explore.robust import drivers
     from commodel.hardware.loader import default_db, using
-    from commodel.hardware.uncertain import draws, moved, uncertain_parameters
+    from commodel.hardware.uncertain import draws, moved, uncertain_numbers
 
     check_percentiles(*percentiles)
     base = default_db()
-    parameters = uncertain_parameters(base, names, (validation_ratios(), validation_ratios(False)))
+    parameters = uncertain_numbers(names, base)
     factors = draws(parameters, samples, seed)
     runs = []
     for row in factors:
@@ -191,13 +191,12 @@ def parameter_coverage(samples: int = 32, percentiles: tuple[float, float] = BAN
     import pandas as pd
 
     from commodel.hardware.loader import default_db, using
-    from commodel.hardware.uncertain import draws, moved, uncertain_parameters
+    from commodel.hardware.uncertain import draws, moved, uncertain_numbers
     from commodel.validate import validation_table
 
     check_percentiles(*percentiles)
     base = default_db()
-    names = [n for kind in ("system", "gpu", "link") for n in base.table(kind)]
-    parameters = uncertain_parameters(base, names, (validation_ratios(), validation_ratios(False)))
+    parameters = uncertain_numbers((n for kind in ("system", "gpu", "link") for n in base.table(kind)), base)
     table = _validation_table()
     priced = []
     for row in draws(parameters, samples, seed):

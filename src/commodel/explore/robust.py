@@ -28,16 +28,13 @@ import pandas as pd
 
 from commodel.explore.spec import SweepSpec
 from commodel.hardware.loader import default_db, using
-from commodel.hardware.uncertain import Uncertain, draws, moved, uncertain_parameters
+from commodel.hardware.uncertain import Uncertain, draws, moved, uncertain_numbers
 
 
 def study_parameters(frame: pd.DataFrame) -> list[Uncertain]:
     """The uncertain numbers of every hardware record a table of designs names."""
-    from commodel.uncertainty import validation_ratios
-
-    names = sorted({v for column in frame.columns if pd.api.types.is_string_dtype(frame[column])
-                    for v in frame[column].unique() if isinstance(v, str)})  # fmt: skip
-    return uncertain_parameters(default_db(), names, (validation_ratios(), validation_ratios(False)))
+    return uncertain_numbers(v for column in frame.columns if pd.api.types.is_string_dtype(frame[column])
+                             for v in frame[column].unique() if isinstance(v, str))  # fmt: skip
 
 
 def _objectives_per_draw(

@@ -1,25 +1,31 @@
-"""Global sensitivity of a study's objectives to its variables (``commodel sensitivity``): first-order
-and total Sobol indices (Saltelli sampling) or Morris elementary effects, estimated by SALib.
+"""Global sensitivity of a study's objectives to its variables and, on request, the uncertain numbers
+of its hardware (``commodel sensitivity [--parameters]``): first-order and total Sobol indices
+(Saltelli sampling) or Morris elementary effects, estimated by SALib.
 
 Every variable spans the unit interval its sweep encoding uses (:func:`commodel.explore.space.decode`:
 choices and integers pick among their grid values, reals interpolate); the design points are
 completed and evaluated exactly as a sweep evaluates them, chunk by chunk, by the same executors
 (in this process, or on a Dask cluster). A point the evaluator rejects (an invalid
 layout) takes the objective's mean over the valid points, and the share of such points is reported:
-an index is only as good as the space is valid.
+an index is only as good as the space is valid. An uncertain number spans its range
+(:mod:`commodel.hardware.uncertain`, uniform in the logarithm) and each point is priced on the
+database its numbers give: one evaluation per point, so this is for small studies.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from commodel.errors import CommodelError, unknown
 from commodel.explore.space import complete, decode
-from commodel.explore.spec import SweepSpec
+from commodel.explore.spec import Choice, SweepSpec
+from commodel.hardware.loader import default_db, using
+from commodel.hardware.uncertain import Uncertain, factors, moved, uncertain_numbers
 
 METHODS = ("sobol", "morris")
 
@@ -68,14 +74,28 @@ def indices(
 
 
 def _chunk_objectives(payload: str, index: int) -> pd.DataFrame:
-    """The objectives of chunk ``index`` of a sensitivity sample (a picklable task, as a sweep's)."""
+    """The objectives of chunk ``index`` of a sensitivity sample (a picklable task, as a sweep's): the
+    variables' columns decoded as a sweep decodes them; each uncertain number's column (if any) a
+    factor on it, every point then priced on its own moved database."""
     from commodel.explore.evaluators import evaluator
 
     data = json.loads(payload)
     spec = SweepSpec.model_validate_json(data["spec"])
-    size = spec.study.chunk_size
+    size, d = spec.study.chunk_size, len(spec.variables)
     x = np.asarray(data["x"], dtype=float)[index * size : (index + 1) * size]
-    result = evaluator(spec.study.evaluate)(complete(spec, decode(spec, x, index * size)))
+    designs = complete(spec, decode(spec, x[:, :d], index * size))
+    evaluate = evaluator(spec.study.evaluate)
+    parameters = [Uncertain(**{**p, "path": tuple(p["path"])}) for p in data["parameters"]]
+    if parameters:
+        base = default_db()
+        moved_by = factors(parameters, x[:, d:])
+        parts = []
+        for i, row in enumerate(moved_by):
+            with using(moved(base, parameters, row)):
+                parts.append(evaluate(designs.iloc[[i]]))
+        result = pd.concat(parts, ignore_index=True)
+    else:
+        result = evaluate(designs)
     valid = result["valid"].to_numpy(dtype=bool)
     return pd.DataFrame(
         {name: np.where(valid, result[name].to_numpy(dtype=float), np.nan) for name in spec.objectives}
@@ -83,14 +103,19 @@ def _chunk_objectives(payload: str, index: int) -> pd.DataFrame:
 
 
 def study_function(
-    spec: SweepSpec, executor: str = "local", scheduler: str | None = None
+    spec: SweepSpec,
+    executor: str = "local",
+    scheduler: str | None = None,
+    parameters: Sequence[Uncertain] = (),
 ) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
-    """Unit-cube points -> the spec's objectives, through the sweep's encoding, evaluator, chunks and
-    executors (a Dask cluster evaluates the chunks as it does a sweep's)."""
+    """Unit-cube points (the variables, then ``parameters``) -> the spec's objectives, through the
+    sweep's encoding, evaluator, chunks and executors (a Dask cluster evaluates the chunks as it
+    does a sweep's)."""
     from commodel.explore.executors import execute
 
     def objectives(x: np.ndarray) -> dict[str, np.ndarray]:
-        payload = json.dumps({"spec": spec.model_dump_json(), "x": x.tolist()})
+        payload = json.dumps({"spec": spec.model_dump_json(), "x": x.tolist(),
+                              "parameters": [dataclasses.asdict(p) for p in parameters]})  # fmt: skip
         chunks = list(range(-(-len(x) // spec.study.chunk_size)))
         parts = dict(execute(executor, _chunk_objectives, payload, chunks, scheduler))
         frame = pd.concat([parts[i] for i in chunks], ignore_index=True)
@@ -106,8 +131,19 @@ def study_sensitivity(
     seed: int = 0,
     executor: str = "local",
     scheduler: str | None = None,
+    parameters: bool = False,
 ) -> pd.DataFrame:
-    """:func:`indices` of a study's objectives with respect to its variables."""
-    if not spec.variables:
+    """:func:`indices` of a study's objectives with respect to its variables and, with
+    ``parameters``, the uncertain numbers of the hardware its designs use (each point then priced
+    on its own database: one evaluation per point, for small studies)."""
+    uncertain = _study_parameters(spec) if parameters else []
+    if not spec.variables and not uncertain:
         raise CommodelError(f"{spec.study.name} has no variables to be sensitive to")
-    return indices(study_function(spec, executor, scheduler), list(spec.variables), method, samples, seed)
+    names = [*spec.variables, *(p.label for p in uncertain)]
+    return indices(study_function(spec, executor, scheduler, uncertain), names, method, samples, seed)
+
+
+def _study_parameters(spec: SweepSpec) -> list[Uncertain]:
+    """The uncertain numbers of the hardware records any design of the space may use."""
+    choices = [v for var in spec.variables.values() if isinstance(var, Choice) for v in var.choice]
+    return uncertain_numbers(str(v) for v in [*choices, *spec.fixed.values()])

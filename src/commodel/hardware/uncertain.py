@@ -22,14 +22,14 @@ efficiency) is capped at 1, so no draw carries more than the path can.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel
 
-from commodel.hardware.loader import HardwareDB
+from commodel.hardware.loader import HardwareDB, default_db
 from commodel.records import ByteSize, Count, Fraction, Sourced
 
 #: Factors on an assumed value with no stated range (a documented convention, not a fit).
@@ -155,6 +155,15 @@ def uncertain_parameters(db: HardwareDB, names: list[str], ratios: Ratios) -> li
     return out
 
 
+def uncertain_numbers(names: Iterable[str], db: HardwareDB | None = None) -> list[Uncertain]:
+    """:func:`uncertain_parameters` of the records ``names`` use (strings that name no record are
+    ignored), with ``commodel validate``'s ratios (computed once per process)."""
+    from commodel.uncertainty import validation_ratios  # runs commodel validate: only when asked
+
+    ratios = (validation_ratios(), validation_ratios(held_out=False))
+    return uncertain_parameters(db or default_db(), sorted(set(names)), ratios)
+
+
 def _set(data: dict, path: tuple[str, ...], value: float) -> None:
     for key in path[:-1]:
         data = data[key]
@@ -176,14 +185,18 @@ def moved(db: HardwareDB, parameters: list[Uncertain], factors: np.ndarray) -> H
     return HardwareDB(tables["gpu"], tables["link"], tables["system"], db.root)  # type: ignore[arg-type]
 
 
+def factors(parameters: list[Uncertain], unit: np.ndarray) -> np.ndarray:
+    """Points of the unit cube (one column per parameter) as factors, uniform in the logarithm of
+    each range (a factor of 0.8 is as likely as 1.25)."""
+    low = np.log([p.low for p in parameters])
+    high = np.log([p.high for p in parameters])
+    return np.exp(low + np.asarray(unit, dtype=float).reshape(-1, len(parameters)) * (high - low))
+
+
 def draws(parameters: list[Uncertain], samples: int, seed: int = 0) -> np.ndarray:
-    """``samples`` x parameters factors: a Latin hypercube over each parameter's range, uniform in
-    the logarithm (a factor of 0.8 is as likely as 1.25)."""
+    """``samples`` x parameters factors: a Latin hypercube over the parameters' ranges."""
     from scipy.stats import qmc
 
     if not parameters:
         return np.ones((samples, 0))
-    unit = qmc.LatinHypercube(d=len(parameters), seed=seed).random(samples)
-    low = np.log([p.low for p in parameters])
-    high = np.log([p.high for p in parameters])
-    return np.exp(low + unit * (high - low))
+    return factors(parameters, qmc.LatinHypercube(d=len(parameters), seed=seed).random(samples))
