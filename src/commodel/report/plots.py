@@ -102,22 +102,29 @@ def breakdown_plot(
     return save_figure(fig, path)
 
 
+#: Inputs a sensitivity plot shows per output (the largest; the table holds them all).
+SENSITIVITY_BARS = 12
+
+
 def sensitivity_plot(table: pd.DataFrame, path: str | Path) -> Path:
-    """Bars of each output's indices per variable (total and first-order, or mu*)."""
+    """Horizontal bars of each output's indices per input (total and first-order, or mu*), the
+    :data:`SENSITIVITY_BARS` largest, largest on top."""
     from matplotlib.figure import Figure
 
     outputs = list(dict.fromkeys(table.output))
-    fig = Figure(figsize=(4.5 * len(outputs), 4))
+    size = "ST" if "ST" in table else "mu_star"
+    shown = min(SENSITIVITY_BARS, int(table.groupby("output").size().max()))
+    fig = Figure(figsize=(5.5 * len(outputs), 1.2 + 0.32 * shown), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(outputs)))
     for ax, output in zip(axes, outputs, strict=True):
-        rows = table[table.output == output]
+        rows = table[table.output == output].nlargest(SENSITIVITY_BARS, size).iloc[::-1]
         at = np.arange(len(rows))
-        if "ST" in rows:
-            ax.bar(at - 0.2, rows.ST, 0.4, label="total")
-            ax.bar(at + 0.2, rows.S1, 0.4, label="first order")
+        if size == "ST":
+            ax.barh(at + 0.2, rows.ST, 0.4, label="total")
+            ax.barh(at - 0.2, rows.S1, 0.4, label="first order")
         else:
-            ax.bar(at, rows.mu_star, 0.6, label="mu*")
-        ax.set_xticks(at, rows.variable, rotation=30, fontsize=8)
+            ax.barh(at, rows.mu_star, 0.6, label="mu*")
+        ax.set_yticks(at, rows.variable, fontsize=8)
         ax.set_title(output.replace("_", " "), fontsize=9)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="lower right")
     return save_figure(fig, path)
