@@ -25,7 +25,7 @@ from commodel.errors import CommodelError, unknown
 from commodel.explore.space import complete, decode
 from commodel.explore.spec import Choice, SweepSpec
 from commodel.hardware.loader import default_db, using
-from commodel.hardware.uncertain import Uncertain, factors, moved, uncertain_numbers
+from commodel.hardware.uncertain import Uncertain, factors_of, moved, uncertain_numbers
 
 METHODS = ("sobol", "morris")
 
@@ -88,7 +88,7 @@ def _chunk_objectives(payload: str, index: int) -> pd.DataFrame:
     parameters = [Uncertain(**{**p, "path": tuple(p["path"])}) for p in data["parameters"]]
     if parameters:
         base = default_db()
-        moved_by = factors(parameters, x[:, d:])
+        moved_by = factors_of(parameters, x[:, d:])
         parts = []
         for i, row in enumerate(moved_by):
             with using(moved(base, parameters, row)):

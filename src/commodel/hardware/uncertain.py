@@ -164,28 +164,27 @@ def uncertain_numbers(names: Iterable[str], db: HardwareDB | None = None) -> lis
     return uncertain_parameters(db or default_db(), sorted(set(names)), ratios)
 
 
-def _set(data: dict, path: tuple[str, ...], value: float) -> None:
-    for key in path[:-1]:
-        data = data[key]
-    data[path[-1]]["value"] = value
+def _replaced(record: Any, path: tuple[str, ...], value: float) -> Any:
+    """``record`` (a record or a table of them) with the number at ``path`` set to ``value``; copies,
+    not re-validated (a factor is positive, a fraction is capped by the caller)."""
+    head, rest = path[0], path[1:]
+    current = record[head] if isinstance(record, dict) else getattr(record, head)
+    new = _replaced(current, rest, value) if rest else current.model_copy(update={"value": value})
+    return {**record, head: new} if isinstance(record, dict) else record.model_copy(update={head: new})
 
 
 def moved(db: HardwareDB, parameters: list[Uncertain], factors: np.ndarray) -> HardwareDB:
     """``db`` with each parameter's value multiplied by its factor (a fraction capped at 1)."""
     tables = {kind: dict(db.table(kind)) for kind in ("gpu", "link", "system")}
-    dumps: dict[tuple[str, str], dict] = {}
     for parameter, factor in zip(parameters, factors, strict=True):
-        key = (parameter.kind, parameter.name)
-        if key not in dumps:
-            dumps[key] = db.get(*key).model_dump()
         value = parameter.value * float(factor)
-        _set(dumps[key], parameter.path, min(value, 1.0) if parameter.fraction else value)
-    for (kind, name), data in dumps.items():
-        tables[kind][name] = type(db.get(kind, name)).model_validate(data)
+        table = tables[parameter.kind]
+        table[parameter.name] = _replaced(table[parameter.name], parameter.path,
+                                          min(value, 1.0) if parameter.fraction else value)  # fmt: skip
     return HardwareDB(tables["gpu"], tables["link"], tables["system"], db.root)  # type: ignore[arg-type]
 
 
-def factors(parameters: list[Uncertain], unit: np.ndarray) -> np.ndarray:
+def factors_of(parameters: list[Uncertain], unit: np.ndarray) -> np.ndarray:
     """Points of the unit cube (one column per parameter) as factors, uniform in the logarithm of
     each range (a factor of 0.8 is as likely as 1.25)."""
     low = np.log([p.low for p in parameters])
@@ -199,4 +198,4 @@ def draws(parameters: list[Uncertain], samples: int, seed: int = 0) -> np.ndarra
 
     if not parameters:
         return np.ones((samples, 0))
-    return factors(parameters, qmc.LatinHypercube(d=len(parameters), seed=seed).random(samples))
+    return factors_of(parameters, qmc.LatinHypercube(d=len(parameters), seed=seed).random(samples))
