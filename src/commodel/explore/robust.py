@@ -19,6 +19,7 @@ which may not fork, they run in its own process.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -79,11 +80,15 @@ def objectives_per_draw(
     blocks = np.array_split(factors, workers)
     tasks = [(spec_json, frame, parameters, block) for block in blocks]
     context = multiprocessing.get_context("fork")
-    with context.Pool(workers, initializer=_parent_handles_interrupts) as pool:  # leaving kills the workers
-        pending = pool.starmap_async(_objectives_per_draw, tasks)
-        while not pending.ready():  # a timed wait, so Ctrl-C reaches this process at once
-            pending.wait(0.2)
-        return np.concatenate(pending.get(), axis=0)
+    gc.freeze()  # the forked workers' collector then skips every object they inherit (no copy, no scan)
+    try:
+        with context.Pool(workers, initializer=_parent_handles_interrupts) as pool:  # leaving kills them
+            pending = pool.starmap_async(_objectives_per_draw, tasks)
+            while not pending.ready():  # a timed wait, so Ctrl-C reaches this process at once
+                pending.wait(0.2)
+            return np.concatenate(pending.get(), axis=0)
+    finally:
+        gc.unfreeze()
 
 
 def drivers(log_factors: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
