@@ -18,7 +18,8 @@ until its backlog is drained again (fluid model: a backlog ``Q`` drains at spare
   (capacity ``K (W - 1) / W``), which load its persisted state (``P`` more) and redo its
   ``r / W (a + P)`` lost items and the ``r / W (delta + P)`` that queued, unless the worker's own
   restart (``R``, then its share's backlog drained at ``K - r``) comes first. A slowed worker's share
-  moves by progress after ``delta``.
+  moves by progress after ``delta``: its backlog then drains at ``K - mu (1 - 1/s) - r`` while the
+  slowdown lasts (or grows, if that is negative) and at ``K - r`` after it.
 
 Faults: crashes from a per-worker exponential or Weibull lifetime (shape ``k``, same mean), slowdowns
 as a Poisson process per worker; over a horizon, seeded (:func:`fault_impacts`).
@@ -115,9 +116,17 @@ def slowdown_impact(policy: str, s: Stream) -> float:
     if policy == "sync":  # fixed partitions: the slow worker's own share falls behind
         behind = max(share - slow, 0.0) * s.slowdown_s
         return s.slowdown_s + behind / (mu - share) if behind else 0.0
-    behind = max(share - slow, 0.0) * min(s.detect_s, s.slowdown_s)
-    spare = s.capacity - (mu - slow) - s.rate
-    return min(s.detect_s, s.slowdown_s) + behind / spare if behind else 0.0
+    # behind on its own share until detection; then its share moves by progress and the pipeline runs
+    # at K - mu + mu/s until the slowdown ends, then at K: the backlog drains at whichever spare holds
+    detected = min(s.detect_s, s.slowdown_s)
+    behind = max(share - slow, 0.0) * detected
+    if not behind:
+        return 0.0
+    slowed_spare = s.capacity - (mu - slow) - s.rate
+    if slowed_spare > 0 and detected + behind / slowed_spare <= s.slowdown_s:
+        return detected + behind / slowed_spare
+    left = behind - slowed_spare * (s.slowdown_s - detected)  # grows when the slowed pipeline cannot keep up
+    return s.slowdown_s + left / (s.capacity - s.rate)
 
 
 def _lifetimes(rng: np.random.Generator, distribution: str, shape: float, mean: float, n: int) -> np.ndarray:
