@@ -1,12 +1,22 @@
-"""Shared fixtures: a toy fabric with round numbers for hand-checked formulas."""
+"""Shared fixtures: a toy fabric with round numbers for hand-checked formulas; hypothesis profiles.
+
+The property tests run derandomized by default, so a CI run checks the same examples every time and
+never fails on a draw nobody has seen; ``pytest --hypothesis-profile=explore`` searches afresh (run it
+when a model changes, and keep any failing example it finds with ``@example``).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
+from hypothesis import settings
 
 from commodel.comm.fabric import Fabric
+
+settings.register_profile("deterministic", derandomize=True, database=None, deadline=None)
+settings.register_profile("explore", derandomize=False, deadline=None)
+settings.load_profile("deterministic")
 
 
 def make_fabric(**overrides: object) -> Fabric:
