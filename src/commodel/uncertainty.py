@@ -153,19 +153,14 @@ def parameter_bands(
     numbers of the records ``names`` use, ``KEY_params_driver`` (the number the key follows most, with
     its share of the variance) and the source. Scalars in, scalars out."""
     from commodel.explore.robust import drivers
-    from commodel.hardware.loader import default_db, using
-    from commodel.hardware.uncertain import draws, moved, uncertain_numbers
+    from commodel.hardware.uncertain import draws, on_draws, uncertain_numbers
 
     check_percentiles(*percentiles)
-    base = default_db()
-    parameters = uncertain_numbers(names, base)
+    parameters = uncertain_numbers(names)
     factors = draws(parameters, samples, seed)
-    runs = []
-    for row in factors:
-        with using(moved(base, parameters, row)):
-            result = run()
-        runs.append([np.atleast_1d(np.asarray(result[k], dtype=float)) for k in keys])
-    values = np.array(runs)  # draws x keys x points
+    results = on_draws(lambda _: run(), parameters, factors)
+    result = results[-1]
+    values = np.array([[np.atleast_1d(np.asarray(r[k], dtype=float)) for k in keys] for r in results])
     scalar = all(np.ndim(result[k]) == 0 for k in keys)
     low, high = np.percentile(values, percentiles, axis=0)
     lo, hi = (f"p{p:g}" for p in percentiles)
@@ -190,19 +185,16 @@ def parameter_coverage(samples: int = 32, percentiles: tuple[float, float] = BAN
     calibrated number's range comes from its class's error spread, not from any one row's error.)"""
     import pandas as pd
 
-    from commodel.hardware.loader import default_db, using
-    from commodel.hardware.uncertain import draws, moved, uncertain_numbers
+    from commodel.hardware.loader import default_db
+    from commodel.hardware.uncertain import draws, on_draws, uncertain_numbers
     from commodel.validate import validation_table
 
     check_percentiles(*percentiles)
     base = default_db()
-    parameters = uncertain_numbers((n for kind in ("system", "gpu", "link") for n in base.table(kind)), base)
+    parameters = uncertain_numbers(n for kind in ("system", "gpu", "link") for n in base.table(kind))
     table = _validation_table()
-    priced = []
-    for row in draws(parameters, samples, seed):
-        db = moved(base, parameters, row)
-        with using(db):
-            priced.append(validation_table(db).model.to_numpy(dtype=float))
+    priced = on_draws(lambda _: validation_table().model.to_numpy(dtype=float), parameters,
+                      draws(parameters, samples, seed))  # fmt: skip
     with warnings.catch_warnings():  # rows without a model are NaN in every draw
         warnings.simplefilter("ignore", RuntimeWarning)
         low, high = np.nanpercentile(np.array(priced), percentiles, axis=0)

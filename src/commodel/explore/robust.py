@@ -28,8 +28,7 @@ import numpy as np
 import pandas as pd
 
 from commodel.explore.spec import SweepSpec
-from commodel.hardware.loader import default_db, using
-from commodel.hardware.uncertain import Uncertain, draws, moved, uncertain_numbers
+from commodel.hardware.uncertain import Uncertain, draws, on_draws, uncertain_numbers
 
 
 def study_parameters(frame: pd.DataFrame) -> list[Uncertain]:
@@ -47,15 +46,17 @@ def _objectives_per_draw(
 
     spec = SweepSpec.model_validate_json(spec_json)
     evaluate = evaluator(spec.study.evaluate)
-    base = default_db()
-    out = np.full((len(factors), len(frame), len(spec.objectives)), np.nan)
-    for s, row in enumerate(factors):
-        with using(moved(base, parameters, row)):
-            result = evaluate(frame)
-        valid = result["valid"].to_numpy(dtype=bool)
-        for k, name in enumerate(spec.objectives):
-            out[s, :, k] = np.where(valid, result[name].to_numpy(dtype=float), np.nan)
-    return out
+    results = on_draws(lambda _: evaluate(frame), parameters, factors)
+    return np.array([objective_values(spec, result) for result in results]).reshape(
+        len(factors), len(frame), len(spec.objectives)
+    )
+
+
+def objective_values(spec: SweepSpec, result: pd.DataFrame) -> np.ndarray:
+    """Designs x objectives of an evaluator's result, NaN where a design is invalid."""
+    valid = result["valid"].to_numpy(dtype=bool)[:, None]
+    values = result[list(spec.objectives)].to_numpy(dtype=float)
+    return np.where(valid, values, np.nan)
 
 
 def _parent_handles_interrupts() -> None:

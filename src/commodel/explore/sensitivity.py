@@ -22,10 +22,10 @@ import numpy as np
 import pandas as pd
 
 from commodel.errors import CommodelError, unknown
+from commodel.explore.robust import objective_values
 from commodel.explore.space import complete, decode
 from commodel.explore.spec import Choice, SweepSpec
-from commodel.hardware.loader import default_db, using
-from commodel.hardware.uncertain import Uncertain, factors_of, moved, uncertain_numbers
+from commodel.hardware.uncertain import Uncertain, factors_of, on_draws, uncertain_numbers
 
 METHODS = ("sobol", "morris")
 
@@ -87,19 +87,12 @@ def _chunk_objectives(payload: str, index: int) -> pd.DataFrame:
     evaluate = evaluator(spec.study.evaluate)
     parameters = [Uncertain(**{**p, "path": tuple(p["path"])}) for p in data["parameters"]]
     if parameters:
-        base = default_db()
-        moved_by = factors_of(parameters, x[:, d:])
-        parts = []
-        for i, row in enumerate(moved_by):
-            with using(moved(base, parameters, row)):
-                parts.append(evaluate(designs.iloc[[i]]))
+        point = factors_of(parameters, x[:, d:])  # each point on its own moved database
+        parts = on_draws(lambda i: evaluate(designs.iloc[[i]]), parameters, point)
         result = pd.concat(parts, ignore_index=True)
     else:
         result = evaluate(designs)
-    valid = result["valid"].to_numpy(dtype=bool)
-    return pd.DataFrame(
-        {name: np.where(valid, result[name].to_numpy(dtype=float), np.nan) for name in spec.objectives}
-    )
+    return pd.DataFrame(objective_values(spec, result), columns=list(spec.objectives))
 
 
 def study_function(

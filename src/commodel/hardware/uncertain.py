@@ -22,15 +22,17 @@ efficiency) is capped at 1, so no draw carries more than the path can.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from pydantic import BaseModel
 
 from commodel.hardware.loader import HardwareDB, default_db
 from commodel.records import ByteSize, Count, Fraction, Sourced
+
+T = TypeVar("T")
 
 #: Factors on an assumed value with no stated range (a documented convention, not a fit).
 ASSUMED_RANGE = (0.8, 1.25)
@@ -190,6 +192,19 @@ def factors_of(parameters: list[Uncertain], unit: np.ndarray) -> np.ndarray:
     low = np.log([p.low for p in parameters])
     high = np.log([p.high for p in parameters])
     return np.exp(low + np.asarray(unit, dtype=float).reshape(-1, len(parameters)) * (high - low))
+
+
+def on_draws(run: Callable[[int], T], parameters: list[Uncertain], factors: np.ndarray) -> list[T]:
+    """``run(i)`` for each row ``i`` of ``factors``, on the default database with the parameters
+    moved by that row (:func:`moved`, :func:`commodel.hardware.loader.using`)."""
+    from commodel.hardware.loader import using
+
+    base = default_db()
+    results = []
+    for i, row in enumerate(factors):
+        with using(moved(base, parameters, row)):
+            results.append(run(i))
+    return results
 
 
 def draws(parameters: list[Uncertain], samples: int, seed: int = 0) -> np.ndarray:
