@@ -313,11 +313,11 @@ def _banded(command: str, result: dict, uncertainty: bool, run: Callable[[], dic
     """``result`` with the model class's band and the band of the hardware's uncertain numbers."""
     if not uncertainty:
         return result
-    from commodel.uncertainty import parameter_bands, with_bands
+    from commodel.uncertainty import parameter_bands, with_class_bands
 
     kind, speeds, times = BANDED[command]
     names = [name for v in values.values() if isinstance(v, str) for name in re.split(r"[,:]", v)]
-    return {**with_bands(result, kind, speeds, times), **parameter_bands(run, names, speeds + times)}
+    return {**with_class_bands(result, kind, speeds, times), **parameter_bands(run, names, speeds + times)}
 
 
 def _band_lines(result: dict) -> str:

@@ -123,7 +123,7 @@ def coverage_table(table: object, percentiles: tuple[float, float] = BAND) -> ob
     )  # fmt: skip
 
 
-def with_bands(
+def with_class_bands(
     result: dict,
     kind: str,
     speeds: tuple[str, ...],

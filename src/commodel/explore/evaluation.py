@@ -12,7 +12,7 @@ import pandas as pd
 
 from commodel.explore.evaluators import evaluator
 from commodel.explore.expressions import constraint_mask
-from commodel.explore.robust import with_bands
+from commodel.explore.robust import with_draw_bands
 from commodel.explore.space import complete, design_points, grid_chunk, sample
 from commodel.explore.spec import SweepSpec
 
@@ -48,7 +48,7 @@ def finish(spec: SweepSpec, frame: pd.DataFrame) -> pd.DataFrame:
     for text in spec.study.constraints:
         feasible &= constraint_mask(text, result)
     result = result.assign(feasible=feasible)
-    return with_bands(spec, frame[valid].reset_index(drop=True), result)
+    return with_draw_bands(spec, frame[valid].reset_index(drop=True), result)
 
 
 def evaluate_chunk(spec_json: str, index: int) -> pd.DataFrame:

@@ -72,6 +72,12 @@ def evaluator(name: str) -> Evaluator:
     return getattr(import_module(module), factory)()
 
 
+def objective_values(result: pd.DataFrame, names: list[str]) -> np.ndarray:
+    """Designs x ``names`` of an evaluator's result, NaN where a design is invalid."""
+    valid = result["valid"].to_numpy(dtype=bool)[:, None]
+    return np.where(valid, result[names].to_numpy(dtype=float), np.nan)
+
+
 def blank_outputs(
     rows: int, outputs: tuple[str, ...], flags: tuple[str, ...] = (), text: tuple[str, ...] = ()
 ) -> dict[str, np.ndarray]:

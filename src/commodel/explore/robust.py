@@ -27,6 +27,7 @@ import signal
 import numpy as np
 import pandas as pd
 
+from commodel.explore.evaluators import objective_values
 from commodel.explore.spec import SweepSpec
 from commodel.hardware.uncertain import Uncertain, draws, on_draws, uncertain_numbers
 
@@ -47,16 +48,9 @@ def _objectives_per_draw(
     spec = SweepSpec.model_validate_json(spec_json)
     evaluate = evaluator(spec.study.evaluate)
     results = on_draws(lambda _: evaluate(frame), parameters, factors)
-    return np.array([objective_values(spec, result) for result in results]).reshape(
+    return np.array([objective_values(result, list(spec.objectives)) for result in results]).reshape(
         len(factors), len(frame), len(spec.objectives)
     )
-
-
-def objective_values(spec: SweepSpec, result: pd.DataFrame) -> np.ndarray:
-    """Designs x objectives of an evaluator's result, NaN where a design is invalid."""
-    valid = result["valid"].to_numpy(dtype=bool)[:, None]
-    values = result[list(spec.objectives)].to_numpy(dtype=float)
-    return np.where(valid, values, np.nan)
 
 
 def _parent_handles_interrupts() -> None:
@@ -106,7 +100,7 @@ def drivers(log_factors: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np
     return best, share[best, np.arange(share.shape[1])]
 
 
-def with_bands(spec: SweepSpec, inputs: pd.DataFrame, result: pd.DataFrame) -> pd.DataFrame:
+def with_draw_bands(spec: SweepSpec, inputs: pd.DataFrame, result: pd.DataFrame) -> pd.DataFrame:
     """``result`` (the designs of ``inputs``, in order, with ``feasible`` marked) with each objective's
     band, robust value and driver; an infeasible design, never on a front, gets none (NaN)."""
     section = spec.uncertainty

@@ -22,7 +22,6 @@ import numpy as np
 import pandas as pd
 
 from commodel.errors import CommodelError, unknown
-from commodel.explore.robust import objective_values
 from commodel.explore.space import complete, decode
 from commodel.explore.spec import Choice, SweepSpec
 from commodel.hardware.uncertain import Uncertain, factors_of, on_draws, uncertain_numbers
@@ -77,7 +76,7 @@ def _chunk_objectives(payload: str, index: int) -> pd.DataFrame:
     """The objectives of chunk ``index`` of a sensitivity sample (a picklable task, as a sweep's): the
     variables' columns decoded as a sweep decodes them; each uncertain number's column (if any) a
     factor on it, every point then priced on its own moved database."""
-    from commodel.explore.evaluators import evaluator
+    from commodel.explore.evaluators import evaluator, objective_values
 
     data = json.loads(payload)
     spec = SweepSpec.model_validate_json(data["spec"])
@@ -92,7 +91,7 @@ def _chunk_objectives(payload: str, index: int) -> pd.DataFrame:
         result = pd.concat(parts, ignore_index=True)
     else:
         result = evaluate(designs)
-    return pd.DataFrame(objective_values(spec, result), columns=list(spec.objectives))
+    return pd.DataFrame(objective_values(result, list(spec.objectives)), columns=list(spec.objectives))
 
 
 def study_function(
