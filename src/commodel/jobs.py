@@ -102,7 +102,7 @@ class Job(BaseModel):
     """What every job declaration shares: no unknown fields, categorical inputs checked against their
     names (``categories``: field -> what it is called), finite numbers, a PUE of at least 1."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     #: What the job's inputs are called in messages ("not a training input").
     noun: ClassVar[str] = "job"
@@ -176,7 +176,9 @@ class TrainingJob(Job):
         description="Compute/communication overlap: serial, ideal, sm-partition, occupancy-shaped, in-network.",
     )
     tp_overlap: str = Field(
-        "none", description="Tensor-parallel communication: none, t3 (fused GEMM+RS), cais."
+        "none",
+        description="Tensor-parallel communication: none, t3 (fused GEMM+RS), cais, "
+        "userbuffers (Transformer Engine's comm+GEMM overlap; needs --sequence-parallel).",
     )
     attention: str = Field("flash", description="Attention kernel: flash or unfused.")
     transport: str = Field(
@@ -225,7 +227,9 @@ class ServingJob(Job):
     replica, precision, the request shape, how many requests are in flight (or the latency SLO that
     decides it), the engine's limits, and the facility and price figures."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)  # batch = 8 or "8"
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, coerce_numbers_to_str=True, defer_build=True
+    )  # batch = 8 or "8"
     noun: ClassVar[str] = "serving"
     categories: ClassVar[dict[str, str]] = {
         "model": "model",

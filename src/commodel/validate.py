@@ -122,8 +122,10 @@ class Run:
 def _mb(model: str, target: str, gpus: int, dtype: str, layout: str, **fixed: object) -> Run:
     """A Megatron-Bridge 25.11 recipe (data/measurements.csv, source MB): its layout as the row gives it
     (``tp pp cp vp ep mbs gbs seq``, ``fsdp``), distributed optimizer (or FSDP), communication
-    overlapped, sequence parallelism with tensor parallelism, and the recomputation the recipe needs
-    to fit (``auto``: the rows do not state it)."""
+    overlapped, sequence parallelism with tensor parallelism and Transformer Engine's userbuffers
+    overlap of its communication (the recipes' ``tp_comm_overlap``, with NeMo's per-GPU userbuffers
+    configurations), and the recomputation the recipe needs to fit (``auto``: the rows do not state
+    it)."""
     sizes = dict(item.split("=") for item in layout.split())
     tp = int(sizes.pop("tp", 1))
     job = training_job(
@@ -131,7 +133,7 @@ def _mb(model: str, target: str, gpus: int, dtype: str, layout: str, **fixed: ob
         cp=int(sizes.pop("cp", 1)), vpp=int(sizes.pop("vp", 1)), ep=int(sizes.pop("ep", 1)),
         micro_batch=int(sizes.pop("mbs")), global_batch=int(sizes.pop("gbs")), seq=int(sizes.pop("seq", 8192)),
         zero=3 if sizes.pop("fsdp", None) else 1, sequence_parallel=tp > 1, recompute="auto",
-        overlap="sm-partition", **fixed,
+        overlap="sm-partition", tp_overlap="userbuffers" if tp > 1 else "none", **fixed,
     )  # fmt: skip
     return Run(job, "tokens_per_s_per_gpu")
 

@@ -66,6 +66,10 @@ def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
             f"tensor parallelism spans {float(row.tp_domains):g} scale-up domains: its collectives cross "
             "the scale-out network"
         )
+    if job.tp_overlap == "userbuffers" and job.tp > 1 and not job.sequence_parallel:
+        notes.append(
+            "userbuffers overlap needs sequence parallelism: the TP collectives ran between the GEMMs"
+        )
     failures = (
         {"job_mtbf_h": float(row.job_mtbf_h), "checkpoint_interval_min": float(row.checkpoint_interval_min)}
         if np.isfinite(row.job_mtbf_h)

@@ -20,8 +20,16 @@ from commodel.workloads.layout import Layout
 #: they are written, by DMA, reduced in memory; a ring design: no in-switch reduction and no multicast,
 #: so its gathers run as exposed ring all-gathers); ``cais`` (compute-aware in-switch: tiles are reduced
 #: by the NVLink switch as they are produced and gathers are multicast into the consumer GEMM's tiles;
-#: needs NVLS).
-TP_OVERLAP = ("none", "t3", "cais")
+#: needs NVLS); ``userbuffers`` (Transformer Engine's comm+GEMM overlap, what Megatron's
+#: ``--tp-comm-overlap`` turns on: see :func:`userbuffers_exposed`; needs sequence parallelism).
+TP_OVERLAP = ("none", "t3", "cais", "userbuffers")
+
+#: Transformer Engine's userbuffers defaults (``transformer_engine.pytorch.module.base.initialize_ub``):
+#: a pipelined reduce-scatter splits its GEMM into 4 chunks, and the reduce-scatter and bulk kernels
+#: run on 16 SMs the GEMMs give up (``num_sm``, ``set_sm_margin``); the ring-exchange gathers are
+#: copy-engine sends (``use_ce``) and take no SMs.
+UB_SPLITS = 4
+UB_SMS = 16
 
 #: One GEMM output tile (128 x 256 bf16 = 64 KiB): the unit a fused mechanism hands to the network.
 TILE_BYTES = 128 * 256 * 2
@@ -41,14 +49,49 @@ def _in_switch(op: str, size: np.ndarray, where: Group, fab: Fabric) -> np.ndarr
     return np.where(np.isfinite(nvls), nvls, fallback)
 
 
+def userbuffers_exposed(
+    work: Work, act: np.ndarray, where: Group, fab: Fabric, x: Layout, units: float
+) -> np.ndarray:
+    """Exposed TP communication of one layer and micro-batch under Transformer Engine's userbuffers
+    overlap (all passes; full recomputation repeats the forward's).
+
+    - Gathers (forward before the column GEMMs, backward before the row GEMMs' input gradients) are
+      *ring exchanges*: the GEMM runs chunk by chunk, the local chunk first, while the next chunk
+      arrives from a neighbour, so the ring all-gather hides behind ``(tp - 1) / tp`` of its GEMM.
+    - Forward reductions are *pipelined*: the row GEMM runs in :data:`UB_SPLITS` chunks on
+      ``SMs - UB_SMS`` SMs, each chunk's reduce-scatter behind the next chunk; the last chunk's
+      reduce-scatter stays exposed.
+    - Backward reductions (the column GEMMs' input gradients) are *bulk*: reduce-scattered during the
+      same layer's weight-gradient GEMM (the same FLOPs as the input gradient), also on ``UB_SMS`` SMs.
+    """
+    rs, _ = collective("reducescatter", act, where, fab)
+    last_chunk, _ = collective("reducescatter", act / UB_SPLITS, where, fab)
+    ag, _ = forced("allgather", "ring", act, where, fab)
+    slow = units / (units - UB_SMS)
+    ahead = (x.tp - 1) / x.tp
+    no_tail = np.zeros_like(rs)
+    forward = _fused(work.reduce_fwd_s, 2 * rs, 2 * last_chunk, slow)
+    forward = forward + _fused(work.gather_fwd_s * ahead, 2 * ag, no_tail, 1.0)
+    backward = _fused(work.reduce_bwd_s, 2 * rs, no_tail, slow)
+    backward = backward + _fused(work.gather_bwd_s * ahead, 2 * ag, no_tail, 1.0)
+    return forward * (1 + (x.recompute == 2)) + backward
+
+
 def tensor_parallel_exposed(
-    mechanism: str, work: Work, act: np.ndarray, where: Group, fab: Fabric, x: Layout, hbm: float
+    mechanism: str,
+    work: Work,
+    act: np.ndarray,
+    where: Group,
+    fab: Fabric,
+    x: Layout,
+    hbm: float,
+    units: float,
 ) -> np.ndarray:
     """Exposed tensor-parallel communication of one layer and micro-batch (all passes).
 
     Per pass, two reductions (reduce-scatter with sequence parallelism, else allreduce) follow their
     producer GEMMs, and with sequence parallelism two allgathers precede their consumer GEMMs. Full
-    recomputation repeats the forward pass's communication.
+    recomputation repeats the forward pass's communication. ``units``: the GPU's SMs.
     """
     if mechanism not in TP_OVERLAP:
         raise unknown("tensor-parallel overlap", mechanism, TP_OVERLAP)
@@ -58,11 +101,14 @@ def tensor_parallel_exposed(
     repeats = [1.0, 1.0, np.where(x.recompute == 2, 1.0, 0.0)]
     ag, _ = collective("allgather", act, where, fab)
     gathers = np.where(sp, 2 * ag, 0.0)
-    if mechanism == "none":
+    if mechanism in ("none", "userbuffers"):
         rs, _ = collective("reducescatter", act, where, fab)
         ar, _ = collective("allreduce", act, where, fab)
-        per_pass = np.where(sp, 2 * rs, 2 * ar) + gathers
-        return per_pass * sum(repeats)
+        serial = (np.where(sp, 2 * rs, 2 * ar) + gathers) * sum(repeats)
+        if mechanism == "none":
+            return serial
+        # Userbuffers overlap needs sequence parallelism (TE refuses it otherwise).
+        return np.where(sp, userbuffers_exposed(work, act, where, fab, x, units), serial)
     tile = TILE_BYTES * x.tp
     if mechanism == "t3":
         ag, _ = forced("allgather", "ring", act, where, fab)

@@ -96,7 +96,7 @@ def per_microbatch(
 
     # Tensor parallelism: its mechanism decides what is exposed; ideal overlap hides it behind the layer.
     act = T * h * size
-    tp_comm = tensor_parallel_exposed(tp_overlap, full, act, tp, fab, x, hbm)
+    tp_comm = tensor_parallel_exposed(tp_overlap, full, act, tp, fab, x, hbm, units)
     # Expert parallelism: dispatch and combine all-to-alls per MoE layer and pass.
     moe_share = model.moe_layers / model.layers
     a2a, _ = collective("alltoall", routed_copies(model, T) * h * size, ep, fab)
