@@ -63,6 +63,11 @@ def userbuffers_exposed(
       reduce-scatter stays exposed.
     - Backward reductions (the column GEMMs' input gradients) are *bulk*: reduce-scattered during the
       same layer's weight-gradient GEMM (the same FLOPs as the input gradient), also on ``UB_SMS`` SMs.
+
+    Not priced: what splitting a GEMM into chunks costs it. The roofline's fixed 128 x 256 tiles would
+    price a chunk of ``m / tp`` rows as a mostly empty wave (Llama 3 70B, TP 8, 4,096 tokens: 1.8x its
+    GEMMs), where cuBLAS picks smaller tiles for small GEMMs; no published measurement separates it, so
+    this is optimistic where the chunks are small (narrow models, short micro-batches, large TP).
     """
     rs, _ = collective("reducescatter", act, where, fab)
     last_chunk, _ = collective("reducescatter", act / UB_SPLITS, where, fab)
