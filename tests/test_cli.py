@@ -248,6 +248,7 @@ def test_train_json_contract():
         "ep_comm",
         "pp_comm",
         "dp_comm",
+        "offload",
         "bubble",
         "optimizer",
     }

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from commodel.errors import CommodelError
 from commodel.hardware import cluster
 from commodel.overlap import STRATEGIES, Window, window_time
+from commodel.workloads.activation_fit import offload_exposed
 from commodel.workloads.catalog import model, models
 from commodel.workloads.layout import make_layout
 from commodel.workloads.memory import memory_per_gpu
@@ -72,6 +73,69 @@ def test_recomputation_trades_memory_for_flops():
     assert mems[0] > mems[1] > mems[2]
     assert times[0] < times[1] < times[2]
     assert runs["full"]["hw_tflops_per_gpu"] > runs["full"]["tflops_per_gpu"]
+
+
+#: Llama 3 70B under FSDP at micro-batch 2 and 8K tokens (the Megatron-Bridge GB200 recipe): about
+#: 290 GiB of activations per GPU, so recomputation or offload must make room.
+FSDP_70B = make_layout(dp=64, micro_batch=2, global_batch=256, seq=8192, zero=3, recompute="auto")
+
+
+def _train_auto(c, layout=FSDP_70B):
+    return train_step(model("llama3-70b"), c, layout, "fp8", "sm-partition")
+
+
+def _with_host_memory(c, **changes):
+    """``c`` with its CPU-memory record changed (``None`` removes it)."""
+    host = None if changes.get("host") is False else c.system.host_memory.model_copy(update=changes)
+    return dataclasses.replace(c, system=c.system.model_copy(update={"host_memory": host}))
+
+
+def test_auto_recomputes_just_enough_layers_to_fit():
+    c = cluster("dgx-h100", 8)
+    auto = _train_auto(c)
+    none, full = (
+        _train_auto(c, dataclasses.replace(FSDP_70B, recompute=np.asarray(code))) for code in (0.0, 2.0)
+    )
+    share = float(auto["recompute_share"])
+    assert 0 < share < 1 and float(auto["offload_share"]) == 0  # PCIe is too slow to offload to
+    assert bool(auto["fits"]) and not bool(none["fits"])
+    assert none["step_time_s"] < auto["step_time_s"] < full["step_time_s"]
+    # one layer fewer recomputed would not fit: the share is the least that does
+    fewer = share - 1 / model("llama3-70b").layers
+    over = none["memory_per_gpu_bytes"] + fewer * (
+        full["memory_per_gpu_bytes"] - none["memory_per_gpu_bytes"]
+    )
+    assert over > 0.9 * c.gpu.memory_capacity.value
+
+
+def test_auto_offloads_to_grace_memory_when_the_copies_hide():
+    """GB200: NVLink-C2C carries a layer's 3.6 GB of activations in about the time of its forward, so
+    offloading beats recomputing; a slower link exposes more of each copy and, slow enough, loses to
+    recomputation; too little CPU memory also rules it out."""
+    c = cluster("gb200-nvl72", 16)
+    offloaded = _train_auto(c)
+    assert float(offloaded["offload_share"]) > 0 and float(offloaded["recompute_share"]) == 0
+    assert bool(offloaded["fits"])
+    assert sum(offloaded[f"{b}_s"] for b in BREAKDOWN) == pytest.approx(offloaded["step_time_s"])
+    recomputed = _train_auto(_with_host_memory(c, host=False))
+    assert float(recomputed["recompute_share"]) > 0
+    assert offloaded["step_time_s"] < recomputed["step_time_s"]
+    links = c.system.host_memory.gpus_per_link
+    slower = [
+        _train_auto(_with_host_memory(c, gpus_per_link=links.model_copy(update={"value": n})))
+        for n in (2.0, 2.2, 3.0, 64.0)
+    ]
+    steps = [float(r["step_time_s"]) for r in slower]
+    assert steps == sorted(steps) and steps[1] > steps[0]
+    assert float(slower[-1]["offload_share"]) == 0 and float(slower[-1]["recompute_share"]) > 0
+    small = _with_host_memory(c, capacity=c.system.host_memory.capacity.model_copy(update={"value": 4e9}))
+    assert float(_train_auto(small)["offload_share"]) == 0
+
+
+def test_offload_exposes_only_what_the_layer_does_not_hide():
+    exposed = offload_exposed(np.array([1e9, 4e9, 8e9]), 0.01, 0.02, 200e9)
+    assert exposed == pytest.approx([0.0, 0.01, 0.03 + 0.02])
+    assert np.isinf(offload_exposed(np.array([1.0]), 1.0, 1.0, 0.0)).all()
 
 
 def _no_logits_model():

@@ -51,6 +51,7 @@ STEP_OUTPUTS = (
     "memory_per_gpu_bytes",
     "fits",
     "recompute_share",
+    "offload_share",
     "recompute_used",
     "stage_imbalance",
     "tp_domains",
@@ -86,12 +87,18 @@ CATEGORICAL = [
 ]
 
 
-def recompute_names(codes: np.ndarray, share: np.ndarray) -> np.ndarray:
-    """What each row recomputes, in words: none, selective, full, or full on a share of the layers."""
+def recompute_names(codes: np.ndarray, recomputed: np.ndarray, offloaded: np.ndarray) -> np.ndarray:
+    """What each row does with its activations, in words: none, selective, full, full on a share of
+    the layers, or (auto) offloading a share of the layers' activations to CPU memory."""
     named = np.asarray((*RECOMPUTE, "auto"), dtype=object)[np.asarray(codes, dtype=int)]
-    partial = np.array([f"full on {100 * s:.0f}% of the layers" for s in np.atleast_1d(share)], dtype=object)
-    chosen = np.where(share >= 1, "full", np.where(share > 0, partial, "none"))
-    return np.where(named == "auto", chosen, named)
+    recomputed, offloaded = np.atleast_1d(recomputed), np.atleast_1d(offloaded)
+    partial = np.array([f"full on {100 * s:.0f}% of the layers" for s in recomputed], dtype=object)
+    moved = np.array(
+        [f"none; activations of {100 * s:.0f}% of the layers offloaded to CPU memory" for s in offloaded],
+        dtype=object,
+    )
+    chosen = np.where(recomputed >= 1, "full", np.where(recomputed > 0, partial, "none"))
+    return np.where(named == "auto", np.where(offloaded > 0, moved, chosen), named)
 
 
 def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> dict[str, np.ndarray]:
@@ -174,7 +181,9 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
         keep = rows[ok]
         for name, values in result.items():
             out[name][keep] = values
-        out["recompute_used"][keep] = recompute_names(sub.recompute, result["recompute_share"])
+        out["recompute_used"][keep] = recompute_names(
+            sub.recompute, result["recompute_share"], result["offload_share"]
+        )
         inputs = {n: col(n, keep) for n in TOTALS_INPUTS}
         inputs["spares"] = np.asarray(columns["spares"])[keep].astype(bool)
         failures = _failures(net, key, inputs, gpus[ok], powered)

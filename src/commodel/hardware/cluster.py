@@ -15,6 +15,7 @@ class Cluster:
 
     ``partition``: GPUs per scale-up domain when a rack-scale domain is partitioned (GB200 NVL72 run
     as NVL4 trays or NVL8 pairs over the scale-out network); ``None`` uses the whole domain.
+    ``host_memory_link``: the link to the CPU memory activations may be offloaded to, if any.
     """
 
     name: str
@@ -24,6 +25,7 @@ class Cluster:
     scale_out: Link
     nodes: int
     partition: int | None = None
+    host_memory_link: Link | None = None
 
     @property
     def gpus_per_node(self) -> int:
@@ -49,6 +51,21 @@ class Cluster:
         """Achievable bytes/s of a GPU's link to its host (PCIe, at the link's measured efficiency)."""
         link = default_db().link(self.gpu.host_link)
         return link.bandwidth.value * link.efficiency.value
+
+    @property
+    def host_memory_per_gpu(self) -> float:
+        """Bytes of CPU memory each GPU may offload to (0 where the system states none)."""
+        host = self.system.host_memory
+        return 0.0 if host is None else host.capacity.value / self.gpus_per_node
+
+    @property
+    def host_offload_Bps(self) -> float:
+        """Achievable bytes/s per direction between one GPU and the CPU memory while every GPU copies
+        (the link's measured efficiency, shared by the GPUs on it; 0 where the system states none)."""
+        host, link = self.system.host_memory, self.host_memory_link
+        if host is None or link is None:
+            return 0.0
+        return link.bandwidth.value * link.efficiency.value / host.gpus_per_link.value
 
     @property
     def nvls(self) -> bool:
@@ -80,6 +97,7 @@ def cluster(
         scale_up=db.link(record.scale_up.link),
         scale_out=fabric,
         nodes=int(nodes),
+        host_memory_link=None if record.host_memory is None else db.link(record.host_memory.link),
     )
     if partition is not None:
         full = built.full_domain

@@ -117,6 +117,8 @@ def _check_references(db: HardwareDB) -> None:
         _must_exist(db, "gpu", system.gpu, path, "gpu")
         _must_exist(db, "link", system.scale_up.link, path, "scale_up.link")
         _must_exist(db, "link", system.scale_out.link, path, "scale_out.link")
+        if system.host_memory is not None:
+            _must_exist(db, "link", system.host_memory.link, path, "host_memory.link")
         if db.links[system.scale_out.link].endpoint_power is None:
             raise CommodelError(
                 f"{path}: field 'scale_out.link': link '{system.scale_out.link}' has no endpoint_power, "

@@ -163,6 +163,16 @@ class ScaleOut(Strict):
     rail_optimized: bool = True
 
 
+class HostMemory(Strict):
+    """The CPU memory a node's GPUs can move activations to: ``capacity`` per node, reached over
+    ``link`` (a Grace CPU's NVLink-C2C, or a GPU's PCIe port), which ``gpus_per_link`` GPUs share (a
+    GB200 superchip's one NVLink-C2C serves its two GPUs)."""
+
+    capacity: ByteSize
+    link: str
+    gpus_per_link: Count
+
+
 class System(Strict):
     """A node: GPUs of one kind, their scale-up fabric, and its ports to the scale-out fabric.
 
@@ -170,6 +180,7 @@ class System(Strict):
     ``node_other_power``: everything in the node but its GPUs (CPUs, memory, NVSwitches, fans, power
     supply losses) at its rated value: the node's maximum power minus its GPUs' TDPs.
     ``initiation``: the software costs of driving communication from its host and GPUs.
+    ``host_memory``: the CPU memory activations can be offloaded to (absent: none is modelled).
     """
 
     description: str
@@ -180,3 +191,4 @@ class System(Strict):
     scale_up: ScaleUp
     scale_out: ScaleOut
     initiation: HostCosts = HostCosts()
+    host_memory: HostMemory | None = None

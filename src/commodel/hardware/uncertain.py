@@ -94,7 +94,7 @@ def _walk(record: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, 
 
 def related(db: HardwareDB, names: list[str]) -> list[tuple[str, str]]:
     """``(kind, name)`` of every record among ``names`` (any kind) and of the records they name: a
-    system's GPU and links, a GPU's host link."""
+    system's GPU and links (its CPU-memory link among them), a GPU's host link."""
     found: dict[tuple[str, str], None] = {}
     for name in names:
         for kind in ("system", "gpu", "link"):
@@ -105,6 +105,8 @@ def related(db: HardwareDB, names: list[str]) -> list[tuple[str, str]]:
                     found[("gpu", record.gpu)] = None
                     found[("link", record.scale_up.link)] = None
                     found[("link", record.scale_out.link)] = None
+                    if record.host_memory is not None:
+                        found[("link", record.host_memory.link)] = None
     for kind, name in list(found):
         if kind == "gpu":
             found[("link", db.gpu(name).host_link)] = None

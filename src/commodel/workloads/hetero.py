@@ -177,6 +177,7 @@ def hetero_train_step(
             bool(fits(mem, c.gpu.memory_capacity.value)) for mem, c in zip(memory, groups, strict=True)
         ),
         "recompute_share": float(x.recompute[0] == 2),
+        "offload_share": 0.0,
         "stage_imbalance": stage.max() / stage.mean() - 1,
         "tp_domains": float(p["tp_domains"][0]),
         "compute_s": m * (n_layers * float(p["layer_compute_s"][0]) + extra_s[slowest]),
@@ -185,6 +186,7 @@ def hetero_train_step(
         "ep_comm_s": m * n_layers * float(p["ep_exposed_s"][0]),
         "pp_comm_s": m * sends[slowest],
         "dp_comm_s": m * other[slowest] + dp_s,
+        "offload_s": 0.0,
         "bubble_s": stage.sum() - stage.max(),
         "optimizer_s": optimizer_s,
         "cross_vendor_s": cross,

@@ -53,7 +53,7 @@ def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
     per_node = int(row.gpus) // int(row.nodes)
     notes = []
     if job.recompute == "auto":
-        notes.append(f"recompute auto: {row.recompute_used} is the least recomputation that fits")
+        notes.append(f"recompute auto: {row.recompute_used} is the cheapest way to fit")
     if row.stage_layers:
         notes.append(f"pipeline stages across node groups: layers per stage {row.stage_layers}")
         if float(row.cross_vendor_s) > 0:

@@ -228,7 +228,9 @@ def iteration_time(
     tokens = g + c * p
     lk = layer_kernels(model, tokens, 1, p, engine.tp, 1, engine.ep, False, engine.recipe)
     layer = sum(count * timed(gpu, k, None)[0] for k, count, _ in lk.gemms)
-    layer = layer + sum(forward * timed(gpu, k, None)[0] for k, forward, _ in lk.elementwise if forward)
+    layer = layer + sum(
+        forward * timed(gpu, k, None)[0] for k, forward, _ in lk.elementwise if np.any(forward)
+    )
     spread = 1 + np.asarray(prompt_cv, dtype=float) ** 2
     layer = layer + _prefill_attention_s(engine, c / spread, p * spread)
     layer = layer + _decode_attention_s(engine, g, np.asarray(context))

@@ -33,6 +33,7 @@ from commodel.compute.roofline import peak_flops
 from commodel.hardware.cluster import Cluster
 from commodel.overlap import Window, check_strategy, ctas, exposed
 from commodel.vectorize import on_unique
+from commodel.workloads.activation_fit import fit_activations, offload_exposed
 from commodel.workloads.groups import Group, collective, domain, group, in_switch, job_domain, shared_nics
 from commodel.workloads.layer_work import ATTENTION_BACKWARD, Work, layer_work_of, repeat, timed, window
 from commodel.workloads.layout import Layout
@@ -59,7 +60,12 @@ ADAM_BYTES_PER_PARAM = 34.0
 #: Parameters per data-parallel gradient bucket (Megatron-LM's default bucket of 40 M parameters).
 BUCKET_PARAMS = 40e6
 
-BREAKDOWN = ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
+BREAKDOWN = (
+    "compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "offload", "bubble", "optimizer",
+)  # fmt: skip
+
+#: Outputs that add up over a stage's layers, and so mix linearly when some layers are recomputed.
+_LINEAR = ("step_time_s", *(f"{name}_s" for name in BREAKDOWN))
 
 
 def per_microbatch(
@@ -171,6 +177,16 @@ def per_microbatch(
     local = dense / np.where(sharded, x.dp * x.cp, 1) + experts / np.where(sharded, x.dp * x.cp / x.ep, 1)
     optimizer = local * ADAM_BYTES_PER_PARAM / hbm
 
+    # Offloading this layer's activations to CPU memory (what --recompute auto may choose instead).
+    memory = memory_parts(model, x, attention_impl, recipe)
+    fwd_share = np.divide(full.fwd_s, full.total_s, out=np.zeros_like(full.total_s), where=full.total_s > 0)
+    offload = offload_exposed(
+        memory["stage_activations"] / stage_layers,
+        fwd_share * layer_time,
+        (1 - fwd_share) * layer_time,
+        cluster.host_offload_Bps,
+    )
+
     return {
         "layer_s": layer_time,
         "layer_compute_s": full.total_s,
@@ -183,7 +199,8 @@ def per_microbatch(
         "dp_exposed_s": dp_exposed,
         "optimizer_s": optimizer,
         "tp_domains": tp.nodes,
-        **memory_parts(model, x, attention_impl, recipe),  # bytes: weights, gradients, optimizer, ...
+        "offload_layer_s": offload,
+        **memory,  # bytes: weights, gradients, optimizer, ...
     }
 
 
@@ -216,26 +233,45 @@ def train_step(
 
     Returns arrays: ``step_time_s, tokens_per_s, tflops_per_gpu`` (model FLOPs, the MFU convention),
     ``hw_tflops_per_gpu`` (including recomputation), ``mfu, memory_per_gpu_bytes, fits`` and the
-    breakdown ``compute_s, tp_comm_s, cp_comm_s, ep_comm_s, pp_comm_s, dp_comm_s, bubble_s,
-    optimizer_s`` (seconds per step on the slowest stage, summing to ``step_time_s``), the
+    breakdown ``compute_s, tp_comm_s, cp_comm_s, ep_comm_s, pp_comm_s, dp_comm_s, offload_s,
+    bubble_s, optimizer_s`` (seconds per step on the slowest stage, summing to ``step_time_s``), the
     slowest pipeline stage's excess over the mean (``stage_imbalance``: uneven layers, the logits
-    and loss on the last stage), the share of layers recomputed in full (``recompute_share``; code 3
-    in ``x.recompute`` means *auto*:
-    :func:`recompute_blocks`) and ``tp_domains``, the scale-up domains a tensor-parallel group spans
-    (above 1 its collectives cross the scale-out network).
+    and loss on the last stage), the shares of layers recomputed in full and whose activations are
+    offloaded to CPU memory (``recompute_share``, ``offload_share``; code 3 in ``x.recompute`` means
+    *auto*: :func:`commodel.workloads.activation_fit.fit_activations`) and ``tp_domains``, the
+    scale-up domains a tensor-parallel group spans (above 1 its collectives cross the scale-out
+    network).
     Layouts that differ only in global batch share one :func:`per_microbatch` evaluation.
     """
     check_strategy(strategy)
     auto = np.asarray(x.recompute) == 3
     if np.any(auto):
         none, full = (
-            train_step(model, cluster, dataclasses.replace(x, recompute=np.where(auto, code, x.recompute)),
-                       dtype, strategy, attention_impl, tp_overlap)
+            _train_step(model, cluster, dataclasses.replace(x, recompute=np.where(auto, code, x.recompute)),
+                        dtype, strategy, attention_impl, tp_overlap)
             for code in (0, 2)
         )  # fmt: skip
-        return recompute_blocks(
-            none, full, auto, usable_memory(cluster.gpu.memory_capacity.value), x.pp, model.layers
+        capacity = usable_memory(cluster.gpu.memory_capacity.value)
+        result = fit_activations(
+            none, full, auto, capacity, cluster.host_memory_per_gpu, x.pp, model.layers, _LINEAR
         )
+    else:
+        result = _train_step(model, cluster, x, dtype, strategy, attention_impl, tp_overlap)
+    result.pop("offload_all_s", None)
+    return result
+
+
+def _train_step(
+    model: Transformer,
+    cluster: Cluster,
+    x: Layout,
+    dtype: str,
+    strategy: str,
+    attention_impl: str,
+    tp_overlap: str,
+) -> dict[str, np.ndarray]:
+    """:func:`train_step` at the recomputation ``x`` states, with ``offload_all_s``: the seconds per
+    step offloading every layer's activations would expose."""
     recipe = precision(dtype, cluster.gpu)
 
     def priced(*fields: np.ndarray) -> dict[str, np.ndarray]:
@@ -267,6 +303,7 @@ def train_step(
         "ep_comm": m * slow_layers * p["ep_exposed_s"],
         "pp_comm": m * pp_exposed,
         "dp_comm": m * z3_exposed + dp_exposed,
+        "offload": np.zeros_like(bubble),
         "bubble": bubble,
         "optimizer": optimizer,
     }
@@ -286,44 +323,10 @@ def train_step(
         "memory_per_gpu_bytes": memory["total"],
         "fits": fits(memory["total"], gpu.memory_capacity.value),
         "recompute_share": np.where(x.recompute == 2, 1.0, 0.0),
+        "offload_share": np.zeros_like(step),
+        "offload_all_s": m * slow_layers * p["offload_layer_s"],
         "stage_imbalance": slowest / mean - 1,
         "tp_domains": p["tp_domains"],
     }
     result.update({f"{name}_s": value for name, value in parts.items()})
     return {k: np.broadcast_to(v, np.shape(step)) for k, v in result.items()}
-
-
-#: Outputs that add up over a stage's layers, and so mix linearly when some layers are recomputed.
-_LINEAR = ("step_time_s", "memory_per_gpu_bytes", *(f"{name}_s" for name in BREAKDOWN))
-
-
-def recompute_blocks(
-    none: dict[str, np.ndarray],
-    full: dict[str, np.ndarray],
-    auto: np.ndarray,
-    capacity: float,
-    pp: np.ndarray,
-    layers: int,
-) -> dict[str, np.ndarray]:
-    """Recompute just enough layers to fit (Megatron's ``--recompute-method block``): the smallest
-    share ``r`` of each stage's layers, in whole layers, with ``(1 - r) M_none + r M_full <= capacity``;
-    step time, its breakdown and memory mix the same way. Rows not marked ``auto`` keep ``none``."""
-    stage = np.ceil(layers / np.asarray(pp, dtype=float))
-    span = none["memory_per_gpu_bytes"] - full["memory_per_gpu_bytes"]
-    share = np.clip(
-        np.divide(none["memory_per_gpu_bytes"] - capacity, span, out=np.ones_like(span), where=span > 0), 0, 1
-    )
-    share = np.where(auto, np.ceil(share * stage - 1e-9) / stage, none["recompute_share"])
-    out = {k: none[k] + share * (full[k] - none[k]) for k in _LINEAR}
-    step = out["step_time_s"]
-    for key in ("tokens_per_s", "tflops_per_gpu", "mfu"):
-        out[key] = none[key] * none["step_time_s"] / step
-    hw_work = (1 - share) * none["hw_tflops_per_gpu"] * none["step_time_s"] + share * full[
-        "hw_tflops_per_gpu"
-    ] * full["step_time_s"]
-    out["hw_tflops_per_gpu"] = hw_work / step
-    out["fits"] = out["memory_per_gpu_bytes"] <= capacity * (1 + 1e-9)
-    out["recompute_share"] = share
-    out["tp_domains"] = none["tp_domains"]
-    out["stage_imbalance"] = none["stage_imbalance"]
-    return out

@@ -184,7 +184,9 @@ def layer_kernels(
     the depth (DeepSeek-V3: 58 of 61): the E/ep local experts run as one grouped GEMM, each receiving
     ``tokens x top_k x ep / E`` tokens (balanced, as the published runs force; in a batch too small to
     reach every expert, only the experts reached run, and their weights are all that is read), and the tokens are
-    permuted to their experts and back. Sliding-window layers attend to at most ``window`` keys.
+    permuted to their experts and back (and, across GPUs holding several experts each, sorted by
+    local expert after the dispatch and back before the combine, as Megatron's all-to-all
+    dispatcher does). Sliding-window layers attend to at most ``window`` keys.
     """
     T = np.asarray(tokens, dtype=float)
     t = np.asarray(tp, dtype=float)
@@ -238,9 +240,12 @@ def layer_kernels(
                 (gemm(T, up * shared / t, h, low), moe_share, "column"),
                 (gemm(T, h, shared / t, low), moe_share, "row"),
             ]
-        # Permute tokens to their experts and back (each a read and a write of top_k copies), both passes.
+        # Permute tokens to their experts and back (each a read and a write of top_k copies), both
+        # passes; Megatron's all-to-all dispatcher also sorts the received chunks by local expert
+        # and back when a GPU holds several experts (``sort_chunks_by_idxs``): two more passes.
         permute = elementwise(T * m.top_k * h, high, reads=1, writes=1)
-        memory_bound.append((permute, 2 * moe_share, 2 * moe_share))
+        passes = moe_share * (2 + np.where((e > 1) & (local > 1), 2.0, 0.0))
+        memory_bound.append((permute, passes, passes))
     casts = [
         (
             quantize(k.shape[0] * k.shape[2] * k.shape[3], recipe.cast_bytes),

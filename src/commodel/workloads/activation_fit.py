@@ -1,0 +1,92 @@
+"""Fitting a training job's activations in HBM: recompute some layers, or offload them to CPU memory.
+
+``--recompute auto`` takes the cheaper of two mechanisms for the smallest share ``r`` of each stage's
+layers (whole layers) that brings the GPU under its usable memory, ``(1 - r) M_none + r M_full <= C``:
+
+- **recompute** (Megatron's ``--recompute-granularity full --recompute-method block``): those layers
+  keep only their input and run their forward again in the backward pass; step time, its breakdown
+  and memory mix linearly between no and full recomputation;
+- **offload** (Megatron's ``--cpu-offloading``, Transformer Engine's double-buffered offload handler):
+  those layers' activations are copied to CPU memory while the next layer runs its forward and back
+  while the layer after it runs its backward, so a copy of ``A`` bytes over ``B`` bytes/s per
+  direction exposes ``max(0, A / B - t_fwd) + max(0, A / B - t_bwd)`` per layer and micro-batch
+  (:func:`offload_exposed`). It leaves the same HBM as recomputation (a layer's input, or the layer
+  in flight) and needs ``r (M_none - M_full)`` of the CPU memory each GPU may use. On a Grace system
+  (NVLink-C2C, 450 GB/s per direction shared by two GPUs) the copy usually hides behind the layers;
+  over PCIe it rarely does, and recomputation wins.
+
+Not modelled: the HBM bandwidth the copies take from the kernels (under 3% of it on GB200) and the
+CPU memory bandwidth (Grace's 512 GB/s LPDDR5X carries both GPUs' copies at once).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def offload_exposed(
+    layer_bytes: np.ndarray, fwd_s: np.ndarray, bwd_s: np.ndarray, host_Bps: float
+) -> np.ndarray:
+    """Seconds one layer's offload exposes per micro-batch: ``max(0, A / B - t_fwd) + max(0, A / B -
+    t_bwd)`` (the copy out hides behind the next layer's forward, the copy back behind the backward
+    of the layer after it); infinite where the system has no CPU memory to offload to."""
+    if host_Bps <= 0:
+        return np.full(np.shape(layer_bytes), np.inf)
+    copy = np.asarray(layer_bytes, dtype=float) / host_Bps
+    return np.maximum(copy - fwd_s, 0.0) + np.maximum(copy - bwd_s, 0.0)
+
+
+def fit_activations(
+    none: dict[str, np.ndarray],
+    full: dict[str, np.ndarray],
+    auto: np.ndarray,
+    capacity: float,
+    host_capacity: float,
+    pp: np.ndarray,
+    layers: int,
+    linear: tuple[str, ...],
+) -> dict[str, np.ndarray]:
+    """Train-step results of rows marked ``auto`` with just enough layers recomputed or offloaded
+    to fit, whichever costs less (module docstring); other rows keep ``none``.
+
+    ``linear``: the outputs that add up over a stage's layers (step time and its breakdown, with
+    ``offload_s``), which mix linearly with the share recomputed. ``none`` carries ``offload_all_s``,
+    the seconds per step offloading every layer would expose. Returns ``recompute_share`` and
+    ``offload_share`` (of the layers).
+    """
+    stage = np.ceil(layers / np.asarray(pp, dtype=float))
+    span = none["memory_per_gpu_bytes"] - full["memory_per_gpu_bytes"]
+    share = np.clip(
+        np.divide(none["memory_per_gpu_bytes"] - capacity, span, out=np.ones_like(span), where=span > 0), 0, 1
+    )
+    share = np.where(auto, np.ceil(share * stage - 1e-9) / stage, none["recompute_share"])
+    offload_cost = share * none["offload_all_s"]
+    offload = (
+        auto
+        & (share * span <= host_capacity)
+        & (offload_cost < share * (full["step_time_s"] - none["step_time_s"]))
+    )
+    recomputed = np.where(offload, 0.0, share)
+    out = {k: none[k] + recomputed * (full[k] - none[k]) for k in linear}
+    extra = np.where(offload, offload_cost, 0.0)
+    out["offload_s"] = out["offload_s"] + extra
+    out["step_time_s"] = out["step_time_s"] + extra
+    memory = none["memory_per_gpu_bytes"] + share * (
+        full["memory_per_gpu_bytes"] - none["memory_per_gpu_bytes"]
+    )
+    step = out["step_time_s"]
+    for key in ("tokens_per_s", "tflops_per_gpu", "mfu"):
+        out[key] = none[key] * none["step_time_s"] / step
+    hw_work = (1 - recomputed) * none["hw_tflops_per_gpu"] * none["step_time_s"] + recomputed * full[
+        "hw_tflops_per_gpu"
+    ] * full["step_time_s"]
+    return {
+        **out,
+        "hw_tflops_per_gpu": hw_work / step,
+        "memory_per_gpu_bytes": memory,
+        "fits": memory <= capacity * (1 + 1e-9),
+        "recompute_share": recomputed,
+        "offload_share": np.where(offload, share, 0.0),
+        "tp_domains": none["tp_domains"],
+        "stage_imbalance": none["stage_imbalance"],
+    }
