@@ -116,6 +116,7 @@ def test_auto_offloads_to_grace_memory_when_the_copies_hide():
     offloaded = _train_auto(c)
     assert float(offloaded["offload_share"]) > 0 and float(offloaded["recompute_share"]) == 0
     assert bool(offloaded["fits"])
+    assert 0 < float(offloaded["offloaded_bytes"]) <= c.host_memory_per_gpu
     assert sum(offloaded[f"{b}_s"] for b in BREAKDOWN) == pytest.approx(offloaded["step_time_s"])
     recomputed = _train_auto(_with_host_memory(c, host=False))
     assert float(recomputed["recompute_share"]) > 0

@@ -52,6 +52,7 @@ STEP_OUTPUTS = (
     "fits",
     "recompute_share",
     "offload_share",
+    "offloaded_bytes",
     "recompute_used",
     "stage_imbalance",
     "tp_domains",

@@ -72,6 +72,8 @@ def training_table(result: dict) -> str:
     """A training-step result for a person: headline metrics, then where the step's time goes."""
     layout = " ".join(f"{k}={v}" for k, v in result["layout"].items())
     fits = "fits" if result["fits"] else "DOES NOT FIT"
+    if result.get("offloaded_bytes", 0) > 0:
+        fits += f"; {result['offloaded_bytes'] / 2**30:.1f} GiB of activations in CPU memory"
     nodes = result["nodes"]
     where = (
         f"node groups {result['system']}"
@@ -112,6 +114,8 @@ def serving_table(result: dict) -> str:
     """A serving result for a person: the deployment, latency, throughput, memory, power and cost."""
     layout = " ".join(f"{k}={v}" for k, v in result["layout"].items())
     fits = "fits" if result["fits"] else "DOES NOT FIT"
+    if result.get("offloaded_bytes", 0) > 0:
+        fits += f"; {result['offloaded_bytes'] / 2**30:.1f} GiB of activations in CPU memory"
     lines = [
         f"{result['model']} on {result['gpus']} GPU{'s' if result['gpus'] != 1 else ''} of {result['system']} "
         f"({result['replicas']} replica{'s' if result['replicas'] != 1 else ''} of {layout}), {result['dtype']} weights, "

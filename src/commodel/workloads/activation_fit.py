@@ -52,7 +52,8 @@ def fit_activations(
     ``linear``: the outputs that add up over a stage's layers (step time and its breakdown, with
     ``offload_s``), which mix linearly with the share recomputed. ``none`` carries ``offload_all_s``,
     the seconds per step offloading every layer would expose. Returns ``recompute_share`` and
-    ``offload_share`` (of the layers).
+    ``offload_share`` (of the layers) and ``offloaded_bytes``, the CPU memory each GPU's offloaded
+    activations take.
     """
     stage = np.ceil(layers / np.asarray(pp, dtype=float))
     span = none["memory_per_gpu_bytes"] - full["memory_per_gpu_bytes"]
@@ -87,6 +88,7 @@ def fit_activations(
         "fits": memory <= capacity * (1 + 1e-9),
         "recompute_share": recomputed,
         "offload_share": np.where(offload, share, 0.0),
+        "offloaded_bytes": np.where(offload, share * span, 0.0),
         "tp_domains": none["tp_domains"],
         "stage_imbalance": none["stage_imbalance"],
     }

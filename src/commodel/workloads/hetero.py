@@ -178,6 +178,7 @@ def hetero_train_step(
         ),
         "recompute_share": float(x.recompute[0] == 2),
         "offload_share": 0.0,
+        "offloaded_bytes": 0.0,
         "stage_imbalance": stage.max() / stage.mean() - 1,
         "tp_domains": float(p["tp_domains"][0]),
         "compute_s": m * (n_layers * float(p["layer_compute_s"][0]) + extra_s[slowest]),

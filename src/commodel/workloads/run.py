@@ -25,6 +25,7 @@ STEP_FIELDS = (
     "hw_tflops_per_gpu",
     "mfu",
     "memory_per_gpu_bytes",
+    "offloaded_bytes",
     "gpu_power_W",
     "it_power_kW",
     "energy_per_token_J",

@@ -237,10 +237,10 @@ def train_step(
     bubble_s, optimizer_s`` (seconds per step on the slowest stage, summing to ``step_time_s``), the
     slowest pipeline stage's excess over the mean (``stage_imbalance``: uneven layers, the logits
     and loss on the last stage), the shares of layers recomputed in full and whose activations are
-    offloaded to CPU memory (``recompute_share``, ``offload_share``; code 3 in ``x.recompute`` means
-    *auto*: :func:`commodel.workloads.activation_fit.fit_activations`) and ``tp_domains``, the
-    scale-up domains a tensor-parallel group spans (above 1 its collectives cross the scale-out
-    network).
+    offloaded to CPU memory (``recompute_share``, ``offload_share``, and the ``offloaded_bytes`` per
+    GPU; code 3 in ``x.recompute`` means *auto*:
+    :func:`commodel.workloads.activation_fit.fit_activations`) and ``tp_domains``, the scale-up
+    domains a tensor-parallel group spans (above 1 its collectives cross the scale-out network).
     Layouts that differ only in global batch share one :func:`per_microbatch` evaluation.
     """
     check_strategy(strategy)
@@ -324,6 +324,7 @@ def _train_step(
         "fits": fits(memory["total"], gpu.memory_capacity.value),
         "recompute_share": np.where(x.recompute == 2, 1.0, 0.0),
         "offload_share": np.zeros_like(step),
+        "offloaded_bytes": np.zeros_like(step),
         "offload_all_s": m * slow_layers * p["offload_layer_s"],
         "stage_imbalance": slowest / mean - 1,
         "tp_domains": p["tp_domains"],
