@@ -200,22 +200,37 @@ def tune(
     if policy not in POLICIES:
         raise unknown("policy", policy, POLICIES)
     pairs = candidates(op, fab) if pairs is None else pairs
-    results = [pair_time(op, a, pr, size_bytes, ranks, nodes, fab) for a, pr in pairs]
-    times = np.stack([r[0] for r in results])
-    cost = tuner_cost(op, size_bytes, ranks, nodes, fab, pairs) if policy == "auto" else times
-    cost = np.where(np.isfinite(times), cost, np.inf)  # never choose what cannot run
-    best = np.argmin(cost, axis=0)
-
-    def pick(stack: np.ndarray) -> np.ndarray:
-        return np.take_along_axis(stack, best[None], axis=0)[0]
-
+    if policy == "best":
+        results = dict(enumerate(pair_time(op, a, pr, size_bytes, ranks, nodes, fab) for a, pr in pairs))
+        cost = np.stack([r[0] for r in results.values()])
+    else:
+        results, cost = {}, tuner_cost(op, size_bytes, ranks, nodes, fab, pairs)
+    while True:  # price the pairs chosen somewhere; one that cannot run there is never chosen
+        best = np.argmin(cost, axis=0)
+        for i in map(int, np.unique(best)):
+            if i not in results:
+                results[i] = pair_time(op, *pairs[i], size_bytes, ranks, nodes, fab)
+        chosen = [_gather(best, results, k) for k in range(3)]
+        best_cost = np.take_along_axis(cost, best[None], axis=0)[0]
+        stuck = ~np.isfinite(chosen[0]) & np.isfinite(best_cost)
+        if not stuck.any():
+            break
+        np.put_along_axis(cost, best[None], np.where(stuck, np.inf, best_cost)[None], axis=0)
     return Choice(
-        time_s=pick(times),
+        time_s=chosen[0],
         algo=np.array([a for a, _ in pairs])[best],
         protocol=np.array([pr for _, pr in pairs])[best],
-        channels=pick(np.stack([r[1] for r in results])),
-        chunk_bytes=pick(np.stack([r[2] for r in results])),
+        channels=chosen[1],
+        chunk_bytes=chosen[2],
     )
+
+
+def _gather(best: np.ndarray, results: dict[int, tuple[np.ndarray, ...]], k: int) -> np.ndarray:
+    """Output ``k`` (time, channels or chunk) of the pair ``best`` chose at every point."""
+    out = np.zeros(np.shape(best))
+    for i, r in results.items():
+        out = np.where(best == i, r[k], out)
+    return out
 
 
 def resolve_layout(cluster: Cluster, gpus: int | None) -> tuple[int, int, int]:

@@ -1,0 +1,67 @@
+"""Cost of one training estimate: in-process, inside a batch, and from the shell.
+
+Run: ``python benchmarks/bench_estimate.py`` (results in docs/benchmarks.md). The job is Llama 3 70B
+on 64 H100 (tp 8, pp 4), priced by :func:`commodel.workloads.run.train` (the scalar API, the training
+evaluator on a one-row table), then as one row of a 2,000-job batch (one ``evaluate_columns`` call),
+then by ``commodel train`` in a fresh process (start to table printed).
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from commodel.explore.training_evaluator import evaluate_columns
+from commodel.jobs import training_job
+from commodel.workloads.run import train
+
+JOB = {"model": "llama3-70b", "system": "dgx-h100", "gpus": 64, "tp": 8, "pp": 4}
+
+
+def in_process(calls: int = 10, repeats: int = 8) -> float:
+    """Best seconds per scalar estimate over ``repeats`` loops of ``calls`` (after one warm-up)."""
+    train(**JOB)
+    best = np.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            train(**JOB)
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best
+
+
+def in_batch(jobs: int = 2000) -> float:
+    """Seconds per job when ``jobs`` distinct jobs (global batches 64, 128, ...) go in one call."""
+    rows = [dict(training_job(**JOB, global_batch=64 * (i + 1))) for i in range(jobs)]
+    columns = {name: np.array([row[name] for row in rows], dtype=object) for name in rows[0]}
+    start = time.perf_counter()
+    evaluate_columns(columns, checked=True)
+    return (time.perf_counter() - start) / jobs
+
+
+def from_shell(runs: int = 12) -> list[float]:
+    """Wall seconds of ``commodel train`` for the same job, one fresh process per run."""
+    command = shutil.which("commodel") or sys.exit("commodel is not installed: pip install -e .")
+    args = [command, "train", *(f"--{k}={v}" for k, v in JOB.items())]
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(args, check=True, capture_output=True)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def main() -> None:
+    print(f"one scalar estimate in-process: {1e3 * in_process():.1f} ms (best of 8 x 10 calls)")
+    print(f"one job inside a batch of 2,000: {1e3 * in_batch():.3f} ms")
+    shell = from_shell()
+    print(f"commodel train from the shell: median {statistics.median(shell):.2f} s, min {min(shell):.2f} s")
+
+
+if __name__ == "__main__":
+    main()
