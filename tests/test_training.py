@@ -305,9 +305,11 @@ def test_in_network_overlap_helps_only_where_the_switch_reduces():
     st.sampled_from(["dgx-h100", "gb200-nvl72", "gb300-nvl72", "dgx-a100", "mi300x-8"]),
 )
 def test_physical_sanity_over_random_valid_configurations(seed, name, system):
-    """No input gives MFU above 1, hardware TFLOP/s above the peak, or a step shorter than the largest
-    GEMM of one layer and micro-batch: 3,000 random layouts per example, at least 2,000 valid each,
-    over 10,000 in all, under every tensor-parallel mechanism the system supports."""
+    """No input gives MFU above 1, hardware TFLOP/s above the peak, a step shorter than the largest
+    GEMM of one layer and micro-batch, more offloaded activations than the CPU memory, or a breakdown
+    that does not add up: 3,000 random layouts per example (recomputation none, selective, full or
+    auto), at least 2,000 valid each, over 10,000 in all, under every tensor-parallel mechanism the
+    system supports."""
     from commodel.compute import gemm, kernel_time
     from commodel.compute.precision import precision
     from commodel.compute.roofline import peak_flops
@@ -325,7 +327,7 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     x = make_layout(
         tp=tp, pp=pp, cp=cp, ep=ep, dp=gpus // (tp * pp * cp), vpp=rng.choice([1, 2], n), micro_batch=mb,
         global_batch=gpus // (tp * pp * cp) * mb * rng.choice([1, 4, 16], n), seq=rng.choice([2048, 8192, 131072], n),
-        recompute=rng.integers(0, 3, n), sequence_parallel=rng.random(n) < 0.5, zero=rng.integers(0, 4, n),
+        recompute=rng.integers(0, 4, n), sequence_parallel=rng.random(n) < 0.5, zero=rng.integers(0, 4, n),
     )  # fmt: skip
     ok = valid(net, x, gpus)
     assert ok.sum() >= 2000
@@ -338,6 +340,8 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     ffn = net.ffn_hidden if net.moe is None else net.moe.expert_ffn_hidden
     largest = gemm(x.tokens, ffn / x.tp, net.hidden, precision(dtype).gemm)
     assert np.all(r["step_time_s"] >= kernel_time(c.gpu, largest, launch=False).time_s)
+    assert np.all(r["offloaded_bytes"] <= c.host_memory_per_gpu)  # auto (code 3) may offload
+    assert sum(r[f"{b}_s"] for b in BREAKDOWN) == pytest.approx(r["step_time_s"])
 
 
 def test_userbuffers_hides_tensor_parallel_communication_behind_its_gemms():

@@ -61,7 +61,7 @@ def fit_activations(
         np.divide(none["memory_per_gpu_bytes"] - capacity, span, out=np.ones_like(span), where=span > 0), 0, 1
     )
     share = np.where(auto, np.ceil(share * stage - 1e-9) / stage, none["recompute_share"])
-    offload_cost = share * none["offload_all_s"]
+    offload_cost = np.multiply(share, none["offload_all_s"], out=np.zeros_like(share), where=share > 0)
     offload = (
         auto
         & (share * span <= host_capacity)
@@ -72,9 +72,7 @@ def fit_activations(
     extra = np.where(offload, offload_cost, 0.0)
     out["offload_s"] = out["offload_s"] + extra
     out["step_time_s"] = out["step_time_s"] + extra
-    memory = none["memory_per_gpu_bytes"] + share * (
-        full["memory_per_gpu_bytes"] - none["memory_per_gpu_bytes"]
-    )
+    memory = none["memory_per_gpu_bytes"] - share * span
     step = out["step_time_s"]
     for key in ("tokens_per_s", "tflops_per_gpu", "mfu"):
         out[key] = none[key] * none["step_time_s"] / step
