@@ -328,6 +328,7 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
         tp=tp, pp=pp, cp=cp, ep=ep, dp=gpus // (tp * pp * cp), vpp=rng.choice([1, 2], n), micro_batch=mb,
         global_batch=gpus // (tp * pp * cp) * mb * rng.choice([1, 4, 16], n), seq=rng.choice([2048, 8192, 131072], n),
         recompute=rng.integers(0, 4, n), sequence_parallel=rng.random(n) < 0.5, zero=rng.integers(0, 4, n),
+        expert_load=rng.choice([1.0, 1.3, 2.0], n),
     )  # fmt: skip
     ok = valid(net, x, gpus)
     assert ok.sum() >= 2000
@@ -342,6 +343,29 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     assert np.all(r["step_time_s"] >= kernel_time(c.gpu, largest, launch=False).time_s)
     assert np.all(r["offloaded_bytes"] <= c.host_memory_per_gpu)  # auto (code 3) may offload
     assert sum(r[f"{b}_s"] for b in BREAKDOWN) == pytest.approx(r["step_time_s"])
+
+
+def test_an_unbalanced_expert_rank_sets_the_pace():
+    """The busiest expert-parallel rank's share (``expert_load``) stretches its expert GEMMs and the
+    all-to-alls; it changes nothing without expert parallelism or experts."""
+    c = cluster("gb200-nvl72", 2)
+    x = make_layout(dp=8, ep=8, micro_batch=4, global_batch=512, seq=4096, zero=1)
+
+    def step(name="qwen3-30b-a3b", **changes):
+        return train_step(model(name), c, dataclasses.replace(x, **changes), "mxfp8", "sm-partition")
+
+    balanced, skewed, worse = (step(expert_load=np.asarray(v)) for v in (1.0, 1.5, 2.0))
+    assert balanced["step_time_s"] < skewed["step_time_s"] < worse["step_time_s"]
+    assert float(worse["ep_comm_s"] / balanced["ep_comm_s"]) == pytest.approx(2.0, rel=0.05)
+    assert worse["compute_s"] > balanced["compute_s"]
+    one_rank = {"ep": np.asarray(1.0)}
+    assert float(step(**one_rank, expert_load=np.asarray(2.0))["step_time_s"]) == float(
+        step(**one_rank)["step_time_s"]
+    )
+    dense = {"name": "llama3-8b", "ep": np.asarray(1.0)}
+    assert float(step(**dense, expert_load=np.asarray(2.0))["step_time_s"]) == float(
+        step(**dense)["step_time_s"]
+    )
 
 
 def test_userbuffers_hides_tensor_parallel_communication_behind_its_gemms():

@@ -162,11 +162,19 @@ class TrainingJob(Job):
     cp: int = Field(1, ge=1, description="Context-parallel size.")
     ep: int = Field(1, ge=1, description="Expert-parallel size.")
     vpp: int = Field(1, ge=1, description="Virtual pipeline stages per GPU (interleaved 1F1B).")
+    expert_load: float = Field(
+        1.0,
+        ge=1,
+        description="Tokens the busiest expert-parallel rank receives over the mean: 1 = balanced "
+        "(force-balanced routing, or a padded capacity factor of 1); a padded capacity factor c gives c.",
+    )
     global_batch: int = Field(1024, ge=1, le=MAX_GLOBAL_BATCH, description="Sequences per step.")
     micro_batch: int = Field(1, ge=1, le=MAX_GLOBAL_BATCH, description="Sequences per micro-batch.")
     seq: int | None = Field(None, ge=1, le=MAX_SEQ, description="Sequence length (default: the model's).")
     recompute: str = Field(
-        "none", description="Activation recomputation: none, selective, full, or auto (the least that fits)."
+        "none",
+        description="Activation recomputation: none, selective, full, or auto (the cheapest way to fit: "
+        "recompute, or offload to CPU memory, the fewest layers that must).",
     )
     sequence_parallel: bool = Field(False, description="Sequence parallelism (with tensor parallelism).")
     zero: int = Field(1, ge=0, le=3, description="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP).")

@@ -150,13 +150,23 @@ def layer_work_of(
 ) -> Work:
     """:func:`layer_work` of every layout in ``x``, computed once per distinct layer shape."""
 
-    def work(T, mb, seq, tp, cp, ep, sp, recompute, sms):
-        lk = layer_kernels(model, T, mb, seq, tp, cp, ep, sp, recipe, attention_impl)
+    def work(T, mb, seq, tp, cp, ep, sp, recompute, load, sms):
+        lk = layer_kernels(model, T, mb, seq, tp, cp, ep, sp, recipe, attention_impl, load)
         return layer_work(gpu, lk, recompute, sms)
 
     sms = gpu.compute_units.value if units is None else units
     return on_unique(
-        work, x.tokens, x.micro_batch, x.seq, x.tp, x.cp, x.ep, x.sequence_parallel, x.recompute, sms
+        work,
+        x.tokens,
+        x.micro_batch,
+        x.seq,
+        x.tp,
+        x.cp,
+        x.ep,
+        x.sequence_parallel,
+        x.recompute,
+        x.busiest_expert_rank,
+        sms,
     )
 
 

@@ -22,7 +22,10 @@ RECOMPUTE_CODES = {**{name: code for code, name in enumerate(RECOMPUTE)}, "auto"
 
 @dataclass(frozen=True)
 class Layout:
-    """One or many training layouts (every field broadcasts against the others)."""
+    """One or many training layouts (every field broadcasts against the others).
+
+    ``expert_load``: tokens the busiest expert-parallel rank receives over the mean (1 = balanced).
+    """
 
     tp: np.ndarray
     pp: np.ndarray
@@ -36,6 +39,7 @@ class Layout:
     recompute: np.ndarray
     sequence_parallel: np.ndarray
     zero: np.ndarray
+    expert_load: np.ndarray
 
     def select(self, mask: np.ndarray) -> Layout:
         """The layouts where ``mask`` is true (fields broadcast to the mask's shape first)."""
@@ -50,6 +54,12 @@ class Layout:
     def microbatches(self) -> np.ndarray:
         """Micro-batches per pipeline per step: global batch / (dp x micro batch)."""
         return self.global_batch / (self.dp * self.micro_batch)
+
+    @property
+    def busiest_expert_rank(self) -> np.ndarray:
+        """Tokens the busiest expert-parallel rank handles over the mean: ``expert_load``, at most
+        ``ep`` (every token), and 1 without expert parallelism (one rank holds every expert)."""
+        return np.where(self.ep > 1, np.minimum(self.expert_load, self.ep), 1.0)
 
     @property
     def tokens(self) -> np.ndarray:
@@ -70,6 +80,7 @@ def make_layout(
     recompute: ArrayLike = 0,
     sequence_parallel: ArrayLike = False,
     zero: ArrayLike = 0,
+    expert_load: ArrayLike = 1,
 ) -> Layout:
     """Build a :class:`Layout`; ``recompute`` may be a name (none, selective, full) or its code 0-2."""
     if isinstance(recompute, str):
@@ -126,6 +137,7 @@ def _rules(x: Layout, model: Transformer, gpus: ArrayLike) -> list[tuple[np.ndar
         ),
         (~np.isin(x.zero, [0, 1, 2, 3]), "zero stage must be 0, 1, 2 or 3"),
         (~np.isin(x.recompute, [0, 1, 2, 3]), "recompute must be none, selective, full or auto"),
+        (~(x.expert_load >= 1), "expert load (busiest expert-parallel rank over the mean) must be >= 1"),
     ]
     shape = np.broadcast_shapes(*(np.shape(getattr(x, f.name)) for f in fields(Layout)), np.shape(gpus))
     return [(np.broadcast_to(mask, shape), message) for mask, message in rules]

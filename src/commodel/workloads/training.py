@@ -103,9 +103,10 @@ def per_microbatch(
     # Tensor parallelism: its mechanism decides what is exposed; ideal overlap hides it behind the layer.
     act = T * h * size
     tp_comm = tensor_parallel_exposed(tp_overlap, full, act, tp, fab, x, hbm, units)
-    # Expert parallelism: dispatch and combine all-to-alls per MoE layer and pass.
+    # Expert parallelism: dispatch and combine all-to-alls per MoE layer and pass, as long as the
+    # busiest rank's share takes.
     moe_share = model.moe_layers / model.layers
-    a2a, _ = collective("alltoall", routed_copies(model, T) * h * size, ep, fab)
+    a2a, _ = collective("alltoall", routed_copies(model, T) * x.busiest_expert_rank * h * size, ep, fab)
     ep_comm = moe_share * 4 * a2a
     if strategy == "ideal":
         tp_exposed = np.maximum(tp_comm - full.total_s, 0.0)
@@ -217,6 +218,7 @@ MICROBATCH_FIELDS = (
     "recompute",
     "sequence_parallel",
     "zero",
+    "expert_load",
 )
 
 

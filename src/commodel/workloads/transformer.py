@@ -175,6 +175,7 @@ def layer_kernels(
     sequence_parallel: ArrayLike,
     recipe: Precision,
     attention_impl: str = "flash",
+    expert_load: ArrayLike = 1.0,
 ) -> LayerKernels:
     """Forward kernels of one layer on one GPU for ``tokens`` = micro_batch x seq / cp local tokens.
 
@@ -183,10 +184,12 @@ def layer_kernels(
     memory-bound kernel in ``recipe.other``. MoE layers are averaged with dense ones by their share of
     the depth (DeepSeek-V3: 58 of 61): the E/ep local experts run as one grouped GEMM, each receiving
     ``tokens x top_k x ep / E`` tokens (balanced, as the published runs force; in a batch too small to
-    reach every expert, only the experts reached run, and their weights are all that is read), and the tokens are
-    permuted to their experts and back (and, across GPUs holding several experts each, sorted by
-    local expert after the dispatch and back before the combine, as Megatron's all-to-all
-    dispatcher does). Sliding-window layers attend to at most ``window`` keys.
+    reach every expert, only the experts reached run, and their weights are all that is read), times
+    ``expert_load`` on the busiest GPU (:attr:`~commodel.workloads.layout.Layout.busiest_expert_rank`),
+    whose kernels these are; the tokens are permuted to their experts and back (and, across GPUs
+    holding several experts each, the received ones sorted by local expert after the dispatch and
+    back before the combine, as Megatron's all-to-all dispatcher does). Sliding-window layers attend
+    to at most ``window`` keys.
     """
     T = np.asarray(tokens, dtype=float)
     t = np.asarray(tp, dtype=float)
@@ -227,7 +230,7 @@ def layer_kernels(
         # Experts the EP group's T x ep tokens reach (each picks top_k of E; all of them at training
         # batch sizes, a few in a small decode batch), and the tokens each of those receives.
         reached = m.experts * -np.expm1(T * e * np.log1p(-m.top_k / m.experts))
-        per_expert = T * m.top_k * e / reached
+        per_expert = T * m.top_k * e / reached * np.asarray(expert_load, dtype=float)
         local = reached / e
         fe = m.expert_ffn_hidden
         gemms += [
@@ -244,8 +247,9 @@ def layer_kernels(
         # passes; Megatron's all-to-all dispatcher also sorts the received chunks by local expert
         # and back when a GPU holds several experts (``sort_chunks_by_idxs``): two more passes.
         permute = elementwise(T * m.top_k * h, high, reads=1, writes=1)
-        passes = moe_share * (2 + np.where((e > 1) & (local > 1), 2.0, 0.0))
-        memory_bound.append((permute, passes, passes))
+        received = elementwise(per_expert * local * h, high, reads=1, writes=1)
+        sorts = moe_share * np.where((e > 1) & (local > 1), 2.0, 0.0)
+        memory_bound += [(permute, 2 * moe_share, 2 * moe_share), (received, sorts, sorts)]
     casts = [
         (
             quantize(k.shape[0] * k.shape[2] * k.shape[3], recipe.cast_bytes),
@@ -274,7 +278,11 @@ def layer_kernels(
         core = [(k, 1.0) for k in unfused_attention(*shape, s)]
     # Norms and residual adds run on tokens / tp with sequence parallelism, on all tokens without.
     norm_tokens = np.where(np.asarray(sequence_parallel, dtype=bool), T / t, T)
-    ffn = model.ffn_hidden if model.moe is None else model.moe.expert_ffn_hidden * model.moe.top_k
+    ffn = (
+        model.ffn_hidden
+        if model.moe is None
+        else model.moe.expert_ffn_hidden * model.moe.top_k * np.asarray(expert_load, dtype=float)
+    )
     memory_bound += [
         (elementwise(norm_tokens * h, high, reads=1, writes=1, flops_per_element=5), 2.0, 4.0),
         (elementwise(norm_tokens * h, high, reads=2, writes=1), 2.0, 4.0),
