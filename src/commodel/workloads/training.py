@@ -14,6 +14,8 @@ model; it derives nothing of its own but the schedule:
 - **Data parallelism**: gradients reduce (allreduce, or reduce-scatter then parameter allgather with
   ZeRO >= 1) behind the last micro-batch's backward; ZeRO-3 gathers parameters every micro-batch.
 - **Optimizer**: Adam reads and writes :data:`ADAM_BYTES_PER_PARAM` bytes per local parameter.
+- **Fitting in memory** (``--recompute auto``): the fewest layers recomputed or offloaded to CPU
+  memory, whichever costs less (:mod:`commodel.workloads.activation_fit`).
 
 Each kernel takes at least the GPU's launch overhead (the host issues kernels no faster than that).
 Collectives are priced by NCCL-style tuning over the algorithms NCCL implements, on groups placed
