@@ -62,18 +62,24 @@ def shared_nics(fab: Fabric) -> Fabric:
 
 
 def collective(op: str, size: ArrayLike, where: Group, fab: Fabric) -> tuple[np.ndarray, np.ndarray]:
-    """(time, per-GPU link bytes/s) of ``op`` on ``size`` bytes over a group, as NCCL chooses it."""
+    """(time, per-GPU link bytes/s) of ``op`` on ``size`` bytes over a group, as NCCL chooses it;
+    nothing (0 s) where it moves no bytes: the software issues no collective then."""
     return priced(op, library_algorithms(op, "nccl"), size, where, fab, "auto")
 
 
 def priced(
     op: str, algos: tuple[str, ...], size: ArrayLike, where: Group, fab: Fabric, policy: str = "best"
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(time, per-GPU link bytes/s) of ``algos`` under ``policy``, once per distinct group and size."""
+    """(time, per-GPU link bytes/s) of ``algos`` under ``policy``, once per distinct group and size;
+    0 s where ``size`` is 0 or the group has one rank."""
+    size = np.asarray(size, dtype=float)
+    if not np.any((size > 0) & (where.ranks > 1)):
+        zeros = np.zeros(np.broadcast_shapes(size.shape, where.ranks.shape))
+        return zeros, zeros
     pairs = candidates(op, fab, algos)
 
     def price(n: np.ndarray, ranks: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        time = tune(op, n, ranks, nodes, fab, pairs, policy).time_s
+        time = np.where(n > 0, tune(op, n, ranks, nodes, fab, pairs, policy).time_s, 0.0)
         busbw = np.divide(n, time, out=np.zeros_like(time), where=time > 0) * BUSBW_FACTOR[op](ranks)
         return time, busbw
 

@@ -104,11 +104,12 @@ def tensor_parallel_exposed(
     passes = [(work.reduce_fwd_s, work.gather_fwd_s), (work.reduce_bwd_s, work.gather_bwd_s)]
     passes += [(work.reduce_fwd_s * (x.recompute == 2), work.gather_fwd_s * (x.recompute == 2))]
     repeats = [1.0, 1.0, np.where(x.recompute == 2, 1.0, 0.0)]
-    ag, _ = collective("allgather", act, where, fab)
+    # Sequence parallelism gathers and reduce-scatters, else it allreduces: price only what runs.
+    ag, _ = collective("allgather", np.where(sp, act, 0.0), where, fab)
     gathers = np.where(sp, 2 * ag, 0.0)
     if mechanism in ("none", "userbuffers"):
-        rs, _ = collective("reducescatter", act, where, fab)
-        ar, _ = collective("allreduce", act, where, fab)
+        rs, _ = collective("reducescatter", np.where(sp, act, 0.0), where, fab)
+        ar, _ = collective("allreduce", np.where(sp, 0.0, act), where, fab)
         serial = (np.where(sp, 2 * rs, 2 * ar) + gathers) * sum(repeats)
         if mechanism == "none":
             return serial

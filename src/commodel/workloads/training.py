@@ -133,7 +133,7 @@ def per_microbatch(
 
     # Pipeline point-to-point: one activation forward, one gradient backward per micro-batch and chunk;
     # each tensor-parallel rank sends its 1/tp slice (sequence parallelism, or Megatron's scatter-gather).
-    p2p, p2p_bw = collective("sendrecv", act / x.tp, pp, fab)
+    p2p, p2p_bw = collective("sendrecv", np.where(x.pp > 1, act / x.tp, 0.0), pp, fab)
     p2p_comm = np.where(x.pp > 1, 2 * x.vpp * p2p, 0.0)
     stage_layers = np.ceil(model.layers / x.pp)
     p2p_part = partitioned(np.full_like(T, ctas(strategy, "p2p")))
@@ -148,12 +148,13 @@ def per_microbatch(
     expert_grads = experts * size
     zero3 = x.zero == 3
     sharded = x.zero >= 1
-    rs_dp, rs_bw = collective("reducescatter", grads, dp, fab)
-    ar_dp, ar_bw = collective("allreduce", grads, dp, fab)
-    ag_dp, ag_bw = collective("allgather", grads, dp, fab)
-    rs_edp, _ = collective("reducescatter", expert_grads, edp, fab)
-    ar_edp, _ = collective("allreduce", expert_grads, edp, fab)
-    ag_edp, _ = collective("allgather", expert_grads, edp, fab)
+    # Each layout runs either allreduce or (sharded) reduce-scatter and allgather: price only those.
+    rs_dp, rs_bw = collective("reducescatter", np.where(sharded, grads, 0.0), dp, fab)
+    ar_dp, ar_bw = collective("allreduce", np.where(sharded, 0.0, grads), dp, fab)
+    ag_dp, ag_bw = collective("allgather", np.where(sharded, grads, 0.0), dp, fab)
+    rs_edp, _ = collective("reducescatter", np.where(sharded, expert_grads, 0.0), edp, fab)
+    ar_edp, _ = collective("allreduce", np.where(sharded, 0.0, expert_grads), edp, fab)
+    ag_edp, _ = collective("allgather", np.where(sharded, expert_grads, 0.0), edp, fab)
     reduce_s = np.where(sharded, rs_dp + rs_edp, ar_dp + ar_edp)
     reduce_bw = np.where(sharded, rs_bw, ar_bw)
     gather_s = ag_dp + ag_edp
