@@ -60,13 +60,16 @@ def test_multi_domain_trees_beat_rings_as_measured(table):
         assert abs(model / measured - 1) < 0.03
 
 
-def test_dense_training_runs_hold_on_hardware_no_constant_was_fit_to(table):
-    """Megatron 1T (A100), Llama 3 405B and GPT-3 (H100), and the Megatron-Bridge Llama 3 8B, 70B and
-    405B recipes on GB200 and GB300 in FP8: nothing fit to them."""
+def test_held_out_training_runs_hold(table):
+    """Megatron 1T (A100), Llama 3 405B and GPT-3 (H100), and the Megatron-Bridge recipes on GB200 and
+    GB300: one row calibrates the MXFP8 cast speed, the 20 others are held out; the dense ones within
+    20% (median 8%), all of them median 8%."""
     training = table[(table.kind == "training") & table.error_pct.notna()]
-    dense = training[~training.id.str.contains("dsv3|gptoss|qwen3")]
-    assert len(training) == 19 and len(dense) == 9
+    held_out = training[training.role == "validation"]
+    dense = held_out[~held_out.id.str.contains("dsv3|gptoss|qwen3")]
+    assert len(training) == 21 and len(held_out) == 20 and len(dense) == 10
     assert dense.error_pct.abs().max() <= 20 and dense.error_pct.abs().median() <= 8
+    assert held_out.error_pct.abs().median() <= 8
 
 
 def test_held_out_rows_are_accurate_too(table):

@@ -197,6 +197,7 @@ TRAINING_RUNS: dict[str, Run] = {
         causal=False,
     ),
     "mb-gb300-llama3-8b": _mb("llama3-8b", "gb300-nvl72", 8, "fp8", "gbs=128 mbs=2"),
+    "mb-gb300-llama3-8b-mx": _mb("llama3-8b", "gb300-nvl72", 8, "mxfp8", "gbs=128 mbs=2"),
     "mb-gb300-llama3-70b": _mb("llama3-70b", "gb300-nvl72", 64, "fp8", "gbs=256 mbs=2 fsdp=1"),
     "mb-gb300-llama31-405b": _mb(
         "llama3-405b", "gb300-nvl72", 256, "fp8", "gbs=1536 mbs=1 tp=2 pp=8 cp=2 vp=4"
@@ -213,6 +214,7 @@ TRAINING_RUNS: dict[str, Run] = {
         "qwen3-235b-a22b", "gb300-nvl72", 256, "bf16", "seq=4096 gbs=8192 mbs=2 pp=4 vp=12 ep=16"
     ),
     "mb-gb200-llama3-8b": _mb("llama3-8b", "gb200-nvl72", 8, "fp8", "gbs=128 mbs=2"),
+    "mb-gb200-llama3-8b-mx": _mb("llama3-8b", "gb200-nvl72", 8, "mxfp8", "gbs=128 mbs=2"),
     "mb-gb200-llama3-70b": _mb("llama3-70b", "gb200-nvl72", 64, "fp8", "gbs=256 mbs=2 fsdp=1"),
     "mb-gb200-llama31-405b": _mb("llama3-405b", "gb200-nvl72", 256, "fp8", "gbs=1536 mbs=1 tp=4 pp=16 vp=4"),
     "mb-gb200-dsv3-bf16": _mb(

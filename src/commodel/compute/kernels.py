@@ -27,7 +27,9 @@ ATTENTION_BLOCK = 128
 @dataclass(frozen=True)
 class Kernel:
     """Work of a batch of kernels: FLOPs, bytes moved to/from HBM, tiles, whether it uses tensor cores,
-    and the exponentials it evaluates on the special-function units (softmax in attention)."""
+    the exponentials it evaluates on the special-function units (softmax in attention), and the share
+    of the achievable HBM bandwidth it reaches (1: a streaming copy's; less where a measurement says
+    the kernel falls short of one)."""
 
     name: str
     flops: np.ndarray
@@ -38,6 +40,7 @@ class Kernel:
     matmul: bool
     shape: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
     exps: np.ndarray | float = 0.0
+    bandwidth_share: float = 1.0
 
     @property
     def intensity(self) -> np.ndarray:
@@ -199,8 +202,13 @@ def elementwise(
     )
 
 
-def quantize(elements: ArrayLike, bytes_per_element: float) -> Kernel:
+def quantize(elements: ArrayLike, bytes_per_element: float, bandwidth_share: float = 1.0) -> Kernel:
     """An FP8 quantization pass over ``elements`` (amax, scale, cast and the transposed or column-wise
-    copy, :mod:`commodel.compute.precision`): ``bytes_per_element`` of HBM traffic each, two FLOPs."""
+    copy, :mod:`commodel.compute.precision`): ``bytes_per_element`` of HBM traffic each, two FLOPs,
+    at ``bandwidth_share`` of the achievable HBM bandwidth."""
     e = np.asarray(elements, dtype=float)
-    return Kernel("quantize", 2 * e, bytes_per_element * e, np.ceil(e / 1024), np.ones_like(e), "bf16", False)
+    tiles = np.ceil(e / 1024)
+    return Kernel(
+        "quantize", 2 * e, bytes_per_element * e, tiles, np.ones_like(e), "bf16", False,
+        bandwidth_share=bandwidth_share,
+    )  # fmt: skip

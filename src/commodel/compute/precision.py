@@ -8,7 +8,8 @@
   operand is quantized first: an amax pass (read 2 B per element), a cast (read 2 B, write 1 B) and
   the transposed copy the backward GEMM consumes (write 1 B): 6 B of HBM traffic per element.
 - ``mxfp8`` (Transformer Engine MXFP8, Blackwell): the same GEMMs with 1 x 32 block scales; one pass
-  reads 2 B and writes a row-wise and a column-wise FP8 copy with their scales: 2 + 1 + 1 + 2/32 B.
+  reads 2 B and writes a row-wise and a column-wise FP8 copy with their scales: 2 + 1 + 1 + 2/32 B,
+  at :data:`MXFP8_CAST_BANDWIDTH` of the copy bandwidth (calibrated).
 
 Serving (:data:`SERVING_RECIPES`) runs the linear layers with quantized weights and activations, as
 TensorRT-LLM runs ModelOpt checkpoints: ``fp8`` (static per-tensor scales: read 2 B, write 1 B per
@@ -33,23 +34,33 @@ PRECISIONS = ("bf16", "fp16", "fp8", "mxfp8")
 class Precision:
     """``gemm``: dtype of the linear layers' GEMMs; ``other``: dtype of every other kernel, of stored
     activations and of communication; ``cast_bytes``: HBM bytes per element to quantize a GEMM
-    operand (0 without FP8)."""
+    operand (0 without FP8); ``cast_bandwidth``: the share of the HBM copy bandwidth the
+    quantization kernels reach."""
 
     name: str
     gemm: str
     other: str
     cast_bytes: float
+    cast_bandwidth: float = 1.0
 
     @property
     def quantized(self) -> bool:
         return self.cast_bytes > 0
 
 
+#: Share of the HBM copy bandwidth Transformer Engine's MXFP8 quantization reaches (row-wise and
+#: column-wise casts with an E8M0 scale per 32 elements, and the scales swizzled into cuBLAS's layout).
+#: Calibrated on measurement mb-gb200-llama3-8b-mx: Megatron-Bridge's Llama 3 8B runs 5.5% slower in
+#: FP8-MX than in FP8-CS on the same 8 GB200 (29,789 vs 31,508 tokens/s per GPU), where copy-speed
+#: casts would make MXFP8 2% faster (one pass of 4.06 B per element against current scaling's amax and
+#: cast passes, 6 B). Held out: the GB300 pair and the MXFP8 MoE rows (DeepSeek-V3, Qwen3-30B-A3B).
+MXFP8_CAST_BANDWIDTH = 0.222
+
 RECIPES = {
     "bf16": Precision("bf16", "bf16", "bf16", 0.0),
     "fp16": Precision("fp16", "fp16", "fp16", 0.0),
     "fp8": Precision("fp8", "fp8", "bf16", 2 + 2 + 1 + 1),
-    "mxfp8": Precision("mxfp8", "fp8", "bf16", 2 + 1 + 1 + 2 / 32),
+    "mxfp8": Precision("mxfp8", "fp8", "bf16", 2 + 1 + 1 + 2 / 32, MXFP8_CAST_BANDWIDTH),
 }
 
 

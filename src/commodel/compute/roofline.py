@@ -9,7 +9,8 @@
 - depth efficiency = k / (k + K0): each output tile pays a prologue/epilogue equivalent to K0 more
   steps of its k loop (:data:`GEMM_TILE_OVERHEAD_K`), which matters for small k;
 - vector kernels (elementwise) use the fp32 (or their own dtype's) non-tensor peak without these terms;
-- achievable bandwidth = HBM bandwidth x memory_efficiency (the GPU's STREAM copy fraction);
+- achievable bandwidth = HBM bandwidth x memory_efficiency (the GPU's STREAM copy fraction), times
+  the kernel's own share of it where a measurement says it falls short of a copy;
 - fused attention also evaluates one exponential per score on the special-function units, at
   ``exp_rate``: its compute term is ``max(t_mma, t_exp) + SOFTMAX_EXPOSED x min(t_mma, t_exp)``, the
   two overlapping as FlashAttention-3/4 schedule them (one warp group's softmax under another's GEMM)
@@ -101,6 +102,6 @@ def kernel_time(gpu: GPU, kernel: Kernel, launch: bool = True, units: ArrayLike 
         share = gpu.compute_units.value if units is None else np.asarray(units, dtype=float)
         softmax = kernel.exps / (gpu.exp_rate.value * share / gpu.compute_units.value)
         compute = np.maximum(compute, softmax) + SOFTMAX_EXPOSED * np.minimum(compute, softmax)
-    memory = kernel.bytes / achievable_bandwidth(gpu)
+    memory = kernel.bytes / (achievable_bandwidth(gpu) * kernel.bandwidth_share)
     time = np.maximum(compute, memory) + (gpu.launch_overhead.value if launch else 0.0)
     return KernelTime(time, compute, memory, kernel.flops / time, ceiling)

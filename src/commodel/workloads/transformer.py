@@ -252,8 +252,8 @@ def layer_kernels(
         memory_bound += [(permute, 2 * moe_share, 2 * moe_share), (received, sorts, sorts)]
     casts = [
         (
-            quantize(k.shape[0] * k.shape[2] * k.shape[3], recipe.cast_bytes),
-            quantize(k.shape[0] * k.shape[1] * k.shape[3], recipe.cast_bytes),
+            quantize(k.shape[0] * k.shape[2] * k.shape[3], recipe.cast_bytes, recipe.cast_bandwidth),
+            quantize(k.shape[0] * k.shape[1] * k.shape[3], recipe.cast_bytes, recipe.cast_bandwidth),
             count,
         )
         for k, count, _ in gemms
