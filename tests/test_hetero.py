@@ -65,3 +65,15 @@ def test_node_groups_that_do_not_hold_the_pipeline_are_errors():
     x = make_layout(tp=1, pp=4, dp=8, global_batch=64, seq=4096)
     with pytest.raises(CommodelError, match="hold 2 pipeline stages"):
         tokens_per_s(MIXED, x)
+
+
+def test_recompute_auto_is_refused_across_node_groups():
+    """Fitting activations by recomputation or offload is priced for one kind of node: across node
+    groups the job must say which recomputation it runs."""
+    from commodel.errors import CommodelError
+    from commodel.workloads.run import train
+
+    job = {"model": "llama3-8b", "system": "mi300x-8:1,dgx-h100:1", "pp": 2, "global_batch": 64}
+    assert train(**job, recompute="full")["fits"]
+    with pytest.raises(CommodelError, match="recompute auto needs one kind of node"):
+        train(**job, recompute="auto")

@@ -100,6 +100,8 @@ def test_auto_recomputes_just_enough_layers_to_fit():
     assert 0 < share < 1 and float(auto["offload_share"]) == 0  # PCIe is too slow to offload to
     assert bool(auto["fits"]) and not bool(none["fits"])
     assert none["step_time_s"] < auto["step_time_s"] < full["step_time_s"]
+    too_big = train(model="llama3-405b", system="dgx-h100", gpus=8, global_batch=8, recompute="auto")
+    assert not too_big["fits"] and "full still does not fit" in too_big["notes"][0]
     # one layer fewer recomputed would not fit: the share is the least that does
     fewer = share - 1 / model("llama3-70b").layers
     over = none["memory_per_gpu_bytes"] + fewer * (

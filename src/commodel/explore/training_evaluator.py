@@ -159,6 +159,9 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
         stage_layers = np.asarray(columns["stage_layers"])[rows]
         if len(fleet) == 1:
             problems.append((stage_layers != "", "stage layers apply to node groups (SYSTEM:NODES,...)"))
+        else:
+            problems.append((codes == 3, "recompute auto needs one kind of node; across node groups choose "
+                             "none, selective or full"))  # fmt: skip
         for name, values in (("gpus", gpus), ("nodes", nodes), ("dp", dp)):
             resolved[name][rows] = values
         messages = problem_messages(problems, len(rows))

@@ -54,7 +54,8 @@ def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
     per_node = int(row.gpus) // int(row.nodes)
     notes = []
     if job.recompute == "auto":
-        notes.append(f"recompute auto: {row.recompute_used} is the cheapest way to fit")
+        fit = "is the cheapest way to fit" if row.fits else "still does not fit"
+        notes.append(f"recompute auto: {row.recompute_used} {fit}")
     if row.stage_layers:
         notes.append(f"pipeline stages across node groups: layers per stage {row.stage_layers}")
         if float(row.cross_vendor_s) > 0:
