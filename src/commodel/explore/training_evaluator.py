@@ -160,7 +160,7 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
         if len(fleet) == 1:
             problems.append((stage_layers != "", "stage layers apply to node groups (SYSTEM:NODES,...)"))
         else:
-            problems.append((codes == 3, "recompute auto needs one kind of node; across node groups choose "
+            problems.append((codes == RECOMPUTE_CODES["auto"], "recompute auto needs one kind of node; across node groups choose "
                              "none, selective or full"))  # fmt: skip
         for name, values in (("gpus", gpus), ("nodes", nodes), ("dp", dp)):
             resolved[name][rows] = values
