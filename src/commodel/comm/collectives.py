@@ -27,6 +27,7 @@ from commodel.comm.mpi import BUSBW_FACTOR, OPS, REDUCING_OPS, Point
 from commodel.comm.p2p import BASE_LATENCY_S, PROTOCOLS
 from commodel.errors import CommodelError, unknown
 from commodel.hardware.cluster import Cluster
+from commodel.vectorize import memoized
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -175,15 +176,32 @@ def tuner_cost(
     """NCCL's own predicted time of every pair (shape (pairs, *points)); ``inf`` where a pair cannot
     run or is not one NCCL's tuner prices (then the physical time stands in)."""
     n, p, N = _arrays(size_bytes, ranks, nodes)
+    terms = _tuner_terms(op, p, N, fab, tuple(pairs))
     rows = []
+    for (algo, proto), own in zip(pairs, terms, strict=True):
+        if own is None:
+            rows.append(collective_time(op, algo, proto, n, p, N, fab))
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rows.append(np.where(own[1], own[0].time(n), np.inf))
+    return np.stack(np.broadcast_arrays(*rows))
+
+
+@memoized
+def _tuner_terms(
+    op: str, p: np.ndarray, N: np.ndarray, fab: Fabric, pairs: tuple[tuple[str, str], ...]
+) -> list[tuple[nccl.TunerTerms, np.ndarray] | None]:
+    """Per pair, NCCL's tuner terms and where the pair can run (``None`` for a pair NCCL's tuner does
+    not price): size-independent, so a loop of estimates computes them once."""
+    terms = []
     for algo, proto in pairs:
         if algo in nccl.NCCL_ALGORITHMS.get(op, ()):
-            ok = _nccl_available(op, algo, fab, p, N)
             with np.errstate(divide="ignore", invalid="ignore"):
-                rows.append(np.where(ok, nccl.tuner_time(op, algo, proto, n, p, N, fab), np.inf))
+                own = nccl.tuner_terms(op, algo, proto, p, N, fab)
+            terms.append((own, _nccl_available(op, algo, fab, p, N)))
         else:
-            rows.append(collective_time(op, algo, proto, n, p, N, fab))
-    return np.stack(rows)
+            terms.append(None)
+    return terms
 
 
 def tune(

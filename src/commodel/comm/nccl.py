@@ -20,6 +20,8 @@ domain (placed domain-major).
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
@@ -168,10 +170,44 @@ def _nsteps(op: str, p: np.ndarray) -> np.ndarray:
     return {"allreduce": 2 * (p - 1), "allgather": p - 1, "reducescatter": p - 1}.get(op, p)
 
 
+@dataclass(frozen=True)
+class TunerTerms:
+    """NCCL's tuner cost of one (algorithm, protocol) without the message size: ``n`` bytes take
+    ``lat + n / (algBw x correction)``, where ``lat`` is ``plateau`` times the table latency from
+    ``plateau_bytes`` on (the ring plateau) and ``correction`` the tree correction factor of the
+    protocol's row at ``log2(n / 64)`` below ``correction_bins`` (0: none)."""
+
+    latency_s: np.ndarray
+    alg_Bps: np.ndarray
+    plateau: float = 1.0
+    plateau_bytes: np.ndarray | float = np.inf
+    correction_bins: int = 0
+    protocol: int = 0
+
+    def time(self, n: np.ndarray) -> np.ndarray:
+        """Predicted seconds of ``n``-byte calls (``n`` broadcasts against the terms)."""
+        alg, lat = self.alg_Bps, self.latency_s
+        if self.correction_bins:
+            log_size = np.floor(np.log2(np.maximum(n, 1) / 64)).astype(int)
+            valid = (log_size >= 0) & (log_size < self.correction_bins)
+            correction = tables.TREE_CORRECTION[self.protocol, np.clip(log_size, 0, 23)]
+            alg = alg * np.where(valid, correction, 1.0)
+        if self.plateau != 1.0:
+            lat = np.where(n >= self.plateau_bytes, self.plateau * lat, lat)
+        with np.errstate(divide="ignore"):
+            return lat + n / alg
+
+
 def tuner_time(
     op: str, algo: str, proto: str, n: np.ndarray, p: np.ndarray, nodes: np.ndarray, fab: Fabric
 ) -> np.ndarray:
     """NCCL's predicted time in seconds: ``lat x latCount + nBytes / algBw`` (one call, latCount 1)."""
+    return tuner_terms(op, algo, proto, p, nodes, fab).time(np.asarray(n, dtype=float))
+
+
+def tuner_terms(op: str, algo: str, proto: str, p: np.ndarray, nodes: np.ndarray, fab: Fabric) -> TunerTerms:
+    """The size-independent part of :func:`tuner_time`: NCCL's algorithm bandwidth and latency."""
+    p, nodes = np.asarray(p, dtype=float), np.asarray(nodes, dtype=float)
     g = p / nodes
     arch, scale = fab.arch_index, _scale(nodes)
     nvls = algo in ("nvls", "nvls-tree")
@@ -213,19 +249,23 @@ def tuner_time(
         alg = bus * p / _nsteps(op, p)
     else:
         alg = bus * 0.5
-    log_size = np.floor(np.log2(np.maximum(n, 1) / 64)).astype(int)
-    if op == "allreduce" and (algo == "tree" or (algo == "nvls-tree" and arch >= 3 and fab.cpu != "arm")):
-        limit = 23 if algo == "tree" else 24
-        valid = (log_size >= 0) & (log_size < limit)
-        correction = tables.TREE_CORRECTION[tables.PROTOCOLS.index(proto), np.clip(log_size, 0, 23)]
-        alg = alg * np.where(valid, correction, 1.0)
-    lat = latency(op, algo, proto, p, nodes, fab)
+    correct = op == "allreduce" and (
+        algo == "tree" or (algo == "nvls-tree" and arch >= 3 and fab.cpu != "arm")
+    )
+    terms = TunerTerms(
+        latency_s=latency(op, algo, proto, p, nodes, fab),
+        alg_Bps=alg * 1e9,
+        correction_bins=(23 if algo == "tree" else 24) if correct else 0,
+        protocol=tables.PROTOCOLS.index(proto),
+    )
     if fab.nvidia and algo == "ring" and proto == "simple" and op == "allreduce":
-        plateau = tables.RING_PLATEAU["ampere_or_later" if arch >= 1 else "pre_ampere"]
         comm_channels = ring_graph(fab, g, nodes).runtime
-        lat = np.where((nodes > 1) & (n / (comm_channels * p) >= 64), lat * plateau, lat)
-    with np.errstate(divide="ignore"):
-        return lat + n / (alg * 1e9)
+        terms = dataclasses.replace(
+            terms,
+            plateau=tables.RING_PLATEAU["ampere_or_later" if arch >= 1 else "pre_ampere"],
+            plateau_bytes=np.where(nodes > 1, 64 * comm_channels * p, np.inf),
+        )
+    return terms
 
 
 def _rccl_bw_ratio(algo: str, proto: str, fab: Fabric, nodes: np.ndarray) -> np.ndarray:

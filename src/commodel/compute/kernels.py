@@ -57,7 +57,7 @@ def _dtype_bytes(dtype: str) -> float:
 def _positive(**shapes: ArrayLike) -> list[np.ndarray]:
     arrays = [np.asarray(v, dtype=float) for v in shapes.values()]
     for name, arr in zip(shapes, arrays, strict=True):
-        if np.any(arr <= 0):
+        if (arr <= 0).any():
             raise CommodelError(f"{name} must be positive, got {arr.min():g}")
     return arrays
 

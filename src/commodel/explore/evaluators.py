@@ -134,8 +134,9 @@ def problem_messages(problems: list[tuple[np.ndarray, str]], rows: int) -> np.nd
     """Per row, the messages of every (mask, message) rule it breaks, joined by "; " ("" if none)."""
     messages = np.full(rows, "", dtype=object)
     for mask, message in problems:
-        joined = np.where(messages == "", message, messages + "; " + message)
-        messages = np.where(np.broadcast_to(mask, messages.shape), joined, messages)
+        broken = np.broadcast_to(mask, messages.shape)
+        if broken.any():
+            messages[broken] = [f"{m}; {message}" if m else message for m in messages[broken]]
     return messages
 
 
