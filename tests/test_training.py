@@ -182,6 +182,12 @@ def test_bad_layouts_are_rejected(changes, message):
         train(**{**base, **changes})
 
 
+def test_a_rejected_job_names_the_layout_it_resolved_to():
+    with pytest.raises(CommodelError) as error:
+        train(model="llama3-8b", system="gb200-nvl72", gpus=72, micro_batch=2)
+    assert "(72 GPUs, tp=1 pp=1 cp=1 dp=72 ep=1, micro batch 2 of global batch 1024)" in str(error.value)
+
+
 def test_unknown_names_get_suggestions():
     with pytest.raises(CommodelError, match="did you mean 'llama3-70b'"):
         train(model="llama3-70", system="dgx-h100", gpus=8)

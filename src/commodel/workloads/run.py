@@ -33,13 +33,28 @@ STEP_FIELDS = (
 )
 
 
-def _one_row(evaluate_columns: Callable[..., dict[str, np.ndarray]], job: Job) -> SimpleNamespace:
-    """The evaluator's output for one job, as attributes; an invalid job is an error naming why."""
+def _one_row(
+    evaluate_columns: Callable[..., dict[str, np.ndarray]],
+    job: Job,
+    describe: Callable[[SimpleNamespace], str] = lambda row: "",
+) -> SimpleNamespace:
+    """The evaluator's output for one job, as attributes; an invalid job is an error naming why (and
+    what the job resolved to, as ``describe`` puts it)."""
     table = evaluate_columns({name: np.array([value], dtype=object) for name, value in job}, checked=True)
     row = SimpleNamespace(**{name: values[0] for name, values in table.items()})
     if not row.valid:
-        raise CommodelError(f"invalid {job.noun} job: {row.problem}")
+        what = describe(row)
+        raise CommodelError(f"invalid {job.noun} job{f' ({what})' if what else ''}: {row.problem}")
     return row
+
+
+def _training_layout(job: TrainingJob, row: SimpleNamespace) -> str:
+    """A training job's layout as resolved: "64 GPUs, tp=8 pp=4 cp=1 dp=2 ep=1, micro batch 1 of 1024"."""
+    sizes = " ".join(f"{name}={getattr(job, name)}" for name in ("tp", "pp", "cp"))
+    return (
+        f"{row.gpus:.0f} GPUs, {sizes} dp={row.dp:.0f} ep={job.ep}, "
+        f"micro batch {job.micro_batch} of global batch {job.global_batch}"
+    )
 
 
 def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
@@ -49,7 +64,7 @@ def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
     from commodel.explore.training_evaluator import evaluate_columns
 
     job = job if job is not None else training_job(**values)
-    row = _one_row(evaluate_columns, job)
+    row = _one_row(evaluate_columns, job, lambda row: _training_layout(job, row))
     step = {name: float(getattr(row, name)) for name in STEP_FIELDS}
     per_node = int(row.gpus) // int(row.nodes)
     notes = []
