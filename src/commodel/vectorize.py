@@ -80,12 +80,19 @@ def on_unique(fn: Callable[..., Any], *keys: ArrayLike) -> Any:
     return _expand(fn(*(a[first] for a in flat)), inverse, shape)
 
 
+#: Array elements a memoized function's cache may hold in its keys before it starts afresh: about
+#: 4 MB of keys, and (results being a few arrays of the keys' length each) some tens of MB of results.
+MAX_CACHED_ELEMENTS = 2**19
+
+
 def memoized(fn: Callable[..., Any], size: int = 4096) -> Callable[..., Any]:
     """``fn`` with its results kept for repeated arguments: scalars and hashable records by value,
     arrays by content. For the size-independent parts of a model (NCCL's graph search, table
-    latencies), which a sweep or a loop of estimates asks for again and again. Results are shared:
-    callers must not change them in place."""
+    latencies), which a sweep or a loop of estimates asks for again and again. The cache starts
+    afresh past ``size`` entries or :data:`MAX_CACHED_ELEMENTS` array elements, so a long sweep's
+    distinct arrays do not pile up. Results are shared: callers must not change them in place."""
     cache: dict[tuple, Any] = {}
+    held = 0
 
     def key(value: Any) -> Any:
         if isinstance(value, np.ndarray):
@@ -93,11 +100,15 @@ def memoized(fn: Callable[..., Any], size: int = 4096) -> Callable[..., Any]:
         return value
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        nonlocal held
         k = (*(key(a) for a in args), *((name, key(v)) for name, v in sorted(kwargs.items())))
         if k not in cache:
-            if len(cache) >= size:
+            elements = sum(np.size(v) for v in (*args, *kwargs.values()) if isinstance(v, np.ndarray))
+            if len(cache) >= size or held + elements > MAX_CACHED_ELEMENTS:
                 cache.clear()
+                held = 0
             cache[k] = fn(*args, **kwargs)
+            held += elements
         return cache[k]
 
     wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
