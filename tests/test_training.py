@@ -182,6 +182,13 @@ def test_bad_layouts_are_rejected(changes, message):
         train(**{**base, **changes})
 
 
+def test_a_tensor_parallel_job_that_fits_only_with_sequence_parallelism_says_so():
+    recipe = dict(model="llama3-70b", system="dgx-h100", gpus=64, tp=4, pp=8, vpp=5, global_batch=128)
+    off, on = (train(**recipe, dtype="fp8", sequence_parallel=sp) for sp in (False, True))
+    assert not off["fits"] and any("--sequence-parallel" in note for note in off["notes"])
+    assert on["fits"] and not any("--sequence-parallel" in note for note in on["notes"])
+
+
 def test_a_rejected_job_names_the_layout_it_resolved_to():
     with pytest.raises(CommodelError) as error:
         train(model="llama3-8b", system="gb200-nvl72", gpus=72, micro_batch=2)

@@ -83,6 +83,12 @@ def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
             f"tensor parallelism spans {float(row.tp_domains):g} scale-up domains: its collectives cross "
             "the scale-out network"
         )
+    if not row.fits and job.tp > 1 and not job.sequence_parallel:
+        notes.append(
+            "does not fit with sequence parallelism off: every tensor-parallel rank holds the whole "
+            "sequence's norm and dropout activations (Megatron recipes with tp > 1 turn on "
+            "--sequence-parallel)"
+        )
     if job.tp_overlap == "userbuffers" and job.tp > 1 and not job.sequence_parallel:
         notes.append(
             "userbuffers overlap needs sequence parallelism: the TP collectives ran between the GEMMs"
