@@ -478,10 +478,12 @@ def physical_time(
 __all__ = [
     "NCCL_ALGORITHMS",
     "Graph",
+    "TunerTerms",
     "available",
     "bandwidth_time",
     "latency",
     "physical_time",
     "protocols",
+    "tuner_terms",
     "tuner_time",
 ]
