@@ -102,6 +102,25 @@ def test_nccl_tuner_bus_bandwidths_on_dgx_h100():
         assert 2 * 7 / 8 * float(n) / (time - latency) / 1e9 == pytest.approx(bus)
 
 
+def test_nccl_tuner_ring_plateau_and_tree_correction_across_two_nodes():
+    # Ring Simple allreduce across nodes: latency x 1.4 (Ampere on) once each rank's share per
+    # run-time channel reaches 64 B; tree: algBw x the correction of its log2(n / 64) bin.
+    fab = fabric_of(cluster("dgx-h100", 2))
+    p, N = np.array(16.0), np.array(2.0)
+    lat = float(nccl.latency("allreduce", "ring", "simple", p, N, fab))
+    ring = nccl.tuner_terms("allreduce", "ring", "simple", p, N, fab)
+    threshold = 64 * float(ring_graph(fab, p / N, N).runtime) * 16
+    for n, factor in ((threshold / 2, 1.0), (threshold, 1.4)):
+        time = float(nccl.tuner_time("allreduce", "ring", "simple", np.array(n), p, N, fab))
+        assert time == pytest.approx(factor * lat + n / float(ring.alg_Bps))
+    tree = nccl.tuner_terms("allreduce", "tree", "simple", p, N, fab)
+    n = 64.0 * 2**10
+    time = float(nccl.tuner_time("allreduce", "tree", "simple", np.array(n), p, N, fab))
+    correction = nccl.tables.TREE_CORRECTION[nccl.tables.PROTOCOLS.index("simple"), 10]
+    assert correction < 1
+    assert time == pytest.approx(float(tree.latency_s) + n / (float(tree.alg_Bps) * correction))
+
+
 def test_auto_is_nccls_own_choice_on_dgx_h100():
     # NCCL picks ring LL for small messages and NVLS from a few MiB on an NVLS-capable H100 node.
     frame = run("allreduce", cluster("dgx-h100"), [1024, 2**26])
