@@ -172,19 +172,22 @@ def tuner_cost(
     nodes: ArrayLike,
     fab: Fabric,
     pairs: list[tuple[str, str]],
-) -> np.ndarray:
-    """NCCL's own predicted time of every pair (shape (pairs, *points)); ``inf`` where a pair cannot
-    run or is not one NCCL's tuner prices (then the physical time stands in)."""
+) -> tuple[np.ndarray, dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """NCCL's own predicted time of every pair (shape (pairs, *points)), ``inf`` where a pair cannot
+    run. A pair NCCL's tuner does not price (the point-to-point path) stands in with its physical
+    time; those pairs' :func:`pair_time` results come back too (pair index -> result), so that
+    choosing one does not price it again."""
     n, p, N = _arrays(size_bytes, ranks, nodes)
     terms = _tuner_terms(op, p, N, fab, tuple(pairs))
-    rows = []
-    for (algo, proto), own in zip(pairs, terms, strict=True):
+    rows, physical = [], {}
+    for i, ((algo, proto), own) in enumerate(zip(pairs, terms, strict=True)):
         if own is None:
-            rows.append(collective_time(op, algo, proto, n, p, N, fab))
+            physical[i] = pair_time(op, algo, proto, n, p, N, fab)
+            rows.append(physical[i][0])
         else:
             with np.errstate(divide="ignore", invalid="ignore"):
                 rows.append(np.where(own[1], own[0].time(n), np.inf))
-    return np.stack(np.broadcast_arrays(*rows))
+    return np.stack(np.broadcast_arrays(*rows)), physical
 
 
 @memoized
@@ -222,7 +225,7 @@ def tune(
         results = dict(enumerate(pair_time(op, a, pr, size_bytes, ranks, nodes, fab) for a, pr in pairs))
         cost = np.stack([r[0] for r in results.values()])
     else:
-        results, cost = {}, tuner_cost(op, size_bytes, ranks, nodes, fab, pairs)
+        cost, results = tuner_cost(op, size_bytes, ranks, nodes, fab, pairs)
     while True:  # price the pairs chosen somewhere; one that cannot run there is never chosen
         best = np.argmin(cost, axis=0)
         for i in map(int, np.unique(best)):
