@@ -19,6 +19,7 @@ from commodel.comm.collectives import run
 from commodel.comm.fabric import fabric_of
 from commodel.compute import gemm, kernel_time
 from commodel.compute.roofline import achievable_bandwidth, peak_flops
+from commodel.errors import CommodelError
 from commodel.hardware import HardwareDB, cluster, default_db
 from commodel.jobs import TrainingJob, training_job
 from commodel.resources import resource_dir
@@ -32,14 +33,38 @@ MiB = 2**20
 ASYMPTOTIC_SIZE = 8 * 2**30
 
 
+#: The hardware_db system a row runs on, by the first GPU its system text names, for rows that do not
+#: say (no ``model_target``): "64xGB300 (NVL72)" -> gb300-nvl72, "8xH100-SXM (NVSwitch)" -> dgx-h100.
+SYSTEMS_BY_GPU = (
+    ("GB300", "gb300-nvl72"), ("GB200", "gb200-nvl72"), ("B300", "dgx-b300"), ("B200", "dgx-b200"),
+    ("H200", "hgx-h200"), ("H100", "dgx-h100"), ("A100", "dgx-a100"), ("MI300X", "mi300x-8"),
+    ("A40", "a40-pcie-8"),
+)  # fmt: skip
+#: Kinds of rows modelled on a system (the others on a GPU).
+SYSTEM_KINDS = ("collective", "p2p", "training", "serving")
+
+
 def load_measurements() -> pd.DataFrame:
     """The project's copy of the published measurements (comment lines skipped). Sizes quoted as
-    "large" (an asymptotic figure) become missing; missing run settings become empty."""
+    "large" (an asymptotic figure) become missing; missing run settings become empty. Rows in the
+    shared format (without commodel's columns) are held out (``validation``) and run on the system
+    their text names (:data:`SYSTEMS_BY_GPU`)."""
     path = resource_dir("data") / "measurements.csv"
     lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
     table = pd.read_csv(io.StringIO("\n".join(lines)), dtype={"size_bytes": str, "model_args": str})
     table["size_bytes"] = pd.to_numeric(table.size_bytes, errors="coerce").astype("Int64")
-    return table.assign(model_args=table.model_args.fillna(""))
+    for column, default in (("model_target", ""), ("role", "validation"), ("model_args", "")):
+        table[column] = table[column].fillna(default) if column in table else default
+    inferred = [
+        _system_named(text) if kind in SYSTEM_KINDS and not target else target
+        for kind, target, text in zip(table.kind, table.model_target, table.system.astype(str), strict=True)
+    ]
+    return table.assign(model_target=inferred)
+
+
+def _system_named(text: str) -> str:
+    """The system of the first GPU ``text`` names (:data:`SYSTEMS_BY_GPU`), "" if none."""
+    return next((name for gpu, name in SYSTEMS_BY_GPU if gpu in text), "")
 
 
 def model_args(row: pd.Series) -> dict[str, str]:
@@ -117,25 +142,58 @@ class Run:
     job: TrainingJob
     metric: str
     causal: bool = True
+    note: str = ""
 
 
-def _mb(model: str, target: str, gpus: int, dtype: str, layout: str, **fixed: object) -> Run:
-    """A Megatron-Bridge 25.11 recipe (data/measurements.csv, source MB): its layout as the row gives it
-    (``tp pp cp vp ep mbs gbs seq``, ``fsdp``), distributed optimizer (or FSDP), communication
-    overlapped, sequence parallelism with tensor parallelism and Transformer Engine's userbuffers
-    overlap of its communication (the recipes' ``tp_comm_overlap``, with NeMo's per-GPU userbuffers
-    configurations), and the recomputation the recipe needs to fit (``auto``: the rows do not state
-    it)."""
-    sizes = dict(item.split("=") for item in layout.split())
-    tp = int(sizes.pop("tp", 1))
+#: Training precisions as Megatron-Bridge's performance tables name them.
+RECIPE_DTYPES = {
+    "bf16": "bf16",
+    "fp16": "fp16",
+    "fp8": "fp8",
+    "fp8-cs": "fp8",
+    "fp8-mx": "mxfp8",
+    "mxfp8": "mxfp8",
+}
+#: Layout sizes a recipe description may give (``tp2``, ``gbs128``, ...), and the flag ``fsdp``.
+RECIPE_SIZES = ("seq", "gbs", "mbs", "tp", "pp", "cp", "vp", "ep", "dp", "ga")
+
+
+def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
+    """A training row described as Megatron-Bridge's performance tables give a recipe, ``train MODEL
+    DTYPE [seqS] gbsG mbsM [fsdp] [tpT ppP cpC vpV epE dpD gaA]``, as a job on ``gpus`` GPUs of
+    ``system``: the layout as stated (sizes not given are 1, the sequence the model's own), distributed
+    optimizer (or FSDP), communication overlapped, sequence parallelism with tensor parallelism and
+    Transformer Engine's userbuffers overlap of its communication (the recipes' ``tp_comm_overlap``,
+    with NeMo's per-GPU userbuffers configurations), and the recomputation the recipe needs to fit
+    (``auto``: the rows do not state it). A stated ``dp`` or ``ga`` that disagrees with the GPUs and
+    batch sizes is noted; the job is the one the GPUs and batch sizes give."""
+    words = description.split()
+    if len(words) < 3 or words[0] != "train" or words[2].lower() not in RECIPE_DTYPES:
+        raise CommodelError(f"'{description}' is not 'train MODEL DTYPE SIZES...' (DTYPE one of "
+                            f"{', '.join(RECIPE_DTYPES)})")  # fmt: skip
+    sizes: dict[str, int] = {}
+    for word in words[3:]:
+        match = re.fullmatch(r"([a-z]+)(\d+)", word)
+        if word != "fsdp" and (match is None or match[1] not in RECIPE_SIZES):
+            raise CommodelError(f"cannot read '{word}' in '{description}' (sizes: {', '.join(RECIPE_SIZES)})")
+        sizes |= {"fsdp": 1} if word == "fsdp" else {match[1]: int(match[2])}
+    tp, pp, cp = (sizes.get(k, 1) for k in ("tp", "pp", "cp"))
+    dp = max(gpus // (tp * pp * cp), 1)
+    derived = {"dp": dp, "ga": sizes.get("gbs", 1024) // (sizes.get("mbs", 1) * dp)}
+    off = {k: v for k, v in derived.items() if sizes.get(k, v) != v}
+    note = ""
+    if off:
+        stated = ", ".join(f"{k}{sizes[k]}" for k in off)
+        given = ", ".join(f"{k}{v}" for k, v in off.items())
+        note = f"states {stated} where its {gpus} GPUs and batch give {given}"
     job = training_job(
-        model=model, system=target, gpus=gpus, dtype=dtype, tp=tp, pp=int(sizes.pop("pp", 1)),
-        cp=int(sizes.pop("cp", 1)), vpp=int(sizes.pop("vp", 1)), ep=int(sizes.pop("ep", 1)),
-        micro_batch=int(sizes.pop("mbs")), global_batch=int(sizes.pop("gbs")), seq=int(sizes.pop("seq", 8192)),
-        zero=3 if sizes.pop("fsdp", None) else 1, sequence_parallel=tp > 1, recompute="auto",
-        overlap="sm-partition", tp_overlap="userbuffers" if tp > 1 else "none", **fixed,
+        model=words[1], system=system, gpus=gpus, dtype=RECIPE_DTYPES[words[2].lower()], tp=tp, pp=pp, cp=cp,
+        vpp=sizes.get("vp", 1), ep=sizes.get("ep", 1), micro_batch=sizes.get("mbs", 1),
+        global_batch=sizes.get("gbs", 1024), seq=sizes.get("seq"), zero=3 if "fsdp" in sizes else 1,
+        sequence_parallel=tp > 1, recompute="auto", overlap="sm-partition",
+        tp_overlap="userbuffers" if tp > 1 else "none",
     )  # fmt: skip
-    return Run(job, "tokens_per_s_per_gpu")
+    return Run(job, metric, note=note)
 
 
 #: The published end-to-end runs as their sources state them, and the metric each source reports.
@@ -196,38 +254,6 @@ TRAINING_RUNS: dict[str, Run] = {
         "mfu",
         causal=False,
     ),
-    "mb-gb300-llama3-8b": _mb("llama3-8b", "gb300-nvl72", 8, "fp8", "gbs=128 mbs=2"),
-    "mb-gb300-llama3-8b-mx": _mb("llama3-8b", "gb300-nvl72", 8, "mxfp8", "gbs=128 mbs=2"),
-    "mb-gb300-llama3-70b": _mb("llama3-70b", "gb300-nvl72", 64, "fp8", "gbs=256 mbs=2 fsdp=1"),
-    "mb-gb300-llama31-405b": _mb(
-        "llama3-405b", "gb300-nvl72", 256, "fp8", "gbs=1536 mbs=1 tp=2 pp=8 cp=2 vp=4"
-    ),
-    "mb-gb300-dsv3-bf16": _mb(
-        "deepseek-v3", "gb300-nvl72", 256, "bf16", "seq=4096 gbs=4096 mbs=1 pp=2 vp=4 ep=32"
-    ),
-    "mb-gb300-dsv3-fp8": _mb(
-        "deepseek-v3", "gb300-nvl72", 256, "mxfp8", "seq=4096 gbs=4096 mbs=1 pp=2 vp=4 ep=32"
-    ),
-    "mb-gb300-gptoss-120b": _mb("gpt-oss-120b", "gb300-nvl72", 64, "bf16", "gbs=1280 mbs=2 ep=64"),
-    "mb-gb300-qwen3-30b": _mb("qwen3-30b-a3b", "gb300-nvl72", 8, "mxfp8", "seq=4096 gbs=512 mbs=4 ep=8"),
-    "mb-gb300-qwen3-235b": _mb(
-        "qwen3-235b-a22b", "gb300-nvl72", 256, "bf16", "seq=4096 gbs=8192 mbs=2 pp=4 vp=12 ep=16"
-    ),
-    "mb-gb200-llama3-8b": _mb("llama3-8b", "gb200-nvl72", 8, "fp8", "gbs=128 mbs=2"),
-    "mb-gb200-llama3-8b-mx": _mb("llama3-8b", "gb200-nvl72", 8, "mxfp8", "gbs=128 mbs=2"),
-    "mb-gb200-llama3-70b": _mb("llama3-70b", "gb200-nvl72", 64, "fp8", "gbs=256 mbs=2 fsdp=1"),
-    "mb-gb200-llama31-405b": _mb("llama3-405b", "gb200-nvl72", 256, "fp8", "gbs=1536 mbs=1 tp=4 pp=16 vp=4"),
-    "mb-gb200-dsv3-bf16": _mb(
-        "deepseek-v3", "gb200-nvl72", 256, "bf16", "seq=4096 gbs=4096 mbs=1 pp=4 vp=4 ep=64"
-    ),
-    "mb-gb200-dsv3-fp8": _mb(
-        "deepseek-v3", "gb200-nvl72", 256, "mxfp8", "seq=4096 gbs=4096 mbs=1 pp=8 vp=4 ep=32"
-    ),
-    "mb-gb200-gptoss-120b": _mb("gpt-oss-120b", "gb200-nvl72", 64, "bf16", "gbs=1280 mbs=1 ep=64"),
-    "mb-gb200-qwen3-30b": _mb("qwen3-30b-a3b", "gb200-nvl72", 8, "mxfp8", "seq=4096 gbs=512 mbs=4 ep=8"),
-    "mb-gb200-qwen3-235b": _mb(
-        "qwen3-235b-a22b", "gb200-nvl72", 256, "bf16", "seq=4096 gbs=8192 mbs=1 pp=8 vp=3 ep=32"
-    ),
 }
 
 
@@ -277,9 +303,17 @@ def _facility(row: pd.Series, db: HardwareDB) -> float:
     return {"pue-google": 1 + PROPORTIONAL_OVERHEAD, "pue-industry": BASELINE_PUE}[row.id]
 
 
+def _training_run(row: pd.Series) -> Run:
+    """The run a training row describes: a configured one (:data:`TRAINING_RUNS`), or a recipe read
+    from the row's description (:func:`recipe_run`)."""
+    if row.id in TRAINING_RUNS:
+        return TRAINING_RUNS[row.id]
+    return recipe_run(str(row.op), int(row.gpus), str(row.model_target), str(row.metric))
+
+
 def _training(row: pd.Series, db: HardwareDB) -> float:
     """End-to-end runs through the training-step model, with the layout each source states."""
-    run = TRAINING_RUNS[row.id]
+    run = _training_run(row)
     return float(training_metric(run, train(run.job)))
 
 
@@ -334,7 +368,6 @@ MODELS: dict[str, Callable[[pd.Series, HardwareDB], float]] = {
 PENDING = {
     "nvshmem-red": "the platform is unstated",
     "graph-replay": "a formula (15 us + 0.58 us per node), the source of the graph-node constant",
-    "training": "Megatron-Bridge recipes on GB200/GB300 (training-step fidelity)",
 }
 
 
@@ -344,9 +377,17 @@ def _pending(row: pd.Series) -> str | None:
         return PENDING[row.id]
     if row.kind not in MODELS:
         return PENDING.get(row.kind, "no model")
-    if row.kind == "training" and row.id not in TRAINING_RUNS:
-        return PENDING["training"]
+    if row.kind == "training":
+        try:
+            _training_run(row)
+        except CommodelError as exc:
+            return str(exc)
     return None
+
+
+def _note(row: pd.Series) -> str:
+    """What a modelled row's description says that the model read otherwise (training recipes)."""
+    return _training_run(row).note if row.kind == "training" else ""
 
 
 def validation_table(db: HardwareDB | None = None) -> pd.DataFrame:
@@ -356,7 +397,10 @@ def validation_table(db: HardwareDB | None = None) -> pd.DataFrame:
     for row in load_measurements().itertuples(index=False):
         series = pd.Series(row._asdict())
         reason = _pending(series)
-        value = MODELS[row.kind](series, db) if reason is None else np.nan
+        try:
+            value = MODELS[row.kind](series, db) if reason is None else np.nan
+        except CommodelError as exc:  # a row naming hardware or a model commodel does not have
+            reason, value = str(exc), np.nan
         measured = pd.to_numeric(series.value, errors="coerce")
         rows.append(
             {
@@ -369,7 +413,7 @@ def validation_table(db: HardwareDB | None = None) -> pd.DataFrame:
                 "measured": measured,
                 "model": value,
                 "error_pct": 100 * (value - measured) / measured if reason is None else np.nan,
-                "note": "" if reason is None else f"not modelled yet: {reason}",
+                "note": _note(series) if reason is None else f"not modelled yet: {reason}",
             }
         )
     return pd.DataFrame(rows)
