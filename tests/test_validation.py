@@ -114,8 +114,9 @@ SHARED_HEADER = "id,kind,system,gpus,nodes,op,algo,size_bytes,metric,value,unit,
 
 def test_new_recipe_rows_in_the_shared_format_are_modelled(tmp_path, monkeypatch):
     """Rows added later, as ../shared/data gives them (no commodel columns): a Megatron-Bridge recipe
-    on a system named only in the row's text is read and priced, held out; one naming a model
-    commodel lacks, or a size it cannot read, says why it is not modelled."""
+    or a GEMM on hardware named only in the row's text is read and priced, held out; one naming a
+    model commodel lacks, a size it cannot read, or a kind configured row by row says why it is not
+    modelled, and the rest of the table stands."""
     (tmp_path / "measurements.csv").write_text(
         SHARED_HEADER + "b2-8b,training,8xB200,8,1,train llama3-8b FP8-CS gbs128 mbs2 tp1 pp1 cp1 dp8 ga8,,,"
         "tokens_per_s_per_gpu,30000,tok/s,test\n"
@@ -123,12 +124,16 @@ def test_new_recipe_rows_in_the_shared_format_are_modelled(tmp_path, monkeypatch
         "tokens_per_s_per_gpu,1600,tok/s,test\n"
         + "x-1,training,8xH100-SXM,8,1,train nemotron-9z BF16 gbs8 mbs1,,,tokens_per_s_per_gpu,1,tok/s,test\n"
         + "x-2,training,8xH100-SXM,8,1,train llama3-8b BF16 gbs8 mbs1 etp2,,,tokens_per_s_per_gpu,1,tok/s,test\n"
+        + "g-1,gemm,B200-SXM,1,1,gemm bf16 8192^3,,,throughput,1500,TFLOP/s,test\n"
+        + "l-1,latency,8xH100-SXM,2,1,put,,,time,2,us,test\n"
     )
     monkeypatch.setattr(validate, "resource_dir", lambda name: tmp_path)
     rows = validation_table().set_index("id")
-    assert list(load_measurements().model_target) == ["dgx-b200", "dgx-h100", "dgx-h100", "dgx-h100"]
+    targets = ["dgx-b200", "dgx-h100", "dgx-h100", "dgx-h100", "b200-sxm", "h100-sxm"]
+    assert list(load_measurements().model_target) == targets
     assert (rows.role == "validation").all()
-    assert np.isfinite(rows.error_pct[["b2-8b", "h1-70b"]]).all()
+    assert np.isfinite(rows.error_pct[["b2-8b", "h1-70b", "g-1"]]).all()
+    assert rows.note["l-1"] == "not modelled yet: no latency setting for row 'l-1' yet (validate.py)"
     assert rows.note["b2-8b"] == "" and rows.note["h1-70b"] == ""
     assert "unknown model 'nemotron-9z'" in rows.note["x-1"]
     assert "cannot read 'etp2'" in rows.note["x-2"]

@@ -11,6 +11,7 @@ import io
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -33,12 +34,13 @@ MiB = 2**20
 ASYMPTOTIC_SIZE = 8 * 2**30
 
 
-#: The hardware_db system a row runs on, by the first GPU its system text names, for rows that do not
-#: say (no ``model_target``): "64xGB300 (NVL72)" -> gb300-nvl72, "8xH100-SXM (NVSwitch)" -> dgx-h100.
-SYSTEMS_BY_GPU = (
-    ("GB300", "gb300-nvl72"), ("GB200", "gb200-nvl72"), ("B300", "dgx-b300"), ("B200", "dgx-b200"),
-    ("H200", "hgx-h200"), ("H100", "dgx-h100"), ("A100", "dgx-a100"), ("MI300X", "mi300x-8"),
-    ("A40", "a40-pcie-8"),
+#: The hardware_db system and GPU a row runs on, by the first GPU its system text names, for rows that
+#: do not say (no ``model_target``): "64xGB300 (NVL72)" -> gb300-nvl72 / gb300.
+HARDWARE_BY_GPU = (
+    ("GB300", "gb300-nvl72", "gb300"), ("GB200", "gb200-nvl72", "gb200"), ("B300", "dgx-b300", "b300-sxm"),
+    ("B200", "dgx-b200", "b200-sxm"), ("H200", "hgx-h200", "h200-sxm"), ("H100", "dgx-h100", "h100-sxm"),
+    ("A100", "dgx-a100", "a100-sxm-80gb"), ("MI300X", "mi300x-8", "mi300x"), ("MI250", "frontier-node", "mi250x"),
+    ("A40", "a40-pcie-8", "a40"),
 )  # fmt: skip
 #: Kinds of rows modelled on a system (the others on a GPU).
 SYSTEM_KINDS = ("collective", "p2p", "training", "serving")
@@ -47,8 +49,8 @@ SYSTEM_KINDS = ("collective", "p2p", "training", "serving")
 def load_measurements() -> pd.DataFrame:
     """The project's copy of the published measurements (comment lines skipped). Sizes quoted as
     "large" (an asymptotic figure) become missing; missing run settings become empty. Rows in the
-    shared format (without commodel's columns) are held out (``validation``) and run on the system
-    their text names (:data:`SYSTEMS_BY_GPU`)."""
+    shared format (without commodel's columns) are held out (``validation``) and run on the hardware
+    their text names (:data:`HARDWARE_BY_GPU`)."""
     path = resource_dir("data") / "measurements.csv"
     lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
     table = pd.read_csv(io.StringIO("\n".join(lines)), dtype={"size_bytes": str, "model_args": str})
@@ -56,15 +58,15 @@ def load_measurements() -> pd.DataFrame:
     for column, default in (("model_target", ""), ("role", "validation"), ("model_args", "")):
         table[column] = table[column].fillna(default) if column in table else default
     inferred = [
-        _system_named(text) if kind in SYSTEM_KINDS and not target else target
+        target or _hardware_named(text, kind in SYSTEM_KINDS)
         for kind, target, text in zip(table.kind, table.model_target, table.system.astype(str), strict=True)
     ]
     return table.assign(model_target=inferred)
 
 
-def _system_named(text: str) -> str:
-    """The system of the first GPU ``text`` names (:data:`SYSTEMS_BY_GPU`), "" if none."""
-    return next((name for gpu, name in SYSTEMS_BY_GPU if gpu in text), "")
+def _hardware_named(text: str, system: bool) -> str:
+    """The system (or GPU) of the first GPU ``text`` names (:data:`HARDWARE_BY_GPU`), "" if none."""
+    return next((s if system else g for name, s, g in HARDWARE_BY_GPU if name in text), "")
 
 
 def model_args(row: pd.Series) -> dict[str, str]:
@@ -120,7 +122,7 @@ def _gemm(row: pd.Series, db: HardwareDB) -> float:
     best-GEMM ceiling (peak x matmul efficiency)."""
     match = _GEMM.fullmatch(row.op)
     if match is None:
-        raise ValueError(f"cannot read GEMM description '{row.op}'")
+        raise CommodelError(f"cannot read GEMM description '{row.op}'")
     gpu = db.gpu(row.model_target)
     if match["size"] is None:
         dtype = (match["dtype"] or match["large"]).lower()
@@ -289,6 +291,14 @@ POWER_RUNS: dict[str, TrainingJob] = {
 }
 
 
+def _configured(settings: dict[str, Any], row: pd.Series) -> Any:
+    """What a row whose kind is configured row by row is modelled with; a row added without it is
+    reported as not modelled rather than stopping the validation."""
+    if row.id not in settings:
+        raise CommodelError(f"no {row.kind} setting for row '{row.id}' yet (validate.py)")
+    return settings[row.id]
+
+
 def _power(row: pd.Series, db: HardwareDB) -> float:
     """Node power under a training load (kW), or a GPU's idle power (W), from the power model."""
     if row.id in POWER_RUNS:
@@ -300,7 +310,7 @@ def _facility(row: pd.Series, db: HardwareDB) -> float:
     """The facility PUE constants of the pooling model, which these two rows set."""
     from commodel.ops.pooling import BASELINE_PUE, PROPORTIONAL_OVERHEAD
 
-    return {"pue-google": 1 + PROPORTIONAL_OVERHEAD, "pue-industry": BASELINE_PUE}[row.id]
+    return _configured({"pue-google": 1 + PROPORTIONAL_OVERHEAD, "pue-industry": BASELINE_PUE}, row)
 
 
 def _training_run(row: pd.Series) -> Run:
@@ -330,7 +340,7 @@ def _latency(row: pd.Series, db: HardwareDB) -> float:
 
     if row.id == "launch-gb200":
         return db.gpu("gb200").launch_overhead.value * 1e6
-    scheme, system, round_trip, after_kernel = LATENCY_ROWS[row.id]
+    scheme, system, round_trip, after_kernel = _configured(LATENCY_ROWS, row)
     one_way = float(put_latency(scheme, path_of(cluster(system, 2, db)), 8, after_kernel))
     return (2 if round_trip else 1) * one_way * 1e6
 
