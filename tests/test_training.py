@@ -417,3 +417,22 @@ def test_userbuffers_hides_tensor_parallel_communication_behind_its_gemms():
     assert 0 < tp_comm("userbuffers") < 0.5 * tp_comm("none")
     assert tp_comm("userbuffers", seq=1024) > tp_comm("userbuffers")
     assert tp_comm("userbuffers", sp=False) == pytest.approx(tp_comm("none", sp=False))
+
+
+def test_with_sequence_parallelism_a_gpu_dispatches_only_its_sequence_shard():
+    """With tp 2 and sequence parallelism each GPU sends its half of the tokens over the expert group
+    (here across two nodes) and the TP pair all-gathers them over NVLink: less expert communication
+    than sending every token from both TP ranks, and no TP collective at all with tp 1."""
+    c = cluster("dgx-h100", 4)
+    x = make_layout(tp=2, dp=16, ep=8, micro_batch=1, global_batch=64, seq=4096, zero=1)
+
+    def ep_comm(**changes):
+        layout = dataclasses.replace(x, **changes)
+        return float(train_step(model("mixtral-8x7b"), c, layout, "bf16", "sm-partition")["ep_comm_s"])
+
+    sharded, whole = ep_comm(sequence_parallel=np.asarray(True)), ep_comm(sequence_parallel=np.asarray(False))
+    assert 0 < sharded < 0.75 * whole
+    one = {"tp": np.asarray(1.0), "dp": np.asarray(32.0)}
+    assert ep_comm(**one, sequence_parallel=np.asarray(True)) == ep_comm(
+        **one, sequence_parallel=np.asarray(False)
+    )

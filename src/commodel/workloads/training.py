@@ -50,6 +50,7 @@ from commodel.workloads.schema import Transformer
 from commodel.workloads.tensor_parallel import tensor_parallel_exposed
 from commodel.workloads.transformer import (
     bytes_per,
+    dispatched_tokens,
     model_flops_per_token,
     recompute_flops_per_token,
     routed_copies,
@@ -106,10 +107,18 @@ def per_microbatch(
     act = T * h * size
     tp_comm = tensor_parallel_exposed(tp_overlap, full, act, tp, fab, x, hbm, units)
     # Expert parallelism: dispatch and combine all-to-alls per MoE layer and pass, as long as the
-    # busiest rank's share takes.
+    # busiest rank's share takes. Each GPU dispatches the tokens it holds (its sequence shard with
+    # sequence parallelism); with tp > 1 the experts are tensor-parallel too, so Megatron's dispatcher
+    # all-gathers the received tokens over the TP group after the dispatch and reduce-scatters them
+    # before the combine (the backward the reverse).
     moe_share = model.moe_layers / model.layers
-    a2a, _ = collective("alltoall", routed_copies(model, T) * x.busiest_expert_rank * h * size, ep, fab)
-    ep_comm = moe_share * 4 * a2a
+    routed = routed_copies(model, dispatched_tokens(T, x.tp, x.sequence_parallel)) * h * size
+    routed = routed * x.busiest_expert_rank
+    a2a, _ = collective("alltoall", routed, ep, fab)
+    gathered = np.where(x.sequence_parallel & (x.tp > 1), routed * x.tp, 0.0)
+    tp_gather, _ = collective("allgather", gathered, tp, fab)
+    tp_scatter, _ = collective("reducescatter", gathered, tp, fab)
+    ep_comm = moe_share * (4 * a2a + 2 * (tp_gather + tp_scatter))
     if strategy == "ideal":
         tp_exposed = np.maximum(tp_comm - full.total_s, 0.0)
         ep_exposed = np.maximum(ep_comm - np.maximum(full.total_s - tp_comm, 0.0), 0.0)

@@ -164,6 +164,13 @@ def routed_copies(model: Transformer, tokens: ArrayLike) -> np.ndarray:
     return np.asarray(tokens, dtype=float) * (model.moe.top_k if model.moe else 0)
 
 
+def dispatched_tokens(tokens: ArrayLike, tp: ArrayLike, sequence_parallel: ArrayLike) -> np.ndarray:
+    """Tokens a GPU holds between tensor-parallel regions: its ``tokens / tp`` sequence shard with
+    sequence parallelism, all of them without. A MoE layer routes and dispatches these."""
+    T = np.asarray(tokens, dtype=float)
+    return np.where(np.asarray(sequence_parallel, dtype=bool), T / np.asarray(tp, dtype=float), T)
+
+
 def layer_kernels(
     model: Transformer,
     tokens: ArrayLike,
@@ -224,6 +231,8 @@ def layer_kernels(
         f = model.ffn_hidden
         gemms += [(gemm(T, up * f / t, h, low), dense, "column"), (gemm(T, h, f / t, low), dense, "row")]
     memory_bound: list[tuple[Kernel, float, float]] = []
+    # Norms, residual adds and the router run on tokens / tp with sequence parallelism, on all without.
+    sp_tokens = dispatched_tokens(T, t, sequence_parallel)
     if model.moe is not None:
         m = model.moe
         e = np.asarray(ep, dtype=float)
@@ -246,7 +255,7 @@ def layer_kernels(
         # Permute tokens to their experts and back (each a read and a write of top_k copies), both
         # passes; Megatron's all-to-all dispatcher also sorts the received chunks by local expert
         # and back when a GPU holds several experts (``sort_chunks_by_idxs``): two more passes.
-        permute = elementwise(T * m.top_k * h, high, reads=1, writes=1)
+        permute = elementwise(sp_tokens * m.top_k * h, high, reads=1, writes=1)
         received = elementwise(per_expert * local * h, high, reads=1, writes=1)
         sorts = moe_share * np.where((e > 1) & (local > 1), 2.0, 0.0)
         memory_bound += [(permute, 2 * moe_share, 2 * moe_share), (received, sorts, sorts)]
@@ -263,7 +272,7 @@ def layer_kernels(
         (bwd, 0.0, count) for _, bwd, count in casts
     ]
     if model.moe is not None:  # the router stays in BF16 and is never quantized
-        gemms.append((gemm(T, model.moe.experts, h, high), moe_share, "local"))
+        gemms.append((gemm(sp_tokens, model.moe.experts, h, high), moe_share, "local"))
     d_qk, d_v = attention_dims(model)
     s = np.asarray(seq, dtype=float)
     if attention_impl not in ATTENTION_IMPLEMENTATIONS:
@@ -276,16 +285,14 @@ def layer_kernels(
             core.append((attention(*shape, True, s, window=model.sliding_window), windowed))
     else:
         core = [(k, 1.0) for k in unfused_attention(*shape, s)]
-    # Norms and residual adds run on tokens / tp with sequence parallelism, on all tokens without.
-    norm_tokens = np.where(np.asarray(sequence_parallel, dtype=bool), T / t, T)
     ffn = (
         model.ffn_hidden
         if model.moe is None
         else model.moe.expert_ffn_hidden * model.moe.top_k * np.asarray(expert_load, dtype=float)
     )
     memory_bound += [
-        (elementwise(norm_tokens * h, high, reads=1, writes=1, flops_per_element=5), 2.0, 4.0),
-        (elementwise(norm_tokens * h, high, reads=2, writes=1), 2.0, 4.0),
+        (elementwise(sp_tokens * h, high, reads=1, writes=1, flops_per_element=5), 2.0, 4.0),
+        (elementwise(sp_tokens * h, high, reads=2, writes=1), 2.0, 4.0),
         (elementwise(T * ffn / t, high, reads=up, writes=1, flops_per_element=8), 1.0, 2.0),
     ]
     return LayerKernels(gemms, core, memory_bound)
