@@ -20,7 +20,6 @@ domain (placed domain-major).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from functools import cache
 
@@ -252,20 +251,18 @@ def tuner_terms(op: str, algo: str, proto: str, p: np.ndarray, nodes: np.ndarray
     correct = op == "allreduce" and (
         algo == "tree" or (algo == "nvls-tree" and arch >= 3 and fab.cpu != "arm")
     )
-    terms = TunerTerms(
+    plateau, plateau_bytes = 1.0, np.inf  # ring Simple allreduce across nodes: the plateau latency
+    if fab.nvidia and algo == "ring" and proto == "simple" and op == "allreduce":
+        plateau = tables.RING_PLATEAU["ampere_or_later" if arch >= 1 else "pre_ampere"]
+        plateau_bytes = np.where(nodes > 1, 64 * ring_graph(fab, g, nodes).runtime * p, np.inf)
+    return TunerTerms(
         latency_s=latency(op, algo, proto, p, nodes, fab),
         alg_Bps=alg * 1e9,
+        plateau=plateau,
+        plateau_bytes=plateau_bytes,
         correction_bins=(23 if algo == "tree" else 24) if correct else 0,
         protocol=tables.PROTOCOLS.index(proto),
     )
-    if fab.nvidia and algo == "ring" and proto == "simple" and op == "allreduce":
-        comm_channels = ring_graph(fab, g, nodes).runtime
-        terms = dataclasses.replace(
-            terms,
-            plateau=tables.RING_PLATEAU["ampere_or_later" if arch >= 1 else "pre_ampere"],
-            plateau_bytes=np.where(nodes > 1, 64 * comm_channels * p, np.inf),
-        )
-    return terms
 
 
 def _rccl_bw_ratio(algo: str, proto: str, fab: Fabric, nodes: np.ndarray) -> np.ndarray:
