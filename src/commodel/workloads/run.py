@@ -49,7 +49,8 @@ def _one_row(
 
 
 def _training_layout(job: TrainingJob, row: SimpleNamespace) -> str:
-    """A training job's layout as resolved: "64 GPUs, tp=8 pp=4 cp=1 dp=2 ep=1, micro batch 1 of 1024"."""
+    """A training job's layout as resolved ("64 GPUs, tp=8 pp=4 cp=1 dp=2 ep=1, micro batch 1 of global
+    batch 1024")."""
     sizes = " ".join(f"{name}={getattr(job, name)}" for name in ("tp", "pp", "cp"))
     return (
         f"{row.gpus:.0f} GPUs, {sizes} dp={row.dp:.0f} ep={job.ep}, "
