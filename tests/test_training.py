@@ -324,7 +324,7 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     GEMM of one layer and micro-batch, more offloaded activations than the CPU memory, or a breakdown
     that does not add up: 3,000 random layouts per example (recomputation none, selective, full or
     auto), at least 2,000 valid each, over 10,000 in all, under every tensor-parallel mechanism the
-    system supports."""
+    system supports, with the expert all-to-alls on the critical path or overlapped."""
     from commodel.compute import gemm, kernel_time
     from commodel.compute.precision import precision
     from commodel.compute.roofline import peak_flops
@@ -349,7 +349,10 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     assert ok.sum() >= 2000
     x, gpus = x.select(ok), gpus[ok]
     mechanism = str(rng.choice(["none", "t3", "userbuffers", *(["cais"] if c.nvls else [])]))
-    r = train_step(net, c, x, dtype=dtype, strategy=str(rng.choice(STRATEGIES)), tp_overlap=mechanism)
+    r = train_step(
+        net, c, x, dtype=dtype, strategy=str(rng.choice(STRATEGIES)), tp_overlap=mechanism,
+        ep_overlap=str(rng.choice(["none", "1f1b"])),
+    )  # fmt: skip
     peak = peak_flops(c.gpu, precision(dtype).gemm)
     assert np.all(r["mfu"] <= 1 + 1e-9)
     assert np.all(r["hw_tflops_per_gpu"] * 1e12 <= peak * (1 + 1e-9))
@@ -436,3 +439,24 @@ def test_with_sequence_parallelism_a_gpu_dispatches_only_its_sequence_shard():
     assert ep_comm(**one, sequence_parallel=np.asarray(True)) == ep_comm(
         **one, sequence_parallel=np.asarray(False)
     )
+
+
+def test_overlapped_expert_all_to_alls_hide_under_another_micro_batch():
+    """1F1B overlap puts one micro-batch's dispatch and combine beside another's layer: less exposed
+    expert communication the more micro-batches pair up, none of it hidden with a single micro-batch
+    (nothing to pair with) or with no overlap at all (serial)."""
+    c = cluster("dgx-h100", 8)
+    net = model("deepseek-v3")
+
+    def step(overlap, strategy="sm-partition", batch=256):
+        x = make_layout(pp=8, dp=8, ep=8, micro_batch=1, global_batch=batch, seq=4096, zero=1)
+        r = train_step(net, c, x, "bf16", strategy, ep_overlap=overlap)
+        return float(r["ep_comm_s"]), float(r["step_time_s"])
+
+    (comm, time), (hidden, faster) = step("none"), step("1f1b")
+    assert hidden < 0.8 * comm and faster < time
+    alone, unhidden = step("1f1b", batch=8)[1], step("none", batch=8)[1]  # one micro-batch per step
+    assert alone == pytest.approx(unhidden, rel=0.005)
+    assert step("1f1b", "serial") == pytest.approx(step("none", "serial"))
+    with pytest.raises(CommodelError, match="did you mean '1f1b'"):
+        step("1f1c")

@@ -77,6 +77,10 @@ def _choices(kind: str) -> Iterable[str]:
         from commodel.workloads.tensor_parallel import TP_OVERLAP
 
         return TP_OVERLAP
+    if kind == "expert-parallel overlap":
+        from commodel.workloads.training import EP_OVERLAP
+
+        return EP_OVERLAP
     if kind == "attention implementation":
         from commodel.workloads.transformer import ATTENTION_IMPLEMENTATIONS
 
@@ -141,6 +145,7 @@ class TrainingJob(Job):
         "dtype": "training precision",
         "overlap": "overlap strategy",
         "tp_overlap": "tensor-parallel overlap",
+        "ep_overlap": "expert-parallel overlap",
         "attention": "attention implementation",
         "recompute": "recompute mode",
         "transport": "cross-vendor transport",
@@ -187,6 +192,12 @@ class TrainingJob(Job):
         "none",
         description="Tensor-parallel communication: none, t3 (fused GEMM+RS), cais, "
         "userbuffers (Transformer Engine's comm+GEMM overlap; needs --sequence-parallel).",
+    )
+    ep_overlap: str = Field(
+        "none",
+        description="Expert all-to-alls: none (on the critical path, Megatron's default) or 1f1b (one "
+        "micro-batch's dispatch and combine under another's compute, Megatron's "
+        "--overlap-moe-expert-parallel-comm).",
     )
     attention: str = Field("flash", description="Attention kernel: flash or unfused.")
     transport: str = Field(

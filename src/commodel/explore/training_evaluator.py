@@ -82,6 +82,7 @@ CATEGORICAL = [
     "dtype",
     "overlap",
     "tp_overlap",
+    "ep_overlap",
     "attention",
     "failures",
     "checkpoint",
@@ -173,7 +174,14 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
         if len(fleet) == 1:
             c = fleet[0][0]
             result = train_step(
-                net, c, sub, key["dtype"], key["overlap"], key["attention"], key["tp_overlap"]
+                net,
+                c,
+                sub,
+                key["dtype"],
+                key["overlap"],
+                key["attention"],
+                key["tp_overlap"],
+                key["ep_overlap"],
             )
             result |= {"stage_layers": np.full(sub.tp.size, "", dtype=object), "cross_vendor_s": 0 * sub.tp}
             powered = [(c, gpus[ok] / per_node)]

@@ -80,9 +80,15 @@ def training_table(result: dict) -> str:
         if ":" in result["system"]
         else f"{nodes} {result['system']} node{'s' if nodes != 1 else ''} of {result['gpus_per_node']}"
     )
+    mechanisms = [
+        f"{kind} {result[key]}"
+        for kind, key in (("TP", "tp_overlap"), ("EP", "ep_overlap"))
+        if result.get(key, "none") != "none"
+    ]
+    overlap = result["overlap"] + (f" ({', '.join(mechanisms)})" if mechanisms else "")
     lines = [
         f"{result['model']} on {result['gpus']} GPUs ({where}), {layout}, {result['dtype']}, "
-        f"recompute {result['recompute']}, overlap {result['overlap']}",
+        f"recompute {result['recompute']}, overlap {overlap}",
         f"  step time        {result['step_time_s']:.4g} s",
         f"  throughput       {result['tokens_per_s']:,.0f} tokens/s",
         f"  model TFLOP/s    {result['tflops_per_gpu']:.1f} per GPU (MFU {100 * result['mfu']:.1f}%)",

@@ -109,6 +109,7 @@ def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
         "dtype": job.dtype,
         "overlap": job.overlap,
         "tp_overlap": job.tp_overlap,
+        "ep_overlap": job.ep_overlap,
         "recompute": str(row.recompute_used),
         **step,
         "fits": bool(row.fits),

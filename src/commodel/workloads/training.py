@@ -32,6 +32,7 @@ from commodel.comm.fabric import fabric_of
 from commodel.compute.kernels import gemm, gemm_backward
 from commodel.compute.precision import Precision, precision
 from commodel.compute.roofline import peak_flops
+from commodel.errors import unknown
 from commodel.hardware.cluster import Cluster
 from commodel.overlap import Window, check_strategy, ctas, exposed
 from commodel.vectorize import on_unique
@@ -67,6 +68,12 @@ BREAKDOWN = (
     "compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "offload", "bubble", "optimizer",
 )  # fmt: skip
 
+#: How the expert all-to-alls run: on the critical path (Megatron's default), or under another
+#: micro-batch's compute (``--overlap-moe-expert-parallel-comm``: the 1F1B steady state runs one
+#: micro-batch's forward with another's backward, each one's dispatch and combine under the other's
+#: attention and expert GEMMs).
+EP_OVERLAP = ("none", "1f1b")
+
 #: Outputs that add up over a stage's layers, and so mix linearly when some layers are recomputed.
 _LINEAR = ("step_time_s", *(f"{name}_s" for name in BREAKDOWN))
 
@@ -79,6 +86,7 @@ def per_microbatch(
     strategy: str,
     attention_impl: str,
     tp_overlap: str,
+    ep_overlap: str = "none",
 ) -> dict[str, np.ndarray]:
     """Everything that does not depend on the number of micro-batches: per-layer and per-stage times
     of one micro-batch, the end-of-step data-parallel and optimizer times, and memory parts."""
@@ -114,7 +122,7 @@ def per_microbatch(
     moe_share = model.moe_layers / model.layers
     routed = routed_copies(model, dispatched_tokens(T, x.tp, x.sequence_parallel)) * h * size
     routed = routed * x.busiest_expert_rank
-    a2a, _ = collective("alltoall", routed, ep, fab)
+    a2a, a2a_bw = collective("alltoall", routed, ep, fab)
     gathered = np.where(x.sequence_parallel & (x.tp > 1), routed * x.tp, 0.0)
     tp_gather, _ = collective("allgather", gathered, tp, fab)
     tp_scatter, _ = collective("reducescatter", gathered, tp, fab)
@@ -124,6 +132,13 @@ def per_microbatch(
         ep_exposed = np.maximum(ep_comm - np.maximum(full.total_s - tp_comm, 0.0), 0.0)
     else:
         tp_exposed, ep_exposed = tp_comm, ep_comm
+    # With 1F1B overlap the all-to-alls run beside another micro-batch's layer on the SMs they leave;
+    # a micro-batch without a partner (pipeline warm-up and cool-down) pays ``ep_unpaired_s`` more.
+    paired = ep_exposed
+    if ep_overlap == "1f1b":
+        ep_part = partitioned(ctas(strategy, domain(fab, ep)))
+        ep_kw = {"traffic_Bps": 2 * a2a_bw, "hbm_Bps": hbm, "calls": 4 * moe_share}
+        paired = np.minimum(exposed(strategy, window(full, ep_part, "both"), ep_comm, **ep_kw), ep_exposed)
     # Context parallelism: ring attention exchanges K and V (cp - 1 steps), dK and dV backward.
     kv = 2 * T * np.maximum(model.n_kv_heads / x.tp, 1) * model.d_head * size
     ring, ring_bw = collective("sendrecv", kv, cp, fab)
@@ -134,7 +149,7 @@ def per_microbatch(
     cp_exposed = exposed(strategy, attn_window, (x.cp - 1) * ring, **ring_kw)
     cp_exposed += exposed(strategy, repeat(attn_window, ATTENTION_BACKWARD), 2 * (x.cp - 1) * ring, **ring_kw)
 
-    layer_time = full.total_s + tp_exposed + ep_exposed + cp_exposed
+    layer_time = full.total_s + tp_exposed + paired + cp_exposed
     # Logits (last stage): output GEMM forward and backward plus an fp32 cross-entropy pass.
     logits = gemm(T, model.vocab / x.tp, h, recipe.other)
     logits_s = sum(timed(gpu, k, None)[0] for k in (logits, *gemm_backward(logits)))
@@ -205,7 +220,8 @@ def per_microbatch(
         "layer_compute_s": full.total_s,
         "tp_exposed_s": tp_exposed,
         "cp_exposed_s": cp_exposed,
-        "ep_exposed_s": ep_exposed,
+        "ep_exposed_s": paired,
+        "ep_unpaired_s": ep_exposed - paired,
         "logits_s": logits_s,
         "pp_exposed_s": pp_exposed,
         "z3_exposed_s": z3_exposed,
@@ -242,6 +258,7 @@ def train_step(
     strategy: str = "serial",
     attention_impl: str = "flash",
     tp_overlap: str = "none",
+    ep_overlap: str = "none",
 ) -> dict[str, np.ndarray]:
     """Step time, throughput, memory and the breakdown of one training step for every layout in ``x``.
 
@@ -258,11 +275,14 @@ def train_step(
     Layouts that differ only in global batch share one :func:`per_microbatch` evaluation.
     """
     check_strategy(strategy)
+    if ep_overlap not in EP_OVERLAP:
+        raise unknown("expert-parallel overlap", ep_overlap, EP_OVERLAP)
+    software = (dtype, strategy, attention_impl, tp_overlap, ep_overlap)
     auto = np.asarray(x.recompute) == 3
     if np.any(auto):
         none, full = (
             _train_step(model, cluster, dataclasses.replace(x, recompute=np.where(auto, code, x.recompute)),
-                        dtype, strategy, attention_impl, tp_overlap)
+                        *software)
             for code in (0, 2)
         )  # fmt: skip
         capacity = usable_memory(cluster.gpu.memory_capacity.value)
@@ -270,7 +290,7 @@ def train_step(
             none, full, auto, capacity, cluster.host_memory_per_gpu, x.pp, model.layers, _LINEAR
         )
     else:
-        result = _train_step(model, cluster, x, dtype, strategy, attention_impl, tp_overlap)
+        result = _train_step(model, cluster, x, *software)
     result.pop("offload_all_s", None)
     return result
 
@@ -283,6 +303,7 @@ def _train_step(
     strategy: str,
     attention_impl: str,
     tp_overlap: str,
+    ep_overlap: str,
 ) -> dict[str, np.ndarray]:
     """:func:`train_step` at the recomputation ``x`` states, with ``offload_all_s``: the seconds per
     step offloading every layer's activations would expose."""
@@ -290,7 +311,7 @@ def _train_step(
 
     def priced(*fields: np.ndarray) -> dict[str, np.ndarray]:
         sub = Layout(**dict(zip(MICROBATCH_FIELDS, fields, strict=True)), global_batch=np.asarray(1.0))
-        return per_microbatch(model, cluster, sub, recipe, strategy, attention_impl, tp_overlap)
+        return per_microbatch(model, cluster, sub, recipe, strategy, attention_impl, tp_overlap, ep_overlap)
 
     p = on_unique(priced, *(getattr(x, name) for name in MICROBATCH_FIELDS))
     gpu = cluster.gpu
@@ -309,19 +330,23 @@ def _train_step(
     slowest = np.maximum(stage_a, stage_b)
     mean = (model.layers * layer_time + logits_s) / x.pp + per_mb_exposed
     m = x.microbatches
-    bubble = (x.pp - 1) / x.vpp * mean
+    # Expert all-to-alls overlapped 1F1B-style hide only where a forward and a backward pair up: not
+    # in the pipeline's warm-up and cool-down (its bubble, and pp - 1 of the stage's own micro-batches;
+    # without pipelining the first forward and the last backward).
+    bubble = (x.pp - 1) / x.vpp * (mean + model.layers / x.pp * p["ep_unpaired_s"])
+    unpaired = np.minimum(np.maximum(x.pp - 1, 1), m) * slow_layers * p["ep_unpaired_s"]
     parts = {
         "compute": m * (slow_layers * p["layer_compute_s"] + slow_logits),
         "tp_comm": m * slow_layers * p["tp_exposed_s"],
         "cp_comm": m * slow_layers * p["cp_exposed_s"],
-        "ep_comm": m * slow_layers * p["ep_exposed_s"],
+        "ep_comm": m * slow_layers * p["ep_exposed_s"] + unpaired,
         "pp_comm": m * pp_exposed,
         "dp_comm": m * z3_exposed + dp_exposed,
         "offload": np.zeros_like(bubble),
         "bubble": bubble,
         "optimizer": optimizer,
     }
-    step = m * slowest + bubble + dp_exposed + optimizer
+    step = m * slowest + bubble + dp_exposed + optimizer + unpaired
 
     tokens = x.global_batch * x.seq
     model_flops = tokens * model_flops_per_token(model, x.seq)
