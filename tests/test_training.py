@@ -281,6 +281,15 @@ def test_every_shipped_model_trains():
         assert np.isfinite(r["step_time_s"]) and r["step_time_s"] > 0, name
 
 
+def test_an_alias_is_the_same_architecture():
+    job = dict(system="dgx-h100", gpus=8, tp=8, global_batch=8)
+    assert (
+        train(model="llama3.1-70b", **job)["step_time_s"] == train(model="llama3-70b", **job)["step_time_s"]
+    )
+    with pytest.raises(CommodelError, match=re.escape("did you mean 'llama3.1-405b'")):
+        train(model="llama3.1-405", **job)
+
+
 def test_a_batch_prices_every_layout_as_it_would_alone():
     """Sharing sub-results between layouts (per distinct micro-batch, collective and layer shape)
     must not change any number: a batch of layouts equals each layout priced on its own."""

@@ -12,8 +12,9 @@ from commodel.workloads.schema import FailureModel, JobMixSpec, Transformer
 
 @cache
 def models() -> dict[str, Transformer]:
-    """Every shipped model configuration by name (``workloads/NAME.toml``)."""
-    return load_folder(resource_dir("workloads"), Transformer)
+    """Every shipped model configuration by name (``workloads/NAME.toml``) and by its aliases."""
+    own = load_folder(resource_dir("workloads"), Transformer)
+    return own | {alias: config for config in own.values() for alias in config.aliases}
 
 
 def model(name: str) -> Transformer:

@@ -46,11 +46,13 @@ class Transformer(Strict):
     ``sliding_window``: keys a query attends to in the ``sliding_window_layers`` layers that use a
     banded (sliding-window) attention; the others attend to the whole causal prefix. ``dropout``:
     whether training applies dropout (GPT-3-era models did; current recipes do not), which stores a
-    mask per activation.
+    mask per activation. ``aliases``: other names of the same architecture (Llama 3.1 405B is Llama 3
+    405B).
     """
 
     description: str
     source: str
+    aliases: list[str] = []
     layers: PositiveInt
     hidden: PositiveInt
     heads: PositiveInt
