@@ -124,12 +124,13 @@ def test_new_recipe_rows_in_the_shared_format_are_modelled(tmp_path, monkeypatch
         "tokens_per_s_per_gpu,1600,tok/s,test\n"
         + "x-1,training,8xH100-SXM,8,1,train nemotron-9z BF16 gbs8 mbs1,,,tokens_per_s_per_gpu,1,tok/s,test\n"
         + "x-2,training,8xH100-SXM,8,1,train llama3-8b BF16 gbs8 mbs1 etp2,,,tokens_per_s_per_gpu,1,tok/s,test\n"
+        + "x-3,training,H100-SXM,,,train llama3-8b BF16 gbs8 mbs1,,,tokens_per_s_per_gpu,1,tok/s,test\n"
         + "g-1,gemm,B200-SXM,1,1,gemm bf16 8192^3,,,throughput,1500,TFLOP/s,test\n"
         + "l-1,latency,8xH100-SXM,2,1,put,,,time,2,us,test\n"
     )
     monkeypatch.setattr(validate, "resource_dir", lambda name: tmp_path)
     rows = validation_table().set_index("id")
-    targets = ["dgx-b200", "dgx-h100", "dgx-h100", "dgx-h100", "b200-sxm", "h100-sxm"]
+    targets = ["dgx-b200", "dgx-h100", "dgx-h100", "dgx-h100", "dgx-h100", "b200-sxm", "h100-sxm"]
     assert list(load_measurements().model_target) == targets
     assert (rows.role == "validation").all()
     assert np.isfinite(rows.error_pct[["b2-8b", "h1-70b", "g-1"]]).all()
@@ -137,6 +138,7 @@ def test_new_recipe_rows_in_the_shared_format_are_modelled(tmp_path, monkeypatch
     assert rows.note["b2-8b"] == "" and rows.note["h1-70b"] == ""
     assert "unknown model 'nemotron-9z'" in rows.note["x-1"]
     assert "cannot read 'etp2'" in rows.note["x-2"]
+    assert rows.note["x-3"] == "not modelled yet: the row gives no GPU count"
 
 
 def test_a_recipe_reads_as_the_job_it_states():

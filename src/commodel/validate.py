@@ -318,6 +318,8 @@ def _training_run(row: pd.Series) -> Run:
     from the row's description (:func:`recipe_run`)."""
     if row.id in TRAINING_RUNS:
         return TRAINING_RUNS[row.id]
+    if pd.isna(row.gpus):
+        raise CommodelError("the row gives no GPU count")
     return recipe_run(str(row.op), int(row.gpus), str(row.model_target), str(row.metric))
 
 
