@@ -120,8 +120,8 @@ def per_microbatch(
     # all-gathers the received tokens over the TP group after the dispatch and reduce-scatters them
     # before the combine (the backward the reverse).
     moe_share = model.moe_layers / model.layers
-    routed = routed_copies(model, dispatched_tokens(T, x.tp, x.sequence_parallel)) * h * size
-    routed = routed * x.busiest_expert_rank
+    held = dispatched_tokens(T, x.tp, x.sequence_parallel)
+    routed = routed_copies(model, held) * x.busiest_expert_rank * h * size
     a2a, a2a_bw = collective("alltoall", routed, ep, fab)
     gathered = np.where(x.sequence_parallel & (x.tp > 1), routed * x.tp, 0.0)
     tp_gather, _ = collective("allgather", gathered, tp, fab)
