@@ -28,7 +28,7 @@ import dataclasses
 
 import numpy as np
 
-from commodel.comm.fabric import fabric_of
+from commodel.comm.fabric import Fabric, fabric_of
 from commodel.compute.kernels import gemm, gemm_backward
 from commodel.compute.precision import Precision, precision
 from commodel.compute.roofline import peak_flops
@@ -172,16 +172,9 @@ def per_microbatch(
     expert_grads = experts * size
     zero3 = x.zero == 3
     sharded = x.zero >= 1
-    # Each layout runs either allreduce or (sharded) reduce-scatter and allgather: price only those.
-    rs_dp, rs_bw = collective("reducescatter", np.where(sharded, grads, 0.0), dp, fab)
-    ar_dp, ar_bw = collective("allreduce", np.where(sharded, 0.0, grads), dp, fab)
-    ag_dp, ag_bw = collective("allgather", np.where(sharded, grads, 0.0), dp, fab)
-    rs_edp, _ = collective("reducescatter", np.where(sharded, expert_grads, 0.0), edp, fab)
-    ar_edp, _ = collective("allreduce", np.where(sharded, 0.0, expert_grads), edp, fab)
-    ag_edp, _ = collective("allgather", np.where(sharded, expert_grads, 0.0), edp, fab)
-    reduce_s = np.where(sharded, rs_dp + rs_edp, ar_dp + ar_edp)
-    reduce_bw = np.where(sharded, rs_bw, ar_bw)
-    gather_s = ag_dp + ag_edp
+    reduce_s, reduce_bw, gather_s, ag_bw = gradient_sync(grads, sharded, dp, fab)
+    expert_reduce_s, _, expert_gather_s, _ = gradient_sync(expert_grads, sharded, edp, fab)
+    reduce_s, gather_s = reduce_s + expert_reduce_s, gather_s + expert_gather_s
     dp_kw = {"hbm_Bps": hbm, "in_network": in_switch(fab, dp)}
     buckets = np.ceil((dense + experts) / BUCKET_PARAMS)
     # ZeRO-3: gather parameters for forward and backward and reduce-scatter gradients every micro-batch.
@@ -248,6 +241,18 @@ MICROBATCH_FIELDS = (
     "zero",
     "expert_load",
 )
+
+
+def gradient_sync(
+    nbytes: np.ndarray, sharded: np.ndarray, where: Group, fab: Fabric
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(reduce seconds, its per-GPU bytes/s, parameter gather seconds, its bytes/s) of ``nbytes`` of
+    gradients over a data-parallel group: an allreduce, or with a sharded optimizer (ZeRO >= 1) a
+    reduce-scatter and an allgather of the updated parameters. Only what a layout runs is priced."""
+    rs, rs_bw = collective("reducescatter", np.where(sharded, nbytes, 0.0), where, fab)
+    ar, ar_bw = collective("allreduce", np.where(sharded, 0.0, nbytes), where, fab)
+    ag, ag_bw = collective("allgather", np.where(sharded, nbytes, 0.0), where, fab)
+    return np.where(sharded, rs, ar), np.where(sharded, rs_bw, ar_bw), ag, ag_bw
 
 
 def train_step(
