@@ -160,3 +160,33 @@ def test_invalid_toml_names_the_file(db_copy):
     (db_copy / "gpus" / "broken.toml").write_text("tdp = {")
     with pytest.raises(CommodelError, match=r"broken\.toml: not valid TOML"):
         load_database(db_copy)
+
+
+@pytest.mark.parametrize("system", sorted(default_db().systems))
+def test_every_system_trains_and_serves_in_every_precision_its_gpu_has(system):
+    """A record is usable end to end: one node trains Llama 3 8B and one GPU serves it in each
+    recipe whose tensor cores the GPU has (a precision with a peak but no efficiency, or a training
+    step needing a peak the record lacks, fails here)."""
+    from commodel.compute.precision import RECIPES, SERVING_RECIPES
+    from commodel.workloads.run import serve, train
+
+    db = default_db()
+    node = db.system(system)
+    gpu = db.gpu(node.gpu)
+    arch_ok = {"mxfp8": gpu.architecture == "blackwell"}
+    for dtype, recipe in RECIPES.items():
+        if recipe.gemm in gpu.peak_flops and arch_ok.get(dtype, True):
+            result = train(model="llama3-8b", system=system, gpus=int(node.gpus_per_node.value), dtype=dtype)
+            assert 0 < result["mfu"] < 1, (system, dtype)
+    for dtype, recipe in SERVING_RECIPES.items():
+        if recipe.gemm in gpu.peak_flops:
+            assert serve(model="llama3-8b", system=system, dtype=dtype)["output_tokens_per_s"] > 0
+
+
+def test_a_missing_precision_names_the_ones_the_gpu_has():
+    from commodel.workloads.run import serve, train
+
+    with pytest.raises(CommodelError, match=r"no fp8 tensor cores; use bf16$"):
+        serve(model="llama3-8b", system="dgx-a100", dtype="fp8")
+    with pytest.raises(CommodelError, match=r"no fp8 tensor cores; use bf16, fp16$"):
+        train(model="llama3-8b", system="dgx-a100", gpus=8, dtype="fp8")

@@ -72,13 +72,19 @@ SERVING_RECIPES = {
 }
 
 
+def _check_tensor_cores(recipe: Precision, gpu: GPU, recipes: dict[str, Precision]) -> None:
+    """Raise if ``gpu`` has no tensor cores for ``recipe``'s GEMMs, naming the ``recipes`` it can run."""
+    if recipe.gemm not in gpu.peak_flops:
+        usable = ", ".join(name for name, other in recipes.items() if other.gemm in gpu.peak_flops)
+        raise CommodelError(f"{gpu.description} has no {recipe.gemm} tensor cores; use {usable}")
+
+
 def serving_precision(name: str, gpu: GPU) -> Precision:
     """The inference recipe called ``name``, checked against ``gpu``'s tensor cores."""
     if name not in SERVING_RECIPES:
         raise unknown("serving precision", name, SERVING_RECIPES)
     recipe = SERVING_RECIPES[name]
-    if recipe.gemm not in gpu.peak_flops:
-        raise CommodelError(f"{gpu.description} has no {recipe.gemm} tensor cores; use bf16 or fp8")
+    _check_tensor_cores(recipe, gpu, SERVING_RECIPES)
     return recipe
 
 
@@ -89,8 +95,7 @@ def precision(name: str, gpu: GPU | None = None) -> Precision:
         raise unknown("training precision", name, RECIPES)
     recipe = RECIPES[name]
     if gpu is not None:
-        if recipe.gemm not in gpu.peak_flops:
-            raise CommodelError(f"{gpu.description} has no {recipe.gemm} tensor cores; use bf16")
+        _check_tensor_cores(recipe, gpu, RECIPES)
         if name == "mxfp8" and gpu.architecture != "blackwell":
             raise CommodelError(
                 f"mxfp8 (block-scaled FP8) needs Blackwell tensor cores; {gpu.description} has fp8"
