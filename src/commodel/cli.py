@@ -640,7 +640,7 @@ def validate(
             )
         )
         return
-    shown = table.drop(columns=["unit"]).rename(columns={"error_pct": "error_%"})
+    shown = table.drop(columns=["unit", "experts"]).rename(columns={"error_pct": "error_%"})
     render = markdown_table if markdown else plain_table
     sections = [
         ("Per row", shown),

@@ -314,8 +314,10 @@ def activation_bytes_per_token(
     inputs (1 B) for the backward pass; everything else is BF16 (2 B). Unfused attention adds
     Korthikanti's ``5 n_h s`` for scores, softmax output and dropout mask.
 
-    recompute 0 = none, 1 = selective (drop Q, K, V and the attention output, recomputed with the
-    attention core), 2 = full (keep only the layer input, 2h).
+    recompute 0 = none, 1 = selective (Megatron's checkpointed attention core: its inputs Q, K, V are
+    kept, and what the core stores itself is dropped: the unfused scores, softmax and dropout mask;
+    flash attention stores nothing more than Q, K, V and the output, which other layers hold anyway,
+    so selective saves nothing there), 2 = full (keep only the layer input, 2h).
     """
     h, d = model.hidden, model.d_head
     moe = model.moe
@@ -332,7 +334,7 @@ def activation_bytes_per_token(
     none = attention_part + mlp_part + 4 * h
     scores = 5.0 * model.heads * np.asarray(seq, dtype=float) if attention_impl == "unfused" else 0.0
     code = np.asarray(recompute)
-    return np.where(code == 2, 2.0 * h, np.where(code == 1, none - qkv - attention_out, none + scores))
+    return np.where(code == 2, 2.0 * h, np.where(code == 1, none, none + scores))
 
 
 def bytes_per(dtype: str) -> float:
