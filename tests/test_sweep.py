@@ -279,3 +279,18 @@ def test_an_optimizer_reports_as_many_points_as_its_budget(tmp_path):
     results = pd.read_parquet(tmp_path / "out" / "results.parquet")
     assert summary["points"] == 50 and summary["valid"] == len(results) <= 50
     assert results.point.max() < 50
+
+
+def test_the_plot_sample_does_not_hold_whole_chunks(tmp_path):
+    """The collector keeps every k-th feasible row for the plots as its own small copy: a strided
+    view would keep each chunk's whole table alive, and a 10-million-point sweep's memory would grow
+    with its size (about 17 MB per 50,000-point chunk)."""
+    spec = load_spec(write_spec(tmp_path))
+    frame = evaluate_all(spec)
+    collector = sweep_module.Collector(spec, tmp_path / "results.parquet", keep_every=4)
+    collector.add(frame)
+    collector.close()
+    (sample,) = collector.cloud
+    assert 0 < len(sample) <= len(frame) // 4 + 1
+    for name in spec.objectives:
+        assert not np.shares_memory(sample[name].to_numpy(), frame[name].to_numpy())

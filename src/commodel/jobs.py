@@ -178,8 +178,9 @@ class TrainingJob(Job):
     seq: int | None = Field(None, ge=1, le=MAX_SEQ, description="Sequence length (default: the model's).")
     recompute: str = Field(
         "none",
-        description="Activation recomputation: none, selective, full, or auto (the cheapest way to fit: "
-        "recompute, or offload to CPU memory, the fewest layers that must).",
+        description="Activation recomputation: none, selective (the attention core: saves memory with "
+        "unfused attention only), full, or auto (the cheapest way to fit: recompute, or offload to CPU "
+        "memory, the fewest layers that must).",
     )
     sequence_parallel: bool = Field(False, description="Sequence parallelism (with tensor parallelism).")
     zero: int = Field(1, ge=0, le=3, description="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP).")

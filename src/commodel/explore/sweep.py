@@ -86,7 +86,7 @@ class Collector:
             if self.robust:
                 both = pd.concat([self.robust_front, good], ignore_index=True)
                 self.robust_front = pareto_front(both, self.robust)
-            self.cloud.append(good.iloc[:: self.keep_every])
+            self.cloud.append(good.iloc[:: self.keep_every].copy())  # a view would keep all of `good`
 
     def close(self) -> None:
         if self.writer is not None:
