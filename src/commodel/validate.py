@@ -139,7 +139,8 @@ def _memory(row: pd.Series, db: HardwareDB) -> float:
 class Run:
     """A published training run: the job as its source states it, the metric the source reports, and
     whether the source counts attention FLOPs causally (half the square, as Megatron-Bridge does) or
-    in full (Narayanan et al. 2021, Megatron-LM's README, the Llama 3 paper)."""
+    in full (Narayanan et al. 2021, Megatron-LM's README; assumed for the Llama 3 paper, which does
+    not say: at its 8K tokens the two conventions differ by 4%)."""
 
     job: TrainingJob
     metric: str
