@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+from typer.testing import CliRunner
 
 import commodel.explore.evaluation as evaluation
 import commodel.explore.sweep as sweep_module
@@ -294,3 +295,31 @@ def test_the_plot_sample_does_not_hold_whole_chunks(tmp_path):
     assert 0 < len(sample) <= len(frame) // 4 + 1
     for name in spec.objectives:
         assert not np.shares_memory(sample[name].to_numpy(), frame[name].to_numpy())
+
+
+def test_a_bad_variable_gets_its_own_kinds_error(tmp_path):
+    """A variable is told by its key: a reversed range says so in one line, not as every kind's
+    mismatch; a table that is no kind of variable says what the kinds are."""
+    text = SMALL.replace("nodes = {{ int = [1, 8], log = true }}", "nodes = {{ int = [8, 1] }}")
+    with pytest.raises(CommodelError) as reversed_range:
+        load_spec(write_spec(tmp_path, text=text))
+    assert str(reversed_range.value).endswith("field 'variables.nodes.int': empty range [8, 1]")
+    assert "\n" not in str(reversed_range.value)
+    text = SMALL.replace("pue = {{ real = [1.1, 1.5], points = 2 }}", "pue = {{ values = [1.1, 1.5] }}")
+    with pytest.raises(CommodelError, match=r"'variables.pue': a variable is \{ choice"):
+        load_spec(write_spec(tmp_path, text=text))
+
+
+def test_a_space_without_a_valid_design_says_why(tmp_path):
+    """Every design invalid (tp 3 divides no head count): the sweep writes its empty outputs, the
+    robust front included, and the command names the commonest problem."""
+    from commodel.cli import app
+
+    text = SMALL.replace("tp = {{ choice = [1, 2, 4, 8] }}", "tp = {{ choice = [3] }}")
+    text += '\n[uncertainty]\nsamples = 4\nrobust = "p90"\n'
+    path = write_spec(tmp_path, text=text)
+    result = CliRunner().invoke(app, ["sweep", str(path), "-o", str(tmp_path / "out"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "0 valid" in result.output
+    assert "no design is valid; the commonest reason" in result.output and "divisible by tp" in result.output
+    assert (tmp_path / "out" / "pareto_robust.csv").is_file()

@@ -139,6 +139,14 @@ def sweep(
         f"{summary['study']}: {summary['points']:,} points, {summary['valid']:,} valid, {summary['feasible']:,} feasible, "
         f"{summary['pareto']:,} Pareto-optimal, hypervolume {summary['hypervolume']:.4f}, {summary['elapsed_s']:.1f} s -> {out}/"
     )
+    if summary["valid"] == 0:
+        from commodel.explore.evaluation import commonest_problem
+
+        found = commonest_problem(loaded)
+        if found:
+            typer.echo(
+                f"no design is valid; the commonest reason ({found[1]} of the first {found[2]}): {found[0]}"
+            )
     if not quiet:
         for name, row in summary["best"].items():
             typer.echo(

@@ -57,6 +57,20 @@ def evaluate_chunk(spec_json: str, index: int) -> pd.DataFrame:
     return finish(spec, chunk_inputs(spec, index))
 
 
+def commonest_problem(spec: SweepSpec, rows: int = 1000) -> tuple[str, int, int] | None:
+    """Why designs are invalid: the commonest problem among the first ``rows`` designs of the space,
+    with how many of how many have it (``None`` if none of them has one)."""
+    frame = chunk_inputs(
+        spec.model_copy(update={"study": spec.study.model_copy(update={"chunk_size": rows})}), 0
+    )
+    result = evaluator(spec.study.evaluate)(frame)
+    problems = result.loc[~result["valid"].to_numpy(dtype=bool), "problem"] if "problem" in result else None
+    if problems is None or problems.empty:
+        return None
+    counts = problems.value_counts()
+    return str(counts.index[0]), int(counts.iloc[0]), len(frame)
+
+
 def evaluate_all(spec: SweepSpec) -> pd.DataFrame:
     """Every valid point of a specification, evaluated in this process (no files): what studies use."""
     if spec.study.method not in SAMPLED:

@@ -43,9 +43,9 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from commodel.errors import CommodelError, suggest
 from commodel.records import Strict, load_record
@@ -88,7 +88,23 @@ class RealRange(Strict):
         return self
 
 
-Variable = Choice | IntRange | RealRange
+def _variable_kind(value: Any) -> str | None:
+    """Which kind of variable ``value`` is, by its key (``choice``, ``int`` or ``real``)."""
+    if isinstance(value, dict):
+        return next((key for key in VARIABLE_KINDS if key in value), None)
+    return next((key for key, kind in VARIABLE_KINDS.items() if isinstance(value, kind)), None)
+
+
+VARIABLE_KINDS = {"choice": Choice, "int": IntRange, "real": RealRange}
+#: A variable is told by its key, so a bad one gets its own kind's error, not every kind's mismatch.
+Variable = Annotated[
+    Annotated[Choice, Tag("choice")] | Annotated[IntRange, Tag("int")] | Annotated[RealRange, Tag("real")],
+    Discriminator(
+        _variable_kind,
+        custom_error_type="variable_kind",
+        custom_error_message="a variable is { choice = [...] }, { int = [lo, hi] } or { real = [lo, hi] }",
+    ),
+]
 
 
 class Lookup(Strict):

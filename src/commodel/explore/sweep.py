@@ -251,6 +251,13 @@ class _ChunkProgress:
             self.bar.stop()
 
 
+def _on_front(rows: pd.DataFrame, front: pd.DataFrame) -> np.ndarray:
+    """Which of ``rows`` (design points) are on ``front`` (either may be empty)."""
+    if rows.empty or front.empty:
+        return np.zeros(len(rows), dtype=bool)
+    return rows["point"].isin(front["point"]).to_numpy()
+
+
 def _write_outputs(
     spec: SweepSpec,
     out: Path,
@@ -277,8 +284,8 @@ def _write_outputs(
     points = objective_matrix(front, spec.objectives)
     hv = hypervolume(points, collector.lo, collector.hi) if len(front) else 0.0
     if collector.robust:
-        front = front.assign(robust_front=front["point"].isin(robust["point"]).to_numpy())
-        robust = robust.assign(nominal_front=robust["point"].isin(front["point"]).to_numpy())
+        front = front.assign(robust_front=_on_front(front, robust))
+        robust = robust.assign(nominal_front=_on_front(robust, front))
         with atomic_path(out / "pareto_robust.csv") as tmp:
             robust.to_csv(tmp, index=False)
     with atomic_path(out / "pareto.csv") as tmp:
