@@ -312,11 +312,12 @@ def test_a_bad_variable_gets_its_own_kinds_error(tmp_path):
 
 def test_a_space_without_a_valid_design_says_why(tmp_path):
     """Every design invalid (tp 3 divides no head count): the sweep writes its empty outputs, the
-    robust front included, and the command names the commonest problem."""
+    robust front included, skips the sensitivity (nothing to attribute), and the command names the
+    commonest problem."""
     from commodel.cli import app
 
     text = SMALL.replace("tp = {{ choice = [1, 2, 4, 8] }}", "tp = {{ choice = [3] }}")
-    text += '\n[uncertainty]\nsamples = 4\nrobust = "p90"\n'
+    text += '\n[uncertainty]\nsamples = 4\nrobust = "p90"\n\n[sensitivity]\nsamples = 8\n'
     path = write_spec(tmp_path, text=text)
     result = CliRunner().invoke(app, ["sweep", str(path), "-o", str(tmp_path / "out"), "--quiet"])
     assert result.exit_code == 0, result.output

@@ -182,17 +182,20 @@ def _run(
         chunks.mkdir(exist_ok=True)
         write_text(chunks / "manifest.json", json.dumps({"spec_hash": spec.digest(), "chunks": n}))
         todo = [i for i in range(n) if i not in done]
+        any_valid = bool(done)  # resumed chunks are not read again here: assume they hold designs
         with _ChunkProgress(progress, n, len(done), spec.study.name) as advance:
             for index, frame in execute(executor, evaluate_chunk, spec_json, todo, scheduler):
                 _write_parquet(frame, chunks / f"{index:06d}.parquet")
+                any_valid |= len(frame) > 0
                 advance()
         parts = (pd.read_parquet(chunks / f"{i:06d}.parquet") for i in range(n))
     else:
         from commodel.explore.optimize import optimize
 
         parts = iter([optimize(spec, progress=progress)])
-        n = 1
-    sensitivity = _sensitivity(spec, out, executor, scheduler)
+        n, any_valid = 1, True
+    # Without a valid design there is nothing to attribute (the command says why none is valid).
+    sensitivity = _sensitivity(spec, out, executor, scheduler) if any_valid else None
     summary = _write_outputs(spec, out, parts, n, write_csv, started, reporter, sensitivity)
     shutil.rmtree(chunks, ignore_errors=True)
     return summary
