@@ -88,6 +88,9 @@ class RealRange(Strict):
         return self
 
 
+VARIABLE_KINDS = {"choice": Choice, "int": IntRange, "real": RealRange}
+
+
 def _variable_kind(value: Any) -> str | None:
     """Which kind of variable ``value`` is, by its key (``choice``, ``int`` or ``real``)."""
     if isinstance(value, dict):
@@ -95,7 +98,6 @@ def _variable_kind(value: Any) -> str | None:
     return next((key for key, kind in VARIABLE_KINDS.items() if isinstance(value, kind)), None)
 
 
-VARIABLE_KINDS = {"choice": Choice, "int": IntRange, "real": RealRange}
 #: A variable is told by its key, so a bad one gets its own kind's error, not every kind's mismatch.
 Variable = Annotated[
     Annotated[Choice, Tag("choice")] | Annotated[IntRange, Tag("int")] | Annotated[RealRange, Tag("real")],
