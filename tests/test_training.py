@@ -160,6 +160,24 @@ def test_bubble_fraction(pp, vpp, m):
     assert float(r["bubble_s"] / total) == pytest.approx((pp - 1) / (vpp * m + pp - 1), rel=1e-3)
 
 
+@pytest.mark.parametrize("pp", [2, 4, 8, 16])
+def test_dualpipe_bubble_and_memory_follow_the_deepseek_v3_report(pp):
+    """DualPipe against 1F1B on the same stages (the DeepSeek-V3 report's Table 2): bubble
+    (pp/2 - 1)(F&B + B - 3W) over (pp - 1)(F + B), which GEMM-bound layers (B = 2F, W = F) make
+    (pp/2 - 1) 2 / ((pp - 1) 3), nothing at pp 2; twice the parameters; pp + 1 micro-batches'
+    activations in flight to 1F1B's pp."""
+    net, m = _no_logits_model(), 4 * pp
+    layouts = [make_layout(pp=pp, global_batch=m, seq=2048, dualpipe=d) for d in (False, True)]
+    one, dual = (train_step(net, cluster("dgx-h100", pp), x) for x in layouts)
+    assert float(dual["bubble_s"] / one["bubble_s"]) == pytest.approx(
+        (pp / 2 - 1) * 2 / (3 * (pp - 1)), abs=0.03
+    )
+    assert float(dual["step_time_s"]) < float(one["step_time_s"])
+    single, double = (memory_per_gpu(net, x) for x in layouts)
+    assert float(double["weights"] / single["weights"]) == pytest.approx(2.0)
+    assert float(double["activations"] / single["activations"]) == pytest.approx((pp + 1) / pp, rel=1e-5)
+
+
 def test_breakdown_sums_to_the_step():
     r = train(
         model="mixtral-8x7b", system="dgx-h100", gpus=64, tp=2, pp=4, ep=4, global_batch=64, seq=4096,
@@ -178,6 +196,9 @@ def test_breakdown_sums_to_the_step():
         ({"global_batch": 100}, "global batch must be a multiple"),
         ({"ep": 2}, "needs a mixture-of-experts model"),
         ({"vpp": 2, "pp": 1, "dp": 8}, "need pipeline parallelism"),
+        ({"schedule": "dualpipe"}, "DualPipe needs an even pp of at least 2"),
+        ({"schedule": "dualpipe", "pp": 4, "vpp": 2}, "DualPipe has no virtual stages"),
+        ({"schedule": "dualpipe", "pp": 4, "global_batch": 4}, "micro-batches even, at least 2 x pp"),
     ],
 )
 def test_bad_layouts_are_rejected(changes, message):
@@ -337,7 +358,8 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     GEMM of one layer and micro-batch, more offloaded activations than the CPU memory, or a breakdown
     that does not add up: 3,000 random layouts per example (recomputation none, selective, full or
     auto), at least 2,000 valid each, over 10,000 in all, under every tensor-parallel mechanism the
-    system supports, with the expert all-to-alls on the critical path or overlapped."""
+    system supports, with the expert all-to-alls on the critical path or overlapped, under 1F1B or
+    DualPipe."""
     from commodel.compute import gemm, kernel_time
     from commodel.compute.precision import precision
     from commodel.compute.roofline import peak_flops
@@ -356,7 +378,7 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
         tp=tp, pp=pp, cp=cp, ep=ep, dp=gpus // (tp * pp * cp), vpp=rng.choice([1, 2], n), micro_batch=mb,
         global_batch=gpus // (tp * pp * cp) * mb * rng.choice([1, 4, 16], n), seq=rng.choice([2048, 8192, 131072], n),
         recompute=rng.integers(0, 4, n), sequence_parallel=rng.random(n) < 0.5, zero=rng.integers(0, 4, n),
-        expert_load=rng.choice([1.0, 1.3, 2.0], n),
+        expert_load=rng.choice([1.0, 1.3, 2.0], n), dualpipe=rng.random(n) < 0.2,
     )  # fmt: skip
     ok = valid(net, x, gpus)
     assert ok.sum() >= 2000

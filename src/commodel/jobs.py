@@ -85,6 +85,10 @@ def _choices(kind: str) -> Iterable[str]:
         from commodel.workloads.transformer import ATTENTION_IMPLEMENTATIONS
 
         return ATTENTION_IMPLEMENTATIONS
+    if kind == "pipeline schedule":
+        from commodel.workloads.layout import SCHEDULES
+
+        return SCHEDULES
     from commodel.workloads.layout import RECOMPUTE
 
     return (*RECOMPUTE, "auto")
@@ -148,6 +152,7 @@ class TrainingJob(Job):
         "ep_overlap": "expert-parallel overlap",
         "attention": "attention implementation",
         "recompute": "recompute mode",
+        "schedule": "pipeline schedule",
         "transport": "cross-vendor transport",
         "failures": "failure model",
         "checkpoint": "checkpoint mode",
@@ -167,6 +172,11 @@ class TrainingJob(Job):
     cp: int = Field(1, ge=1, description="Context-parallel size.")
     ep: int = Field(1, ge=1, description="Expert-parallel size.")
     vpp: int = Field(1, ge=1, description="Virtual pipeline stages per GPU (interleaved 1F1B).")
+    schedule: str = Field(
+        "1f1b",
+        description="Pipeline schedule: 1f1b (interleaved with vpp > 1), or dualpipe (DeepSeek-V3: two "
+        "stages per GPU, even pp, micro-batches even and at least 2 x pp).",
+    )
     expert_load: float = Field(
         1.0,
         ge=1,

@@ -239,8 +239,8 @@ TRAINING_RUNS: dict[str, Run] = {
     },
     # DeepSeek-V3's pretraining (technical report, sections 3.1-3.3): 2048 H800, pp 16 with DualPipe,
     # ep 64 over 8 nodes, ZeRO-1, no tensor parallelism, FP8 GEMMs, 4K sequences at the final batch of
-    # 15360. DualPipe runs one micro-batch's all-to-alls beside another's compute: Megatron's 1F1B
-    # expert-parallel overlap is that mechanism (its bubble is 1F1B's, larger than DualPipe's). The
+    # 15360. DualPipe runs one micro-batch's all-to-alls beside another's compute: the 1F1B
+    # expert-parallel overlap is that mechanism, under DualPipe's schedule and bubble. The
     # report's own memory savings (FP8 activation caching, norm and MLA up-projection recomputation)
     # are not modelled; recomputation is what this model needs to fit. Multi-token prediction (one
     # extra module) and node-limited routing (a token reaches at most 4 nodes) are not modelled.
@@ -258,6 +258,7 @@ TRAINING_RUNS: dict[str, Run] = {
             recompute="auto",
             overlap="sm-partition",
             ep_overlap="1f1b",
+            schedule="dualpipe",
         ),
         "tokens_per_s_per_gpu",
     ),

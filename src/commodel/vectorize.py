@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-
-if TYPE_CHECKING:
-    pass
 
 #: Below this many points the bookkeeping costs more than it saves.
 MIN_POINTS = 256

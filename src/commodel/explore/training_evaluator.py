@@ -154,7 +154,7 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
             tp=tp, pp=pp, dp=dp, cp=cp, ep=col("ep"), vpp=col("vpp"), micro_batch=col("micro_batch"),
             global_batch=col("global_batch"), seq=seq, recompute=codes,
             sequence_parallel=np.asarray(columns["sequence_parallel"])[rows].astype(bool), zero=col("zero"),
-            expert_load=col("expert_load"),
+            expert_load=col("expert_load"), dualpipe=np.asarray(columns["schedule"])[rows] == "dualpipe",
         )  # fmt: skip
         problems += layout_problems(net, layout, gpus)
         stage_layers = np.asarray(columns["stage_layers"])[rows]

@@ -71,6 +71,8 @@ def markdown_table(frame: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
 def training_table(result: dict) -> str:
     """A training-step result for a person: headline metrics, then where the step's time goes."""
     layout = " ".join(f"{k}={v}" for k, v in result["layout"].items())
+    if result.get("schedule", "1f1b") != "1f1b":
+        layout += f" ({result['schedule']})"
     fits = "fits" if result["fits"] else "DOES NOT FIT"
     if result.get("offloaded_bytes", 0) > 0:
         fits += f"; {result['offloaded_bytes'] / 2**30:.1f} GiB of activations in CPU memory"
@@ -119,6 +121,8 @@ def training_table(result: dict) -> str:
 def serving_table(result: dict) -> str:
     """A serving result for a person: the deployment, latency, throughput, memory, power and cost."""
     layout = " ".join(f"{k}={v}" for k, v in result["layout"].items())
+    if result.get("schedule", "1f1b") != "1f1b":
+        layout += f" ({result['schedule']})"
     fits = "fits" if result["fits"] else "DOES NOT FIT"
     if result.get("offloaded_bytes", 0) > 0:
         fits += f"; {result['offloaded_bytes'] / 2**30:.1f} GiB of activations in CPU memory"

@@ -120,8 +120,11 @@ def hetero_train_step(
     """One training step of the one-row layout ``x`` on node ``groups`` (module docstring): the keys of
     :func:`commodel.workloads.training.train_step`, and ``cross_vendor_s`` per boundary transfer."""
     x = dataclasses.replace(x, **{f.name: np.atleast_1d(getattr(x, f.name)) for f in dataclasses.fields(x)})
-    if int(x.vpp[0]) > 1:
-        raise CommodelError("interleaved pipelines (vpp > 1) across node groups are not modelled; use vpp 1")
+    if int(x.vpp[0]) > 1 or x.dualpipe[0]:
+        raise CommodelError(
+            "interleaved pipelines (vpp > 1) and DualPipe across node groups are not modelled; use vpp 1 "
+            "and schedule 1f1b"
+        )
     plan = stage_plan(groups, x)
     parts = [
         per_microbatch(model, c, x, precision(dtype, c.gpu), strategy, attention_impl, "none") for c in groups

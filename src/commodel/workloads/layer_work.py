@@ -47,11 +47,13 @@ class Work:
     ``reduce_fwd_s``/``reduce_bwd_s``: GEMMs whose output is a tensor-parallel partial sum (row GEMMs
     forward, column GEMMs' input gradients backward); ``gather_fwd_s``/``gather_bwd_s``: GEMMs that
     consume gathered input (column forward, row input gradients backward); ``reduce_*_hbm_s``: the
-    roofline memory term of the reducing GEMMs (what shared HBM bandwidth would stretch).
+    roofline memory term of the reducing GEMMs (what shared HBM bandwidth would stretch);
+    ``wgrad_s``: the weight-gradient GEMMs of the backward (what zero-bubble schedules defer).
     """
 
     fwd_s: np.ndarray
     bwd_s: np.ndarray
+    wgrad_s: np.ndarray
     attention_fwd_s: np.ndarray
     memory_bound_s: np.ndarray
     launches: np.ndarray
@@ -83,12 +85,12 @@ def layer_work(gpu: GPU, lk: LayerKernels, recompute: np.ndarray, units: ArrayLi
     A GEMM's backward is its input-gradient and weight-gradient GEMMs, flash attention's is
     :data:`ATTENTION_BACKWARD` times its forward, an elementwise pass's twice its forward.
     """
-    fwd = bwd = mem = launches = 0.0
+    fwd = bwd = weights = mem = launches = 0.0
     by_role = {(role, p): 0.0 for role in ("column", "row") for p in ("fwd", "dgrad", "fwd_hbm", "dgrad_hbm")}
     for kernel, count, role in lk.gemms:
         f, m, hbm = timed(gpu, kernel, units)
         dgrad, wgrad = (timed(gpu, b, units) for b in gemm_backward(kernel))
-        fwd, bwd = fwd + count * f, bwd + count * (dgrad[0] + wgrad[0])
+        fwd, bwd, weights = fwd + count * f, bwd + count * (dgrad[0] + wgrad[0]), weights + count * wgrad[0]
         mem, launches = mem + count * (m + dgrad[1] + wgrad[1]), launches + 3 * count
         if role in ("column", "row"):
             for key, value in (("fwd", f), ("dgrad", dgrad[0]), ("fwd_hbm", hbm), ("dgrad_hbm", dgrad[2])):
@@ -113,6 +115,7 @@ def layer_work(gpu: GPU, lk: LayerKernels, recompute: np.ndarray, units: ArrayLi
     return Work(
         fwd,
         bwd + recompute_s,
+        weights,
         attn,
         mem,
         launches,

@@ -1,5 +1,5 @@
-"""Parallel layouts: tensor (tp), pipeline (pp, virtual stages vpp), context (cp), data (dp) and expert
-(ep) parallelism, as broadcastable arrays, with the rules that make a layout valid.
+"""Parallel layouts: tensor (tp), pipeline (pp, virtual stages vpp, or DualPipe), context (cp), data (dp)
+and expert (ep) parallelism, as broadcastable arrays, with the rules that make a layout valid.
 
 Ranks are ordered tp fastest, then cp, then dp, then pp (Megatron-LM's order), so tensor-parallel
 groups fill a node first, data-parallel groups come next and pipeline stages span nodes.
@@ -18,13 +18,17 @@ from commodel.workloads.schema import Transformer
 RECOMPUTE = ("none", "selective", "full")
 #: Recomputation codes a layout may carry: RECOMPUTE's, and 3 = auto (the least that fits).
 RECOMPUTE_CODES = {**{name: code for code, name in enumerate(RECOMPUTE)}, "auto": 3}
+#: Pipeline schedules: 1F1B (interleaved with vpp > 1; Narayanan et al. 2021) and DualPipe
+#: (DeepSeek-AI 2024, the DeepSeek-V3 report's section 3.2.1).
+SCHEDULES = ("1f1b", "dualpipe")
 
 
 @dataclass(frozen=True)
 class Layout:
     """One or many training layouts (every field broadcasts against the others).
 
-    ``expert_load``: tokens the busiest expert-parallel rank receives over the mean (1 = balanced).
+    ``expert_load``: tokens the busiest expert-parallel rank receives over the mean (1 = balanced);
+    ``dualpipe``: the DualPipe schedule instead of 1F1B.
     """
 
     tp: np.ndarray
@@ -40,6 +44,7 @@ class Layout:
     sequence_parallel: np.ndarray
     zero: np.ndarray
     expert_load: np.ndarray
+    dualpipe: np.ndarray
 
     def select(self, mask: np.ndarray) -> Layout:
         """The layouts where ``mask`` is true (fields broadcast to the mask's shape first)."""
@@ -62,6 +67,11 @@ class Layout:
         return np.where(self.ep > 1, np.minimum(self.expert_load, self.ep), 1.0)
 
     @property
+    def holds_both_ends(self) -> np.ndarray:
+        """Whether one GPU holds the first and the last pipeline stage (no pipeline, or DualPipe)."""
+        return (self.pp == 1) | self.dualpipe
+
+    @property
     def tokens(self) -> np.ndarray:
         """Tokens per micro-batch on one GPU: micro batch x seq / cp."""
         return self.micro_batch * self.seq / self.cp
@@ -81,14 +91,15 @@ def make_layout(
     sequence_parallel: ArrayLike = False,
     zero: ArrayLike = 0,
     expert_load: ArrayLike = 1,
+    dualpipe: ArrayLike = False,
 ) -> Layout:
     """Build a :class:`Layout`; ``recompute`` may be a name (none, selective, full) or its code 0-2."""
     if isinstance(recompute, str):
         recompute = recompute_code(recompute)
     values = dict(locals())
+    flags = ("sequence_parallel", "dualpipe")
     arrays = {
-        f.name: np.asarray(values[f.name], dtype=bool if f.name == "sequence_parallel" else float)
-        for f in fields(Layout)
+        f.name: np.asarray(values[f.name], dtype=bool if f.name in flags else float) for f in fields(Layout)
     }
     return Layout(**arrays)
 
@@ -124,6 +135,12 @@ def _rules(x: Layout, model: Transformer, gpus: ArrayLike) -> list[tuple[np.ndar
         ),
         (x.pp * x.vpp > model.layers, f"pp x vpp must not exceed the {model.layers} layers"),
         ((x.vpp > 1) & (x.pp < 2), "virtual stages (vpp > 1) need pipeline parallelism (pp > 1)"),
+        (x.dualpipe & ((x.pp < 2) | (np.mod(x.pp, 2) != 0)), "DualPipe needs an even pp of at least 2"),
+        (x.dualpipe & (x.vpp > 1), "DualPipe has no virtual stages (vpp 1): each GPU holds two stages"),
+        (
+            x.dualpipe & ((np.mod(x.microbatches, 2) != 0) | (x.microbatches < 2 * x.pp)),
+            "DualPipe needs its micro-batches even, at least 2 x pp",
+        ),
         (
             np.mod(x.global_batch, x.dp * x.micro_batch) != 0,
             "global batch must be a multiple of dp x micro batch",

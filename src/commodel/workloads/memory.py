@@ -7,7 +7,10 @@ column-wise copies, ``fp8_param_gather``), 2 B of BF16 gradient buffer (``grad_r
 the optimizer state, 2 also the gradients, 3 (FSDP) also the weights, over the dp x cp ranks (expert
 parameters over dp x cp / ep). Activations follow :func:`activation_bytes_per_token`; 1F1B keeps ``min(m, pp)``
 micro-batches in flight on the first stage, interleaving ``1 + (pp - 1) / (pp vpp)`` times more
-(Narayanan et al. 2021). The last stage also holds fp32 logits of one micro-batch.
+(Narayanan et al. 2021). The last stage also holds fp32 logits of one micro-batch. DualPipe
+(DeepSeek-V3 report, Table 2) puts two stages on every GPU (stage i and stage pp - 1 - i: twice the
+parameters, and the first GPU holds the embedding, the output layer and the logits) and keeps
+``min(m, pp + 1)`` micro-batches' activations in flight.
 """
 
 from __future__ import annotations
@@ -30,12 +33,15 @@ REPLICATED_WITHOUT_SP = 10.0
 
 
 def stage_parameters(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndarray]:
-    """(dense, expert) parameters held by one GPU of the largest pipeline stage."""
+    """(dense, expert) parameters held by one GPU of the largest pipeline stage (of the two stages a
+    GPU holds under DualPipe)."""
     w = layer_weights(model)
-    layers = np.ceil(model.layers / x.pp)
+    layers = np.ceil(model.layers / x.pp) * np.where(x.dualpipe, 2, 1)
     moe_share = model.moe_layers / model.layers
     per_layer = w.attention + (1 - moe_share) * w.dense_mlp + moe_share * (w.moe_shared + w.router)
-    embeddings = np.where(x.pp == 1, 1 if model.tied_embeddings else 2, 1) * model.vocab * model.hidden
+    embeddings = (
+        np.where(x.holds_both_ends, 1 if model.tied_embeddings else 2, 1) * model.vocab * model.hidden
+    )
     dense = (layers * (per_layer + 2 * model.hidden) + embeddings) / x.tp
     experts = layers * moe_share * w.moe_experts / (x.tp * x.ep)
     return dense, experts
@@ -71,13 +77,14 @@ def memory_parts(
 
 def memory_with_microbatches(parts: dict[str, np.ndarray], x: Layout) -> dict[str, np.ndarray]:
     """Bytes per GPU by kind, and ``total``, the larger of the first stage (``min(m, pp)`` micro-batches
-    in flight, more when interleaved) and the last (one micro-batch plus its logits)."""
-    in_flight = np.minimum(x.microbatches, x.pp) * np.where(x.vpp > 1, 1 + (x.pp - 1) / (x.pp * x.vpp), 1.0)
+    in flight, more when interleaved) and the last (one micro-batch plus its logits); under DualPipe
+    one GPU holds both (``min(m, pp + 1)`` micro-batches and the logits)."""
+    interleaved = np.minimum(x.microbatches, x.pp) * np.where(x.vpp > 1, 1 + (x.pp - 1) / (x.pp * x.vpp), 1.0)
+    in_flight = np.where(x.dualpipe, np.minimum(x.microbatches, x.pp + 1), interleaved)
     first = parts["stage_activations"] * in_flight
     last = parts["stage_activations"] + parts["logits"]
-    single = x.pp == 1
-    activations = np.where(single, first, np.maximum(first, last) - parts["logits"])
-    logits = np.where(single | (last > first), parts["logits"], 0.0)
+    activations = np.where(x.holds_both_ends, first, np.maximum(first, last) - parts["logits"])
+    logits = np.where(x.holds_both_ends | (last > first), parts["logits"], 0.0)
     states = parts["weights"] + parts["gradients"] + parts["optimizer"]
     return {
         "weights": parts["weights"],

@@ -106,6 +106,7 @@ def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
         "nodes": int(row.nodes),
         "gpus_per_node": per_node,
         "layout": {"tp": job.tp, "pp": job.pp, "dp": int(row.dp), "cp": job.cp, "ep": job.ep, "vpp": job.vpp},
+        "schedule": job.schedule,
         "dtype": job.dtype,
         "overlap": job.overlap,
         "tp_overlap": job.tp_overlap,

@@ -10,7 +10,12 @@ model; it derives nothing of its own but the schedule:
   of K and V, each exposed according to the overlap strategy.
 - **Pipeline** (1F1B, optionally interleaved with ``vpp`` virtual stages, Narayanan et al. 2021):
   ``m x t_slowest + (pp - 1) / vpp x t_mean``; bubble fraction ``(pp - 1) / (vpp m + pp - 1)`` when
-  balanced; activations and gradients cross stage boundaries as point-to-point sends.
+  balanced; activations and gradients cross stage boundaries as point-to-point sends. **DualPipe**
+  (DeepSeek-AI 2024): each GPU holds stage i and stage pp - 1 - i, two pipelines run in opposite
+  directions with half the micro-batches each, and the bubble is ``(pp/2 - 1)(F&B + B - 3W)``
+  (:func:`dualpipe_chunk`); the two copies of the weights double a GPU's model state and gradient
+  traffic, and ``pp + 1`` micro-batches' activations are in flight. The warm-up and cool-down that
+  pair no forward with a backward are taken as 1F1B's (``pp - 1`` micro-batches; assumed).
 - **Data parallelism**: gradients reduce (allreduce, or reduce-scatter then parameter allgather with
   ZeRO >= 1) behind the last micro-batch's backward; ZeRO-3 gathers parameters every micro-batch.
 - **Optimizer**: Adam reads and writes :data:`ADAM_BYTES_PER_PARAM` bytes per local parameter.
@@ -211,6 +216,8 @@ def per_microbatch(
     return {
         "layer_s": layer_time,
         "layer_compute_s": full.total_s,
+        "layer_fwd_s": full.fwd_s,
+        "layer_wgrad_s": full.wgrad_s,
         "tp_exposed_s": tp_exposed,
         "cp_exposed_s": cp_exposed,
         "ep_exposed_s": paired,
@@ -240,6 +247,7 @@ MICROBATCH_FIELDS = (
     "sequence_parallel",
     "zero",
     "expert_load",
+    "dualpipe",
 )
 
 
@@ -300,6 +308,16 @@ def train_step(
     return result
 
 
+def dualpipe_chunk(p: dict[str, np.ndarray], x: Layout, mean: np.ndarray, layers: int) -> np.ndarray:
+    """What one of DualPipe's ``pp / 2 - 1`` idle chunks costs (DeepSeek-V3 report, Table 2: bubble
+    ``(pp/2 - 1)(F&B + B - 3W)``) for a stage of ``layers / pp`` layers: F&B, a forward and a backward
+    chunk overlapped, as long as the stage's mean forward and backward ``mean``; B its full backward
+    (with recomputation); W its weight-gradient GEMMs, which the schedule defers into the bubble."""
+    per_stage = layers / x.pp
+    backward = per_stage * (p["layer_compute_s"] - p["layer_fwd_s"])
+    return np.maximum(mean + backward - 3 * per_stage * p["layer_wgrad_s"], 0.0)
+
+
 def _train_step(
     model: Transformer,
     cluster: Cluster,
@@ -327,18 +345,25 @@ def _train_step(
     dp_exposed, optimizer = p["dp_exposed_s"], p["optimizer_s"]
 
     # Pipeline schedule: slowest stage (most layers, or fewer layers plus the logits) and the mean.
+    # Under DualPipe a GPU holds stage i and stage pp - 1 - i, each for half of the micro-batches, so
+    # the GPUs with the first and the last stage average the two.
     stage_a = stage_layers * layer_time + per_mb_exposed
-    stage_b = last_layers * layer_time + logits_s + per_mb_exposed
+    b_layers = np.where(x.dualpipe, (stage_layers + last_layers) / 2, last_layers)
+    b_logits = np.where(x.dualpipe, logits_s / 2, logits_s)
+    stage_b = b_layers * layer_time + b_logits + per_mb_exposed
     last_is_slowest = (x.pp == 1) | (stage_b >= stage_a)
-    slow_layers = np.where(last_is_slowest, last_layers, stage_layers)
-    slow_logits = np.where(last_is_slowest, logits_s, 0.0)
+    slow_layers = np.where(last_is_slowest, b_layers, stage_layers)
+    slow_logits = np.where(last_is_slowest, b_logits, 0.0)
     slowest = np.maximum(stage_a, stage_b)
     mean = (model.layers * layer_time + logits_s) / x.pp + per_mb_exposed
     m = x.microbatches
     # Expert all-to-alls overlapped 1F1B-style hide only where a forward and a backward pair up: not
     # in the pipeline's warm-up and cool-down (its bubble, and pp - 1 of the stage's own micro-batches;
     # without pipelining the first forward and the last backward).
-    bubble = (x.pp - 1) / x.vpp * (mean + model.layers / x.pp * p["ep_unpaired_s"])
+    # The bubble: a stage's idle chunks, (pp - 1) / vpp under 1F1B, pp / 2 - 1 under DualPipe.
+    idle = np.where(x.dualpipe, x.pp / 2 - 1, (x.pp - 1) / x.vpp)
+    chunk = np.where(x.dualpipe, dualpipe_chunk(p, x, mean, model.layers), mean)
+    bubble = idle * (chunk + model.layers / x.pp * p["ep_unpaired_s"])
     unpaired = np.minimum(np.maximum(x.pp - 1, 1), m) * slow_layers * p["ep_unpaired_s"]
     parts = {
         "compute": m * (slow_layers * p["layer_compute_s"] + slow_logits),
