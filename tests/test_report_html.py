@@ -70,4 +70,4 @@ def test_in_a_real_browser_the_table_sorts_and_the_image_renders(report):
     header = page[page.index("<thead>") : page.index("</thead>")]
     column = re.findall(r'data-column="([^"]+)"', header).index("cost_usd")
     values = [float(re.findall(r'data-value="([^"]*)"', row)[column]) for row in body.split("<tr>")[1:]]
-    assert len(values) >= 3 and values == sorted(values, reverse=True)
+    assert len(values) >= 2 and len(set(values)) > 1 and values == sorted(values, reverse=True)

@@ -178,6 +178,50 @@ def test_dualpipe_bubble_and_memory_follow_the_deepseek_v3_report(pp):
     assert float(double["activations"] / single["activations"]) == pytest.approx((pp + 1) / pp, rel=1e-5)
 
 
+def test_a_larger_vocabulary_never_needs_less_memory():
+    """The first stage's activations and the last stage's logits are held on different GPUs: a
+    larger vocabulary adds logits to the last stage and a table to both, and takes nothing away from
+    the first (the first stage's peak once lost the logits' bytes)."""
+    x = make_layout(
+        tp=2, pp=2, dp=32, micro_batch=4, global_batch=1024, seq=8192, zero=1, sequence_parallel=True
+    )
+    net = model("llama3-70b")
+    small, large = (memory_per_gpu(net.model_copy(update={"vocab": v}), x) for v in (32000, 256000))
+    assert large["total"] > small["total"] and large["activations"] == small["activations"]
+
+
+def test_stage_split_follows_megatrons_first_and_last_stage_layers():
+    from commodel.workloads.layout import stage_split
+
+    dsv3 = model("deepseek-v3")  # 61 layers
+    cases = [
+        ({"pp": 16}, (4, 4, 3)),  # as even as they go
+        ({"pp": 16, "last_layers": 1}, (4, 4, 1)),
+        ({"pp": 8, "first_layers": 5}, (5, 8, 8)),
+        ({"pp": 2, "first_layers": 30}, (30, 31, 31)),
+        ({"pp": 1}, (61, 61, 61)),
+    ]
+    for layout, expected in cases:
+        assert tuple(float(v) for v in stage_split(dsv3, make_layout(**layout))) == expected
+
+
+def test_moving_layers_off_the_last_stage_pays_for_its_logits():
+    """Llama 3 8B on pp 4: the last stage's logits (a 128K vocabulary) are worth about two layers, so
+    5 layers there and 9 on the others beat the even 8; a multi-token prediction module adds a layer
+    and the logits again to the last stage, counted in the model FLOPs."""
+    base = dict(model="llama3-8b", system="dgx-h100", gpus=32, pp=4, global_batch=256)
+    even, moved = train(**base), train(**base, last_stage_layers=5)
+    assert moved["step_time_s"] < even["step_time_s"]
+    assert moved["stage_imbalance"] < even["stage_imbalance"]
+    mtp, mtp_moved = train(**base, mtp_layers=1), train(**base, last_stage_layers=5, mtp_layers=1)
+    assert mtp["step_time_s"] > even["step_time_s"] and mtp_moved["step_time_s"] < mtp["step_time_s"]
+    net = model("llama3-8b")
+    extra = model_flops_per_token(net, 8192, mtp=1) - model_flops_per_token(net, 8192)
+    layer = (model_flops_per_token(net, 8192) - 6 * net.vocab * net.hidden) / net.layers
+    assert extra == pytest.approx(layer + 12 * net.hidden**2 + 6 * net.vocab * net.hidden)
+    assert mtp["tflops_per_gpu"] * mtp["step_time_s"] > even["tflops_per_gpu"] * even["step_time_s"]
+
+
 def test_breakdown_sums_to_the_step():
     r = train(
         model="mixtral-8x7b", system="dgx-h100", gpus=64, tp=2, pp=4, ep=4, global_batch=64, seq=4096,
@@ -199,6 +243,12 @@ def test_breakdown_sums_to_the_step():
         ({"schedule": "dualpipe"}, "DualPipe needs an even pp of at least 2"),
         ({"schedule": "dualpipe", "pp": 4, "vpp": 2}, "DualPipe has no virtual stages"),
         ({"schedule": "dualpipe", "pp": 4, "global_batch": 4}, "micro-batches even, at least 2 x pp"),
+        ({"last_stage_layers": 4}, "need pipeline parallelism without virtual stages"),
+        (
+            {"pp": 4, "first_stage_layers": 48, "last_stage_layers": 48},
+            "an equal whole number (>= 1) of the 96",
+        ),
+        ({"pp": 4, "last_stage_layers": 5}, "an equal whole number (>= 1) of the 96"),
     ],
 )
 def test_bad_layouts_are_rejected(changes, message):
@@ -356,32 +406,35 @@ def test_in_network_overlap_helps_only_where_the_switch_reduces():
 def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     """No input gives MFU above 1, hardware TFLOP/s above the peak, a step shorter than the largest
     GEMM of one layer and micro-batch, more offloaded activations than the CPU memory, or a breakdown
-    that does not add up: 3,000 random layouts per example (recomputation none, selective, full or
+    that does not add up: 3,300 random layouts per example (recomputation none, selective, full or
     auto), at least 2,000 valid each, over 10,000 in all, under every tensor-parallel mechanism the
     system supports, with the expert all-to-alls on the critical path or overlapped, under 1F1B or
-    DualPipe."""
+    DualPipe, with or without a multi-token prediction module and a lighter last stage."""
     from commodel.compute import gemm, kernel_time
     from commodel.compute.precision import precision
     from commodel.compute.roofline import peak_flops
     from commodel.workloads.layout import valid
 
     rng = np.random.default_rng(seed)
-    n = 3000
+    n = 3300
     net, c = model(name), cluster(system, 64)
     dtype = str(rng.choice(["bf16", "fp8"] if "fp8" in c.gpu.peak_flops else ["bf16"]))
     tp, pp, cp = rng.choice([1, 2, 4, 8], n), rng.choice([1, 2, 4, 8], n), rng.choice([1, 2], n)
     experts = net.moe.experts if net.moe else 1
     ep = np.where(rng.random(n) < 0.7, 1, rng.choice([e for e in (1, 2, 4, 8) if experts % e == 0], n))
     gpus = tp * pp * cp * rng.choice([1, 2, 4, 8], n)
-    mb = rng.choice([1, 2, 4], n)
+    mb, vpp = rng.choice([1, 2, 4], n), rng.choice([1, 2], n)
+    dualpipe = (pp > 1) & (vpp == 1) & (rng.random(n) < 0.3)
+    lighter_last = (pp > 1) & (vpp == 1) & ~dualpipe & (rng.random(n) < 0.2)
     x = make_layout(
-        tp=tp, pp=pp, cp=cp, ep=ep, dp=gpus // (tp * pp * cp), vpp=rng.choice([1, 2], n), micro_batch=mb,
+        tp=tp, pp=pp, cp=cp, ep=ep, dp=gpus // (tp * pp * cp), vpp=vpp, micro_batch=mb,
         global_batch=gpus // (tp * pp * cp) * mb * rng.choice([1, 4, 16], n), seq=rng.choice([2048, 8192, 131072], n),
         recompute=rng.integers(0, 4, n), sequence_parallel=rng.random(n) < 0.5, zero=rng.integers(0, 4, n),
-        expert_load=rng.choice([1.0, 1.3, 2.0], n), dualpipe=rng.random(n) < 0.2,
+        expert_load=rng.choice([1.0, 1.3, 2.0], n), dualpipe=dualpipe, mtp=rng.choice([0, 0, 1], n),
+        last_layers=np.where(lighter_last, 2, 0),
     )  # fmt: skip
     ok = valid(net, x, gpus)
-    assert ok.sum() >= 2000
+    assert ok.sum() >= 2000, ok.sum()
     x, gpus = x.select(ok), gpus[ok]
     mechanism = str(rng.choice(["none", "t3", "userbuffers", *(["cais"] if c.nvls else [])]))
     r = train_step(

@@ -177,6 +177,25 @@ class TrainingJob(Job):
         description="Pipeline schedule: 1f1b (interleaved with vpp > 1), or dualpipe (DeepSeek-V3: two "
         "stages per GPU, even pp, micro-batches even and at least 2 x pp).",
     )
+    first_stage_layers: int | None = Field(
+        None,
+        ge=1,
+        description="Layers on the first pipeline stage, the rest split evenly (Megatron's "
+        "--decoder-first-pipeline-num-layers; default: an even split).",
+    )
+    last_stage_layers: int | None = Field(
+        None,
+        ge=1,
+        description="Layers on the last pipeline stage, the rest split evenly (Megatron's "
+        "--decoder-last-pipeline-num-layers; default: an even split).",
+    )
+    mtp_layers: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="Multi-token prediction modules on the last stage (Megatron's --mtp-num-layers; "
+        "DeepSeek-V3 trains with 1): a layer, a projection and the logits each.",
+    )
     expert_load: float = Field(
         1.0,
         ge=1,

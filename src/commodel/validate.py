@@ -239,11 +239,13 @@ TRAINING_RUNS: dict[str, Run] = {
     },
     # DeepSeek-V3's pretraining (technical report, sections 3.1-3.3): 2048 H800, pp 16 with DualPipe,
     # ep 64 over 8 nodes, ZeRO-1, no tensor parallelism, FP8 GEMMs, 4K sequences at the final batch of
-    # 15360. DualPipe runs one micro-batch's all-to-alls beside another's compute: the 1F1B
-    # expert-parallel overlap is that mechanism, under DualPipe's schedule and bubble. The
-    # report's own memory savings (FP8 activation caching, norm and MLA up-projection recomputation)
-    # are not modelled; recomputation is what this model needs to fit. Multi-token prediction (one
-    # extra module) and node-limited routing (a token reaches at most 4 nodes) are not modelled.
+    # 15360, one multi-token prediction module. DualPipe runs one micro-batch's all-to-alls beside
+    # another's compute: the 1F1B expert-parallel overlap is that mechanism, under DualPipe's schedule
+    # and bubble. The report does not give its layers per stage; the row takes the split that carries
+    # the prediction module and the logits: 4 layers per stage, 1 on the last (assumed). The report's
+    # own memory savings (FP8 activation caching, norm and MLA up-projection recomputation) are not
+    # modelled; recomputation is what this model needs to fit. Node-limited routing (a token reaches
+    # at most 4 nodes) is not modelled.
     "deepseek-v3-h800": Run(
         training_job(
             model="deepseek-v3",
@@ -259,6 +261,8 @@ TRAINING_RUNS: dict[str, Run] = {
             overlap="sm-partition",
             ep_overlap="1f1b",
             schedule="dualpipe",
+            mtp_layers=1,
+            last_stage_layers=1,
         ),
         "tokens_per_s_per_gpu",
     ),

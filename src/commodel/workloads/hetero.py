@@ -120,10 +120,10 @@ def hetero_train_step(
     """One training step of the one-row layout ``x`` on node ``groups`` (module docstring): the keys of
     :func:`commodel.workloads.training.train_step`, and ``cross_vendor_s`` per boundary transfer."""
     x = dataclasses.replace(x, **{f.name: np.atleast_1d(getattr(x, f.name)) for f in dataclasses.fields(x)})
-    if int(x.vpp[0]) > 1 or x.dualpipe[0]:
+    if int(x.vpp[0]) > 1 or x.dualpipe[0] or x.first_layers[0] or x.last_layers[0] or x.mtp[0]:
         raise CommodelError(
-            "interleaved pipelines (vpp > 1) and DualPipe across node groups are not modelled; use vpp 1 "
-            "and schedule 1f1b"
+            "across node groups, interleaving (vpp > 1), DualPipe, first and last stage layers and "
+            "multi-token prediction are not modelled; give the layers per stage with --stage-layers"
         )
     plan = stage_plan(groups, x)
     parts = [
@@ -131,7 +131,7 @@ def hetero_train_step(
     ]
     layer_s = np.array([float(parts[g]["layer_s"][0]) for g in plan])
     extra_s = np.zeros(len(plan))
-    extra_s[-1] = float(parts[plan[-1]]["logits_s"][0])
+    extra_s[-1] = float(parts[plan[-1]]["end_s"][0])
     if stage_layers:
         layers = parse_stage_layers(stage_layers, model.layers, len(plan))
     else:
@@ -168,7 +168,9 @@ def hetero_train_step(
     hw_flops = model_flops + tokens * recompute_flops_per_token(model, x.seq[0], x.recompute[0])
     gpus = sum(c.total_gpus for c in groups)
     peak = sum(c.total_gpus * c.gpu.peak_flops[precision(dtype).gemm].value for c in groups) / gpus
-    memory = [float(memory_with_microbatches(parts[g], x)["total"][0]) * share[g] for g in range(len(groups))]
+    memory = [
+        float(memory_with_microbatches(parts[g], model, x)["total"][0]) * share[g] for g in range(len(groups))
+    ]
     result = {
         "step_time_s": step,
         "tokens_per_s": tokens / step,

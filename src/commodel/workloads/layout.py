@@ -28,7 +28,9 @@ class Layout:
     """One or many training layouts (every field broadcasts against the others).
 
     ``expert_load``: tokens the busiest expert-parallel rank receives over the mean (1 = balanced);
-    ``dualpipe``: the DualPipe schedule instead of 1F1B.
+    ``dualpipe``: the DualPipe schedule instead of 1F1B; ``first_layers``, ``last_layers``: layers of
+    the first and last pipeline stage (0: an even split, see :func:`stage_split`); ``mtp``:
+    multi-token prediction modules (on the last stage).
     """
 
     tp: np.ndarray
@@ -45,6 +47,9 @@ class Layout:
     zero: np.ndarray
     expert_load: np.ndarray
     dualpipe: np.ndarray
+    first_layers: np.ndarray
+    last_layers: np.ndarray
+    mtp: np.ndarray
 
     def select(self, mask: np.ndarray) -> Layout:
         """The layouts where ``mask`` is true (fields broadcast to the mask's shape first)."""
@@ -92,6 +97,9 @@ def make_layout(
     zero: ArrayLike = 0,
     expert_load: ArrayLike = 1,
     dualpipe: ArrayLike = False,
+    first_layers: ArrayLike = 0,
+    last_layers: ArrayLike = 0,
+    mtp: ArrayLike = 0,
 ) -> Layout:
     """Build a :class:`Layout`; ``recompute`` may be a name (none, selective, full) or its code 0-2."""
     if isinstance(recompute, str):
@@ -102,6 +110,24 @@ def make_layout(
         f.name: np.asarray(values[f.name], dtype=bool if f.name in flags else float) for f in fields(Layout)
     }
     return Layout(**arrays)
+
+
+def stage_split(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Layers of the (first, middle, last) pipeline stages, as Megatron-Core splits them: the stated
+    first and last stage layers (``--decoder-first-pipeline-num-layers``,
+    ``--decoder-last-pipeline-num-layers``) and the rest evenly over the other stages; with neither
+    stated, as evenly as they go: ``ceil(L / pp)`` on the busiest stages, ``floor(L / pp)`` on the
+    last (equal where pp divides the layers). One stage holds every layer."""
+    layers = float(model.layers)
+    first_set, last_set = x.first_layers > 0, x.last_layers > 0
+    rest = np.maximum(x.pp - first_set - last_set, 1)
+    stated = first_set | last_set
+    even = np.ceil(layers / x.pp)
+    middle = np.where(stated, (layers - x.first_layers - x.last_layers) / rest, even)
+    first = np.where(first_set, x.first_layers, middle)
+    last = np.where(last_set, x.last_layers, np.where(stated, middle, np.floor(layers / x.pp)))
+    single = x.pp == 1
+    return (np.where(single, layers, first), np.where(single, layers, middle), np.where(single, layers, last))
 
 
 def recompute_code(name: str) -> int:
@@ -142,6 +168,16 @@ def _rules(x: Layout, model: Transformer, gpus: ArrayLike) -> list[tuple[np.ndar
             "DualPipe needs its micro-batches even, at least 2 x pp",
         ),
         (
+            ((x.first_layers > 0) | (x.last_layers > 0)) & ((x.pp < 2) | (x.vpp > 1)),
+            "first and last stage layers need pipeline parallelism without virtual stages (pp > 1, vpp 1)",
+        ),
+        (
+            _uneven_split_broken(x, model.layers),
+            f"first and last stage layers must leave the other "
+            f"stages an equal whole number (>= 1) of the {model.layers} layers",
+        ),
+        ((x.mtp < 0) | (np.mod(x.mtp, 1) != 0), "multi-token prediction modules must be a whole number >= 0"),
+        (
             np.mod(x.global_batch, x.dp * x.micro_batch) != 0,
             "global batch must be a multiple of dp x micro batch",
         ),
@@ -158,6 +194,17 @@ def _rules(x: Layout, model: Transformer, gpus: ArrayLike) -> list[tuple[np.ndar
     ]
     shape = np.broadcast_shapes(*(np.shape(getattr(x, f.name)) for f in fields(Layout)), np.shape(gpus))
     return [(np.broadcast_to(mask, shape), message) for mask, message in rules]
+
+
+def _uneven_split_broken(x: Layout, layers: int) -> np.ndarray:
+    """Where stated first and last stage layers do not leave the other stages an equal whole number
+    of layers (at least one each), or leave none when there are no other stages."""
+    first_set, last_set = x.first_layers > 0, x.last_layers > 0
+    others = x.pp - first_set - last_set
+    rest = layers - x.first_layers - x.last_layers
+    per_stage = rest / np.maximum(others, 1)
+    broken = np.where(others > 0, (per_stage < 1) | (np.mod(rest, np.maximum(others, 1)) != 0), rest != 0)
+    return (first_set | last_set) & (x.pp >= 2) & broken
 
 
 def valid(model: Transformer, layout: Layout, gpus: ArrayLike) -> np.ndarray:

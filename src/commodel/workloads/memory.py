@@ -5,9 +5,10 @@ ZeRO stages): 2 B of weights per parameter (BF16; under FP8 the primary weights 
 column-wise copies, ``fp8_param_gather``), 2 B of BF16 gradient buffer (``grad_reduce_in_fp32`` off),
 12 B of fp32 master weights, momentum and variance; ZeRO stage 1 (the distributed optimizer) shards
 the optimizer state, 2 also the gradients, 3 (FSDP) also the weights, over the dp x cp ranks (expert
-parameters over dp x cp / ep). Activations follow :func:`activation_bytes_per_token`; 1F1B keeps ``min(m, pp)``
-micro-batches in flight on the first stage, interleaving ``1 + (pp - 1) / (pp vpp)`` times more
-(Narayanan et al. 2021). The last stage also holds fp32 logits of one micro-batch. DualPipe
+parameters over dp x cp / ep). Activations follow :func:`activation_bytes_per_token`; 1F1B keeps
+``min(m, pp - i)`` micro-batches in flight on stage i, interleaving ``1 + (pp - 1) / (pp vpp)``
+times more (Narayanan et al. 2021), each stage its own layers (:func:`stage_split`). The last stage
+also holds fp32 logits of one micro-batch, and the multi-token prediction modules. DualPipe
 (DeepSeek-V3 report, Table 2) puts two stages on every GPU (stage i and stage pp - 1 - i: twice the
 parameters, and the first GPU holds the embedding, the output layer and the logits) and keeps
 ``min(m, pp + 1)`` micro-batches' activations in flight.
@@ -18,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from commodel.compute.precision import Precision
-from commodel.workloads.layout import Layout
+from commodel.workloads.layout import Layout, stage_split
 from commodel.workloads.schema import Transformer
 from commodel.workloads.transformer import activation_bytes_per_token, layer_weights
 
@@ -32,26 +33,55 @@ RESERVED_FRACTION = 0.10
 REPLICATED_WITHOUT_SP = 10.0
 
 
+def _stage_loads(model: Transformer, x: Layout) -> list[tuple[np.ndarray, ...]]:
+    """What the GPUs of each kind of pipeline position hold, as (valid, layers, tables, end) per
+    kind: the first stage, a middle stage (the second: the most micro-batches in flight of the middle
+    ones) and the last (with the multi-token prediction modules' layers) under 1F1B; under DualPipe
+    the GPU with the first and last stage and one with two middle stages (layers at the two stages'
+    mean: a micro-batch in flight is one stage's). ``tables``: vocabulary-sized weight matrices held
+    (the embedding, the output layer; one where they are tied and one GPU holds both); ``end``: 1
+    where the position holds the logits and the multi-token prediction modules' projections."""
+    first, middle, last = stage_split(model, x)
+    last = last + x.mtp
+    one = np.ones_like(first)
+    both_tables = (1 if model.tied_embeddings else 2) * one
+    dual = x.dualpipe
+    return [
+        (~dual & (x.pp > 1), first, one, 0 * one),
+        (x.pp > 2, middle, 0 * one, 0 * one),
+        (~dual, last, np.where(x.pp == 1, both_tables, one), one),
+        (dual, (first + last) / 2, both_tables, one),
+    ]
+
+
 def stage_parameters(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndarray]:
     """(dense, expert) parameters held by one GPU of the largest pipeline stage (of the two stages a
-    GPU holds under DualPipe)."""
+    GPU holds under DualPipe): its layers, its vocabulary-sized tables and, on the last stage, the
+    multi-token prediction modules' ``2h x h`` projections."""
     w = layer_weights(model)
-    layers = np.ceil(model.layers / x.pp) * np.where(x.dualpipe, 2, 1)
     moe_share = model.moe_layers / model.layers
     per_layer = w.attention + (1 - moe_share) * w.dense_mlp + moe_share * (w.moe_shared + w.router)
-    embeddings = (
-        np.where(x.holds_both_ends, 1 if model.tied_embeddings else 2, 1) * model.vocab * model.hidden
-    )
-    dense = (layers * (per_layer + 2 * model.hidden) + embeddings) / x.tp
-    experts = layers * moe_share * w.moe_experts / (x.tp * x.ep)
-    return dense, experts
+    copies = np.where(x.dualpipe, 2, 1)
+    h = model.hidden
+    best_dense = best_experts = np.zeros(np.shape(x.pp))
+    for valid, layers, tables, end in _stage_loads(model, x):
+        held = copies * layers
+        dense = (held * (per_layer + 2 * h) + tables * model.vocab * h + end * x.mtp * 2 * h**2) / x.tp
+        experts = held * moe_share * w.moe_experts / (x.tp * x.ep)
+        larger = valid & (dense + experts > best_dense + best_experts)
+        best_dense, best_experts = (
+            np.where(larger, dense, best_dense),
+            np.where(larger, experts, best_experts),
+        )
+    return best_dense, best_experts
 
 
 def memory_parts(
     model: Transformer, x: Layout, attention_impl: str = "flash", recipe: Precision | None = None
 ) -> dict[str, np.ndarray]:
     """What a GPU of the largest stage holds independently of the number of micro-batches: model
-    states (weights, gradients, optimizer) and one micro-batch's activations and logits."""
+    states (weights, gradients, optimizer), one layer's activations for one micro-batch, and the
+    logits of one micro-batch (one set per multi-token prediction module more)."""
     dense, experts = stage_parameters(model, x)
     shard_dense, shard_experts = x.dp * x.cp, x.dp * x.cp / x.ep
 
@@ -70,21 +100,37 @@ def memory_parts(
         "weights": sharded(WEIGHT_BYTES, 3),
         "gradients": sharded(GRAD_BYTES, 2),
         "optimizer": sharded(OPTIMIZER_BYTES, 1),
-        "stage_activations": np.ceil(model.layers / x.pp) * x.tokens * split,
-        "logits": 4.0 * x.tokens * model.vocab / x.tp,
+        "layer_activations": x.tokens * split,
+        "logits": (1 + x.mtp) * 4.0 * x.tokens * model.vocab / x.tp,
     }
 
 
-def memory_with_microbatches(parts: dict[str, np.ndarray], x: Layout) -> dict[str, np.ndarray]:
-    """Bytes per GPU by kind, and ``total``, the larger of the first stage (``min(m, pp)`` micro-batches
-    in flight, more when interleaved) and the last (one micro-batch plus its logits); under DualPipe
-    one GPU holds both (``min(m, pp + 1)`` micro-batches and the logits)."""
-    interleaved = np.minimum(x.microbatches, x.pp) * np.where(x.vpp > 1, 1 + (x.pp - 1) / (x.pp * x.vpp), 1.0)
-    in_flight = np.where(x.dualpipe, np.minimum(x.microbatches, x.pp + 1), interleaved)
-    first = parts["stage_activations"] * in_flight
-    last = parts["stage_activations"] + parts["logits"]
-    activations = np.where(x.holds_both_ends, first, np.maximum(first, last) - parts["logits"])
-    logits = np.where(x.holds_both_ends | (last > first), parts["logits"], 0.0)
+def memory_with_microbatches(
+    parts: dict[str, np.ndarray], model: Transformer, x: Layout
+) -> dict[str, np.ndarray]:
+    """Bytes per GPU by kind, and ``total``, at the pipeline position that needs the most: a stage's
+    layers times its micro-batches in flight (``min(m, pp - i)`` on stage i under 1F1B, interleaving
+    ``1 + (pp - 1) / (pp vpp)`` times more; ``min(m, pp + 1)`` under DualPipe), and on the end stage
+    the logits of one micro-batch (which the last stage holds with a single micro-batch in flight).
+    The model states are the largest stage's (:func:`stage_parameters`): where that is not the stage
+    with the most activations, the total is an upper bound."""
+    m = x.microbatches
+    interleave = np.where(x.vpp > 1, 1 + (x.pp - 1) / (x.pp * x.vpp), 1.0)
+    dual_flight = np.minimum(m, x.pp + 1)
+    in_flight = [
+        np.minimum(m, x.pp) * interleave,
+        np.where(x.dualpipe, dual_flight, np.minimum(m, x.pp - 1) * interleave),
+        np.ones_like(m),
+        dual_flight,
+    ]
+    peak = activations = logits = np.zeros(np.shape(m))
+    for (valid, layers, _, end), flight in zip(_stage_loads(model, x), in_flight, strict=True):
+        held = layers * parts["layer_activations"] * flight
+        total = held + end * parts["logits"]
+        larger = valid & (total > peak)
+        peak = np.where(larger, total, peak)
+        activations = np.where(larger, held, activations)
+        logits = np.where(larger, end * parts["logits"], logits)
     states = parts["weights"] + parts["gradients"] + parts["optimizer"]
     return {
         "weights": parts["weights"],
@@ -98,7 +144,7 @@ def memory_with_microbatches(parts: dict[str, np.ndarray], x: Layout) -> dict[st
 
 def memory_per_gpu(model: Transformer, x: Layout, attention_impl: str = "flash") -> dict[str, np.ndarray]:
     """Bytes per GPU by kind (weights, gradients, optimizer, activations, logits) and ``total``."""
-    return memory_with_microbatches(memory_parts(model, x, attention_impl), x)
+    return memory_with_microbatches(memory_parts(model, x, attention_impl), model, x)
 
 
 def usable_memory(capacity_bytes: float) -> float:

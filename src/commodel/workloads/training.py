@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from commodel.comm.fabric import Fabric, fabric_of
 from commodel.compute.kernels import gemm, gemm_backward
@@ -44,7 +45,7 @@ from commodel.vectorize import on_unique
 from commodel.workloads.activation_fit import fit_activations, offload_exposed
 from commodel.workloads.groups import Group, collective, domain, group, in_switch, job_domain, shared_nics
 from commodel.workloads.layer_work import ATTENTION_BACKWARD, Work, layer_work_of, repeat, timed, window
-from commodel.workloads.layout import Layout
+from commodel.workloads.layout import Layout, stage_split
 from commodel.workloads.memory import (
     fits,
     memory_parts,
@@ -155,16 +156,22 @@ def per_microbatch(
     cp_exposed += exposed(strategy, repeat(attn_window, ATTENTION_BACKWARD), 2 * (x.cp - 1) * ring, **ring_kw)
 
     layer_time = full.total_s + tp_exposed + paired + cp_exposed
-    # Logits (last stage): output GEMM forward and backward plus an fp32 cross-entropy pass.
+    # The last stage's work besides its layers: the logits (output GEMM forward and backward plus an
+    # fp32 cross-entropy pass), again for each multi-token prediction module with its 2h -> h
+    # projection (DeepSeek-V3 report, section 2.2; its transformer layer counts as a layer).
     logits = gemm(T, model.vocab / x.tp, h, recipe.other)
     logits_s = sum(timed(gpu, k, None)[0] for k in (logits, *gemm_backward(logits)))
     logits_s = logits_s + 3 * T * model.vocab / x.tp * 4 / hbm
+    projection = gemm(T, h / x.tp, 2 * h, recipe.gemm)
+    projection_s = sum(timed(gpu, k, None)[0] for k in (projection, *gemm_backward(projection)))
+    end_s = logits_s + x.mtp * (logits_s + projection_s)
 
     # Pipeline point-to-point: one activation forward, one gradient backward per micro-batch and chunk;
     # each tensor-parallel rank sends its 1/tp slice (sequence parallelism, or Megatron's scatter-gather).
     p2p, p2p_bw = collective("sendrecv", np.where(x.pp > 1, act / x.tp, 0.0), pp, fab)
     p2p_comm = np.where(x.pp > 1, 2 * x.vpp * p2p, 0.0)
-    stage_layers = np.ceil(model.layers / x.pp)
+    first, middle, last = stage_split(model, x)
+    stage_layers = np.maximum(np.maximum(first, middle), last + x.mtp)  # the largest stage's
     p2p_part = partitioned(np.full_like(T, ctas(strategy, "p2p")))
     mb_window = repeat(window(full, p2p_part, "both"), stage_layers)
     pp_exposed = exposed(strategy, mb_window, p2p_comm, traffic_Bps=2 * p2p_bw, hbm_Bps=hbm, calls=2 * x.vpp)
@@ -207,7 +214,7 @@ def per_microbatch(
     memory = memory_parts(model, x, attention_impl, recipe)
     fwd_share = np.divide(full.fwd_s, full.total_s, out=np.zeros_like(full.total_s), where=full.total_s > 0)
     offload = offload_exposed(
-        memory["stage_activations"] / stage_layers,
+        memory["layer_activations"],
         fwd_share * layer_time,
         (1 - fwd_share) * layer_time,
         cluster.host_offload_Bps,
@@ -222,7 +229,7 @@ def per_microbatch(
         "cp_exposed_s": cp_exposed,
         "ep_exposed_s": paired,
         "ep_unpaired_s": ep_exposed - paired,
-        "logits_s": logits_s,
+        "end_s": end_s,
         "pp_exposed_s": pp_exposed,
         "z3_exposed_s": z3_exposed,
         "dp_exposed_s": dp_exposed,
@@ -233,22 +240,8 @@ def per_microbatch(
     }
 
 
-#: The layout fields a micro-batch's cost depends on (not the global batch).
-MICROBATCH_FIELDS = (
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "vpp",
-    "micro_batch",
-    "seq",
-    "recompute",
-    "sequence_parallel",
-    "zero",
-    "expert_load",
-    "dualpipe",
-)
+#: The layout fields a micro-batch's cost depends on: all but the global batch.
+MICROBATCH_FIELDS = tuple(f.name for f in dataclasses.fields(Layout) if f.name != "global_batch")
 
 
 def gradient_sync(
@@ -308,7 +301,7 @@ def train_step(
     return result
 
 
-def dualpipe_chunk(p: dict[str, np.ndarray], x: Layout, mean: np.ndarray, layers: int) -> np.ndarray:
+def dualpipe_chunk(p: dict[str, np.ndarray], x: Layout, mean: np.ndarray, layers: ArrayLike) -> np.ndarray:
     """What one of DualPipe's ``pp / 2 - 1`` idle chunks costs (DeepSeek-V3 report, Table 2: bubble
     ``(pp/2 - 1)(F&B + B - 3W)``) for a stage of ``layers / pp`` layers: F&B, a forward and a backward
     chunk overlapped, as long as the stage's mean forward and backward ``mean``; B its full backward
@@ -338,32 +331,38 @@ def _train_step(
 
     p = on_unique(priced, *(getattr(x, name) for name in MICROBATCH_FIELDS))
     gpu = cluster.gpu
-    layer_time, stage_layers = p["layer_s"], np.ceil(model.layers / x.pp)
-    last_layers = np.where(x.pp > 1, np.floor(model.layers / x.pp), model.layers)
-    logits_s, pp_exposed, z3_exposed = p["logits_s"], p["pp_exposed_s"], p["z3_exposed_s"]
+    layer_time, end_s = p["layer_s"], p["end_s"]
+    pp_exposed, z3_exposed = p["pp_exposed_s"], p["z3_exposed_s"]
     per_mb_exposed = pp_exposed + z3_exposed
     dp_exposed, optimizer = p["dp_exposed_s"], p["optimizer_s"]
 
-    # Pipeline schedule: slowest stage (most layers, or fewer layers plus the logits) and the mean.
-    # Under DualPipe a GPU holds stage i and stage pp - 1 - i, each for half of the micro-batches, so
-    # the GPUs with the first and the last stage average the two.
-    stage_a = stage_layers * layer_time + per_mb_exposed
-    b_layers = np.where(x.dualpipe, (stage_layers + last_layers) / 2, last_layers)
-    b_logits = np.where(x.dualpipe, logits_s / 2, logits_s)
-    stage_b = b_layers * layer_time + b_logits + per_mb_exposed
+    # Pipeline schedule: the slowest stage per micro-batch, against the mean. Under 1F1B a stage
+    # before the last (the most layers) or the last (its layers, the multi-token prediction modules'
+    # and the logits). Under DualPipe a GPU holds stage i and stage pp - 1 - i, each for half of the
+    # micro-batches: the GPUs with the first and the last stage average the two, the others hold two
+    # middle stages.
+    first, middle, last = stage_split(model, x)
+    end_layers = last + x.mtp
+    dual_ends = (first + end_layers) / 2
+    lead_layers = np.where(x.dualpipe, np.where(x.pp > 2, middle, dual_ends), np.maximum(first, middle))
+    b_layers = np.where(x.dualpipe, dual_ends, end_layers)
+    b_extra = np.where(x.dualpipe, end_s / 2, end_s)
+    stage_a = lead_layers * layer_time + per_mb_exposed
+    stage_b = b_layers * layer_time + b_extra + per_mb_exposed
     last_is_slowest = (x.pp == 1) | (stage_b >= stage_a)
-    slow_layers = np.where(last_is_slowest, b_layers, stage_layers)
-    slow_logits = np.where(last_is_slowest, b_logits, 0.0)
+    slow_layers = np.where(last_is_slowest, b_layers, lead_layers)
+    slow_logits = np.where(last_is_slowest, b_extra, 0.0)
     slowest = np.maximum(stage_a, stage_b)
-    mean = (model.layers * layer_time + logits_s) / x.pp + per_mb_exposed
+    mean = ((model.layers + x.mtp) * layer_time + end_s) / x.pp + per_mb_exposed
     m = x.microbatches
+    # The bubble: a stage's idle chunks, (pp - 1) / vpp under 1F1B, pp / 2 - 1 under DualPipe.
+    layers = model.layers + x.mtp
+    idle = np.where(x.dualpipe, x.pp / 2 - 1, (x.pp - 1) / x.vpp)
+    chunk = np.where(x.dualpipe, dualpipe_chunk(p, x, mean, layers), mean)
+    bubble = idle * (chunk + layers / x.pp * p["ep_unpaired_s"])
     # Expert all-to-alls overlapped 1F1B-style hide only where a forward and a backward pair up: not
     # in the pipeline's warm-up and cool-down (its bubble, and pp - 1 of the stage's own micro-batches;
     # without pipelining the first forward and the last backward).
-    # The bubble: a stage's idle chunks, (pp - 1) / vpp under 1F1B, pp / 2 - 1 under DualPipe.
-    idle = np.where(x.dualpipe, x.pp / 2 - 1, (x.pp - 1) / x.vpp)
-    chunk = np.where(x.dualpipe, dualpipe_chunk(p, x, mean, model.layers), mean)
-    bubble = idle * (chunk + model.layers / x.pp * p["ep_unpaired_s"])
     unpaired = np.minimum(np.maximum(x.pp - 1, 1), m) * slow_layers * p["ep_unpaired_s"]
     parts = {
         "compute": m * (slow_layers * p["layer_compute_s"] + slow_logits),
@@ -379,10 +378,10 @@ def _train_step(
     step = m * slowest + bubble + dp_exposed + optimizer + unpaired
 
     tokens = x.global_batch * x.seq
-    model_flops = tokens * model_flops_per_token(model, x.seq)
+    model_flops = tokens * model_flops_per_token(model, x.seq, mtp=x.mtp)
     hw_flops = model_flops + tokens * recompute_flops_per_token(model, x.seq, x.recompute)
     gpus = x.gpus
-    memory = memory_with_microbatches(p, x)
+    memory = memory_with_microbatches(p, model, x)
     result = {
         "step_time_s": step,
         "tokens_per_s": tokens / step,

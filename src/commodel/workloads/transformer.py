@@ -116,16 +116,22 @@ def attended_keys(model: Transformer, seq: ArrayLike, causal: bool) -> np.ndarra
     return (1 - windowed) * full + windowed * np.minimum(full, model.sliding_window or np.inf)
 
 
-def model_flops_per_token(model: Transformer, seq: ArrayLike, causal: bool = True) -> np.ndarray:
+def model_flops_per_token(
+    model: Transformer, seq: ArrayLike, causal: bool = True, mtp: ArrayLike = 0
+) -> np.ndarray:
     """Training FLOPs per token without recomputation (the MFU convention, see module docstring):
     ``6 N_matmul + 6 l n_h (d_qk + d_v) keys + 6 V h`` with ``keys`` the attended keys per query
     (:func:`attended_keys`: half the sequence for a causal model, as Megatron-Bridge counts;
-    ``causal=False`` is the Megatron/PaLM convention of 2021-22, which counts the full square)."""
+    ``causal=False`` is the Megatron/PaLM convention of 2021-22, which counts the full square); each
+    of ``mtp`` multi-token prediction modules adds a mean layer, its ``2h -> h`` projection
+    (``12 h^2``) and the logits again, as Megatron-LM counts them."""
     d_qk, d_v = attention_dims(model)
     p = parameters(model)
     attention_scores = 6 * model.layers * attended_keys(model, seq, causal) * model.heads * (d_qk + d_v)
     logits = 6 * model.vocab * model.hidden
-    return 6 * p["matmul_active"] + attention_scores + logits
+    layers = 6 * p["matmul_active"] + attention_scores
+    module = layers / model.layers + 12 * model.hidden**2 + logits
+    return layers + logits + np.asarray(mtp, dtype=float) * module
 
 
 def recompute_flops_per_token(
