@@ -409,7 +409,8 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     that does not add up: 3,300 random layouts per example (recomputation none, selective, full or
     auto), at least 2,000 valid each, over 10,000 in all, under every tensor-parallel mechanism the
     system supports, with the expert all-to-alls on the critical path or overlapped, under 1F1B or
-    DualPipe, with or without a multi-token prediction module and a lighter last stage."""
+    DualPipe, with or without a multi-token prediction module and a lighter last stage, with experts
+    split as attention is or whole."""
     from commodel.compute import gemm, kernel_time
     from commodel.compute.precision import precision
     from commodel.compute.roofline import peak_flops
@@ -423,15 +424,15 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     experts = net.moe.experts if net.moe else 1
     ep = np.where(rng.random(n) < 0.7, 1, rng.choice([e for e in (1, 2, 4, 8) if experts % e == 0], n))
     gpus = tp * pp * cp * rng.choice([1, 2, 4, 8], n)
-    mb, vpp = rng.choice([1, 2, 4], n), rng.choice([1, 2], n)
+    mb, vpp, sp = rng.choice([1, 2, 4], n), rng.choice([1, 2], n), rng.random(n) < 0.5
     dualpipe = (pp > 1) & (vpp == 1) & (rng.random(n) < 0.3)
     lighter_last = (pp > 1) & (vpp == 1) & ~dualpipe & (rng.random(n) < 0.2)
     x = make_layout(
         tp=tp, pp=pp, cp=cp, ep=ep, dp=gpus // (tp * pp * cp), vpp=vpp, micro_batch=mb,
         global_batch=gpus // (tp * pp * cp) * mb * rng.choice([1, 4, 16], n), seq=rng.choice([2048, 8192, 131072], n),
-        recompute=rng.integers(0, 4, n), sequence_parallel=rng.random(n) < 0.5, zero=rng.integers(0, 4, n),
+        recompute=rng.integers(0, 4, n), sequence_parallel=sp, zero=rng.integers(0, 4, n),
         expert_load=rng.choice([1.0, 1.3, 2.0], n), dualpipe=dualpipe, mtp=rng.choice([0, 0, 1], n),
-        last_layers=np.where(lighter_last, 2, 0),
+        last_layers=np.where(lighter_last, 2, 0), etp=np.where(sp & (rng.random(n) < 0.3), 1, 0),
     )  # fmt: skip
     ok = valid(net, x, gpus)
     assert ok.sum() >= 2000, ok.sum()
@@ -527,6 +528,35 @@ def test_with_sequence_parallelism_a_gpu_dispatches_only_its_sequence_shard():
     assert ep_comm(**one, sequence_parallel=np.asarray(True)) == ep_comm(
         **one, sequence_parallel=np.asarray(False)
     )
+
+
+def test_the_expert_grid_folds_over_the_tensor_parallel_ranks():
+    """Megatron-Core's MoE parallel folding: with expert tp 1 the expert group may span the attention's
+    tensor-parallel ranks (Qwen3-235B on 256 H100: tp 2, pp 8, ep 32 = tp x dp), which expert tp = tp
+    (the default) cannot place; each GPU then holds E / ep whole experts, and no expert-tp gather
+    follows the dispatch. A layer of routed experts (no shared expert) has one tensor-parallel
+    gather-reduce pair per pass, not a dense layer's two."""
+    from commodel.workloads.memory import stage_parameters
+    from commodel.workloads.transformer import layer_weights, tensor_parallel_mlps
+
+    recipe = dict(model="qwen3-235b-a22b", system="dgx-h100", gpus=256, tp=2, pp=8, ep=32, vpp=4,
+                  global_batch=1024, seq=4096, sequence_parallel=True)  # fmt: skip
+    folded = train(**recipe, etp=1)
+    assert folded["fits"] and folded["tokens_per_s"] > 0
+    with pytest.raises(CommodelError, match="expert tp x ep must divide tp x cp x dp"):
+        train(**recipe)
+    with pytest.raises(CommodelError, match="need sequence parallelism"):
+        train(**{**recipe, "sequence_parallel": False}, etp=1)
+    net = model("qwen3-235b-a22b")
+    x = make_layout(tp=2, pp=8, dp=16, ep=32, etp=1, global_batch=1024, sequence_parallel=True)
+    _, experts = stage_parameters(net, x)
+    assert float(experts) == pytest.approx(np.ceil(94 / 8) * layer_weights(net).moe_experts / 32)
+    assert tensor_parallel_mlps(net) == 0 and tensor_parallel_mlps(model("deepseek-v3")) == 1
+    same = dict(model="mixtral-8x7b", system="dgx-h100", gpus=64, tp=2, pp=4, ep=4, global_batch=256,
+                seq=4096, sequence_parallel=True)  # fmt: skip
+    default, explicit, whole = train(**same), train(**same, etp=2), train(**same, etp=1)
+    assert default["step_time_s"] == explicit["step_time_s"]
+    assert whole["breakdown"]["ep_comm"] < default["breakdown"]["ep_comm"]
 
 
 def test_overlapped_expert_all_to_alls_hide_under_another_micro_batch():

@@ -171,6 +171,12 @@ class TrainingJob(Job):
     dp: int | None = Field(None, ge=1, description="Data-parallel size (default: gpus / (tp pp cp)).")
     cp: int = Field(1, ge=1, description="Context-parallel size.")
     ep: int = Field(1, ge=1, description="Expert-parallel size.")
+    etp: int | None = Field(
+        None,
+        ge=1,
+        description="Expert tensor-parallel size (Megatron's --expert-tensor-parallel-size; default: tp). "
+        "The expert grid etp x ep folds over the tp x cp x dp ranks, so ep may span tensor-parallel ranks.",
+    )
     vpp: int = Field(1, ge=1, description="Virtual pipeline stages per GPU (interleaved 1F1B).")
     schedule: str = Field(
         "1f1b",

@@ -153,8 +153,8 @@ def layer_work_of(
 ) -> Work:
     """:func:`layer_work` of every layout in ``x``, computed once per distinct layer shape."""
 
-    def work(T, mb, seq, tp, cp, ep, sp, recompute, load, sms):
-        lk = layer_kernels(model, T, mb, seq, tp, cp, ep, sp, recipe, attention_impl, load)
+    def work(T, mb, seq, tp, cp, ep, sp, recompute, load, etp, sms):
+        lk = layer_kernels(model, T, mb, seq, tp, cp, ep, sp, recipe, attention_impl, load, etp)
         return layer_work(gpu, lk, recompute, sms)
 
     sms = gpu.compute_units.value if units is None else units
@@ -169,6 +169,7 @@ def layer_work_of(
         x.sequence_parallel,
         x.recompute,
         x.busiest_expert_rank,
+        x.expert_tp,
         sms,
     )
 

@@ -30,7 +30,8 @@ class Layout:
     ``expert_load``: tokens the busiest expert-parallel rank receives over the mean (1 = balanced);
     ``dualpipe``: the DualPipe schedule instead of 1F1B; ``first_layers``, ``last_layers``: layers of
     the first and last pipeline stage (0: an even split, see :func:`stage_split`); ``mtp``:
-    multi-token prediction modules (on the last stage).
+    multi-token prediction modules (on the last stage); ``etp``: the experts' tensor-parallel size
+    (0: tp, Megatron's default; :attr:`expert_tp`).
     """
 
     tp: np.ndarray
@@ -50,6 +51,7 @@ class Layout:
     first_layers: np.ndarray
     last_layers: np.ndarray
     mtp: np.ndarray
+    etp: np.ndarray
 
     def select(self, mask: np.ndarray) -> Layout:
         """The layouts where ``mask`` is true (fields broadcast to the mask's shape first)."""
@@ -70,6 +72,18 @@ class Layout:
         """Tokens the busiest expert-parallel rank handles over the mean: ``expert_load``, at most
         ``ep`` (every token), and 1 without expert parallelism (one rank holds every expert)."""
         return np.where(self.ep > 1, np.minimum(self.expert_load, self.ep), 1.0)
+
+    @property
+    def expert_tp(self) -> np.ndarray:
+        """Tensor-parallel size of the experts: ``etp``, or tp where it is not set. Megatron-Core folds
+        the expert grid (etp x ep x expert-dp) over the same tp x cp x dp ranks as attention, so ep
+        may span tensor-parallel ranks (MoE parallel folding; etp 1 keeps every expert whole)."""
+        return np.where(self.etp > 0, self.etp, self.tp)
+
+    @property
+    def expert_dp(self) -> np.ndarray:
+        """Data-parallel replicas of each expert: ``tp x cp x dp / (etp x ep)``."""
+        return self.tp * self.cp * self.dp / (self.expert_tp * self.ep)
 
     @property
     def holds_both_ends(self) -> np.ndarray:
@@ -100,6 +114,7 @@ def make_layout(
     first_layers: ArrayLike = 0,
     last_layers: ArrayLike = 0,
     mtp: ArrayLike = 0,
+    etp: ArrayLike = 0,
 ) -> Layout:
     """Build a :class:`Layout`; ``recompute`` may be a name (none, selective, full) or its code 0-2."""
     if isinstance(recompute, str):
@@ -185,8 +200,14 @@ def _rules(x: Layout, model: Transformer, gpus: ArrayLike) -> list[tuple[np.ndar
         ((model.moe is None) & (x.ep > 1), "expert parallelism (ep > 1) needs a mixture-of-experts model"),
         (np.mod(experts, x.ep) != 0, f"experts ({experts}) must be divisible by ep"),
         (
-            np.mod(x.dp * x.cp, x.ep) != 0,
-            "ep must divide dp x cp (experts are spread over data-parallel ranks)",
+            np.mod(x.tp * x.cp * x.dp, x.expert_tp * x.ep) != 0,
+            "expert tp x ep must divide tp x cp x dp (the expert grid folds over the same ranks; with "
+            "etp 1, ep may span the tensor-parallel ranks)",
+        ),
+        (x.etp < 0, "expert tensor parallelism must be >= 1"),
+        (
+            (model.moe is not None) & (x.expert_tp < x.tp) & ~x.sequence_parallel,
+            "experts with less tensor parallelism than attention need sequence parallelism",
         ),
         (~np.isin(x.zero, [0, 1, 2, 3]), "zero stage must be 0, 1, 2 or 3"),
         (~np.isin(x.recompute, [0, 1, 2, 3]), "recompute must be none, selective, full or auto"),

@@ -5,7 +5,7 @@ ZeRO stages): 2 B of weights per parameter (BF16; under FP8 the primary weights 
 column-wise copies, ``fp8_param_gather``), 2 B of BF16 gradient buffer (``grad_reduce_in_fp32`` off),
 12 B of fp32 master weights, momentum and variance; ZeRO stage 1 (the distributed optimizer) shards
 the optimizer state, 2 also the gradients, 3 (FSDP) also the weights, over the dp x cp ranks (expert
-parameters over dp x cp / ep). Activations follow :func:`activation_bytes_per_token`; 1F1B keeps
+parameters, split etp x ep ways, over their tp x cp x dp / (etp x ep) replicas). Activations follow :func:`activation_bytes_per_token`; 1F1B keeps
 ``min(m, pp - i)`` micro-batches in flight on stage i, interleaving ``1 + (pp - 1) / (pp vpp)``
 times more (Narayanan et al. 2021), each stage its own layers (:func:`stage_split`). The last stage
 also holds fp32 logits of one micro-batch, and the multi-token prediction modules. DualPipe
@@ -67,7 +67,7 @@ def stage_parameters(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndar
     for valid, layers, tables, end in _stage_loads(model, x):
         held = copies * layers
         dense = (held * (per_layer + 2 * h) + tables * model.vocab * h + end * x.mtp * 2 * h**2) / x.tp
-        experts = held * moe_share * w.moe_experts / (x.tp * x.ep)
+        experts = held * moe_share * w.moe_experts / (x.expert_tp * x.ep)
         larger = valid & (dense + experts > best_dense + best_experts)
         best_dense, best_experts = (
             np.where(larger, dense, best_dense),
@@ -83,7 +83,7 @@ def memory_parts(
     states (weights, gradients, optimizer), one layer's activations for one micro-batch, and the
     logits of one micro-batch (one set per multi-token prediction module more)."""
     dense, experts = stage_parameters(model, x)
-    shard_dense, shard_experts = x.dp * x.cp, x.dp * x.cp / x.ep
+    shard_dense, shard_experts = x.dp * x.cp, x.expert_dp
 
     def sharded(per_param: float, from_stage: int) -> np.ndarray:
         on = x.zero >= from_stage

@@ -1,7 +1,9 @@
 """Exposed tensor-parallel communication of one layer under each TP mechanism.
 
-Per pass, two reductions (reduce-scatter with sequence parallelism, else allreduce) follow their
-producer GEMMs, and with sequence parallelism two allgathers precede their consumer GEMMs.
+Per pass, ``pairs`` reductions (reduce-scatter with sequence parallelism, else allreduce) follow their
+producer GEMMs, and with sequence parallelism ``pairs`` allgathers precede their consumer GEMMs: two
+in a dense layer (attention's and the MLP's), fewer where routed experts replace the MLP
+(:func:`commodel.workloads.transformer.tensor_parallel_mlps`).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def _in_switch(op: str, size: np.ndarray, where: Group, fab: Fabric) -> np.ndarr
 
 
 def userbuffers_exposed(
-    work: Work, act: np.ndarray, where: Group, fab: Fabric, x: Layout, units: float
+    work: Work, act: np.ndarray, where: Group, fab: Fabric, x: Layout, units: float, pairs: float
 ) -> np.ndarray:
     """Exposed TP communication of one layer and micro-batch under Transformer Engine's userbuffers
     overlap (all passes; full recomputation repeats the forward's).
@@ -75,10 +77,10 @@ def userbuffers_exposed(
     slow = units / (units - UB_SMS)
     ahead = (x.tp - 1) / x.tp
     no_tail = np.zeros_like(rs)
-    forward = _fused(work.reduce_fwd_s, 2 * rs, 2 * last_chunk, slow)
-    forward = forward + _fused(work.gather_fwd_s * ahead, 2 * ag, no_tail, 1.0)
-    backward = _fused(work.reduce_bwd_s, 2 * rs, no_tail, slow)
-    backward = backward + _fused(work.gather_bwd_s * ahead, 2 * ag, no_tail, 1.0)
+    forward = _fused(work.reduce_fwd_s, pairs * rs, pairs * last_chunk, slow)
+    forward = forward + _fused(work.gather_fwd_s * ahead, pairs * ag, no_tail, 1.0)
+    backward = _fused(work.reduce_bwd_s, pairs * rs, no_tail, slow)
+    backward = backward + _fused(work.gather_bwd_s * ahead, pairs * ag, no_tail, 1.0)
     return forward * (1 + (x.recompute == 2)) + backward
 
 
@@ -91,12 +93,14 @@ def tensor_parallel_exposed(
     x: Layout,
     hbm: float,
     units: float,
+    pairs: float = 2.0,
 ) -> np.ndarray:
     """Exposed tensor-parallel communication of one layer and micro-batch (all passes).
 
-    Per pass, two reductions (reduce-scatter with sequence parallelism, else allreduce) follow their
-    producer GEMMs, and with sequence parallelism two allgathers precede their consumer GEMMs. Full
-    recomputation repeats the forward pass's communication. ``units``: the GPU's SMs.
+    Per pass, ``pairs`` reductions (reduce-scatter with sequence parallelism, else allreduce) follow
+    their producer GEMMs, and with sequence parallelism ``pairs`` allgathers precede their consumer
+    GEMMs (module docstring). Full recomputation repeats the forward pass's communication.
+    ``units``: the GPU's SMs.
     """
     if mechanism not in TP_OVERLAP:
         raise unknown("tensor-parallel overlap", mechanism, TP_OVERLAP)
@@ -106,15 +110,15 @@ def tensor_parallel_exposed(
     repeats = [1.0, 1.0, np.where(x.recompute == 2, 1.0, 0.0)]
     # Sequence parallelism gathers and reduce-scatters, else it allreduces: price only what runs.
     ag, _ = collective("allgather", np.where(sp, act, 0.0), where, fab)
-    gathers = np.where(sp, 2 * ag, 0.0)
+    gathers = np.where(sp, pairs * ag, 0.0)
     if mechanism in ("none", "userbuffers"):
         rs, _ = collective("reducescatter", np.where(sp, act, 0.0), where, fab)
         ar, _ = collective("allreduce", np.where(sp, 0.0, act), where, fab)
-        serial = (np.where(sp, 2 * rs, 2 * ar) + gathers) * sum(repeats)
+        serial = (np.where(sp, pairs * rs, pairs * ar) + gathers) * sum(repeats)
         if mechanism == "none":
             return serial
         # Userbuffers overlap needs sequence parallelism (TE refuses it otherwise).
-        return np.where(sp, userbuffers_exposed(work, act, where, fab, x, units), serial)
+        return np.where(sp, userbuffers_exposed(work, act, where, fab, x, units, pairs), serial)
     tile = TILE_BYTES * x.tp
     if mechanism == "t3":
         ag, _ = forced("allgather", "ring", act, where, fab)
@@ -134,13 +138,13 @@ def tensor_parallel_exposed(
                 out=np.ones_like(producer),
                 where=producer > 0,
             )
-            total = total + r * (_fused(producer, 2 * rs, tail, slow) + 2 * ag)
+            total = total + r * (_fused(producer, pairs * rs, tail, slow) + pairs * ag)
         return np.where(where.ranks > 1, total, 0.0)
     if fab.nvls_Bps is None:
         raise CommodelError("cais needs a switch that reduces in the network (NVLS); this system has none")
     rs = _in_switch("reducescatter", act, where, fab)
     ar = _in_switch("allreduce", act, where, fab)
-    reduce = np.where(sp, 2 * rs, 2 * ar)
+    reduce = np.where(sp, pairs * rs, pairs * ar)
     tail = _in_switch("allreduce", tile, where, fab)
     total = 0.0
     for (producer, consumer), r in zip(passes, repeats, strict=True):

@@ -61,6 +61,7 @@ from commodel.workloads.transformer import (
     model_flops_per_token,
     recompute_flops_per_token,
     routed_copies,
+    tensor_parallel_mlps,
 )
 
 #: Adam with fp32 master weights: read master, gradient, momentum, variance (16 B), write master,
@@ -111,27 +112,30 @@ def per_microbatch(
 
     tp = group(x.tp, 1, gpn)
     cp = group(x.cp, x.tp, gpn)
-    ep = group(x.ep, x.tp, gpn)
     dp = group(x.dp * x.cp, x.tp, gpn)
-    edp = group(x.dp * x.cp / x.ep, x.tp * x.ep, gpn)
+    # The expert grid, etp fastest, folded over the same tp x cp x dp ranks (Megatron-Core).
+    etp = group(x.expert_tp, 1, gpn)
+    ep = group(x.ep, x.expert_tp, gpn)
+    edp = group(x.expert_dp, x.expert_tp * x.ep, gpn)
     pp_nodes = np.where(x.tp * x.cp * x.dp >= gpn, 2.0, 1.0)
     pp = Group(np.full_like(pp_nodes, 2.0), 2.0 / pp_nodes)
 
     # Tensor parallelism: its mechanism decides what is exposed; ideal overlap hides it behind the layer.
     act = T * h * size
-    tp_comm = tensor_parallel_exposed(tp_overlap, full, act, tp, fab, x, hbm, units)
+    pairs = 1 + tensor_parallel_mlps(model)
+    tp_comm = tensor_parallel_exposed(tp_overlap, full, act, tp, fab, x, hbm, units, pairs)
     # Expert parallelism: dispatch and combine all-to-alls per MoE layer and pass, as long as the
     # busiest rank's share takes. Each GPU dispatches the tokens it holds (its sequence shard with
-    # sequence parallelism); with tp > 1 the experts are tensor-parallel too, so Megatron's dispatcher
-    # all-gathers the received tokens over the TP group after the dispatch and reduce-scatters them
-    # before the combine (the backward the reverse).
+    # sequence parallelism); with expert tensor parallelism (etp > 1) Megatron's dispatcher all-gathers
+    # the received tokens over the etp group after the dispatch and reduce-scatters them before the
+    # combine (the backward the reverse).
     moe_share = model.moe_layers / model.layers
     held = dispatched_tokens(T, x.tp, x.sequence_parallel)
     routed = routed_copies(model, held) * x.busiest_expert_rank * h * size
     a2a, a2a_bw = collective("alltoall", routed, ep, fab)
-    gathered = np.where(x.sequence_parallel & (x.tp > 1), routed * x.tp, 0.0)
-    tp_gather, _ = collective("allgather", gathered, tp, fab)
-    tp_scatter, _ = collective("reducescatter", gathered, tp, fab)
+    gathered = np.where(x.sequence_parallel & (x.expert_tp > 1), routed * x.expert_tp, 0.0)
+    tp_gather, _ = collective("allgather", gathered, etp, fab)
+    tp_scatter, _ = collective("reducescatter", gathered, etp, fab)
     ep_comm = moe_share * (4 * a2a + 2 * (tp_gather + tp_scatter))
     if strategy == "ideal":
         tp_exposed = np.maximum(tp_comm - full.total_s, 0.0)
@@ -207,7 +211,7 @@ def per_microbatch(
     )
 
     # Optimizer on the local (ZeRO-sharded) parameters.
-    local = dense / np.where(sharded, x.dp * x.cp, 1) + experts / np.where(sharded, x.dp * x.cp / x.ep, 1)
+    local = dense / np.where(sharded, x.dp * x.cp, 1) + experts / np.where(sharded, x.expert_dp, 1)
     optimizer = local * ADAM_BYTES_PER_PARAM / hbm
 
     # Offloading this layer's activations to CPU memory (what --recompute auto may choose instead).

@@ -170,6 +170,14 @@ def routed_copies(model: Transformer, tokens: ArrayLike) -> np.ndarray:
     return np.asarray(tokens, dtype=float) * (model.moe.top_k if model.moe else 0)
 
 
+def tensor_parallel_mlps(model: Transformer) -> float:
+    """Share of a layer's MLP that runs tensor-parallel, with its gather and reduction: dense layers'
+    MLPs and MoE layers' shared experts; routed experts' tokens go through the dispatcher instead."""
+    moe_share = model.moe_layers / model.layers
+    shared = 1.0 if model.moe is not None and model.moe.shared_experts else 0.0
+    return 1 - moe_share + moe_share * shared
+
+
 def dispatched_tokens(tokens: ArrayLike, tp: ArrayLike, sequence_parallel: ArrayLike) -> np.ndarray:
     """Tokens a GPU holds between tensor-parallel regions: its ``tokens / tp`` sequence shard with
     sequence parallelism, all of them without. A MoE layer routes and dispatches these."""
@@ -189,17 +197,21 @@ def layer_kernels(
     recipe: Precision,
     attention_impl: str = "flash",
     expert_load: ArrayLike = 1.0,
+    etp: ArrayLike | None = None,
 ) -> LayerKernels:
     """Forward kernels of one layer on one GPU for ``tokens`` = micro_batch x seq / cp local tokens.
 
     Linear layers run in ``recipe.gemm`` (FP8 under Transformer Engine, with a quantization pass per
     operand: the input forward, the output gradient backward); the router, attention and every
     memory-bound kernel in ``recipe.other``. MoE layers are averaged with dense ones by their share of
-    the depth (DeepSeek-V3: 58 of 61): the E/ep local experts run as one grouped GEMM, each receiving
-    ``tokens x top_k x ep / E`` tokens (balanced, as the published runs force; in a batch too small to
-    reach every expert, only the experts reached run, and their weights are all that is read), times
-    ``expert_load`` on the busiest GPU (:attr:`~commodel.workloads.layout.Layout.busiest_expert_rank`),
-    whose kernels these are; the tokens are permuted to their experts and back (and, across GPUs
+    the depth (DeepSeek-V3: 58 of 61): the E/ep local experts, split ``etp`` ways (default: tp), run
+    as one grouped GEMM, each receiving ``top_k / E`` of the tokens of its block of ep x etp GPUs
+    (``tokens x ep x etp / tp``: each GPU dispatches its sequence shard) (balanced, as the published
+    runs force; in a batch too small to reach every expert, only the experts reached run, and their
+    weights are all that is read), times ``expert_load`` on the busiest GPU
+    (:attr:`~commodel.workloads.layout.Layout.busiest_expert_rank`), whose kernels these are; the
+    routed experts touch no tensor-parallel collective of the layer (the dispatcher gathers and
+    scatters their tokens); the tokens are permuted to their experts and back (and, across GPUs
     holding several experts each, the received ones sorted by local expert after the dispatch and
     back before the combine, as Megatron's all-to-all dispatcher does). Sliding-window layers attend
     to at most ``window`` keys.
@@ -242,15 +254,17 @@ def layer_kernels(
     if model.moe is not None:
         m = model.moe
         e = np.asarray(ep, dtype=float)
-        # Experts the EP group's T x ep tokens reach (each picks top_k of E; all of them at training
-        # batch sizes, a few in a small decode batch), and the tokens each of those receives.
-        reached = m.experts * -np.expm1(T * e * np.log1p(-m.top_k / m.experts))
-        per_expert = T * m.top_k * e / reached * np.asarray(expert_load, dtype=float)
+        et = t if etp is None else np.asarray(etp, dtype=float)
+        # Experts the block's tokens reach (each picks top_k of E; all of them at training batch
+        # sizes, a few in a small decode batch), and the tokens each of those receives.
+        block = T * e * et / t
+        reached = m.experts * -np.expm1(block * np.log1p(-m.top_k / m.experts))
+        per_expert = block * m.top_k / reached * np.asarray(expert_load, dtype=float)
         local = reached / e
         fe = m.expert_ffn_hidden
         gemms += [
-            (gemm(per_expert, up * fe / t, h, low, batch=local), moe_share, "column"),
-            (gemm(per_expert, h, fe / t, low, batch=local), moe_share, "row"),
+            (gemm(per_expert, up * fe / et, h, low, batch=local), moe_share, "local"),
+            (gemm(per_expert, h, fe / et, low, batch=local), moe_share, "local"),
         ]
         if m.shared_experts:
             shared = m.shared_experts * fe
