@@ -220,6 +220,9 @@ def test_moving_layers_off_the_last_stage_pays_for_its_logits():
     layer = (model_flops_per_token(net, 8192) - 6 * net.vocab * net.hidden) / net.layers
     assert extra == pytest.approx(layer + 12 * net.hidden**2 + 6 * net.vocab * net.hidden)
     assert mtp["tflops_per_gpu"] * mtp["step_time_s"] > even["tflops_per_gpu"] * even["step_time_s"]
+    # the estimate says which split balances the stages, found by pricing every choice
+    assert any("--last-stage-layers 5 balances it" in note for note in even["notes"])
+    assert not any("--last-stage-layers" in note for note in moved["notes"])
 
 
 def test_breakdown_sums_to_the_step():

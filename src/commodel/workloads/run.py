@@ -58,6 +58,39 @@ def _training_layout(job: TrainingJob, row: SimpleNamespace) -> str:
     )
 
 
+#: Stage imbalance (slowest stage over the mean) above which :func:`train` looks for a lighter last
+#: stage, and the gain that makes it say so.
+IMBALANCE_WORTH_A_LOOK, GAIN_WORTH_A_NOTE = 0.05, 0.02
+
+
+def _lighter_last_stage(
+    job: TrainingJob, row: SimpleNamespace, evaluate_columns: Callable[..., dict[str, np.ndarray]]
+) -> str:
+    """Where the last stage (its logits, multi-token prediction modules) sets a pipeline's pace: the
+    fewer layers there (Megatron's ``--decoder-last-pipeline-num-layers``) that make the step the
+    shortest, priced as one batch of every choice, if that saves at least :data:`GAIN_WORTH_A_NOTE`
+    and still fits where the job does; else no note."""
+    from commodel.workloads.catalog import model
+
+    if job.pp < 2 or job.vpp > 1 or job.last_stage_layers is not None or ":" in job.system:
+        return ""
+    if float(row.stage_imbalance) < IMBALANCE_WORTH_A_LOOK:
+        return ""
+    choices = list(range(1, -(-model(job.model).layers // job.pp)))
+    columns = {name: np.array([value] * len(choices), dtype=object) for name, value in job}
+    columns["last_stage_layers"] = np.array(choices, dtype=object)
+    table = evaluate_columns(columns, checked=True)
+    step = np.where(table["valid"] & (table["fits"] | ~row.fits), table["step_time_s"].astype(float), np.inf)
+    best = int(np.argmin(step))
+    if not step[best] < (1 - GAIN_WORTH_A_NOTE) * float(row.step_time_s):
+        return ""
+    return (
+        f"the last stage sets the pace ({100 * float(row.stage_imbalance):.0f}% above the mean): "
+        f"--last-stage-layers {choices[best]} balances it ({float(row.step_time_s):.4g} -> {step[best]:.4g} s "
+        "per step)"
+    )
+
+
 def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
     """Price one training job (a :class:`TrainingJob`, or its fields as keywords): scalar metrics,
     the layout as resolved, a ``breakdown`` of seconds per step, and ``notes`` on what the model
@@ -94,6 +127,9 @@ def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
         notes.append(
             "userbuffers overlap needs sequence parallelism: the TP collectives ran between the GEMMs"
         )
+    lighter = _lighter_last_stage(job, row, evaluate_columns)
+    if lighter:
+        notes.append(lighter)
     failures = (
         {"job_mtbf_h": float(row.job_mtbf_h), "checkpoint_interval_min": float(row.checkpoint_interval_min)}
         if np.isfinite(row.job_mtbf_h)
