@@ -180,12 +180,12 @@ def tuner_cost(
     n, p, N = _arrays(size_bytes, ranks, nodes)
     terms = _tuner_terms(op, p, N, fab, tuple(pairs))
     rows, physical = [], {}
-    for i, ((algo, proto), own) in enumerate(zip(pairs, terms, strict=True)):
-        if own is None:
-            physical[i] = pair_time(op, algo, proto, n, p, N, fab)
-            rows.append(physical[i][0])
-        else:
-            with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for i, ((algo, proto), own) in enumerate(zip(pairs, terms, strict=True)):
+            if own is None:
+                physical[i] = pair_time(op, algo, proto, n, p, N, fab)
+                rows.append(physical[i][0])
+            else:
                 rows.append(np.where(own[1], own[0].time(n), np.inf))
     return np.stack(np.broadcast_arrays(*rows)), physical
 

@@ -134,8 +134,8 @@ def problem_messages(problems: list[tuple[np.ndarray, str]], rows: int) -> np.nd
     """Per row, the messages of every (mask, message) rule it breaks, joined by "; " ("" if none)."""
     messages = np.full(rows, "", dtype=object)
     for mask, message in problems:
-        broken = np.broadcast_to(mask, messages.shape)
-        if broken.any():
+        if np.any(mask):
+            broken = np.broadcast_to(mask, messages.shape)
             messages[broken] = [f"{m}; {message}" if m else message for m in messages[broken]]
     return messages
 

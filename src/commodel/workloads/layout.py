@@ -8,6 +8,7 @@ groups fill a node first, data-parallel groups come next and pipeline stages spa
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -73,14 +74,14 @@ class Layout:
         ``ep`` (every token), and 1 without expert parallelism (one rank holds every expert)."""
         return np.where(self.ep > 1, np.minimum(self.expert_load, self.ep), 1.0)
 
-    @property
+    @cached_property
     def expert_tp(self) -> np.ndarray:
         """Tensor-parallel size of the experts: ``etp``, or tp where it is not set. Megatron-Core folds
         the expert grid (etp x ep x expert-dp) over the same tp x cp x dp ranks as attention, so ep
         may span tensor-parallel ranks (MoE parallel folding; etp 1 keeps every expert whole)."""
         return np.where(self.etp > 0, self.etp, self.tp)
 
-    @property
+    @cached_property
     def expert_dp(self) -> np.ndarray:
         """Data-parallel replicas of each expert: ``tp x cp x dp / (etp x ep)``."""
         return self.tp * self.cp * self.dp / (self.expert_tp * self.ep)
@@ -134,13 +135,15 @@ def stage_split(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndarray, 
     stated, as evenly as they go: ``ceil(L / pp)`` on the busiest stages, ``floor(L / pp)`` on the
     last (equal where pp divides the layers). One stage holds every layer."""
     layers = float(model.layers)
+    even, last = np.ceil(layers / x.pp), np.floor(layers / x.pp)
+    first = middle = even
     first_set, last_set = x.first_layers > 0, x.last_layers > 0
-    rest = np.maximum(x.pp - first_set - last_set, 1)
-    stated = first_set | last_set
-    even = np.ceil(layers / x.pp)
-    middle = np.where(stated, (layers - x.first_layers - x.last_layers) / rest, even)
-    first = np.where(first_set, x.first_layers, middle)
-    last = np.where(last_set, x.last_layers, np.where(stated, middle, np.floor(layers / x.pp)))
+    if np.any(first_set | last_set):
+        stated = first_set | last_set
+        rest = np.maximum(x.pp - first_set - last_set, 1)
+        middle = np.where(stated, (layers - x.first_layers - x.last_layers) / rest, even)
+        first = np.where(first_set, x.first_layers, middle)
+        last = np.where(last_set, x.last_layers, np.where(stated, middle, last))
     single = x.pp == 1
     return (np.where(single, layers, first), np.where(single, layers, middle), np.where(single, layers, last))
 
@@ -154,7 +157,8 @@ def recompute_code(name: str) -> int:
 
 
 def layout_problems(model: Transformer, layout: Layout, gpus: ArrayLike) -> list[tuple[np.ndarray, str]]:
-    """Every rule as ``(violated mask, message)``; a layout is valid where no mask is true."""
+    """Every rule as ``(violated mask, message)``, the masks broadcastable against the layout; a
+    layout is valid where no mask is true."""
     with np.errstate(divide="ignore", invalid="ignore"):
         return _rules(layout, model, gpus)
 
@@ -213,14 +217,15 @@ def _rules(x: Layout, model: Transformer, gpus: ArrayLike) -> list[tuple[np.ndar
         (~np.isin(x.recompute, [0, 1, 2, 3]), "recompute must be none, selective, full or auto"),
         (~(x.expert_load >= 1), "expert load (busiest expert-parallel rank over the mean) must be >= 1"),
     ]
-    shape = np.broadcast_shapes(*(np.shape(getattr(x, f.name)) for f in fields(Layout)), np.shape(gpus))
-    return [(np.broadcast_to(mask, shape), message) for mask, message in rules]
+    return rules
 
 
 def _uneven_split_broken(x: Layout, layers: int) -> np.ndarray:
     """Where stated first and last stage layers do not leave the other stages an equal whole number
     of layers (at least one each), or leave none when there are no other stages."""
     first_set, last_set = x.first_layers > 0, x.last_layers > 0
+    if not np.any(first_set | last_set):
+        return np.zeros(np.shape(first_set), dtype=bool)
     others = x.pp - first_set - last_set
     rest = layers - x.first_layers - x.last_layers
     per_stage = rest / np.maximum(others, 1)
@@ -231,7 +236,7 @@ def _uneven_split_broken(x: Layout, layers: int) -> np.ndarray:
 def valid(model: Transformer, layout: Layout, gpus: ArrayLike) -> np.ndarray:
     """Mask of valid layouts."""
     problems = layout_problems(model, layout, gpus)
-    broken = np.zeros(np.shape(problems[0][0]), dtype=bool)
+    broken = np.zeros(np.broadcast_shapes(*(np.shape(mask) for mask, _ in problems)), dtype=bool)
     for mask, _ in problems:
         broken |= mask
     return ~broken

@@ -79,9 +79,10 @@ def stage_parameters(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndar
 def memory_parts(
     model: Transformer, x: Layout, attention_impl: str = "flash", recipe: Precision | None = None
 ) -> dict[str, np.ndarray]:
-    """What a GPU of the largest stage holds independently of the number of micro-batches: model
-    states (weights, gradients, optimizer), one layer's activations for one micro-batch, and the
-    logits of one micro-batch (one set per multi-token prediction module more)."""
+    """What a GPU of the largest stage holds independently of the number of micro-batches: its
+    parameters (:func:`stage_parameters`), model states in bytes (weights, gradients, optimizer), one
+    layer's activations for one micro-batch, and the logits of one micro-batch (one set per
+    multi-token prediction module more)."""
     dense, experts = stage_parameters(model, x)
     shard_dense, shard_experts = x.dp * x.cp, x.expert_dp
 
@@ -97,6 +98,8 @@ def memory_parts(
         np.maximum(per_token - replicated, 0) / x.tp + np.minimum(per_token, replicated),
     )
     return {
+        "dense_parameters": dense,
+        "expert_parameters": experts,
         "weights": sharded(WEIGHT_BYTES, 3),
         "gradients": sharded(GRAD_BYTES, 2),
         "optimizer": sharded(OPTIMIZER_BYTES, 1),

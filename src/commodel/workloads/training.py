@@ -50,7 +50,6 @@ from commodel.workloads.memory import (
     fits,
     memory_parts,
     memory_with_microbatches,
-    stage_parameters,
     usable_memory,
 )
 from commodel.workloads.schema import Transformer
@@ -166,9 +165,11 @@ def per_microbatch(
     logits = gemm(T, model.vocab / x.tp, h, recipe.other)
     logits_s = sum(timed(gpu, k, None)[0] for k in (logits, *gemm_backward(logits)))
     logits_s = logits_s + 3 * T * model.vocab / x.tp * 4 / hbm
-    projection = gemm(T, h / x.tp, 2 * h, recipe.gemm)
-    projection_s = sum(timed(gpu, k, None)[0] for k in (projection, *gemm_backward(projection)))
-    end_s = logits_s + x.mtp * (logits_s + projection_s)
+    end_s = logits_s
+    if np.any(x.mtp > 0):
+        projection = gemm(T, h / x.tp, 2 * h, recipe.gemm)
+        projection_s = sum(timed(gpu, k, None)[0] for k in (projection, *gemm_backward(projection)))
+        end_s = end_s + x.mtp * (logits_s + projection_s)
 
     # Pipeline point-to-point: one activation forward, one gradient backward per micro-batch and chunk;
     # each tensor-parallel rank sends its 1/tp slice (sequence parallelism, or Megatron's scatter-gather).
@@ -181,7 +182,8 @@ def per_microbatch(
     pp_exposed = exposed(strategy, mb_window, p2p_comm, traffic_Bps=2 * p2p_bw, hbm_Bps=hbm, calls=2 * x.vpp)
 
     # Data parallelism and ZeRO.
-    dense, experts = stage_parameters(model, x)
+    memory = memory_parts(model, x, attention_impl, recipe)
+    dense, experts = memory["dense_parameters"], memory["expert_parameters"]
     k_dp = ctas(strategy, domain(fab, dp), in_switch(fab, dp))
     dp_part = partitioned(k_dp)
     grads = dense * size
@@ -215,7 +217,6 @@ def per_microbatch(
     optimizer = local * ADAM_BYTES_PER_PARAM / hbm
 
     # Offloading this layer's activations to CPU memory (what --recompute auto may choose instead).
-    memory = memory_parts(model, x, attention_impl, recipe)
     fwd_share = np.divide(full.fwd_s, full.total_s, out=np.zeros_like(full.total_s), where=full.total_s > 0)
     offload = offload_exposed(
         memory["layer_activations"],
@@ -362,7 +363,7 @@ def _train_step(
     # The bubble: a stage's idle chunks, (pp - 1) / vpp under 1F1B, pp / 2 - 1 under DualPipe.
     layers = model.layers + x.mtp
     idle = np.where(x.dualpipe, x.pp / 2 - 1, (x.pp - 1) / x.vpp)
-    chunk = np.where(x.dualpipe, dualpipe_chunk(p, x, mean, layers), mean)
+    chunk = np.where(x.dualpipe, dualpipe_chunk(p, x, mean, layers), mean) if np.any(x.dualpipe) else mean
     bubble = idle * (chunk + layers / x.pp * p["ep_unpaired_s"])
     # Expert all-to-alls overlapped 1F1B-style hide only where a forward and a backward pair up: not
     # in the pipeline's warm-up and cool-down (its bubble, and pp - 1 of the stage's own micro-batches;
