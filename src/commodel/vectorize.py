@@ -22,16 +22,20 @@ MIN_POINTS = 256
 def _inverse(flat: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(first index of each distinct row, row -> distinct-row index) for columns ``flat``.
 
-    Hash-based (pandas.factorize), linear in the number of rows: each column is coded, the codes are
-    combined into one integer per row, and that integer is coded again.
+    Hash-based (pandas.factorize), linear in the number of rows: each column that holds more than one
+    value is coded, the codes are combined into one integer per row, and that integer is coded again.
     """
     import pandas as pd
 
     codes, sizes = [], []
     for column in flat:
+        if column.strides == (0,) or (column == column[0]).all():  # one value: nothing to tell apart
+            continue
         code, values = pd.factorize(column)
         codes.append(code)
         sizes.append(len(values))
+    if not codes:
+        return np.zeros(1, dtype=np.int64), np.zeros(len(flat[0]), dtype=np.int64)
     if np.prod(np.asarray(sizes, dtype=float)) < 2**62:
         combined = np.ravel_multi_index(codes, sizes)
     else:  # too many combinations for one integer: code pairs of columns step by step

@@ -135,17 +135,15 @@ def stage_split(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndarray, 
     stated, as evenly as they go: ``ceil(L / pp)`` on the busiest stages, ``floor(L / pp)`` on the
     last (equal where pp divides the layers). One stage holds every layer."""
     layers = float(model.layers)
-    even, last = np.ceil(layers / x.pp), np.floor(layers / x.pp)
-    first = middle = even
+    even, last = np.ceil(layers / x.pp), np.floor(layers / x.pp)  # both L where pp is 1
     first_set, last_set = x.first_layers > 0, x.last_layers > 0
-    if np.any(first_set | last_set):
-        stated = first_set | last_set
-        rest = np.maximum(x.pp - first_set - last_set, 1)
-        middle = np.where(stated, (layers - x.first_layers - x.last_layers) / rest, even)
-        first = np.where(first_set, x.first_layers, middle)
-        last = np.where(last_set, x.last_layers, np.where(stated, middle, last))
-    single = x.pp == 1
-    return (np.where(single, layers, first), np.where(single, layers, middle), np.where(single, layers, last))
+    stated = first_set | last_set  # never where pp is 1 (a layout rule)
+    if not np.any(stated):
+        return even, even, last
+    rest = np.maximum(x.pp - first_set - last_set, 1)
+    middle = np.where(stated, (layers - x.first_layers - x.last_layers) / rest, even)
+    first = np.where(first_set, x.first_layers, middle)
+    return first, middle, np.where(last_set, x.last_layers, np.where(stated, middle, last))
 
 
 def recompute_code(name: str) -> int:

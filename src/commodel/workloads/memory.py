@@ -33,24 +33,26 @@ RESERVED_FRACTION = 0.10
 REPLICATED_WITHOUT_SP = 10.0
 
 
-def _stage_loads(model: Transformer, x: Layout) -> list[tuple[np.ndarray, ...]]:
+def _stage_loads(
+    model: Transformer, x: Layout, split: tuple[np.ndarray, ...] | None = None
+) -> list[tuple[np.ndarray, ...]]:
     """What the GPUs of each kind of pipeline position hold, as (valid, layers, tables, end) per
     kind: the first stage, a middle stage (the second: the most micro-batches in flight of the middle
     ones) and the last (with the multi-token prediction modules' layers) under 1F1B; under DualPipe
     the GPU with the first and last stage and one with two middle stages (layers at the two stages'
     mean: a micro-batch in flight is one stage's). ``tables``: vocabulary-sized weight matrices held
     (the embedding, the output layer; one where they are tied and one GPU holds both); ``end``: 1
-    where the position holds the logits and the multi-token prediction modules' projections."""
-    first, middle, last = stage_split(model, x)
+    where the position holds the logits and the multi-token prediction modules' projections.
+    ``split``: :func:`stage_split`'s result, where the caller has it."""
+    first, middle, last = stage_split(model, x) if split is None else split
     last = last + x.mtp
-    one = np.ones_like(first)
-    both_tables = (1 if model.tied_embeddings else 2) * one
+    both_tables = 1 if model.tied_embeddings else 2
     dual = x.dualpipe
     return [
-        (~dual & (x.pp > 1), first, one, 0 * one),
-        (x.pp > 2, middle, 0 * one, 0 * one),
-        (~dual, last, np.where(x.pp == 1, both_tables, one), one),
-        (dual, (first + last) / 2, both_tables, one),
+        (~dual & (x.pp > 1), first, 1, 0),
+        (x.pp > 2, middle, 0, 0),
+        (~dual, last, np.where(x.pp == 1, both_tables, 1), 1),
+        (dual, (first + last) / 2, both_tables, 1),
     ]
 
 
@@ -109,31 +111,37 @@ def memory_parts(
 
 
 def memory_with_microbatches(
-    parts: dict[str, np.ndarray], model: Transformer, x: Layout
+    parts: dict[str, np.ndarray], model: Transformer, x: Layout, split: tuple[np.ndarray, ...] | None = None
 ) -> dict[str, np.ndarray]:
     """Bytes per GPU by kind, and ``total``, at the pipeline position that needs the most: a stage's
     layers times its micro-batches in flight (``min(m, pp - i)`` on stage i under 1F1B, interleaving
     ``1 + (pp - 1) / (pp vpp)`` times more; ``min(m, pp + 1)`` under DualPipe), and on the end stage
     the logits of one micro-batch (which the last stage holds with a single micro-batch in flight).
     The model states are the largest stage's (:func:`stage_parameters`): where that is not the stage
-    with the most activations, the total is an upper bound."""
+    with the most activations, the total is an upper bound. ``split``: as :func:`_stage_loads`."""
     m = x.microbatches
     interleave = np.where(x.vpp > 1, 1 + (x.pp - 1) / (x.pp * x.vpp), 1.0)
     dual_flight = np.minimum(m, x.pp + 1)
     in_flight = [
         np.minimum(m, x.pp) * interleave,
         np.where(x.dualpipe, dual_flight, np.minimum(m, x.pp - 1) * interleave),
-        np.ones_like(m),
+        1.0,
         dual_flight,
     ]
-    peak = activations = logits = np.zeros(np.shape(m))
-    for (valid, layers, _, end), flight in zip(_stage_loads(model, x), in_flight, strict=True):
-        held = layers * parts["layer_activations"] * flight
-        total = held + end * parts["logits"]
-        larger = valid & (total > peak)
-        peak = np.where(larger, total, peak)
-        activations = np.where(larger, held, activations)
-        logits = np.where(larger, end * parts["logits"], logits)
+    # The positions without the logits (the first and middle stages) against those with them.
+    loads = _stage_loads(model, x, split)
+    layer = parts["layer_activations"]
+    held = [
+        (end, valid * layers * layer * flight)
+        for (valid, layers, _, end), flight in zip(loads, in_flight, strict=True)
+    ]
+    inner = [h for end, h in held if not end]
+    ends = [h for end, h in held if end]
+    inner_peak = np.maximum(*inner)
+    end_held = ends[0] + ends[1]  # one of the two is valid: 1F1B's last stage, or DualPipe's end GPU
+    end_wins = end_held + parts["logits"] >= inner_peak
+    activations = np.where(end_wins, end_held, inner_peak)
+    logits = np.where(end_wins, parts["logits"], 0.0)
     states = parts["weights"] + parts["gradients"] + parts["optimizer"]
     return {
         "weights": parts["weights"],

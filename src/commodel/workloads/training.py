@@ -13,7 +13,7 @@ model; it derives nothing of its own but the schedule:
   balanced; activations and gradients cross stage boundaries as point-to-point sends. **DualPipe**
   (DeepSeek-AI 2024): each GPU holds stage i and stage pp - 1 - i, two pipelines run in opposite
   directions with half the micro-batches each, and the bubble is ``(pp/2 - 1)(F&B + B - 3W)``
-  (:func:`dualpipe_chunk`); the two copies of the weights double a GPU's model state and gradient
+  (DeepSeek-V3 report, Table 2; W: the weight-gradient GEMMs the schedule defers); the two copies of the weights double a GPU's model state and gradient
   traffic, and ``pp + 1`` micro-batches' activations are in flight. The warm-up and cool-down that
   pair no forward with a backward are taken as 1F1B's (``pp - 1`` micro-batches; assumed).
 - **Data parallelism**: gradients reduce (allreduce, or reduce-scatter then parameter allgather with
@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from numpy.typing import ArrayLike
 
 from commodel.comm.fabric import Fabric, fabric_of
 from commodel.compute.kernels import gemm, gemm_backward
@@ -183,7 +182,7 @@ def per_microbatch(
 
     # Data parallelism and ZeRO.
     memory = memory_parts(model, x, attention_impl, recipe)
-    dense, experts = memory["dense_parameters"], memory["expert_parameters"]
+    dense, experts = memory.pop("dense_parameters"), memory.pop("expert_parameters")
     k_dp = ctas(strategy, domain(fab, dp), in_switch(fab, dp))
     dp_part = partitioned(k_dp)
     grads = dense * size
@@ -228,8 +227,10 @@ def per_microbatch(
     return {
         "layer_s": layer_time,
         "layer_compute_s": full.total_s,
-        "layer_fwd_s": full.fwd_s,
-        "layer_wgrad_s": full.wgrad_s,
+        # DualPipe's idle chunk is F&B + B - 3W (DeepSeek-V3 report, Table 2): F&B, a forward and a
+        # backward chunk overlapped, as long as the two; B the full backward (with recomputation); W
+        # the weight-gradient GEMMs, which the schedule defers into the bubble. Per layer, B - 3W:
+        "dualpipe_extra_s": np.maximum(full.bwd_s - 3 * full.wgrad_s, -full.total_s),
         "tp_exposed_s": tp_exposed,
         "cp_exposed_s": cp_exposed,
         "ep_exposed_s": paired,
@@ -306,16 +307,6 @@ def train_step(
     return result
 
 
-def dualpipe_chunk(p: dict[str, np.ndarray], x: Layout, mean: np.ndarray, layers: ArrayLike) -> np.ndarray:
-    """What one of DualPipe's ``pp / 2 - 1`` idle chunks costs (DeepSeek-V3 report, Table 2: bubble
-    ``(pp/2 - 1)(F&B + B - 3W)``) for a stage of ``layers / pp`` layers: F&B, a forward and a backward
-    chunk overlapped, as long as the stage's mean forward and backward ``mean``; B its full backward
-    (with recomputation); W its weight-gradient GEMMs, which the schedule defers into the bubble."""
-    per_stage = layers / x.pp
-    backward = per_stage * (p["layer_compute_s"] - p["layer_fwd_s"])
-    return np.maximum(mean + backward - 3 * per_stage * p["layer_wgrad_s"], 0.0)
-
-
 def _train_step(
     model: Transformer,
     cluster: Cluster,
@@ -347,23 +338,27 @@ def _train_step(
     # micro-batches: the GPUs with the first and the last stage average the two, the others hold two
     # middle stages.
     first, middle, last = stage_split(model, x)
-    end_layers = last + x.mtp
-    dual_ends = (first + end_layers) / 2
-    lead_layers = np.where(x.dualpipe, np.where(x.pp > 2, middle, dual_ends), np.maximum(first, middle))
-    b_layers = np.where(x.dualpipe, dual_ends, end_layers)
-    b_extra = np.where(x.dualpipe, end_s / 2, end_s)
-    stage_a = lead_layers * layer_time + per_mb_exposed
-    stage_b = b_layers * layer_time + b_extra + per_mb_exposed
-    last_is_slowest = (x.pp == 1) | (stage_b >= stage_a)
-    slow_layers = np.where(last_is_slowest, b_layers, lead_layers)
-    slow_logits = np.where(last_is_slowest, b_extra, 0.0)
-    slowest = np.maximum(stage_a, stage_b)
-    mean = ((model.layers + x.mtp) * layer_time + end_s) / x.pp + per_mb_exposed
-    m = x.microbatches
-    # The bubble: a stage's idle chunks, (pp - 1) / vpp under 1F1B, pp / 2 - 1 under DualPipe.
     layers = model.layers + x.mtp
-    idle = np.where(x.dualpipe, x.pp / 2 - 1, (x.pp - 1) / x.vpp)
-    chunk = np.where(x.dualpipe, dualpipe_chunk(p, x, mean, layers), mean) if np.any(x.dualpipe) else mean
+    lead_layers, end_layers, end_extra = np.maximum(first, middle), last + x.mtp, end_s
+    dual = np.any(x.dualpipe)
+    if dual:
+        ends = (first + end_layers) / 2
+        lead_layers = np.where(x.dualpipe, np.where(x.pp > 2, middle, ends), lead_layers)
+        end_layers, end_extra = np.where(x.dualpipe, ends, end_layers), np.where(x.dualpipe, end_s / 2, end_s)
+    stage_a = lead_layers * layer_time + per_mb_exposed
+    stage_b = end_layers * layer_time + end_extra + per_mb_exposed
+    last_is_slowest = (x.pp == 1) | (stage_b >= stage_a)
+    slow_layers = np.where(last_is_slowest, end_layers, lead_layers)
+    slow_logits = np.where(last_is_slowest, end_extra, 0.0)
+    slowest = np.maximum(stage_a, stage_b)
+    mean = (layers * layer_time + end_s) / x.pp + per_mb_exposed
+    m = x.microbatches
+    # The bubble: a stage's idle chunks of (mean) work, (pp - 1) / vpp under 1F1B; under DualPipe
+    # pp / 2 - 1 of F&B + B - 3W (``dualpipe_extra_s`` per layer).
+    idle, chunk = (x.pp - 1) / x.vpp, mean
+    if dual:
+        idle = np.where(x.dualpipe, x.pp / 2 - 1, idle)
+        chunk = np.where(x.dualpipe, mean + layers / x.pp * p["dualpipe_extra_s"], mean)
     bubble = idle * (chunk + layers / x.pp * p["ep_unpaired_s"])
     # Expert all-to-alls overlapped 1F1B-style hide only where a forward and a backward pair up: not
     # in the pipeline's warm-up and cool-down (its bubble, and pp - 1 of the stage's own micro-batches;
@@ -386,7 +381,7 @@ def _train_step(
     model_flops = tokens * model_flops_per_token(model, x.seq, mtp=x.mtp)
     hw_flops = model_flops + tokens * recompute_flops_per_token(model, x.seq, x.recompute)
     gpus = x.gpus
-    memory = memory_with_microbatches(p, model, x)
+    memory = memory_with_microbatches(p, model, x, (first, middle, last))
     result = {
         "step_time_s": step,
         "tokens_per_s": tokens / step,
