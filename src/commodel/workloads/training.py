@@ -307,6 +307,45 @@ def train_step(
     return result
 
 
+def _schedule(
+    model: Transformer, x: Layout, p: dict[str, np.ndarray], split: tuple[np.ndarray, ...]
+) -> tuple[np.ndarray, ...]:
+    """The pipeline schedule of a step, from :func:`per_microbatch`'s times ``p`` and the stages'
+    layers ``split`` (:func:`stage_split`): the slowest stage's layers and extra work per
+    micro-batch, its time and the mean stage's per micro-batch, and the bubble per step.
+
+    Under 1F1B the slowest is a stage before the last (the most layers) or the last (its layers, the
+    multi-token prediction modules' and the logits). Under DualPipe a GPU holds stage i and stage
+    pp - 1 - i, each for half of the micro-batches: the GPUs with the first and the last stage
+    average the two, the others hold two middle stages. The bubble is a stage's idle chunks of mean
+    work: (pp - 1) / vpp under 1F1B; pp / 2 - 1 under DualPipe, each F&B + B - 3W
+    (``dualpipe_extra_s`` per layer).
+    """
+    first, middle, last = split
+    end_s, per_mb = p["end_s"], p["pp_exposed_s"] + p["z3_exposed_s"]
+    layers = model.layers + x.mtp
+    lead_layers, end_layers, end_extra = np.maximum(first, middle), last + x.mtp, end_s
+    idle, chunk_extra = (x.pp - 1) / x.vpp, 0.0
+    if np.any(x.dualpipe):
+        ends = (first + end_layers) / 2
+        lead_layers = np.where(x.dualpipe, np.where(x.pp > 2, middle, ends), lead_layers)
+        end_layers, end_extra = np.where(x.dualpipe, ends, end_layers), np.where(x.dualpipe, end_s / 2, end_s)
+        idle = np.where(x.dualpipe, x.pp / 2 - 1, idle)
+        chunk_extra = np.where(x.dualpipe, p["dualpipe_extra_s"], 0.0)
+    stage_a = lead_layers * p["layer_s"] + per_mb
+    stage_b = end_layers * p["layer_s"] + end_extra + per_mb
+    last_is_slowest = (x.pp == 1) | (stage_b >= stage_a)
+    mean = (layers * p["layer_s"] + end_s) / x.pp + per_mb
+    bubble = idle * (mean + layers / x.pp * (chunk_extra + p["ep_unpaired_s"]))
+    return (
+        np.where(last_is_slowest, end_layers, lead_layers),
+        np.where(last_is_slowest, end_extra, 0.0),
+        np.maximum(stage_a, stage_b),
+        mean,
+        bubble,
+    )
+
+
 def _train_step(
     model: Transformer,
     cluster: Cluster,
@@ -327,45 +366,17 @@ def _train_step(
 
     p = on_unique(priced, *(getattr(x, name) for name in MICROBATCH_FIELDS))
     gpu = cluster.gpu
-    layer_time, end_s = p["layer_s"], p["end_s"]
     pp_exposed, z3_exposed = p["pp_exposed_s"], p["z3_exposed_s"]
-    per_mb_exposed = pp_exposed + z3_exposed
     dp_exposed, optimizer = p["dp_exposed_s"], p["optimizer_s"]
-
-    # Pipeline schedule: the slowest stage per micro-batch, against the mean. Under 1F1B a stage
-    # before the last (the most layers) or the last (its layers, the multi-token prediction modules'
-    # and the logits). Under DualPipe a GPU holds stage i and stage pp - 1 - i, each for half of the
-    # micro-batches: the GPUs with the first and the last stage average the two, the others hold two
-    # middle stages.
-    first, middle, last = stage_split(model, x)
-    layers = model.layers + x.mtp
-    lead_layers, end_layers, end_extra = np.maximum(first, middle), last + x.mtp, end_s
-    dual = np.any(x.dualpipe)
-    if dual:
-        ends = (first + end_layers) / 2
-        lead_layers = np.where(x.dualpipe, np.where(x.pp > 2, middle, ends), lead_layers)
-        end_layers, end_extra = np.where(x.dualpipe, ends, end_layers), np.where(x.dualpipe, end_s / 2, end_s)
-    stage_a = lead_layers * layer_time + per_mb_exposed
-    stage_b = end_layers * layer_time + end_extra + per_mb_exposed
-    last_is_slowest = (x.pp == 1) | (stage_b >= stage_a)
-    slow_layers = np.where(last_is_slowest, end_layers, lead_layers)
-    slow_logits = np.where(last_is_slowest, end_extra, 0.0)
-    slowest = np.maximum(stage_a, stage_b)
-    mean = (layers * layer_time + end_s) / x.pp + per_mb_exposed
+    split = stage_split(model, x)
+    slow_layers, slow_extra, slowest, mean, bubble = _schedule(model, x, p, split)
     m = x.microbatches
-    # The bubble: a stage's idle chunks of (mean) work, (pp - 1) / vpp under 1F1B; under DualPipe
-    # pp / 2 - 1 of F&B + B - 3W (``dualpipe_extra_s`` per layer).
-    idle, chunk = (x.pp - 1) / x.vpp, mean
-    if dual:
-        idle = np.where(x.dualpipe, x.pp / 2 - 1, idle)
-        chunk = np.where(x.dualpipe, mean + layers / x.pp * p["dualpipe_extra_s"], mean)
-    bubble = idle * (chunk + layers / x.pp * p["ep_unpaired_s"])
     # Expert all-to-alls overlapped 1F1B-style hide only where a forward and a backward pair up: not
     # in the pipeline's warm-up and cool-down (its bubble, and pp - 1 of the stage's own micro-batches;
     # without pipelining the first forward and the last backward).
     unpaired = np.minimum(np.maximum(x.pp - 1, 1), m) * slow_layers * p["ep_unpaired_s"]
     parts = {
-        "compute": m * (slow_layers * p["layer_compute_s"] + slow_logits),
+        "compute": m * (slow_layers * p["layer_compute_s"] + slow_extra),
         "tp_comm": m * slow_layers * p["tp_exposed_s"],
         "cp_comm": m * slow_layers * p["cp_exposed_s"],
         "ep_comm": m * slow_layers * p["ep_exposed_s"] + unpaired,
@@ -381,7 +392,7 @@ def _train_step(
     model_flops = tokens * model_flops_per_token(model, x.seq, mtp=x.mtp)
     hw_flops = model_flops + tokens * recompute_flops_per_token(model, x.seq, x.recompute)
     gpus = x.gpus
-    memory = memory_with_microbatches(p, model, x, (first, middle, last))
+    memory = memory_with_microbatches(p, model, x, split)
     result = {
         "step_time_s": step,
         "tokens_per_s": tokens / step,
