@@ -77,3 +77,16 @@ def test_recompute_auto_is_refused_across_node_groups():
     assert train(**job, recompute="full")["fits"]
     with pytest.raises(CommodelError, match="recompute auto needs one kind of node"):
         train(**job, recompute="auto")
+
+
+@pytest.mark.parametrize(
+    "changes", [{"vpp": 2}, {"dualpipe": True}, {"last_layers": 8}, {"mtp": 1}], ids=lambda c: next(iter(c))
+)
+def test_schedules_and_stage_splits_of_one_kind_of_node_are_refused_across_node_groups(changes):
+    """Interleaving, DualPipe, stated first and last stages and multi-token prediction are priced for
+    one kind of node; across node groups the layers per stage are given or balanced instead."""
+    from commodel.errors import CommodelError
+
+    x = make_layout(tp=1, pp=2, dp=8, global_batch=256, seq=4096, **changes)
+    with pytest.raises(CommodelError, match="across node groups"):
+        tokens_per_s(MIXED, x)

@@ -87,11 +87,6 @@ class Layout:
         return self.tp * self.cp * self.dp / (self.expert_tp * self.ep)
 
     @property
-    def holds_both_ends(self) -> np.ndarray:
-        """Whether one GPU holds the first and the last pipeline stage (no pipeline, or DualPipe)."""
-        return (self.pp == 1) | self.dualpipe
-
-    @property
     def tokens(self) -> np.ndarray:
         """Tokens per micro-batch on one GPU: micro batch x seq / cp."""
         return self.micro_batch * self.seq / self.cp

@@ -5,10 +5,11 @@ ZeRO stages): 2 B of weights per parameter (BF16; under FP8 the primary weights 
 column-wise copies, ``fp8_param_gather``), 2 B of BF16 gradient buffer (``grad_reduce_in_fp32`` off),
 12 B of fp32 master weights, momentum and variance; ZeRO stage 1 (the distributed optimizer) shards
 the optimizer state, 2 also the gradients, 3 (FSDP) also the weights, over the dp x cp ranks (expert
-parameters, split etp x ep ways, over their tp x cp x dp / (etp x ep) replicas). Activations follow :func:`activation_bytes_per_token`; 1F1B keeps
-``min(m, pp - i)`` micro-batches in flight on stage i, interleaving ``1 + (pp - 1) / (pp vpp)``
-times more (Narayanan et al. 2021), each stage its own layers (:func:`stage_split`). The last stage
-also holds fp32 logits of one micro-batch, and the multi-token prediction modules. DualPipe
+parameters, split etp x ep ways, over their tp x cp x dp / (etp x ep) replicas). Activations follow
+:func:`activation_bytes_per_token`; 1F1B keeps ``min(m, pp - i)`` micro-batches in flight on stage
+i, interleaving ``1 + (pp - 1) / (pp vpp)`` times more (Narayanan et al. 2021), each stage its own
+layers (:func:`stage_split`). The last stage also holds fp32 logits of one micro-batch, and the
+multi-token prediction modules. DualPipe
 (DeepSeek-V3 report, Table 2) puts two stages on every GPU (stage i and stage pp - 1 - i: twice the
 parameters, and the first GPU holds the embedding, the output layer and the logits) and keeps
 ``min(m, pp + 1)`` micro-batches' activations in flight.

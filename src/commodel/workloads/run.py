@@ -84,10 +84,10 @@ def _lighter_last_stage(
     best = int(np.argmin(step))
     if not step[best] < (1 - GAIN_WORTH_A_NOTE) * float(row.step_time_s):
         return ""
+    now = float(row.step_time_s)
     return (
         f"the last stage sets the pace ({100 * float(row.stage_imbalance):.0f}% above the mean): "
-        f"--last-stage-layers {choices[best]} balances it ({float(row.step_time_s):.4g} -> {step[best]:.4g} s "
-        "per step)"
+        f"--last-stage-layers {choices[best]} balances it ({now:.4g} -> {step[best]:.4g} s per step)"
     )
 
 

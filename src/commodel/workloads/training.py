@@ -10,12 +10,15 @@ model; it derives nothing of its own but the schedule:
   of K and V, each exposed according to the overlap strategy.
 - **Pipeline** (1F1B, optionally interleaved with ``vpp`` virtual stages, Narayanan et al. 2021):
   ``m x t_slowest + (pp - 1) / vpp x t_mean``; bubble fraction ``(pp - 1) / (vpp m + pp - 1)`` when
-  balanced; activations and gradients cross stage boundaries as point-to-point sends. **DualPipe**
-  (DeepSeek-AI 2024): each GPU holds stage i and stage pp - 1 - i, two pipelines run in opposite
-  directions with half the micro-batches each, and the bubble is ``(pp/2 - 1)(F&B + B - 3W)``
-  (DeepSeek-V3 report, Table 2; W: the weight-gradient GEMMs the schedule defers); the two copies of the weights double a GPU's model state and gradient
-  traffic, and ``pp + 1`` micro-batches' activations are in flight. The warm-up and cool-down that
-  pair no forward with a backward are taken as 1F1B's (``pp - 1`` micro-batches; assumed).
+  balanced; activations and gradients cross stage boundaries as point-to-point sends; the first and
+  last stages' layers as stated (:func:`commodel.workloads.layout.stage_split`), the last with the
+  logits and any multi-token prediction modules. **DualPipe** (DeepSeek-AI 2024): each GPU holds
+  stage i and stage pp - 1 - i, two pipelines run in opposite directions with half the micro-batches
+  each, and the bubble is ``(pp/2 - 1)(F&B + B - 3W)`` (DeepSeek-V3 report, Table 2; W: the
+  weight-gradient GEMMs the schedule defers); the two copies of the weights double a GPU's model
+  state and gradient traffic, and ``pp + 1`` micro-batches' activations are in flight. The warm-up
+  and cool-down that pair no forward with a backward are taken as 1F1B's (``pp - 1`` micro-batches;
+  assumed).
 - **Data parallelism**: gradients reduce (allreduce, or reduce-scatter then parameter allgather with
   ZeRO >= 1) behind the last micro-batch's backward; ZeRO-3 gathers parameters every micro-batch.
 - **Optimizer**: Adam reads and writes :data:`ADAM_BYTES_PER_PARAM` bytes per local parameter.
