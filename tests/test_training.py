@@ -368,23 +368,33 @@ def test_an_alias_is_the_same_architecture():
         train(model="llama3.1-405", **job)
 
 
-def test_a_batch_prices_every_layout_as_it_would_alone():
-    """Sharing sub-results between layouts (per distinct micro-batch, collective and layer shape)
-    must not change any number: a batch of layouts equals each layout priced on its own."""
+@pytest.mark.parametrize("name", ["llama3-8b", "qwen3-30b-a3b"])
+def test_a_batch_prices_every_layout_as_it_would_alone(name):
+    """Sharing sub-results between layouts (per distinct micro-batch, collective and layer shape), and
+    skipping what no layout of a batch uses (DualPipe, stated stages, multi-token prediction), must
+    not change any number: a batch of layouts equals each layout priced on its own."""
+    from commodel.workloads.layout import valid
+
     rng = np.random.default_rng(7)
-    n = 400
-    tp, pp = rng.choice([1, 2, 4, 8], n), rng.choice([1, 2, 4], n)
+    n = 600
+    tp, pp, sp = rng.choice([1, 2, 4], n), rng.choice([1, 2, 4], n), rng.random(n) < 0.5
     x = make_layout(
         tp=tp, pp=pp, dp=64 / (tp * pp), micro_batch=rng.choice([1, 2], n), global_batch=rng.choice([256, 512], n),
-        seq=rng.choice([2048, 4096], n), recompute=rng.integers(0, 3, n), sequence_parallel=rng.random(n) < 0.5,
-        zero=rng.integers(0, 4, n),
+        seq=rng.choice([2048, 4096], n), recompute=rng.integers(0, 3, n), sequence_parallel=sp,
+        zero=rng.integers(0, 4, n), dualpipe=rng.random(n) < 0.3, mtp=rng.choice([0, 1], n),
+        last_layers=np.where(rng.random(n) < 0.3, 4, 0), ep=rng.choice([1, 4] if "qwen" in name else [1], n),
+        etp=np.where(sp & (rng.random(n) < 0.5), 1, 0),
     )  # fmt: skip
-    net, c = model("llama3-8b"), cluster("dgx-h100")
-    batch = train_step(net, c, x, strategy="sm-partition")
-    for i in rng.choice(n, 25, replace=False):
-        alone = train_step(net, c, x.select(np.arange(n) == i), strategy="sm-partition")
-        for name, values in alone.items():
-            assert values[0] == pytest.approx(batch[name][i], rel=1e-12), name
+    net, c = model(name), cluster("dgx-h100")
+    x = x.select(valid(net, x, 64))
+    assert x.tp.size > 100 and x.dualpipe.any() and (x.last_layers > 0).any() and (x.mtp > 0).any()
+    batch = train_step(net, c, x, strategy="sm-partition", ep_overlap="1f1b")
+    for i in rng.choice(x.tp.size, 25, replace=False):
+        alone = train_step(
+            net, c, x.select(np.arange(x.tp.size) == i), strategy="sm-partition", ep_overlap="1f1b"
+        )
+        for key, values in alone.items():
+            assert values[0] == pytest.approx(batch[key][i], rel=1e-12), key
 
 
 def test_in_network_overlap_helps_only_where_the_switch_reduces():
