@@ -383,7 +383,7 @@ def test_a_batch_prices_every_layout_as_it_would_alone(name):
         seq=rng.choice([2048, 4096], n), recompute=rng.integers(0, 3, n), sequence_parallel=sp,
         zero=rng.integers(0, 4, n), dualpipe=rng.random(n) < 0.3, mtp=rng.choice([0, 1], n),
         last_layers=np.where(rng.random(n) < 0.3, 4, 0), ep=rng.choice([1, 4] if "qwen" in name else [1], n),
-        etp=np.where(sp & (rng.random(n) < 0.5), 1, 0),
+        etp=np.where(sp & (rng.random(n) < 0.5), 1, 0), fp8_dispatch=rng.random(n) < 0.5,
     )  # fmt: skip
     net, c = model(name), cluster("dgx-h100")
     x = x.select(valid(net, x, 64))
@@ -570,6 +570,18 @@ def test_the_expert_grid_folds_over_the_tensor_parallel_ranks():
     default, explicit, whole = train(**same), train(**same, etp=2), train(**same, etp=1)
     assert default["step_time_s"] == explicit["step_time_s"]
     assert whole["breakdown"]["ep_comm"] < default["breakdown"]["ep_comm"]
+
+
+def test_fp8_dispatch_halves_the_bytes_towards_the_experts_only():
+    """DeepSeek-V3's low-precision communication: the dispatch and the gradient towards the experts in
+    FP8 with per-128 scales (1.03 B per element), the combine and its gradient in BF16: a large,
+    bandwidth-bound expert exchange takes (1 + 1.03 / 2) / 2 = 0.76 of its BF16 time."""
+    base = dict(model="qwen3-30b-a3b", system="dgx-h100", gpus=64, ep=64, global_batch=512, seq=4096)
+    bf16, fp8 = train(**base), train(**base, fp8_dispatch=True)
+    ratio = fp8["breakdown"]["ep_comm"] / bf16["breakdown"]["ep_comm"]
+    assert ratio == pytest.approx((1 + (1 + 4 / 128) / 2) / 2, abs=0.02)
+    dense = dict(model="llama3-8b", system="dgx-h100", gpus=8, global_batch=64)
+    assert train(**dense, fp8_dispatch=True)["step_time_s"] == train(**dense)["step_time_s"]
 
 
 def test_overlapped_expert_all_to_alls_hide_under_another_micro_batch():

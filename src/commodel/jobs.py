@@ -218,6 +218,11 @@ class TrainingJob(Job):
         "memory, the fewest layers that must).",
     )
     sequence_parallel: bool = Field(False, description="Sequence parallelism (with tensor parallelism).")
+    fp8_dispatch: bool = Field(
+        False,
+        description="Send expert inputs, and the gradients towards the experts, in FP8 with per-128 scales "
+        "(DeepSeek-V3; DeepEP); combines stay BF16.",
+    )
     zero: int = Field(1, ge=0, le=3, description="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP).")
     dtype: str = Field("bf16", description="Training precision: bf16, fp16, fp8 (TE current scaling), mxfp8.")
     overlap: str = Field(

@@ -32,7 +32,7 @@ class Layout:
     ``dualpipe``: the DualPipe schedule instead of 1F1B; ``first_layers``, ``last_layers``: layers of
     the first and last pipeline stage (0: an even split, see :func:`stage_split`); ``mtp``:
     multi-token prediction modules (on the last stage); ``etp``: the experts' tensor-parallel size
-    (0: tp, Megatron's default; :attr:`expert_tp`).
+    (0: tp, Megatron's default; :attr:`expert_tp`); ``fp8_dispatch``: expert inputs dispatched in FP8.
     """
 
     tp: np.ndarray
@@ -53,6 +53,7 @@ class Layout:
     last_layers: np.ndarray
     mtp: np.ndarray
     etp: np.ndarray
+    fp8_dispatch: np.ndarray
 
     def select(self, mask: np.ndarray) -> Layout:
         """The layouts where ``mask`` is true (fields broadcast to the mask's shape first)."""
@@ -111,12 +112,13 @@ def make_layout(
     last_layers: ArrayLike = 0,
     mtp: ArrayLike = 0,
     etp: ArrayLike = 0,
+    fp8_dispatch: ArrayLike = False,
 ) -> Layout:
     """Build a :class:`Layout`; ``recompute`` may be a name (none, selective, full) or its code 0-2."""
     if isinstance(recompute, str):
         recompute = recompute_code(recompute)
     values = dict(locals())
-    flags = ("sequence_parallel", "dualpipe")
+    flags = ("sequence_parallel", "dualpipe", "fp8_dispatch")
     arrays = {
         f.name: np.asarray(values[f.name], dtype=bool if f.name in flags else float) for f in fields(Layout)
     }

@@ -54,6 +54,7 @@ from commodel.workloads.memory import (
     memory_with_microbatches,
     usable_memory,
 )
+from commodel.workloads.moe_dispatch import DISPATCH_BYTES
 from commodel.workloads.schema import Transformer
 from commodel.workloads.tensor_parallel import tensor_parallel_exposed
 from commodel.workloads.transformer import (
@@ -132,12 +133,18 @@ def per_microbatch(
     # combine (the backward the reverse).
     moe_share = model.moe_layers / model.layers
     held = dispatched_tokens(T, x.tp, x.sequence_parallel)
-    routed = routed_copies(model, held) * x.busiest_expert_rank * h * size
-    a2a, a2a_bw = collective("alltoall", routed, ep, fab)
-    gathered = np.where(x.sequence_parallel & (x.expert_tp > 1), routed * x.expert_tp, 0.0)
+    routed = routed_copies(model, held) * x.busiest_expert_rank * h  # elements
+    a2a, a2a_bw = collective("alltoall", routed * size, ep, fab)
+    # With FP8 dispatch (DeepSeek-V3 report, section 3.3.2) the all-to-alls towards the experts (the
+    # forward dispatch, the gradient of the combine) carry FP8 with per-128 scales; combines stay BF16.
+    towards = a2a
+    if np.any(x.fp8_dispatch):
+        fp8, _ = collective("alltoall", np.where(x.fp8_dispatch, routed * DISPATCH_BYTES, 0.0), ep, fab)
+        towards = np.where(x.fp8_dispatch, fp8, a2a)
+    gathered = np.where(x.sequence_parallel & (x.expert_tp > 1), routed * size * x.expert_tp, 0.0)
     tp_gather, _ = collective("allgather", gathered, etp, fab)
     tp_scatter, _ = collective("reducescatter", gathered, etp, fab)
-    ep_comm = moe_share * (4 * a2a + 2 * (tp_gather + tp_scatter))
+    ep_comm = moe_share * (2 * (a2a + towards) + 2 * (tp_gather + tp_scatter))
     if strategy == "ideal":
         tp_exposed = np.maximum(tp_comm - full.total_s, 0.0)
         ep_exposed = np.maximum(ep_comm - np.maximum(full.total_s - tp_comm, 0.0), 0.0)
