@@ -384,6 +384,7 @@ def test_a_batch_prices_every_layout_as_it_would_alone(name):
         zero=rng.integers(0, 4, n), dualpipe=rng.random(n) < 0.3, mtp=rng.choice([0, 1], n),
         last_layers=np.where(rng.random(n) < 0.3, 4, 0), ep=rng.choice([1, 4] if "qwen" in name else [1], n),
         etp=np.where(sp & (rng.random(n) < 0.5), 1, 0), fp8_dispatch=rng.random(n) < 0.5,
+        ep_sms=rng.choice([0, 20], n),
     )  # fmt: skip
     net, c = model(name), cluster("dgx-h100")
     x = x.select(valid(net, x, 64))
@@ -582,6 +583,17 @@ def test_fp8_dispatch_halves_the_bytes_towards_the_experts_only():
     assert ratio == pytest.approx((1 + (1 + 4 / 128) / 2) / 2, abs=0.02)
     dense = dict(model="llama3-8b", system="dgx-h100", gpus=8, global_batch=64)
     assert train(**dense, fp8_dispatch=True)["step_time_s"] == train(**dense)["step_time_s"]
+
+
+def test_sms_held_by_the_expert_all_to_all_slow_the_layer_it_overlaps():
+    """Under 1F1B expert overlap the all-to-all kernels hold SMs the paired layer's GEMMs lose: NCCL's
+    CTAs by default (24 on an NVSwitch node), or the SMs stated (DeepEP's 20): more SMs, a slower
+    step where compute sets the pace."""
+    base = dict(model="qwen3-30b-a3b", system="dgx-h100", gpus=8, ep=8, global_batch=256, seq=4096,
+                overlap="sm-partition", ep_overlap="1f1b")  # fmt: skip
+    steps = [train(**base, ep_sms=k)["step_time_s"] for k in (4, 20, 24, 40)]
+    assert steps == sorted(steps) and steps[0] < steps[-1]
+    assert train(**base)["step_time_s"] == steps[2]
 
 
 def test_overlapped_expert_all_to_alls_hide_under_another_micro_batch():

@@ -218,6 +218,12 @@ class TrainingJob(Job):
         "memory, the fewest layers that must).",
     )
     sequence_parallel: bool = Field(False, description="Sequence parallelism (with tensor parallelism).")
+    ep_sms: int | None = Field(
+        None,
+        ge=1,
+        description="SMs the expert all-to-all kernels hold while they overlap compute (--ep-overlap 1f1b): "
+        "DeepEP's (Megatron's --moe-deepep-num-sms, 20 by default; DeepSeek-V3: 20); default: NCCL's CTAs.",
+    )
     fp8_dispatch: bool = Field(
         False,
         description="Send expert inputs, and the gradients towards the experts, in FP8 with per-128 scales "

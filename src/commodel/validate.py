@@ -239,7 +239,8 @@ TRAINING_RUNS: dict[str, Run] = {
     },
     # DeepSeek-V3's pretraining (technical report, sections 3.1-3.3): 2048 H800, pp 16 with DualPipe,
     # ep 64 over 8 nodes, ZeRO-1, no tensor parallelism, FP8 GEMMs, 4K sequences at the final batch of
-    # 15360, one multi-token prediction module, expert inputs dispatched in FP8. DualPipe runs one micro-batch's all-to-alls beside
+    # 15360, one multi-token prediction module, expert inputs dispatched in FP8 by all-to-all kernels on
+    # 20 SMs. DualPipe runs one micro-batch's all-to-alls beside
     # another's compute: the 1F1B expert-parallel overlap is that mechanism, under DualPipe's schedule
     # and bubble. The report does not give its layers per stage; the row takes the split that carries
     # the prediction module and the logits: 4 layers per stage, 1 on the last (assumed). The report's
@@ -264,6 +265,7 @@ TRAINING_RUNS: dict[str, Run] = {
             mtp_layers=1,
             last_stage_layers=1,
             fp8_dispatch=True,
+            ep_sms=20,
         ),
         "tokens_per_s_per_gpu",
     ),

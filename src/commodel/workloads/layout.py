@@ -32,7 +32,8 @@ class Layout:
     ``dualpipe``: the DualPipe schedule instead of 1F1B; ``first_layers``, ``last_layers``: layers of
     the first and last pipeline stage (0: an even split, see :func:`stage_split`); ``mtp``:
     multi-token prediction modules (on the last stage); ``etp``: the experts' tensor-parallel size
-    (0: tp, Megatron's default; :attr:`expert_tp`); ``fp8_dispatch``: expert inputs dispatched in FP8.
+    (0: tp, Megatron's default; :attr:`expert_tp`); ``fp8_dispatch``: expert inputs dispatched in FP8;
+    ``ep_sms``: SMs the expert all-to-all kernels hold (0: the collective library's CTAs).
     """
 
     tp: np.ndarray
@@ -54,6 +55,7 @@ class Layout:
     mtp: np.ndarray
     etp: np.ndarray
     fp8_dispatch: np.ndarray
+    ep_sms: np.ndarray
 
     def select(self, mask: np.ndarray) -> Layout:
         """The layouts where ``mask`` is true (fields broadcast to the mask's shape first)."""
@@ -113,6 +115,7 @@ def make_layout(
     mtp: ArrayLike = 0,
     etp: ArrayLike = 0,
     fp8_dispatch: ArrayLike = False,
+    ep_sms: ArrayLike = 0,
 ) -> Layout:
     """Build a :class:`Layout`; ``recompute`` may be a name (none, selective, full) or its code 0-2."""
     if isinstance(recompute, str):
@@ -203,7 +206,8 @@ def _rules(x: Layout, model: Transformer, gpus: ArrayLike) -> list[tuple[np.ndar
             "expert tp x ep must divide tp x cp x dp (the expert grid folds over the same ranks; with "
             "etp 1, ep may span the tensor-parallel ranks)",
         ),
-        (x.etp < 0, "expert tensor parallelism must be >= 1"),
+        (x.etp < 0, "expert tensor parallelism cannot be negative"),
+        (x.ep_sms < 0, "SMs of the expert all-to-all cannot be negative"),
         (
             (model.moe is not None) & (x.expert_tp < x.tp) & ~x.sequence_parallel,
             "experts with less tensor parallelism than attention need sequence parallelism",

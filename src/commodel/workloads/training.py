@@ -153,8 +153,8 @@ def per_microbatch(
     # With 1F1B overlap the all-to-alls run beside another micro-batch's layer on the SMs they leave;
     # a micro-batch without a partner (pipeline warm-up and cool-down) pays ``ep_unpaired_s`` more.
     paired = ep_exposed
-    if ep_overlap == "1f1b":
-        ep_part = partitioned(ctas(strategy, domain(fab, ep)))
+    if ep_overlap == "1f1b":  # the all-to-all kernels hold the library's CTAs, or the SMs stated
+        ep_part = partitioned(np.where(x.ep_sms > 0, x.ep_sms, ctas(strategy, domain(fab, ep))))
         ep_kw = {"traffic_Bps": 2 * a2a_bw, "hbm_Bps": hbm, "calls": 4 * moe_share}
         paired = np.minimum(exposed(strategy, window(full, ep_part, "both"), ep_comm, **ep_kw), ep_exposed)
     # Context parallelism: ring attention exchanges K and V (cp - 1 steps), dK and dV backward.
