@@ -93,14 +93,14 @@ def tensor_parallel_exposed(
     x: Layout,
     hbm: float,
     units: float,
-    pairs: float = 2.0,
+    pairs: float,
 ) -> np.ndarray:
     """Exposed tensor-parallel communication of one layer and micro-batch (all passes).
 
     Per pass, ``pairs`` reductions (reduce-scatter with sequence parallelism, else allreduce) follow
     their producer GEMMs, and with sequence parallelism ``pairs`` allgathers precede their consumer
-    GEMMs (module docstring). Full recomputation repeats the forward pass's communication.
-    ``units``: the GPU's SMs.
+    GEMMs (module docstring; 2 in a dense layer). Full recomputation repeats the forward pass's
+    communication. ``units``: the GPU's SMs.
     """
     if mechanism not in TP_OVERLAP:
         raise unknown("tensor-parallel overlap", mechanism, TP_OVERLAP)
