@@ -190,6 +190,45 @@ def test_a_larger_vocabulary_never_needs_less_memory():
     assert large["total"] > small["total"] and large["activations"] == small["activations"]
 
 
+def test_activations_keep_q_k_and_v_as_wide_as_the_heads_make_them():
+    """Q is heads x d_qk wide, K and V kv_heads x (d_qk + d_v), the attention output heads x d_v:
+    Korthikanti's 2h for Q holds only where heads x d = h. MLA keeps every head's up-projected key and
+    value (DeepSeek-V3: 128 x (192 + 192 + 128) x 2 B) and its two latents."""
+    from commodel.workloads.transformer import activation_bytes_per_token
+
+    llama = model("llama3-70b")  # heads x d = h: Korthikanti's count, GQA's K and V, no dropout
+    h, kv, d, f = llama.hidden, llama.n_kv_heads, llama.d_head, llama.ffn_hidden
+    # attention: norm output, Q, K and V, output; MLP: norm output, FC1 output (2f), activation; norms
+    korthikanti = (2 * h + 2 * h + 4 * kv * d + 2 * h) + (2 * h + 2 * (2 * f) + 2 * f) + 4 * h
+    assert float(activation_bytes_per_token(llama, 0)) == korthikanti
+    oss = model("gpt-oss-120b")  # 64 heads of 64: 4096 wide against a hidden of 2880
+    wider = oss.model_copy(update={"head_dim": 2 * oss.head_dim})
+    gained = activation_bytes_per_token(wider, 0) - activation_bytes_per_token(oss, 0)
+    q_k_v, out = 2 * (oss.heads + 2 * oss.n_kv_heads) * oss.head_dim, 2 * oss.heads * oss.head_dim
+    assert float(gained) == q_k_v + out
+    dsv3 = model("deepseek-v3")
+    mla = dsv3.mla.model_copy(update={"v_head_dim": dsv3.mla.v_head_dim + 64})
+    gained = activation_bytes_per_token(dsv3.model_copy(update={"mla": mla}), 0) - activation_bytes_per_token(
+        dsv3, 0
+    )
+    assert float(gained) == 2 * dsv3.heads * 64 + 2 * dsv3.heads * 64  # V, and the output projection's input
+    latents = dsv3.mla.model_copy(update={"kv_lora_rank": 2 * dsv3.mla.kv_lora_rank})
+    gained = activation_bytes_per_token(
+        dsv3.model_copy(update={"mla": latents}), 0
+    ) - activation_bytes_per_token(dsv3, 0)
+    assert float(gained) == (2 + 2) * dsv3.mla.kv_lora_rank
+
+
+def test_context_parallel_ring_carries_every_heads_key_and_value():
+    """Ring attention passes K and V: for MLA every head's up-projected key (d_qk = 192) and value, so
+    the exchange grows as d_qk + d_v (it once took hidden / heads = 56 for both)."""
+    net = model("deepseek-v3")
+    wide = net.model_copy(update={"mla": net.mla.model_copy(update={"v_head_dim": 320})})
+    x = make_layout(ep=8, cp=4, dp=32, global_batch=256, seq=32768, zero=1)
+    narrow_s, wide_s = (train_step(m, cluster("dgx-h100", 16), x)["cp_comm_s"] for m in (net, wide))
+    assert float(wide_s / narrow_s) == pytest.approx((192 + 320) / (192 + 128), rel=0.01)
+
+
 def test_stage_split_follows_megatrons_first_and_last_stage_layers():
     from commodel.workloads.layout import stage_split
 

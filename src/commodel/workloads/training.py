@@ -58,6 +58,7 @@ from commodel.workloads.moe_dispatch import DISPATCH_BYTES
 from commodel.workloads.schema import Transformer
 from commodel.workloads.tensor_parallel import tensor_parallel_exposed
 from commodel.workloads.transformer import (
+    attention_dims,
     bytes_per,
     dispatched_tokens,
     model_flops_per_token,
@@ -158,7 +159,7 @@ def per_microbatch(
         ep_kw = {"traffic_Bps": 2 * a2a_bw, "hbm_Bps": hbm, "calls": 4 * moe_share}
         paired = np.minimum(exposed(strategy, window(full, ep_part, "both"), ep_comm, **ep_kw), ep_exposed)
     # Context parallelism: ring attention exchanges K and V (cp - 1 steps), dK and dV backward.
-    kv = 2 * T * np.maximum(model.n_kv_heads / x.tp, 1) * model.d_head * size
+    kv = T * np.maximum(model.n_kv_heads / x.tp, 1) * sum(attention_dims(model)) * size
     ring, ring_bw = collective("sendrecv", kv, cp, fab)
     ring = np.where(x.cp > 1, ring, 0.0)
     cp_part = partitioned(np.full_like(T, ctas(strategy, "p2p")))

@@ -327,27 +327,34 @@ def activation_bytes_per_token(
 ) -> np.ndarray:
     """Activation bytes stored per token per layer before tensor/sequence splitting.
 
-    Korthikanti et al. (2022), generalised to GQA, gated MLPs and MoE: the inputs of the four linear
-    layers (attention's norm output, the attention output, the MLP's norm output, or its top_k permuted
-    copies, and the activation output), Q, K and V, the FC1 output, the two norms' inputs, and 1-byte
-    dropout masks where the model uses dropout. Under FP8 the linear layers keep their quantized
-    inputs (1 B) for the backward pass; everything else is BF16 (2 B). Unfused attention adds
-    Korthikanti's ``5 n_h s`` for scores, softmax output and dropout mask.
+    Korthikanti et al. (2022), generalised to GQA, MLA, gated MLPs and MoE: the inputs of the four
+    linear layers (attention's norm output, the attention output, ``heads x d_v`` wide, the MLP's norm
+    output, or its top_k permuted copies, and the activation output), Q, K and V as the fused attention
+    keeps them (``heads x d_qk``, ``kv_heads x (d_qk + d_v)``: for MLA every head's up-projected key and
+    value; Korthikanti's ``2h`` for Q assumes ``heads x d = h``, which gpt-oss and Qwen3 do not have),
+    MLA's query and key-value latents (their norms' inputs and the up-projections' inputs), the FC1
+    output, the two norms' inputs, and 1-byte dropout masks where the model uses dropout. Under FP8
+    the linear layers keep their quantized inputs (1 B) for the backward pass; everything else is
+    BF16 (2 B). Unfused attention adds Korthikanti's ``5 n_h s`` for scores, softmax output and
+    dropout mask.
 
     recompute 0 = none, 1 = selective (Megatron's checkpointed attention core: its inputs Q, K, V are
     kept, and what the core stores itself is dropped: the unfused scores, softmax and dropout mask;
     flash attention stores nothing more than Q, K, V and the output, which other layers hold anyway,
     so selective saves nothing there), 2 = full (keep only the layer input, 2h).
     """
-    h, d = model.hidden, model.d_head
+    h = model.hidden
+    d_qk, d_v = attention_dims(model)
     moe = model.moe
     f = model.ffn_hidden if moe is None else moe.expert_ffn_hidden
     f_up = (2 if model.gated_mlp else 1) * f
     topk = 1 if moe is None else moe.top_k
     linear = 1.0 if recipe is not None and recipe.quantized else 2.0
     mask = 1.0 if model.dropout else 0.0
-    attention_out = linear * h  # input of the output projection
-    qkv = 2 * h + 4 * model.n_kv_heads * d
+    attention_out = linear * model.heads * d_v  # input of the output projection
+    qkv = 2 * (model.heads * d_qk + model.n_kv_heads * (d_qk + d_v))
+    if model.mla is not None:
+        qkv += (2 + linear) * (model.mla.q_lora_rank + model.mla.kv_lora_rank)
     mlp_inputs = linear * (h if moe is None else h + topk * h)  # norm output, and its permuted copies
     attention_part = linear * h + qkv + attention_out + mask * h
     mlp_part = mlp_inputs + topk * (2 * f_up + linear * f) + mask * h
