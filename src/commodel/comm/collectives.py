@@ -228,7 +228,7 @@ def tune(
         cost, results = tuner_cost(op, size_bytes, ranks, nodes, fab, pairs)
     while True:  # price the pairs chosen somewhere; one that cannot run there is never chosen
         best = np.argmin(cost, axis=0)
-        for i in map(int, np.unique(best)):
+        for i in sorted(set(best.ravel().tolist())):
             if i not in results:
                 results[i] = pair_time(op, *pairs[i], size_bytes, ranks, nodes, fab)
         chosen = [_gather(best, results, k) for k in range(3)]

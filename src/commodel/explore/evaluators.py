@@ -102,8 +102,11 @@ def categorical_groups(columns: Mapping[str, Any], keys: list[str]):
         if keys
         else np.zeros(rows_total, int)
     )
-    for code in np.unique(combined):
-        rows = np.flatnonzero(combined == code)
+    groups, group_of_row = np.unique(
+        combined, return_inverse=True
+    )  # (not the bare form: it imports numpy.ma)
+    for g in range(len(groups)):
+        rows = np.flatnonzero(group_of_row == g)
         yield {k: a[rows[0]] for k, a in zip(keys, arrays, strict=True)}, rows
 
 
