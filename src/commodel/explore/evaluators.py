@@ -102,9 +102,8 @@ def categorical_groups(columns: Mapping[str, Any], keys: list[str]):
         if keys
         else np.zeros(rows_total, int)
     )
-    groups, group_of_row = np.unique(
-        combined, return_inverse=True
-    )  # (not the bare form: it imports numpy.ma)
+    # With return_inverse: the bare form imports numpy.ma (numpy 2.4), 13 ms of a first estimate.
+    groups, group_of_row = np.unique(combined, return_inverse=True)
     for g in range(len(groups)):
         rows = np.flatnonzero(group_of_row == g)
         yield {k: a[rows[0]] for k, a in zip(keys, arrays, strict=True)}, rows
