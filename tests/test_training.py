@@ -13,7 +13,7 @@ from commodel.hardware import cluster
 from commodel.overlap import STRATEGIES, Window, window_time
 from commodel.workloads.activation_fit import offload_exposed
 from commodel.workloads.catalog import model, models
-from commodel.workloads.layout import make_layout
+from commodel.workloads.layout import RECOMPUTE_MODULES, make_layout
 from commodel.workloads.memory import memory_per_gpu
 from commodel.workloads.run import train
 from commodel.workloads.training import BREAKDOWN, train_step
@@ -229,6 +229,64 @@ def test_context_parallel_ring_carries_every_heads_key_and_value():
     assert float(wide_s / narrow_s) == pytest.approx((192 + 320) / (192 + 128), rel=0.01)
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_recompute_modules_free_their_outputs_and_run_their_kernels_again(dtype):
+    """Megatron's output-discarding recomputation: ``mla_up_proj`` frees every head's Q, K and V
+    (BF16 under any recipe), ``layernorm`` the two norm outputs (2 x 2h) and ``moe_act`` the experts'
+    activation output (top_k x 2f), where the linear layers hold those outputs (BF16; under FP8 they
+    hold their own quantized copies, so nothing is freed). Each costs its kernels' forward again and
+    nothing where the layer is recomputed in full."""
+    from commodel.compute.precision import precision
+    from commodel.workloads.transformer import activation_bytes_per_token, recompute_flops_per_token
+
+    net = model("deepseek-v3")
+    h, heads, a, k, f = net.hidden, net.heads, net.mla, net.moe.top_k, net.moe.expert_ffn_hidden
+    bf16 = dtype == "bf16"
+    freed = {
+        "mla_up_proj": 2 * heads * (2 * (a.qk_nope_head_dim + a.qk_rope_head_dim) + a.v_head_dim),
+        "layernorm": 4 * h if bf16 else 0,
+        "moe_act": k * 2 * f if bf16 else 0,
+    }
+    stored = activation_bytes_per_token(net, 0, recipe=precision(dtype))
+    for name, saved in freed.items():
+        after = activation_bytes_per_token(net, 0, recipe=precision(dtype), modules=RECOMPUTE_MODULES[name])
+        assert float(stored - after) == saved, name
+    everything = sum(RECOMPUTE_MODULES.values())
+    assert activation_bytes_per_token(net, 2, modules=everything) == activation_bytes_per_token(net, 2)
+
+    x = make_layout(pp=8, ep=32, dp=32, global_batch=512, seq=4096, zero=1)
+    c = cluster("dgx-h100", 32)
+    steps = {
+        m: train_step(net, c, dataclasses.replace(x, recompute_modules=np.asarray(float(m))), dtype)
+        for m in (0, 4, 7)
+    }
+    assert steps[0]["step_time_s"] < steps[4]["step_time_s"] < steps[7]["step_time_s"]
+    assert steps[4]["memory_per_gpu_bytes"] < steps[0]["memory_per_gpu_bytes"]
+    full = dataclasses.replace(x, recompute=np.asarray(2.0))
+    assert (
+        train_step(net, c, dataclasses.replace(full, recompute_modules=np.asarray(7.0)), dtype)["step_time_s"]
+        == train_step(net, c, full, dtype)["step_time_s"]
+    )
+    up = a.q_lora_rank * heads * (a.qk_nope_head_dim + a.qk_rope_head_dim) + a.kv_lora_rank * heads * (
+        a.qk_nope_head_dim + a.v_head_dim
+    )
+    assert float(recompute_flops_per_token(net, 4096, 0, modules=4)) == 2 * net.layers * up
+
+
+def test_recompute_modules_are_checked_against_the_model():
+    with pytest.raises(CommodelError, match="mla_up_proj needs multi-head latent attention"):
+        train(model="llama3-8b", system="dgx-h100", gpus=8, recompute_modules="mla_up_proj")
+    with pytest.raises(CommodelError, match="moe_act needs a mixture-of-experts model"):
+        train(model="llama3-8b", system="dgx-h100", gpus=8, recompute_modules="layernorm,moe_act")
+    with pytest.raises(CommodelError, match=re.escape("did you mean 'moe_act'")):
+        train(model="qwen3-30b-a3b", system="dgx-h100", gpus=8, ep=8, recompute_modules="moe-act")
+    lean = train(model="deepseek-v3", system="hgx-h800", gpus=2048, pp=16, ep=64, global_batch=15360, seq=4096,
+                 dtype="fp8", recompute="auto", recompute_modules="mla_up_proj")  # fmt: skip
+    fat = train(model="deepseek-v3", system="hgx-h800", gpus=2048, pp=16, ep=64, global_batch=15360, seq=4096,
+                dtype="fp8", recompute="auto")  # fmt: skip
+    assert lean["recompute"] != fat["recompute"] and lean["step_time_s"] < fat["step_time_s"]
+
+
 def test_stage_split_follows_megatrons_first_and_last_stage_layers():
     from commodel.workloads.layout import stage_split
 
@@ -423,11 +481,12 @@ def test_a_batch_prices_every_layout_as_it_would_alone(name):
         zero=rng.integers(0, 4, n), dualpipe=rng.random(n) < 0.3, mtp=rng.choice([0, 1], n),
         last_layers=np.where(rng.random(n) < 0.3, 4, 0), ep=rng.choice([1, 4] if "qwen" in name else [1], n),
         etp=np.where(sp & (rng.random(n) < 0.5), 1, 0), fp8_dispatch=rng.random(n) < 0.5,
-        ep_sms=rng.choice([0, 20], n),
+        ep_sms=rng.choice([0, 20], n), recompute_modules=rng.choice([0, 1, 3] if "qwen" in name else [0, 1], n),
     )  # fmt: skip
     net, c = model(name), cluster("dgx-h100")
     x = x.select(valid(net, x, 64))
     assert x.tp.size > 100 and x.dualpipe.any() and (x.last_layers > 0).any() and (x.mtp > 0).any()
+    assert (x.recompute_modules > 0).any()
     batch = train_step(net, c, x, strategy="sm-partition", ep_overlap="1f1b")
     for i in rng.choice(x.tp.size, 25, replace=False):
         alone = train_step(
@@ -463,7 +522,7 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     auto), at least 2,000 valid each, over 10,000 in all, under every tensor-parallel mechanism the
     system supports, with the expert all-to-alls on the critical path or overlapped, under 1F1B or
     DualPipe, with or without a multi-token prediction module and a lighter last stage, with experts
-    split as attention is or whole."""
+    split as attention is or whole, recomputing any of the modules the model has."""
     from commodel.compute import gemm, kernel_time
     from commodel.compute.precision import precision
     from commodel.compute.roofline import peak_flops
@@ -486,6 +545,7 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
         recompute=rng.integers(0, 4, n), sequence_parallel=sp, zero=rng.integers(0, 4, n),
         expert_load=rng.choice([1.0, 1.3, 2.0], n), dualpipe=dualpipe, mtp=rng.choice([0, 0, 1], n),
         last_layers=np.where(lighter_last, 2, 0), etp=np.where(sp & (rng.random(n) < 0.3), 1, 0),
+        recompute_modules=np.bitwise_and(rng.integers(0, 8, n), 1 | 2 * (net.moe is not None) | 4 * (net.mla is not None)),
     )  # fmt: skip
     ok = valid(net, x, gpus)
     assert ok.sum() >= 2000, ok.sum()

@@ -85,6 +85,10 @@ def _choices(kind: str) -> Iterable[str]:
         from commodel.workloads.transformer import ATTENTION_IMPLEMENTATIONS
 
         return ATTENTION_IMPLEMENTATIONS
+    if kind == "recompute module":
+        from commodel.workloads.layout import RECOMPUTE_MODULES
+
+        return RECOMPUTE_MODULES
     if kind == "pipeline schedule":
         from commodel.workloads.layout import SCHEDULES
 
@@ -95,7 +99,10 @@ def _choices(kind: str) -> Iterable[str]:
 
 
 def _names(kind: str, value: str) -> list[str]:
-    """The names a categorical value holds: a system may be node groups (``mi300x-8:2,dgx-h100:2``)."""
+    """The names a categorical value holds: a system may be node groups (``mi300x-8:2,dgx-h100:2``),
+    recompute modules a comma-separated list (``layernorm,mla_up_proj``)."""
+    if kind == "recompute module":
+        return [name.strip() for name in value.split(",") if name.strip()]
     if kind == "system" and ":" in value:
         from commodel.workloads.hetero import parse_node_groups
 
@@ -152,6 +159,7 @@ class TrainingJob(Job):
         "ep_overlap": "expert-parallel overlap",
         "attention": "attention implementation",
         "recompute": "recompute mode",
+        "recompute_modules": "recompute module",
         "schedule": "pipeline schedule",
         "transport": "cross-vendor transport",
         "failures": "failure model",
@@ -216,6 +224,13 @@ class TrainingJob(Job):
         description="Activation recomputation: none, selective (the attention core: saves memory with "
         "unfused attention only), full, or auto (the cheapest way to fit: recompute, or offload to CPU "
         "memory, the fewest layers that must).",
+    )
+    recompute_modules: str = Field(
+        "",
+        description="Parts of every layer not recomputed in full whose outputs are dropped and recomputed "
+        "(Megatron's --recompute-modules, comma-separated; its core_attn is --recompute selective): layernorm, "
+        "moe_act (MoE), mla_up_proj (MLA). "
+        "Under FP8, layernorm and moe_act free nothing (the next linear layer keeps its FP8 copy).",
     )
     sequence_parallel: bool = Field(False, description="Sequence parallelism (with tensor parallelism).")
     ep_sms: int | None = Field(

@@ -25,7 +25,7 @@ from commodel.hardware import HardwareDB, cluster, default_db
 from commodel.jobs import TrainingJob, training_job
 from commodel.resources import resource_dir
 from commodel.workloads.catalog import model as get_model
-from commodel.workloads.layout import RECOMPUTE
+from commodel.workloads.layout import RECOMPUTE, module_bits
 from commodel.workloads.run import train
 from commodel.workloads.transformer import model_flops_per_token, recompute_flops_per_token
 
@@ -240,13 +240,12 @@ TRAINING_RUNS: dict[str, Run] = {
     # DeepSeek-V3's pretraining (technical report, sections 3.1-3.3): 2048 H800, pp 16 with DualPipe,
     # ep 64 over 8 nodes, ZeRO-1, no tensor parallelism, FP8 GEMMs, 4K sequences at the final batch of
     # 15360, one multi-token prediction module, expert inputs dispatched in FP8 by all-to-all kernels on
-    # 20 SMs. DualPipe runs one micro-batch's all-to-alls beside
-    # another's compute: the 1F1B expert-parallel overlap is that mechanism, under DualPipe's schedule
-    # and bubble. The report does not give its layers per stage; the row takes the split that carries
-    # the prediction module and the logits: 4 layers per stage, 1 on the last (assumed). The report's
-    # own memory savings (FP8 activation caching, norm and MLA up-projection recomputation) are not
-    # modelled; recomputation is what this model needs to fit. Node-limited routing (a token reaches
-    # at most 4 nodes) is not modelled.
+    # 20 SMs, the norms and MLA's up-projections recomputed (section 3.3.4). DualPipe runs one
+    # micro-batch's all-to-alls beside another's compute: the 1F1B expert-parallel overlap is that
+    # mechanism, under DualPipe's schedule and bubble. The report does not give its layers per stage;
+    # the row takes the split that carries the prediction module and the logits: 4 layers per stage, 1
+    # on the last (assumed). The report's FP8 activation caching is not modelled; what else this model
+    # needs to fit, auto chooses. Node-limited routing (a token reaches at most 4 nodes) is not modelled.
     "deepseek-v3-h800": Run(
         training_job(
             model="deepseek-v3",
@@ -266,6 +265,7 @@ TRAINING_RUNS: dict[str, Run] = {
             last_stage_layers=1,
             fp8_dispatch=True,
             ep_sms=20,
+            recompute_modules="layernorm,mla_up_proj",
         ),
         "tokens_per_s_per_gpu",
     ),
@@ -301,7 +301,8 @@ def training_metric(run: Run, result: dict) -> float:
     seq = job.seq or net.seq
     flops = model_flops_per_token(net, seq, run.causal)
     if run.metric == "hw_tflops_per_gpu":
-        flops = flops + recompute_flops_per_token(net, seq, RECOMPUTE.index(result["recompute"]), run.causal)
+        code, modules = RECOMPUTE.index(result["recompute"]), module_bits(job.recompute_modules)
+        flops = flops + recompute_flops_per_token(net, seq, code, run.causal, modules)
     tflops = result["tokens_per_s"] / result["gpus"] * flops / 1e12
     if run.metric == "mfu":
         return tflops * 1e12 / peak_flops(default_db().gpu(default_db().system(job.system).gpu), "bf16")

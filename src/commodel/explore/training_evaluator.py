@@ -33,7 +33,14 @@ from commodel.ops.goodput import STATE_BYTES_PER_PARAM, goodput
 from commodel.workloads.catalog import failure_model
 from commodel.workloads.catalog import model as get_model
 from commodel.workloads.hetero import hetero_train_step, is_node_groups, parse_node_groups
-from commodel.workloads.layout import RECOMPUTE, RECOMPUTE_CODES, Layout, layout_problems, make_layout
+from commodel.workloads.layout import (
+    RECOMPUTE,
+    RECOMPUTE_CODES,
+    Layout,
+    layout_problems,
+    make_layout,
+    module_bits,
+)
 from commodel.workloads.schema import Transformer
 from commodel.workloads.training import BREAKDOWN, train_step
 from commodel.workloads.transformer import parameters
@@ -150,6 +157,9 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
         dp = np.where(np.isnan(dp), np.floor(gpus / (tp * pp * cp)), dp)
         seq = np.where(np.isnan(seq), net.seq, seq)
         codes = np.array([RECOMPUTE_CODES[v] for v in np.asarray(columns["recompute"])[rows]], dtype=float)
+        modules = np.array(
+            [module_bits(v) for v in np.asarray(columns["recompute_modules"])[rows]], dtype=float
+        )
         layout = make_layout(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=col("ep"), vpp=col("vpp"), micro_batch=col("micro_batch"),
             global_batch=col("global_batch"), seq=seq, recompute=codes,
@@ -158,6 +168,7 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
             first_layers=np.nan_to_num(col("first_stage_layers")), last_layers=np.nan_to_num(col("last_stage_layers")),
             mtp=col("mtp_layers"), etp=np.nan_to_num(col("etp")),
             fp8_dispatch=np.asarray(columns["fp8_dispatch"])[rows].astype(bool), ep_sms=np.nan_to_num(col("ep_sms")),
+            recompute_modules=modules,
         )  # fmt: skip
         problems += layout_problems(net, layout, gpus)
         stage_layers = np.asarray(columns["stage_layers"])[rows]

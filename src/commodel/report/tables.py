@@ -88,9 +88,11 @@ def training_table(result: dict) -> str:
         if result.get(key, "none") != "none"
     ]
     overlap = result["overlap"] + (f" ({', '.join(mechanisms)})" if mechanisms else "")
+    modules = result.get("recompute_modules", "") if result["recompute"] != "full" else ""
+    recompute = result["recompute"] + (f" (modules {modules})" if modules else "")
     lines = [
         f"{result['model']} on {result['gpus']} GPUs ({where}), {layout}, {result['dtype']}, "
-        f"recompute {result['recompute']}, overlap {overlap}",
+        f"recompute {recompute}, overlap {overlap}",
         f"  step time        {result['step_time_s']:.4g} s",
         f"  throughput       {result['tokens_per_s']:,.0f} tokens/s",
         f"  model TFLOP/s    {result['tflops_per_gpu']:.1f} per GPU (MFU {100 * result['mfu']:.1f}%)",

@@ -165,7 +165,9 @@ def hetero_train_step(
     n_layers = layers[slowest]
     tokens = x.global_batch[0] * x.seq[0]
     model_flops = tokens * model_flops_per_token(model, x.seq[0])
-    hw_flops = model_flops + tokens * recompute_flops_per_token(model, x.seq[0], x.recompute[0])
+    hw_flops = model_flops + tokens * recompute_flops_per_token(
+        model, x.seq[0], x.recompute[0], modules=x.recompute_modules[0]
+    )
     gpus = sum(c.total_gpus for c in groups)
     peak = sum(c.total_gpus * c.gpu.peak_flops[precision(dtype).gemm].value for c in groups) / gpus
     memory = [

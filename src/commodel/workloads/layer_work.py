@@ -23,7 +23,7 @@ from commodel.hardware.cluster import Cluster
 from commodel.hardware.schema import GPU
 from commodel.overlap import Window
 from commodel.vectorize import on_unique
-from commodel.workloads.layout import Layout
+from commodel.workloads.layout import Layout, has_module
 from commodel.workloads.schema import Transformer
 from commodel.workloads.transformer import LayerKernels, layer_kernels
 
@@ -79,11 +79,16 @@ def timed(gpu: GPU, kernel: Kernel, units: ArrayLike | None) -> tuple[np.ndarray
     return time, np.where(r.memory_s >= r.compute_s, time, 0.0), r.memory_s
 
 
-def layer_work(gpu: GPU, lk: LayerKernels, recompute: np.ndarray, units: ArrayLike | None = None) -> Work:
+def layer_work(
+    gpu: GPU, lk: LayerKernels, recompute: np.ndarray, modules: ArrayLike = 0, units: ArrayLike | None = None
+) -> Work:
     """Forward and backward (with recomputation) compute of one layer for one micro-batch.
 
     A GEMM's backward is its input-gradient and weight-gradient GEMMs, flash attention's is
-    :data:`ATTENTION_BACKWARD` times its forward, an elementwise pass's twice its forward.
+    :data:`ATTENTION_BACKWARD` times its forward, an elementwise pass's twice its forward. Full
+    recomputation (``recompute`` 2) runs the forward again, selective (1) the attention core; outside
+    full, each of ``modules`` (:attr:`~commodel.workloads.layout.Layout.recompute_modules`) runs its
+    kernels' forward again.
     """
     fwd = bwd = weights = mem = launches = 0.0
     by_role = {(role, p): 0.0 for role in ("column", "row") for p in ("fwd", "dgrad", "fwd_hbm", "dgrad_hbm")}
@@ -111,7 +116,12 @@ def layer_work(gpu: GPU, lk: LayerKernels, recompute: np.ndarray, units: ArrayLi
         f, m, _ = timed(gpu, kernel, units)
         fwd, bwd = fwd + forward * f, bwd + backward * f
         mem, launches = mem + (forward + backward) * m, launches + forward + backward
-    recompute_s = np.where(recompute == 2, fwd, np.where(recompute == 1, attn, 0.0))
+    remade = 0.0
+    for name, kernels in lk.remade.items():
+        again = has_module(modules, name)
+        if np.any(again):  # priced only where some layout recomputes the module
+            remade = remade + again * sum(count * timed(gpu, kernel, units)[0] for kernel, count in kernels)
+    recompute_s = np.where(recompute == 2, fwd, np.where(recompute == 1, attn, 0.0) + remade)
     return Work(
         fwd,
         bwd + recompute_s,
@@ -153,9 +163,9 @@ def layer_work_of(
 ) -> Work:
     """:func:`layer_work` of every layout in ``x``, computed once per distinct layer shape."""
 
-    def work(T, mb, seq, tp, cp, ep, sp, recompute, load, etp, sms):
+    def work(T, mb, seq, tp, cp, ep, sp, recompute, modules, load, etp, sms):
         lk = layer_kernels(model, T, mb, seq, tp, cp, ep, sp, recipe, attention_impl, load, etp)
-        return layer_work(gpu, lk, recompute, sms)
+        return layer_work(gpu, lk, recompute, modules, sms)
 
     sms = gpu.compute_units.value if units is None else units
     return on_unique(
@@ -168,6 +178,7 @@ def layer_work_of(
         x.ep,
         x.sequence_parallel,
         x.recompute,
+        x.recompute_modules,
         x.busiest_expert_rank,
         x.expert_tp,
         sms,

@@ -19,6 +19,11 @@ from commodel.workloads.schema import Transformer
 RECOMPUTE = ("none", "selective", "full")
 #: Recomputation codes a layout may carry: RECOMPUTE's, and 3 = auto (the least that fits).
 RECOMPUTE_CODES = {**{name: code for code, name in enumerate(RECOMPUTE)}, "auto": 3}
+#: Megatron-Core's output-discarding recomputations (``--recompute-modules``), each a bit of
+#: ``Layout.recompute_modules``: the two norms, the MoE experts' activation function, MLA's query and
+#: key-value up-projections (with their RoPE). Their outputs are dropped after use and recomputed for
+#: the backward pass.
+RECOMPUTE_MODULES = {"layernorm": 1, "moe_act": 2, "mla_up_proj": 4}
 #: Pipeline schedules: 1F1B (interleaved with vpp > 1; Narayanan et al. 2021) and DualPipe
 #: (DeepSeek-AI 2024, the DeepSeek-V3 report's section 3.2.1).
 SCHEDULES = ("1f1b", "dualpipe")
@@ -33,7 +38,9 @@ class Layout:
     the first and last pipeline stage (0: an even split, see :func:`stage_split`); ``mtp``:
     multi-token prediction modules (on the last stage); ``etp``: the experts' tensor-parallel size
     (0: tp, Megatron's default; :attr:`expert_tp`); ``fp8_dispatch``: expert inputs dispatched in FP8;
-    ``ep_sms``: SMs the expert all-to-all kernels hold (0: the collective library's CTAs).
+    ``ep_sms``: SMs the expert all-to-all kernels hold (0: the collective library's CTAs);
+    ``recompute_modules``: the sum of the :data:`RECOMPUTE_MODULES` bits recomputed in every layer
+    that ``recompute`` does not recompute in full.
     """
 
     tp: np.ndarray
@@ -56,6 +63,7 @@ class Layout:
     etp: np.ndarray
     fp8_dispatch: np.ndarray
     ep_sms: np.ndarray
+    recompute_modules: np.ndarray
 
     def select(self, mask: np.ndarray) -> Layout:
         """The layouts where ``mask`` is true (fields broadcast to the mask's shape first)."""
@@ -116,10 +124,14 @@ def make_layout(
     etp: ArrayLike = 0,
     fp8_dispatch: ArrayLike = False,
     ep_sms: ArrayLike = 0,
+    recompute_modules: ArrayLike = 0,
 ) -> Layout:
-    """Build a :class:`Layout`; ``recompute`` may be a name (none, selective, full) or its code 0-2."""
+    """Build a :class:`Layout`; ``recompute`` may be a name (none, selective, full) or its code 0-2,
+    ``recompute_modules`` names (``layernorm,mla_up_proj``) or their bits."""
     if isinstance(recompute, str):
         recompute = recompute_code(recompute)
+    if isinstance(recompute_modules, str):
+        recompute_modules = module_bits(recompute_modules)
     values = dict(locals())
     flags = ("sequence_parallel", "dualpipe", "fp8_dispatch")
     arrays = {
@@ -152,6 +164,26 @@ def recompute_code(name: str) -> int:
 
         raise unknown("recompute mode", name, RECOMPUTE_CODES)
     return RECOMPUTE_CODES[name]
+
+
+def module_bits(names: str) -> int:
+    """The :data:`RECOMPUTE_MODULES` bits of comma-separated module names ("" for none)."""
+    bits = 0
+    for name in filter(None, (n.strip() for n in names.split(","))):
+        if name not in RECOMPUTE_MODULES:
+            from commodel.errors import unknown
+
+            raise unknown("recompute module", name, RECOMPUTE_MODULES)
+        bits |= RECOMPUTE_MODULES[name]
+    return bits
+
+
+def has_module(bits: ArrayLike, module: str) -> np.ndarray:
+    """Where ``bits`` (:attr:`Layout.recompute_modules`) include ``module``."""
+    bits = np.asarray(bits, dtype=float)
+    if not bits.any():  # the common case, without the arithmetic
+        return np.zeros(bits.shape, dtype=bool)
+    return np.floor(bits / RECOMPUTE_MODULES[module]) % 2 == 1
 
 
 def layout_problems(model: Transformer, layout: Layout, gpus: ArrayLike) -> list[tuple[np.ndarray, str]]:
@@ -216,6 +248,21 @@ def _rules(x: Layout, model: Transformer, gpus: ArrayLike) -> list[tuple[np.ndar
         (~np.isin(x.recompute, [0, 1, 2, 3]), "recompute must be none, selective, full or auto"),
         (~(x.expert_load >= 1), "expert load (busiest expert-parallel rank over the mean) must be >= 1"),
     ]
+    if np.any(x.recompute_modules):  # checked only where some layout recomputes modules
+        rules += [
+            (
+                ~np.isin(x.recompute_modules, np.arange(2 * max(RECOMPUTE_MODULES.values()))),
+                f"recompute modules must be some of {', '.join(RECOMPUTE_MODULES)}",
+            ),
+            (
+                (model.moe is None) & has_module(x.recompute_modules, "moe_act"),
+                "recompute module moe_act needs a mixture-of-experts model",
+            ),
+            (
+                (model.mla is None) & has_module(x.recompute_modules, "mla_up_proj"),
+                "recompute module mla_up_proj needs multi-head latent attention (MLA)",
+            ),
+        ]
     return rules
 
 

@@ -93,7 +93,9 @@ def memory_parts(
         on = x.zero >= from_stage
         return per_param * (dense / np.where(on, shard_dense, 1) + experts / np.where(on, shard_experts, 1))
 
-    per_token = activation_bytes_per_token(model, x.recompute, x.seq / x.cp, attention_impl, recipe)
+    per_token = activation_bytes_per_token(
+        model, x.recompute, x.seq / x.cp, attention_impl, recipe, x.recompute_modules
+    )
     replicated = REPLICATED_WITHOUT_SP * model.hidden
     split = np.where(
         x.sequence_parallel,

@@ -156,6 +156,7 @@ def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
         "tp_overlap": job.tp_overlap,
         "ep_overlap": job.ep_overlap,
         "recompute": str(row.recompute_used),
+        "recompute_modules": job.recompute_modules,
         **step,
         "fits": bool(row.fits),
         "node_power_kW": float(row.node_power_kW),

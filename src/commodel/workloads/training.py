@@ -401,7 +401,9 @@ def _train_step(
 
     tokens = x.global_batch * x.seq
     model_flops = tokens * model_flops_per_token(model, x.seq, mtp=x.mtp)
-    hw_flops = model_flops + tokens * recompute_flops_per_token(model, x.seq, x.recompute)
+    hw_flops = model_flops + tokens * recompute_flops_per_token(
+        model, x.seq, x.recompute, modules=x.recompute_modules
+    )
     gpus = x.gpus
     memory = memory_with_microbatches(p, model, x, split)
     result = {

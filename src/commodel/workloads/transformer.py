@@ -31,6 +31,7 @@ from commodel.compute.kernels import (
 )
 from commodel.compute.precision import Precision
 from commodel.errors import pick, unknown
+from commodel.workloads.layout import has_module
 from commodel.workloads.schema import Transformer
 
 #: Flash attention (fused, scores stay on chip) or the unfused QK^T / softmax / dropout / PV sequence.
@@ -135,15 +136,23 @@ def model_flops_per_token(
 
 
 def recompute_flops_per_token(
-    model: Transformer, seq: ArrayLike, recompute: ArrayLike, causal: bool = True
+    model: Transformer, seq: ArrayLike, recompute: ArrayLike, causal: bool = True, modules: ArrayLike = 0
 ) -> np.ndarray:
     """Extra forward FLOPs per token of activation recomputation: 0 = none, 1 = selective (attention
-    scores), 2 = full (the whole layer forward)."""
+    scores), 2 = full (the whole layer forward); outside full, the ``mla_up_proj`` module's
+    up-projection GEMMs (the norms and the activation function are not matrix FLOPs)."""
     d_qk, d_v = attention_dims(model)
     scores = 2 * model.layers * attended_keys(model, seq, causal) * model.heads * (d_qk + d_v)
     full = 2 * parameters(model)["matmul_active"] + scores
     code = np.asarray(recompute)
-    return np.where(code == 2, full, np.where(code == 1, scores, 0.0))
+    up_proj = 0.0
+    if model.mla is not None:
+        a = model.mla
+        per_layer = a.q_lora_rank * model.heads * d_qk + a.kv_lora_rank * model.heads * (
+            a.qk_nope_head_dim + d_v
+        )
+        up_proj = np.where(has_module(modules, "mla_up_proj"), 2 * model.layers * per_layer, 0.0)
+    return np.where(code == 2, full, np.where(code == 1, scores, 0.0) + up_proj)
 
 
 #: How a GEMM meets tensor parallelism (Megatron): a ``column``-parallel GEMM consumes the gathered
@@ -162,6 +171,8 @@ class LayerKernels:
     gemms: list[tuple[Kernel, float, str]]
     attention: list[tuple[Kernel, float]]
     elementwise: list[tuple[Kernel, float, float]]
+    #: The forward kernels (and counts per layer) each ``--recompute-modules`` module runs again.
+    remade: dict[str, list[tuple[Kernel, float]]]
 
 
 def routed_copies(model: Transformer, tokens: ArrayLike) -> np.ndarray:
@@ -222,20 +233,22 @@ def layer_kernels(
     low, high = recipe.gemm, recipe.other
     moe_share = model.moe_layers / model.layers
     gemms: list[tuple[Kernel, float, str]] = []
+    remade: dict[str, list[tuple[Kernel, float]]] = {}
     if model.mla is not None:
         a = model.mla
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        up_projections = [
+            gemm(T, model.heads * qk / t, a.q_lora_rank, low),
+            gemm(T, model.heads * (a.qk_nope_head_dim + a.v_head_dim) / t, a.kv_lora_rank, low),
+        ]
         gemms += [
             (gemm(T, a.q_lora_rank, h, low), 1.0, "local"),
-            (gemm(T, model.heads * qk / t, a.q_lora_rank, low), 1.0, "column"),
+            (up_projections[0], 1.0, "column"),
             (gemm(T, a.kv_lora_rank + a.qk_rope_head_dim, h, low), 1.0, "local"),
-            (
-                gemm(T, model.heads * (a.qk_nope_head_dim + a.v_head_dim) / t, a.kv_lora_rank, low),
-                1.0,
-                "column",
-            ),
+            (up_projections[1], 1.0, "column"),
             (gemm(T, h, model.heads * a.v_head_dim / t, low), 1.0, "row"),
         ]
+        remade["mla_up_proj"] = [(k, 1.0) for k in up_projections]
     else:
         d = model.d_head
         kv_per_rank = np.maximum(model.n_kv_heads / t, 1.0)
@@ -310,12 +323,16 @@ def layer_kernels(
         if model.moe is None
         else model.moe.expert_ffn_hidden * model.moe.top_k * np.asarray(expert_load, dtype=float)
     )
+    norm = elementwise(sp_tokens * h, high, reads=1, writes=1, flops_per_element=5)
+    activation = elementwise(T * ffn / t, high, reads=up, writes=1, flops_per_element=8)
     memory_bound += [
-        (elementwise(sp_tokens * h, high, reads=1, writes=1, flops_per_element=5), 2.0, 4.0),
+        (norm, 2.0, 4.0),
         (elementwise(sp_tokens * h, high, reads=2, writes=1), 2.0, 4.0),
-        (elementwise(T * ffn / t, high, reads=up, writes=1, flops_per_element=8), 1.0, 2.0),
+        (activation, 1.0, 2.0),
     ]
-    return LayerKernels(gemms, core, memory_bound)
+    remade["layernorm"] = [(norm, 2.0)]
+    remade["moe_act"] = [(activation, moe_share)]
+    return LayerKernels(gemms, core, memory_bound, remade)
 
 
 def activation_bytes_per_token(
@@ -324,6 +341,7 @@ def activation_bytes_per_token(
     seq: ArrayLike = 0,
     attention_impl: str = "flash",
     recipe: Precision | None = None,
+    modules: ArrayLike = 0,
 ) -> np.ndarray:
     """Activation bytes stored per token per layer before tensor/sequence splitting.
 
@@ -342,6 +360,14 @@ def activation_bytes_per_token(
     kept, and what the core stores itself is dropped: the unfused scores, softmax and dropout mask;
     flash attention stores nothing more than Q, K, V and the output, which other layers hold anyway,
     so selective saves nothing there), 2 = full (keep only the layer input, 2h).
+
+    Outside full recomputation, each module in ``modules`` (:data:`~commodel.workloads.layout.
+    RECOMPUTE_MODULES`, Megatron-Core's output-discarding checkpoints) frees its output's storage,
+    even where a later kernel saved a reference to it: ``layernorm`` the two norm outputs (2 x 2h),
+    ``moe_act`` the activation output (top_k x 2f), ``mla_up_proj`` the up-projected Q, K and V (all
+    BF16). Under FP8, the first two free nothing: the linear layer reading the output saved its own
+    quantized copy of it, which is what the count above holds (assumed: Transformer Engine keeps that
+    copy).
     """
     h = model.hidden
     d_qk, d_v = attention_dims(model)
@@ -352,7 +378,8 @@ def activation_bytes_per_token(
     linear = 1.0 if recipe is not None and recipe.quantized else 2.0
     mask = 1.0 if model.dropout else 0.0
     attention_out = linear * model.heads * d_v  # input of the output projection
-    qkv = 2 * (model.heads * d_qk + model.n_kv_heads * (d_qk + d_v))
+    qkv_heads = 2 * (model.heads * d_qk + model.n_kv_heads * (d_qk + d_v))
+    qkv = qkv_heads
     if model.mla is not None:
         qkv += (2 + linear) * (model.mla.q_lora_rank + model.mla.kv_lora_rank)
     mlp_inputs = linear * (h if moe is None else h + topk * h)  # norm output, and its permuted copies
@@ -360,8 +387,16 @@ def activation_bytes_per_token(
     mlp_part = mlp_inputs + topk * (2 * f_up + linear * f) + mask * h
     none = attention_part + mlp_part + 4 * h
     scores = 5.0 * model.heads * np.asarray(seq, dtype=float) if attention_impl == "unfused" else 0.0
+    freed = 0.0
+    if np.any(modules):
+        bf16_outputs = linear == 2.0  # the linear layers hold the outputs themselves, not copies
+        freed = (
+            has_module(modules, "layernorm") * bf16_outputs * 2 * 2 * h
+            + has_module(modules, "moe_act") * bf16_outputs * topk * 2 * f
+            + has_module(modules, "mla_up_proj") * qkv_heads
+        )
     code = np.asarray(recompute)
-    return np.where(code == 2, 2.0 * h, np.where(code == 1, none, none + scores))
+    return np.where(code == 2, 2.0 * h, np.where(code == 1, none, none + scores) - freed)
 
 
 def bytes_per(dtype: str) -> float:
