@@ -70,6 +70,19 @@ def test_small_k_pays_tile_overhead():
     assert shallow / deep == pytest.approx((256 / (256 + k0)) / (8192 / (8192 + k0)))
 
 
+@pytest.mark.parametrize(
+    ("gpu", "dtype", "speedup"), [("h100-sxm", "fp8", 2), ("gb200", "fp8", 2), ("gb200", "fp4", 4)]
+)
+def test_tile_overhead_is_a_time_so_faster_dtypes_pay_it_in_more_k(gpu, dtype, speedup):
+    """A tile's prologue and epilogue take as long whatever its dtype; an FP8 (FP4) k loop covers 2x (4x)
+    the k of a BF16 one in that time, so the same shallow GEMM loses more of its ceiling."""
+    g, k0 = DB.gpu(gpu), GEMM_TILE_OVERHEAD_K * speedup  # (the datasheets' ratios, to 0.1%)
+    shallow, deep = achievable_flops(g, gemm(8192, 8192, [256, 8192], dtype))
+    assert shallow / deep == pytest.approx((256 / (256 + k0)) / (8192 / (8192 + k0)), rel=1e-3)
+    bf16_shallow, bf16_deep = achievable_flops(g, gemm(8192, 8192, [256, 8192], "bf16"))
+    assert shallow / deep < bf16_shallow / bf16_deep
+
+
 def test_faster_gpu_is_never_slower():
     kernels = [gemm(4096, 4096, 4096), attention(4, 32, 4096, 128), elementwise(2**26)]
     faster = H100.model_copy(

@@ -6,8 +6,11 @@
   measured best GEMM, "MAMF") x wave efficiency x depth efficiency;
 - wave efficiency = tiles / (ceil(tiles / SMs) x SMs): a kernel whose tiles do not fill the last wave
   of SMs/CUs leaves the rest idle (wave quantization);
-- depth efficiency = k / (k + K0): each output tile pays a prologue/epilogue equivalent to K0 more
-  steps of its k loop (:data:`GEMM_TILE_OVERHEAD_K`), which matters for small k;
+- depth efficiency = k / (k + K0 x r): each output tile pays a prologue and epilogue (filling the
+  operand pipeline, storing the tile) that take as long as K0 more elements of a 16-bit k loop
+  (:data:`GEMM_TILE_OVERHEAD_K`), which matters for small k; a dtype whose tensor peak is r times the
+  16-bit one runs r times the k elements in that time (FP8 tiles take twice the k of BF16 tiles per
+  step at the same step time), so its overhead is ``r K0`` elements;
 - vector kernels (elementwise) use the fp32 (or their own dtype's) non-tensor peak without these terms;
 - achievable bandwidth = HBM bandwidth x memory_efficiency (the GPU's STREAM copy fraction), times
   the kernel's own share of it where a measurement says it falls short of a copy;
@@ -30,9 +33,10 @@ from commodel.compute.kernels import Kernel
 from commodel.errors import CommodelError
 from commodel.hardware.schema import GPU
 
-#: Per-tile fixed cost in units of k-loop depth. Calibrated on measurement a100-gemm-8k (cuBLASLt fp16
-#: 8192^3 on A100 = 253.7 TFLOP/s = 271.2 x wave 0.998 x 8192 / (8192 + K0) -> K0 = 550); the 4096^3
-#: and 16384^3 rows are held out.
+#: Per-tile fixed cost in elements of a 16-bit (BF16/FP16) k loop: a time, which a faster dtype's loop
+#: covers more k in. Calibrated on measurement a100-gemm-8k (cuBLASLt fp16 8192^3 on A100 = 253.7
+#: TFLOP/s = 271.2 x wave 0.998 x 8192 / (8192 + K0) -> K0 = 550); the 4096^3 and 16384^3 rows are
+#: held out.
 GEMM_TILE_OVERHEAD_K = 550.0
 
 #: Share of the shorter of a fused attention kernel's GEMM and softmax phases that stays exposed.
@@ -82,7 +86,8 @@ def achievable_flops(gpu: GPU, kernel: Kernel, units: ArrayLike | None = None) -
         return np.full(np.shape(kernel.flops), peak) * units / total
     waves = np.ceil(kernel.tiles / units)
     wave_eff = kernel.tiles / (waves * total)
-    depth_eff = kernel.k_depth / (kernel.k_depth + GEMM_TILE_OVERHEAD_K)
+    sixteen_bit = peak_flops(gpu, "bf16" if "bf16" in gpu.peak_flops else "fp16")
+    depth_eff = kernel.k_depth / (kernel.k_depth + GEMM_TILE_OVERHEAD_K * peak / sixteen_bit)
     return peak * gpu.efficiency(kernel.dtype) * wave_eff * depth_eff
 
 
