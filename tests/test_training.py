@@ -280,11 +280,18 @@ def test_recompute_modules_are_checked_against_the_model():
         train(model="llama3-8b", system="dgx-h100", gpus=8, recompute_modules="layernorm,moe_act")
     with pytest.raises(CommodelError, match=re.escape("did you mean 'moe_act'")):
         train(model="qwen3-30b-a3b", system="dgx-h100", gpus=8, ep=8, recompute_modules="moe-act")
-    lean = train(model="deepseek-v3", system="hgx-h800", gpus=2048, pp=16, ep=64, global_batch=15360, seq=4096,
-                 dtype="fp8", recompute="auto", recompute_modules="mla_up_proj")  # fmt: skip
-    fat = train(model="deepseek-v3", system="hgx-h800", gpus=2048, pp=16, ep=64, global_batch=15360, seq=4096,
-                dtype="fp8", recompute="auto")  # fmt: skip
+    job = dict(model="deepseek-v3", system="hgx-h800", gpus=2048, pp=16, ep=64, global_batch=15360, seq=4096,
+               dtype="fp8", recompute="auto")  # fmt: skip
+    lean, fat = train(**job, recompute_modules="mla_up_proj"), train(**job)
     assert lean["recompute"] != fat["recompute"] and lean["step_time_s"] < fat["step_time_s"]
+    # the estimate that recomputes whole layers to fit names the module that frees the most for less
+    hint = f"--recompute-modules mla_up_proj frees activations: recompute {lean['recompute']} "
+    assert any(note.startswith(hint) for note in fat["notes"]), fat["notes"]
+    assert not any("--recompute-modules" in note for note in lean["notes"])  # under FP8 nothing else frees
+    dense = train(
+        model="llama3-8b", system="dgx-h100", gpus=8, global_batch=64, dtype="fp8", recompute="auto"
+    )
+    assert not any("--recompute-modules" in note for note in dense["notes"])
 
 
 def test_stage_split_follows_megatrons_first_and_last_stage_layers():

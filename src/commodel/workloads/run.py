@@ -127,9 +127,8 @@ def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
         notes.append(
             "userbuffers overlap needs sequence parallelism: the TP collectives ran between the GEMMs"
         )
-    lighter = _lighter_last_stage(job, row, evaluate_columns)
-    if lighter:
-        notes.append(lighter)
+    notes += [note for note in (_lighter_last_stage(job, row, evaluate_columns),
+                                _recompute_modules_to_try(job, row, evaluate_columns)) if note]  # fmt: skip
     failures = (
         {"job_mtbf_h": float(row.job_mtbf_h), "checkpoint_interval_min": float(row.checkpoint_interval_min)}
         if np.isfinite(row.job_mtbf_h)
@@ -167,6 +166,46 @@ def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
         "breakdown": {name: float(getattr(row, f"{name}_s")) for name in BREAKDOWN},
         "notes": notes,
     }
+
+
+def _recompute_modules_to_try(
+    job: TrainingJob, row: SimpleNamespace, evaluate_columns: Callable[..., dict[str, np.ndarray]]
+) -> str:
+    """Where a job fits only by recomputing or offloading whole layers (``--recompute auto``), or does
+    not fit: the recompute modules it does not use yet that free memory for its model and precision
+    (``mla_up_proj`` with MLA; ``layernorm`` and ``moe_act`` outside FP8), each alone and all
+    together, priced as one batch; the fastest that fits is named if it saves at least
+    :data:`GAIN_WORTH_A_NOTE` or makes the job fit; else no note."""
+    from commodel.compute.precision import precision
+    from commodel.workloads.catalog import model
+
+    pressed = not row.fits or (
+        job.recompute == "auto" and (float(row.recompute_share) > 0 or float(row.offload_share) > 0)
+    )
+    if not pressed or ":" in job.system:
+        return ""
+    net, quantized = model(job.model), precision(job.dtype).quantized
+    freeing = {"mla_up_proj": net.mla is not None, "layernorm": not quantized,
+               "moe_act": net.moe is not None and not quantized}  # fmt: skip
+    used = {name.strip() for name in job.recompute_modules.split(",") if name.strip()}
+    new = [name for name, frees in freeing.items() if frees and name not in used]
+    if not new:
+        return ""
+    choices = [",".join(sorted(used | {name})) for name in new]
+    choices += [",".join(sorted(used | set(new)))] if len(new) > 1 else []
+    columns = {name: np.array([value] * len(choices), dtype=object) for name, value in job}
+    columns["recompute_modules"] = np.array(choices, dtype=object)
+    table = evaluate_columns(columns, checked=True)
+    step = np.where(table["valid"] & table["fits"], table["step_time_s"].astype(float), np.inf)
+    best = int(np.argmin(step))
+    now = float(row.step_time_s)
+    if not (step[best] < (1 - GAIN_WORTH_A_NOTE) * now or (np.isfinite(step[best]) and not row.fits)):
+        return ""
+    fits = "" if row.fits else "fits, "
+    return (
+        f"--recompute-modules {choices[best]} frees activations: {fits}recompute "
+        f"{table['recompute_used'][best]} ({now:.4g} -> {step[best]:.4g} s per step)"
+    )
 
 
 #: The serving evaluator's outputs :func:`serve` reports apart (counts, flags) or not at all.
