@@ -230,7 +230,7 @@ class TrainingJob(Job):
         description="Parts of every layer not recomputed in full whose outputs are dropped and recomputed "
         "(Megatron's --recompute-modules, comma-separated; its core_attn is --recompute selective): layernorm, "
         "moe_act (MoE), mla_up_proj (MLA). "
-        "Under FP8, layernorm and moe_act free nothing (the next linear layer keeps its FP8 copy).",
+        "Under FP8, layernorm and moe_act free only a MoE router's BF16 input (the linear layers keep FP8 copies).",
     )
     sequence_parallel: bool = Field(False, description="Sequence parallelism (with tensor parallelism).")
     ep_sms: int | None = Field(

@@ -173,7 +173,8 @@ def _recompute_modules_to_try(
 ) -> str:
     """Where a job fits only by recomputing or offloading whole layers (``--recompute auto``), or does
     not fit: the recompute modules it does not use yet that free memory for its model and precision
-    (``mla_up_proj`` with MLA; ``layernorm`` and ``moe_act`` outside FP8), each alone and all
+    (``mla_up_proj`` with MLA; ``layernorm`` outside FP8 or with a MoE router; ``moe_act`` outside
+    FP8), each alone and all
     together, priced as one batch; the fastest that fits is named if it saves at least
     :data:`GAIN_WORTH_A_NOTE` or makes the job fit; else no note."""
     from commodel.compute.precision import precision
@@ -185,7 +186,7 @@ def _recompute_modules_to_try(
     if not pressed or ":" in job.system:
         return ""
     net, quantized = model(job.model), precision(job.dtype).quantized
-    freeing = {"mla_up_proj": net.mla is not None, "layernorm": not quantized,
+    freeing = {"mla_up_proj": net.mla is not None, "layernorm": not quantized or net.moe is not None,
                "moe_act": net.moe is not None and not quantized}  # fmt: skip
     used = {name.strip() for name in job.recompute_modules.split(",") if name.strip()}
     new = [name for name, frees in freeing.items() if frees and name not in used]

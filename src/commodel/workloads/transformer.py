@@ -353,8 +353,8 @@ def activation_bytes_per_token(
     MLA's query and key-value latents (their norms' inputs and the up-projections' inputs), the FC1
     output, the two norms' inputs, and 1-byte dropout masks where the model uses dropout. Under FP8
     the linear layers keep their quantized inputs (1 B) for the backward pass; everything else is
-    BF16 (2 B). Unfused attention adds Korthikanti's ``5 n_h s`` for scores, softmax output and
-    dropout mask.
+    BF16 (2 B), the MoE router's input (the MLP's norm output: the router GEMM runs in BF16) too.
+    Unfused attention adds Korthikanti's ``5 n_h s`` for scores, softmax output and dropout mask.
 
     recompute 0 = none, 1 = selective (Megatron's checkpointed attention core: its inputs Q, K, V are
     kept, and what the core stores itself is dropped: the unfused scores, softmax and dropout mask;
@@ -365,9 +365,9 @@ def activation_bytes_per_token(
     RECOMPUTE_MODULES`, Megatron-Core's output-discarding checkpoints) frees its output's storage,
     even where a later kernel saved a reference to it: ``layernorm`` the two norm outputs (2 x 2h),
     ``moe_act`` the activation output (top_k x 2f), ``mla_up_proj`` the up-projected Q, K and V (all
-    BF16). Under FP8, the first two free nothing: the linear layer reading the output saved its own
-    quantized copy of it, which is what the count above holds (assumed: Transformer Engine keeps that
-    copy).
+    BF16). Under FP8, the first two free only what a BF16 kernel holds (a MoE router's input, 2h):
+    the linear layer reading an output saved its own quantized copy of it, which is what the count
+    above holds (assumed: Transformer Engine keeps that copy).
     """
     h = model.hidden
     d_qk, d_v = attention_dims(model)
@@ -382,7 +382,9 @@ def activation_bytes_per_token(
     qkv = qkv_heads
     if model.mla is not None:
         qkv += (2 + linear) * (model.mla.q_lora_rank + model.mla.kv_lora_rank)
-    mlp_inputs = linear * (h if moe is None else h + topk * h)  # norm output, and its permuted copies
+    # The MLP's norm output (held by FC1, or in BF16 by a MoE router), and the experts' permuted copies.
+    mlp_norm = linear * h if moe is None else 2.0 * h
+    mlp_inputs = mlp_norm + (0.0 if moe is None else linear * topk * h)
     attention_part = linear * h + qkv + attention_out + mask * h
     mlp_part = mlp_inputs + topk * (2 * f_up + linear * f) + mask * h
     none = attention_part + mlp_part + 4 * h
@@ -390,8 +392,9 @@ def activation_bytes_per_token(
     freed = 0.0
     if np.any(modules):
         bf16_outputs = linear == 2.0  # the linear layers hold the outputs themselves, not copies
+        mlp_norm_held = True if moe is not None else bf16_outputs  # a MoE router holds it in BF16
         freed = (
-            has_module(modules, "layernorm") * bf16_outputs * 2 * 2 * h
+            has_module(modules, "layernorm") * (bf16_outputs + mlp_norm_held) * 2 * h
             + has_module(modules, "moe_act") * bf16_outputs * topk * 2 * f
             + has_module(modules, "mla_up_proj") * qkv_heads
         )
