@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from commodel.errors import CommodelError
 from commodel.hardware import cluster
+from commodel.jobs import training_job
 from commodel.overlap import STRATEGIES, Window, window_time
 from commodel.workloads.activation_fit import offload_exposed
 from commodel.workloads.catalog import model, models
@@ -280,6 +281,12 @@ def test_recompute_modules_are_checked_against_the_model():
         train(model="llama3-8b", system="dgx-h100", gpus=8, recompute_modules="layernorm,moe_act")
     with pytest.raises(CommodelError, match=re.escape("did you mean 'moe_act'")):
         train(model="qwen3-30b-a3b", system="dgx-h100", gpus=8, ep=8, recompute_modules="moe-act")
+    with pytest.raises(CommodelError, match="core_attn is --recompute selective"):
+        train(model="qwen3-30b-a3b", system="dgx-h100", gpus=8, ep=8, recompute_modules="core_attn,moe_act")
+    stated = training_job(
+        model="qwen3-30b-a3b", system="dgx-h100", recompute_modules=" moe_act , layernorm,moe_act,"
+    )
+    assert stated.recompute_modules == "moe_act,layernorm"
     job = dict(model="deepseek-v3", system="hgx-h800", gpus=2048, pp=16, ep=64, global_batch=15360, seq=4096,
                dtype="fp8", recompute="auto")  # fmt: skip
     lean, fat = train(**job, recompute_modules="mla_up_proj"), train(**job)

@@ -302,6 +302,18 @@ class TrainingJob(Job):
         1e12, gt=0, description="Tokens to train on (for time to train, energy, cost)."
     )
 
+    @field_validator("recompute_modules", mode="before")
+    @classmethod
+    def _modules(cls, value: Any) -> Any:
+        """``" layernorm , moe_act,"`` -> ``"layernorm,moe_act"``: each name once, as given; Megatron's
+        ``core_attn`` is ``--recompute selective`` here."""
+        if not isinstance(value, str):
+            return value
+        names = [name.strip() for name in value.split(",") if name.strip()]
+        if "core_attn" in names:
+            raise ValueError("core_attn is --recompute selective here (the attention core), not a module")
+        return ",".join(dict.fromkeys(names))
+
 
 class ServingJob(Job):
     """A serving deployment as a user states it: model, system, GPUs and their parallel layout per
