@@ -13,7 +13,7 @@ from functools import cached_property
 import numpy as np
 from numpy.typing import ArrayLike
 
-from commodel.errors import CommodelError
+from commodel.errors import CommodelError, unknown
 from commodel.workloads.schema import Transformer
 
 RECOMPUTE = ("none", "selective", "full")
@@ -160,8 +160,6 @@ def stage_split(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndarray, 
 
 def recompute_code(name: str) -> int:
     if name not in RECOMPUTE_CODES:
-        from commodel.errors import unknown
-
         raise unknown("recompute mode", name, RECOMPUTE_CODES)
     return RECOMPUTE_CODES[name]
 
@@ -171,8 +169,6 @@ def module_bits(names: str) -> int:
     bits = 0
     for name in filter(None, (n.strip() for n in names.split(","))):
         if name not in RECOMPUTE_MODULES:
-            from commodel.errors import unknown
-
             raise unknown("recompute module", name, RECOMPUTE_MODULES)
         bits |= RECOMPUTE_MODULES[name]
     return bits

@@ -392,7 +392,7 @@ def activation_bytes_per_token(
     freed = 0.0
     if np.any(modules):
         bf16_outputs = linear == 2.0  # the linear layers hold the outputs themselves, not copies
-        mlp_norm_held = True if moe is not None else bf16_outputs  # a MoE router holds it in BF16
+        mlp_norm_held = moe is not None or bf16_outputs  # a MoE router holds it in BF16
         freed = (
             has_module(modules, "layernorm") * (bf16_outputs + mlp_norm_held) * 2 * h
             + has_module(modules, "moe_act") * bf16_outputs * topk * 2 * f
