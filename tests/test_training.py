@@ -289,18 +289,25 @@ def test_recompute_modules_are_checked_against_the_model():
     assert stated.recompute_modules == "moe_act,layernorm"
     job = dict(model="deepseek-v3", system="hgx-h800", gpus=2048, pp=16, ep=64, global_batch=15360, seq=4096,
                dtype="fp8", recompute="auto")  # fmt: skip
-    lean, fat = train(**job, recompute_modules="mla_up_proj"), train(**job)
+    lean, fat = train(**job, recompute_modules="mla_up_proj"), train(**job, advise=True)
     assert lean["recompute"] != fat["recompute"] and lean["step_time_s"] < fat["step_time_s"]
     # the estimate that recomputes or offloads whole layers to fit names the modules that do it for less
     (hint,) = (note for note in fat["notes"] if note.startswith("--recompute-modules "))
-    named = train(**job, recompute_modules=hint.split()[1])
+    named = train(**job, recompute_modules=hint.split()[1], advise=True)
     assert "mla_up_proj" in hint.split()[1] and hint.endswith(f"-> {named['step_time_s']:.4g} s per step)")
     assert named["step_time_s"] <= lean["step_time_s"]
     assert not any("--recompute-modules" in note for note in named["notes"])
     dense = train(
-        model="llama3-8b", system="dgx-h100", gpus=8, global_batch=64, dtype="fp8", recompute="auto"
+        model="llama3-8b",
+        system="dgx-h100",
+        gpus=8,
+        global_batch=64,
+        dtype="fp8",
+        recompute="auto",
+        advise=True,
     )
     assert not any("--recompute-modules" in note for note in dense["notes"])
+    assert not any("--recompute-modules" in note for note in train(**job)["notes"])  # advice is asked for
 
 
 def test_stage_split_follows_megatrons_first_and_last_stage_layers():
@@ -323,7 +330,7 @@ def test_moving_layers_off_the_last_stage_pays_for_its_logits():
     5 layers there and 9 on the others beat the even 8; a multi-token prediction module adds a layer
     and the logits again to the last stage, counted in the model FLOPs."""
     base = dict(model="llama3-8b", system="dgx-h100", gpus=32, pp=4, global_batch=256)
-    even, moved = train(**base), train(**base, last_stage_layers=5)
+    even, moved = train(**base, advise=True), train(**base, last_stage_layers=5, advise=True)
     assert moved["step_time_s"] < even["step_time_s"]
     assert moved["stage_imbalance"] < even["stage_imbalance"]
     mtp, mtp_moved = train(**base, mtp_layers=1), train(**base, last_stage_layers=5, mtp_layers=1)

@@ -348,7 +348,9 @@ def train(as_json: bool = False, uncertainty: bool = False, **values: object) ->
     from commodel.report.tables import training_table
     from commodel.workloads.run import train as run_train
 
-    result = _banded("train", run_train(**values), uncertainty, lambda: run_train(**values), values)
+    result = _banded(
+        "train", run_train(advise=True, **values), uncertainty, lambda: run_train(**values), values
+    )
     typer.echo(json.dumps(result, indent=2) if as_json else training_table(result) + _band_lines(result))
 
 

@@ -91,10 +91,12 @@ def _lighter_last_stage(
     )
 
 
-def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
+def train(job: TrainingJob | None = None, advise: bool = False, **values: Any) -> dict[str, Any]:
     """Price one training job (a :class:`TrainingJob`, or its fields as keywords): scalar metrics,
     the layout as resolved, a ``breakdown`` of seconds per step, and ``notes`` on what the model
-    assumed (a recomputation it chose, tensor parallelism crossing scale-up domains)."""
+    assumed (a recomputation it chose, tensor parallelism crossing scale-up domains). ``advise``
+    (as ``commodel train`` does): also price the changes worth trying (a lighter last stage, recompute
+    modules) and name the ones that pay; each costs a batch evaluation more."""
     from commodel.explore.training_evaluator import evaluate_columns
 
     job = job if job is not None else training_job(**values)
@@ -127,8 +129,9 @@ def train(job: TrainingJob | None = None, **values: Any) -> dict[str, Any]:
         notes.append(
             "userbuffers overlap needs sequence parallelism: the TP collectives ran between the GEMMs"
         )
-    notes += [note for note in (_lighter_last_stage(job, row, evaluate_columns),
-                                _recompute_modules_to_try(job, row, evaluate_columns)) if note]  # fmt: skip
+    if advise:
+        notes += [note for note in (_lighter_last_stage(job, row, evaluate_columns),
+                                    _recompute_modules_to_try(job, row, evaluate_columns)) if note]  # fmt: skip
     failures = (
         {"job_mtbf_h": float(row.job_mtbf_h), "checkpoint_interval_min": float(row.checkpoint_interval_min)}
         if np.isfinite(row.job_mtbf_h)
