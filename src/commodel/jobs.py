@@ -102,7 +102,9 @@ def _names(kind: str, value: str) -> list[str]:
     """The names a categorical value holds: a system may be node groups (``mi300x-8:2,dgx-h100:2``),
     recompute modules a comma-separated list (``layernorm,mla_up_proj``)."""
     if kind == "recompute module":
-        return [name.strip() for name in value.split(",") if name.strip()]
+        from commodel.workloads.layout import module_names
+
+        return module_names(value)
     if kind == "system" and ":" in value:
         from commodel.workloads.hetero import parse_node_groups
 
@@ -309,7 +311,9 @@ class TrainingJob(Job):
         ``core_attn`` is ``--recompute selective`` here."""
         if not isinstance(value, str):
             return value
-        names = [name.strip() for name in value.split(",") if name.strip()]
+        from commodel.workloads.layout import module_names
+
+        names = module_names(value)
         if "core_attn" in names:
             raise ValueError("core_attn is --recompute selective here (the attention core), not a module")
         return ",".join(dict.fromkeys(names))

@@ -164,10 +164,15 @@ def recompute_code(name: str) -> int:
     return RECOMPUTE_CODES[name]
 
 
+def module_names(text: str) -> list[str]:
+    """The names in a comma-separated list of recompute modules (``" layernorm, moe_act"``)."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
 def module_bits(names: str) -> int:
     """The :data:`RECOMPUTE_MODULES` bits of comma-separated module names ("" for none)."""
     bits = 0
-    for name in filter(None, (n.strip() for n in names.split(","))):
+    for name in module_names(names):
         if name not in RECOMPUTE_MODULES:
             raise unknown("recompute module", name, RECOMPUTE_MODULES)
         bits |= RECOMPUTE_MODULES[name]

@@ -176,23 +176,24 @@ def _recompute_modules_to_try(
 ) -> str:
     """Where a job fits only by recomputing or offloading whole layers (``--recompute auto``), or does
     not fit: the recompute modules it does not use yet that free memory for its model and precision
-    (``mla_up_proj`` with MLA; ``layernorm`` outside FP8 or with a MoE router; ``moe_act`` outside
-    FP8), each alone and all
+    (:func:`~commodel.workloads.transformer.activation_bytes_per_token` says which), each alone and all
     together, priced as one batch; the fastest that fits is named if it saves at least
     :data:`GAIN_WORTH_A_NOTE` or makes the job fit; else no note."""
     from commodel.compute.precision import precision
     from commodel.workloads.catalog import model
+    from commodel.workloads.layout import RECOMPUTE_MODULES, module_names
+    from commodel.workloads.transformer import activation_bytes_per_token
 
     pressed = not row.fits or (
         job.recompute == "auto" and (float(row.recompute_share) > 0 or float(row.offload_share) > 0)
     )
     if not pressed or ":" in job.system:
         return ""
-    net, quantized = model(job.model), precision(job.dtype).quantized
-    freeing = {"mla_up_proj": net.mla is not None, "layernorm": not quantized or net.moe is not None,
-               "moe_act": net.moe is not None and not quantized}  # fmt: skip
-    used = {name.strip() for name in job.recompute_modules.split(",") if name.strip()}
-    new = [name for name, frees in freeing.items() if frees and name not in used]
+    net, recipe = model(job.model), precision(job.dtype)
+    used = set(module_names(job.recompute_modules))
+    stored = activation_bytes_per_token(net, 0, recipe=recipe)
+    new = [name for name, bit in RECOMPUTE_MODULES.items()
+           if name not in used and activation_bytes_per_token(net, 0, recipe=recipe, modules=bit) < stored]  # fmt: skip
     if not new:
         return ""
     choices = [",".join(sorted(used | {name})) for name in new]

@@ -395,8 +395,8 @@ def activation_bytes_per_token(
         mlp_norm_held = moe is not None or bf16_outputs  # a MoE router holds it in BF16
         freed = (
             has_module(modules, "layernorm") * (bf16_outputs + mlp_norm_held) * 2 * h
-            + has_module(modules, "moe_act") * bf16_outputs * topk * 2 * f
-            + has_module(modules, "mla_up_proj") * qkv_heads
+            + has_module(modules, "moe_act") * (moe is not None) * bf16_outputs * topk * 2 * f
+            + has_module(modules, "mla_up_proj") * (model.mla is not None) * qkv_heads
         )
     code = np.asarray(recompute)
     return np.where(code == 2, 2.0 * h, np.where(code == 1, none, none + scores) - freed)
