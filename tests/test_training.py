@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from commodel.compute.precision import precision
 from commodel.errors import CommodelError
 from commodel.hardware import cluster
 from commodel.jobs import training_job
@@ -218,6 +219,14 @@ def test_activations_keep_q_k_and_v_as_wide_as_the_heads_make_them():
         dsv3.model_copy(update={"mla": latents}), 0
     ) - activation_bytes_per_token(dsv3, 0)
     assert float(gained) == (2 + 2) * dsv3.mla.kv_lora_rank
+    # a shared expert is an MLP beside the routed ones: its FC1 and activation outputs, and under FP8
+    # its own quantized copy of the norm output (the BF16 router keeps the BF16 one)
+    alone = dsv3.model_copy(update={"moe": dsv3.moe.model_copy(update={"shared_experts": 0})})
+    fs = dsv3.moe.expert_ffn_hidden
+    for dtype, linear in (("bf16", 2), ("fp8", 1)):
+        r = precision(dtype)
+        extra = activation_bytes_per_token(dsv3, 0, recipe=r) - activation_bytes_per_token(alone, 0, recipe=r)
+        assert float(extra) == 2 * 2 * fs + linear * fs + (2 - linear) * dsv3.hidden, dtype
 
 
 def test_context_parallel_ring_carries_every_heads_key_and_value():
@@ -237,7 +246,6 @@ def test_recompute_modules_free_their_outputs_and_run_their_kernels_again(dtype)
     activation output (top_k x 2f), where the linear layers hold those outputs (BF16; under FP8 they
     hold their own quantized copies, so only the BF16 router's input is freed). Each costs its
     kernels' forward again and nothing where the layer is recomputed in full."""
-    from commodel.compute.precision import precision
     from commodel.workloads.transformer import activation_bytes_per_token, recompute_flops_per_token
 
     net = model("deepseek-v3")
@@ -547,7 +555,6 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     DualPipe, with or without a multi-token prediction module and a lighter last stage, with experts
     split as attention is or whole, recomputing any of the modules the model has."""
     from commodel.compute import gemm, kernel_time
-    from commodel.compute.precision import precision
     from commodel.compute.roofline import peak_flops
     from commodel.workloads.layout import valid
 

@@ -351,7 +351,9 @@ def activation_bytes_per_token(
     keeps them (``heads x d_qk``, ``kv_heads x (d_qk + d_v)``: for MLA every head's up-projected key and
     value; Korthikanti's ``2h`` for Q assumes ``heads x d = h``, which gpt-oss and Qwen3 do not have),
     MLA's query and key-value latents (their norms' inputs and the up-projections' inputs), the FC1
-    output, the two norms' inputs, and 1-byte dropout masks where the model uses dropout. Under FP8
+    output, the shared experts' (an MLP of ``shared x f`` beside the routed ones: its FC1 output, its
+    activation output and, under FP8, its own copy of the norm output), the two norms' inputs, and
+    1-byte dropout masks where the model uses dropout. Under FP8
     the linear layers keep their quantized inputs (1 B) for the backward pass; everything else is
     BF16 (2 B), the MoE router's input (the MLP's norm output: the router GEMM runs in BF16) too.
     Unfused attention adds Korthikanti's ``5 n_h s`` for scores, softmax output and dropout mask.
@@ -387,6 +389,10 @@ def activation_bytes_per_token(
     mlp_inputs = mlp_norm + (0.0 if moe is None else linear * topk * h)
     attention_part = linear * h + qkv + attention_out + mask * h
     mlp_part = mlp_inputs + topk * (2 * f_up + linear * f) + mask * h
+    if moe is not None and moe.shared_experts:
+        shared = moe.shared_experts * f
+        up = 2 if model.gated_mlp else 1
+        mlp_part += 2 * up * shared + linear * shared + (2.0 - linear) * h
     none = attention_part + mlp_part + 4 * h
     scores = 5.0 * model.heads * np.asarray(seq, dtype=float) if attention_impl == "unfused" else 0.0
     freed = 0.0
