@@ -375,7 +375,8 @@ def activation_bytes_per_token(
     d_qk, d_v = attention_dims(model)
     moe = model.moe
     f = model.ffn_hidden if moe is None else moe.expert_ffn_hidden
-    f_up = (2 if model.gated_mlp else 1) * f
+    up = 2 if model.gated_mlp else 1  # FC1 widths: gate and up projections in a gated MLP
+    f_up = up * f
     topk = 1 if moe is None else moe.top_k
     linear = 1.0 if recipe is not None and recipe.quantized else 2.0
     mask = 1.0 if model.dropout else 0.0
@@ -391,7 +392,6 @@ def activation_bytes_per_token(
     mlp_part = mlp_inputs + topk * (2 * f_up + linear * f) + mask * h
     if moe is not None and moe.shared_experts:
         shared = moe.shared_experts * f
-        up = 2 if model.gated_mlp else 1
         mlp_part += 2 * up * shared + linear * shared + (2.0 - linear) * h
     none = attention_part + mlp_part + 4 * h
     scores = 5.0 * model.heads * np.asarray(seq, dtype=float) if attention_impl == "unfused" else 0.0
