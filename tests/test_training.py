@@ -618,24 +618,31 @@ def test_an_unbalanced_expert_rank_sets_the_pace():
     )
 
 
-def test_mxfp8_pays_for_its_casts(monkeypatch):
-    """MXFP8 quantizes in one pass of 4.06 B per element where current scaling takes 6 B, yet runs
-    slower (Megatron-Bridge, Llama 3 8B on GB200: 5.5%): its casts reach a fraction of the copy
-    bandwidth. At copy speed it would be the faster recipe; slower casts cost more."""
+@pytest.mark.parametrize("recipe, system", [("mxfp8", "gb200-nvl72"), ("fp8-block", "dgx-h100")])
+def test_block_scaled_fp8_pays_for_its_casts(monkeypatch, recipe, system):
+    """Block-scaled FP8 (MXFP8 on Blackwell, TE's blockwise recipe on Hopper) quantizes in one pass of
+    about 4.06 B per element where current scaling takes 6 B, yet runs slower (Megatron-Bridge, Llama
+    3 8B on GB200: 5.5%): its casts reach a fraction of the copy bandwidth. At copy speed it would be
+    the faster recipe; slower casts cost more. Only the casts differ: the same FLOPs and memory."""
     from commodel.compute import precision as recipes
 
-    c, net = cluster("gb200-nvl72", 2), model("llama3-8b")
-    x = make_layout(dp=8, micro_batch=2, global_batch=128, seq=8192, zero=1)
+    c, net = cluster(system, 2), model("llama3-8b")
+    x = make_layout(dp=c.total_gpus, micro_batch=2, global_batch=128, seq=8192, zero=1)
 
-    def step(dtype):
-        return float(train_step(net, c, x, dtype, "sm-partition")["step_time_s"])
+    def step(dtype, field="step_time_s"):
+        return float(train_step(net, c, x, dtype, "sm-partition")[field])
 
-    assert step("mxfp8") > step("fp8")
-    slower = step("mxfp8")
+    assert step(recipe) > step("fp8")
+    assert step(recipe, "memory_per_gpu_bytes") == step("fp8", "memory_per_gpu_bytes")
+    assert step(recipe, "tflops_per_gpu") / step(recipe, "mfu") == pytest.approx(
+        step("fp8", "tflops_per_gpu") / step("fp8", "mfu")
+    )
+    slower = step(recipe)
     for share, compare in ((1.0, lambda t: t < step("fp8")), (0.1, lambda t: t > slower)):
-        mx = dataclasses.replace(recipes.RECIPES["mxfp8"], cast_bandwidth=share)
-        monkeypatch.setitem(recipes.RECIPES, "mxfp8", mx)
-        assert compare(step("mxfp8"))
+        monkeypatch.setitem(
+            recipes.RECIPES, recipe, dataclasses.replace(recipes.RECIPES[recipe], cast_bandwidth=share)
+        )
+        assert compare(step(recipe))
 
 
 def test_userbuffers_hides_tensor_parallel_communication_behind_its_gemms():

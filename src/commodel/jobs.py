@@ -247,7 +247,10 @@ class TrainingJob(Job):
         "(DeepSeek-V3; DeepEP); combines stay BF16.",
     )
     zero: int = Field(1, ge=0, le=3, description="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP).")
-    dtype: str = Field("bf16", description="Training precision: bf16, fp16, fp8 (TE current scaling), mxfp8.")
+    dtype: str = Field(
+        "bf16",
+        description="Training precision: bf16, fp16, fp8 (TE current scaling), mxfp8, fp8-block (TE blockwise, DeepSeek-V3's).",
+    )
     overlap: str = Field(
         "serial",
         description="Compute/communication overlap: serial, ideal, sm-partition, occupancy-shaped, in-network.",

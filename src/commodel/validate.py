@@ -238,7 +238,8 @@ TRAINING_RUNS: dict[str, Run] = {
         for name, gpus in (("llama3-405b-8k", 8192), ("llama3-405b-16k", 16384))
     },
     # DeepSeek-V3's pretraining (technical report, sections 3.1-3.3): 2048 H800, pp 16 with DualPipe,
-    # ep 64 over 8 nodes, ZeRO-1, no tensor parallelism, FP8 GEMMs, 4K sequences at the final batch of
+    # ep 64 over 8 nodes, ZeRO-1, no tensor parallelism, FP8 GEMMs with 1 x 128 tile and 128 x 128 block
+    # scales (section 3.3.2: Transformer Engine's blockwise recipe), 4K sequences at the final batch of
     # 15360, one multi-token prediction module, expert inputs dispatched in FP8 by all-to-all kernels on
     # 20 SMs, the norms and MLA's up-projections recomputed (section 3.3.4). DualPipe runs one
     # micro-batch's all-to-alls beside another's compute: the 1F1B expert-parallel overlap is that
@@ -255,7 +256,7 @@ TRAINING_RUNS: dict[str, Run] = {
             ep=64,
             global_batch=15360,
             seq=4096,
-            dtype="fp8",
+            dtype="fp8-block",
             zero=1,
             recompute="auto",
             overlap="sm-partition",

@@ -9,7 +9,15 @@
   the transposed copy the backward GEMM consumes (write 1 B): 6 B of HBM traffic per element.
 - ``mxfp8`` (Transformer Engine MXFP8, Blackwell): the same GEMMs with 1 x 32 block scales; one pass
   reads 2 B and writes a row-wise and a column-wise FP8 copy with their scales: 2 + 1 + 1 + 2/32 B,
-  at :data:`MXFP8_CAST_BANDWIDTH` of the copy bandwidth (calibrated).
+  at :data:`BLOCK_CAST_BANDWIDTH` of the copy bandwidth (calibrated).
+- ``fp8-block`` (Transformer Engine ``Float8BlockScaling``, Megatron's ``--fp8-recipe blockwise``:
+  DeepSeek-V3's fine-grained FP8, report section 3.3.2): the same GEMMs with an FP32 scale per
+  1 x 128 tile of activations and gradients (128 x 128 block of weights), applied in the GEMM's
+  main loop. One pass reads 2 B and writes the row-wise tiles and the column-wise (transposed) copy
+  the backward reads, with their scales: 2 + 1 + 1 + 2 x 4/128 B. The casts are assumed to reach
+  MXFP8's :data:`BLOCK_CAST_BANDWIDTH` (the same pass: per-block amax, two quantized copies, their
+  scales), and the GEMMs the per-tensor FP8 efficiency (DeepSeek overlaps the scaling's promotion to
+  CUDA cores with the tensor cores' work and reports no loss).
 
 Serving (:data:`SERVING_RECIPES`) runs the linear layers with quantized weights and activations, as
 TensorRT-LLM runs ModelOpt checkpoints: ``fp8`` (static per-tensor scales: read 2 B, write 1 B per
@@ -27,7 +35,7 @@ from dataclasses import dataclass
 from commodel.errors import CommodelError, unknown
 from commodel.hardware.schema import GPU
 
-PRECISIONS = ("bf16", "fp16", "fp8", "mxfp8")
+PRECISIONS = ("bf16", "fp16", "fp8", "mxfp8", "fp8-block")
 
 
 @dataclass(frozen=True)
@@ -48,19 +56,21 @@ class Precision:
         return self.cast_bytes > 0
 
 
-#: Share of the HBM copy bandwidth Transformer Engine's MXFP8 quantization reaches (row-wise and
-#: column-wise casts with an E8M0 scale per 32 elements, and the scales swizzled into cuBLAS's layout).
+#: Share of the HBM copy bandwidth Transformer Engine's block-scaled quantization reaches (row-wise and
+#: column-wise casts with a scale per block: MXFP8's E8M0 per 32 elements, its scales swizzled into
+#: cuBLAS's layout; assumed the same for ``fp8-block``'s FP32 scale per 128).
 #: Calibrated on measurement mb-gb200-llama3-8b-mx: Megatron-Bridge's Llama 3 8B runs 5.5% slower in
 #: FP8-MX than in FP8-CS on the same 8 GB200 (29,789 vs 31,508 tokens/s per GPU), where copy-speed
 #: casts would make MXFP8 2% faster (one pass of 4.06 B per element against current scaling's amax and
 #: cast passes, 6 B). Held out: the GB300 pair and the MXFP8 MoE rows (DeepSeek-V3, Qwen3-30B-A3B).
-MXFP8_CAST_BANDWIDTH = 0.349
+BLOCK_CAST_BANDWIDTH = 0.349
 
 RECIPES = {
     "bf16": Precision("bf16", "bf16", "bf16", 0.0),
     "fp16": Precision("fp16", "fp16", "fp16", 0.0),
     "fp8": Precision("fp8", "fp8", "bf16", 2 + 2 + 1 + 1),
-    "mxfp8": Precision("mxfp8", "fp8", "bf16", 2 + 1 + 1 + 2 / 32, MXFP8_CAST_BANDWIDTH),
+    "mxfp8": Precision("mxfp8", "fp8", "bf16", 2 + 1 + 1 + 2 / 32, BLOCK_CAST_BANDWIDTH),
+    "fp8-block": Precision("fp8-block", "fp8", "bf16", 2 + 1 + 1 + 2 * 4 / 128, BLOCK_CAST_BANDWIDTH),
 }
 
 
