@@ -17,6 +17,7 @@ from commodel.workloads.activation_fit import offload_exposed
 from commodel.workloads.catalog import model, models
 from commodel.workloads.layout import RECOMPUTE_MODULES, make_layout
 from commodel.workloads.memory import memory_per_gpu
+from commodel.workloads.moe_dispatch import domains_reached, forwarded_copies
 from commodel.workloads.run import train
 from commodel.workloads.training import BREAKDOWN, train_step
 from commodel.workloads.transformer import model_flops_per_token, parameters
@@ -719,6 +720,64 @@ def test_fp8_dispatch_halves_the_bytes_towards_the_experts_only():
     assert ratio == pytest.approx((1 + (1 + 4 / 128) / 2) / 2, abs=0.02)
     dense = dict(model="llama3-8b", system="dgx-h100", gpus=8, global_batch=64)
     assert train(**dense, fp8_dispatch=True)["step_time_s"] == train(**dense)["step_time_s"]
+
+
+def test_deepep_crosses_the_network_once_per_node_and_group_limited_routing_caps_the_nodes():
+    """DeepEP (Megatron's flex dispatcher) sends a token over the network once per remote node its
+    experts land on and forwards it over NVLink there; NCCL's all-to-all sends every routed copy. With
+    expert parallelism over 8 H800 nodes the network carries DeepSeek-V3's tokens 4 (1 - (3/4)^8) x 7/8
+    = 3.15 times instead of 7 (its router picks experts from 4 of 8 node groups); inside one node both
+    move the same bytes over NVLink. Without the group limit a token reaches 8 (1 - (7/8)^8) x 7/8 = 4.6
+    remote nodes; on 4 nodes the limit of 4 changes nothing."""
+    net = model("deepseek-v3")
+    moe = net.moe
+    assert float(forwarded_copies(moe, 1.0, 8, 8)[0]) == pytest.approx(4 * (1 - 0.75**8) * 7 / 8)
+    free = moe.model_copy(update={"router_groups": 0, "router_group_top_k": 0})
+    assert float(forwarded_copies(free, 1.0, 8, 8)[0]) == pytest.approx(8 * (1 - (7 / 8) ** 8) * 7 / 8)
+    assert float(domains_reached(moe, 4)) == float(domains_reached(free, 4))
+    assert float(forwarded_copies(moe, 1.0, 1, 8)[0]) == 0.0
+    reached = domains_reached(moe, np.arange(1.0, 65.0))
+    assert np.all(np.diff(reached) >= 0) and np.all(reached <= np.minimum(np.arange(1.0, 65.0), moe.top_k))
+
+    def ep_comm(system, gpus, dispatcher, name="deepseek-v3"):
+        job = dict(model=name, system=system, gpus=gpus, pp=8, ep=gpus // 8, global_batch=1024, seq=4096)
+        return train(**job, dispatcher=dispatcher)["breakdown"]["ep_comm"]
+
+    assert ep_comm("hgx-h800", 512, "deepep") < 0.6 * ep_comm("hgx-h800", 512, "alltoall")
+    assert ep_comm("hgx-h800", 64, "deepep") == pytest.approx(ep_comm("hgx-h800", 64, "alltoall"), rel=0.1)
+    with pytest.raises(CommodelError, match="deepep dispatcher needs a mixture-of-experts model"):
+        train(model="llama3-8b", system="dgx-h100", gpus=8, dispatcher="deepep")
+    with pytest.raises(CommodelError, match="did you mean 'deepep'"):
+        train(model="deepseek-v3", system="dgx-h100", gpus=64, ep=8, dispatcher="deepeep")
+
+
+@pytest.mark.parametrize(
+    "groups, top, problem",
+    [
+        (8, 0, "go together"),
+        (0, 4, "go together"),
+        (3, 1, "must divide"),
+        (8, 9, "at least router_group_top_k"),
+    ],
+)
+def test_a_group_limited_router_is_checked_where_it_is_declared(groups, top, problem):
+    from pydantic import ValidationError
+
+    from commodel.workloads.schema import MoE
+
+    declared = dict(
+        experts=256, top_k=8, expert_ffn_hidden=2048, router_groups=groups, router_group_top_k=top
+    )
+    with pytest.raises(ValidationError, match=problem):
+        MoE.model_validate(declared)
+
+
+def test_deepep_holds_its_20_sms_unless_told_otherwise():
+    """Megatron's --moe-deepep-num-sms defaults to 20: the SMs a paired layer loses under 1F1B overlap."""
+    base = dict(model="qwen3-30b-a3b", system="dgx-h100", gpus=8, ep=8, global_batch=256, seq=4096,
+                overlap="sm-partition", ep_overlap="1f1b", dispatcher="deepep")  # fmt: skip
+    assert train(**base)["step_time_s"] == train(**base, ep_sms=20)["step_time_s"]
+    assert train(**base)["step_time_s"] != train(**base, ep_sms=24)["step_time_s"]
 
 
 def test_sms_held_by_the_expert_all_to_all_slow_the_layer_it_overlaps():

@@ -93,6 +93,10 @@ def _choices(kind: str) -> Iterable[str]:
         from commodel.workloads.layout import SCHEDULES
 
         return SCHEDULES
+    if kind == "expert dispatcher":
+        from commodel.workloads.layout import DISPATCHERS
+
+        return DISPATCHERS
     from commodel.workloads.layout import RECOMPUTE
 
     return (*RECOMPUTE, "auto")
@@ -163,6 +167,7 @@ class TrainingJob(Job):
         "recompute": "recompute mode",
         "recompute_modules": "recompute module",
         "schedule": "pipeline schedule",
+        "dispatcher": "expert dispatcher",
         "transport": "cross-vendor transport",
         "failures": "failure model",
         "checkpoint": "checkpoint mode",
@@ -240,6 +245,12 @@ class TrainingJob(Job):
         ge=1,
         description="SMs the expert all-to-all kernels hold while they overlap compute (--ep-overlap 1f1b): "
         "DeepEP's (Megatron's --moe-deepep-num-sms, 20 by default; DeepSeek-V3: 20); default: NCCL's CTAs.",
+    )
+    dispatcher: str = Field(
+        "alltoall",
+        description="Expert token dispatcher: alltoall (Megatron's, over NCCL: every routed copy to its "
+        "expert's GPU) or deepep (Megatron's flex dispatcher with DeepEP: a token crosses the network once "
+        "per remote domain its experts are in, then NVLink; on 20 SMs unless --ep-sms).",
     )
     fp8_dispatch: bool = Field(
         False,

@@ -240,13 +240,15 @@ TRAINING_RUNS: dict[str, Run] = {
     # DeepSeek-V3's pretraining (technical report, sections 3.1-3.3): 2048 H800, pp 16 with DualPipe,
     # ep 64 over 8 nodes, ZeRO-1, no tensor parallelism, FP8 GEMMs with 1 x 128 tile and 128 x 128 block
     # scales (section 3.3.2: Transformer Engine's blockwise recipe), 4K sequences at the final batch of
-    # 15360, one multi-token prediction module, expert inputs dispatched in FP8 by all-to-all kernels on
-    # 20 SMs, the norms and MLA's up-projections recomputed (section 3.3.4). DualPipe runs one
+    # 15360, one multi-token prediction module, experts reached on at most 4 nodes (the model's
+    # group-limited routing) by the report's all-to-all kernels (DeepEP: a token crosses IB once per
+    # node, then NVLink) on 20 SMs, dispatching in FP8, the norms and MLA's up-projections recomputed
+    # (section 3.3.4). DualPipe runs one
     # micro-batch's all-to-alls beside another's compute: the 1F1B expert-parallel overlap is that
     # mechanism, under DualPipe's schedule and bubble. The report does not give its layers per stage;
     # the row takes the split that carries the prediction module and the logits: 4 layers per stage, 1
     # on the last (assumed). The report's FP8 activation caching is not modelled; what else this model
-    # needs to fit, auto chooses. Node-limited routing (a token reaches at most 4 nodes) is not modelled.
+    # needs to fit, auto chooses.
     "deepseek-v3-h800": Run(
         training_job(
             model="deepseek-v3",
@@ -265,6 +267,7 @@ TRAINING_RUNS: dict[str, Run] = {
             mtp_layers=1,
             last_stage_layers=1,
             fp8_dispatch=True,
+            dispatcher="deepep",
             ep_sms=20,
             recompute_modules="layernorm,mla_up_proj",
         ),

@@ -27,6 +27,10 @@ RECOMPUTE_MODULES = {"layernorm": 1, "moe_act": 2, "mla_up_proj": 4}
 #: Pipeline schedules: 1F1B (interleaved with vpp > 1; Narayanan et al. 2021) and DualPipe
 #: (DeepSeek-AI 2024, the DeepSeek-V3 report's section 3.2.1).
 SCHEDULES = ("1f1b", "dualpipe")
+#: Expert token dispatchers: Megatron-Core's all-to-all (NCCL; every routed copy travels to its
+#: expert's GPU) and its flex dispatcher's DeepEP backend (one copy per remote scale-up domain over
+#: the network, forwarded over NVLink; :func:`commodel.workloads.moe_dispatch.high_throughput_s`).
+DISPATCHERS = ("alltoall", "deepep")
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,9 @@ class Layout:
     the first and last pipeline stage (0: an even split, see :func:`stage_split`); ``mtp``:
     multi-token prediction modules (on the last stage); ``etp``: the experts' tensor-parallel size
     (0: tp, Megatron's default; :attr:`expert_tp`); ``fp8_dispatch``: expert inputs dispatched in FP8;
-    ``ep_sms``: SMs the expert all-to-all kernels hold (0: the collective library's CTAs);
+    ``deepep``: experts dispatched by DeepEP (:data:`DISPATCHERS`) instead of NCCL's all-to-all;
+    ``ep_sms``: SMs the expert all-to-all kernels hold (0: the collective library's CTAs, or
+    DeepEP's :data:`~commodel.workloads.moe_dispatch.DEEPEP_SMS`);
     ``recompute_modules``: the sum of the :data:`RECOMPUTE_MODULES` bits recomputed in every layer
     that ``recompute`` does not recompute in full.
     """
@@ -64,6 +70,7 @@ class Layout:
     fp8_dispatch: np.ndarray
     ep_sms: np.ndarray
     recompute_modules: np.ndarray
+    deepep: np.ndarray
 
     def select(self, mask: np.ndarray) -> Layout:
         """The layouts where ``mask`` is true (fields broadcast to the mask's shape first)."""
@@ -125,6 +132,7 @@ def make_layout(
     fp8_dispatch: ArrayLike = False,
     ep_sms: ArrayLike = 0,
     recompute_modules: ArrayLike = 0,
+    deepep: ArrayLike = False,
 ) -> Layout:
     """Build a :class:`Layout`; ``recompute`` may be a name (none, selective, full) or its code 0-2,
     ``recompute_modules`` names (``layernorm,mla_up_proj``) or their bits."""
@@ -133,7 +141,7 @@ def make_layout(
     if isinstance(recompute_modules, str):
         recompute_modules = module_bits(recompute_modules)
     values = dict(locals())
-    flags = ("sequence_parallel", "dualpipe", "fp8_dispatch")
+    flags = ("sequence_parallel", "dualpipe", "fp8_dispatch", "deepep")
     arrays = {
         f.name: np.asarray(values[f.name], dtype=bool if f.name in flags else float) for f in fields(Layout)
     }
@@ -241,6 +249,7 @@ def _rules(x: Layout, model: Transformer, gpus: ArrayLike) -> list[tuple[np.ndar
         ),
         (x.etp < 0, "expert tensor parallelism cannot be negative"),
         (x.ep_sms < 0, "SMs of the expert all-to-all cannot be negative"),
+        ((model.moe is None) & x.deepep, "the deepep dispatcher needs a mixture-of-experts model"),
         (
             (model.moe is not None) & (x.expert_tp < x.tp) & ~x.sequence_parallel,
             "experts with less tensor parallelism than attention need sequence parallelism",

@@ -14,7 +14,11 @@ from commodel.records import Strict
 class MoE(Strict):
     """Mixture-of-experts FFN: ``experts`` routed experts, ``top_k`` per token, plus shared experts.
 
-    The first ``dense_layers`` layers keep a dense FFN of ``ffn_hidden`` (DeepSeek-V3: 3).
+    The first ``dense_layers`` layers keep a dense FFN of ``ffn_hidden`` (DeepSeek-V3: 3). Group-limited
+    routing (DeepSeek-V3: 8 groups, a token's experts from its best 4; Hugging Face's ``n_group`` and
+    ``topk_group``, Megatron's ``--moe-router-num-groups`` and ``--moe-router-group-topk``): the
+    experts form ``router_groups`` contiguous groups and a token's ``top_k`` come from
+    ``router_group_top_k`` of them (0: no limit).
     """
 
     experts: PositiveInt
@@ -22,11 +26,22 @@ class MoE(Strict):
     expert_ffn_hidden: PositiveInt
     shared_experts: int = 0
     dense_layers: int = 0
+    router_groups: NonNegativeInt = 0
+    router_group_top_k: NonNegativeInt = 0
 
     @model_validator(mode="after")
     def _top_k_fits(self) -> MoE:
         if self.top_k > self.experts:
             raise ValueError(f"top_k ({self.top_k}) exceeds experts ({self.experts})")
+        if (self.router_groups > 0) != (self.router_group_top_k > 0):
+            raise ValueError("router_groups and router_group_top_k go together (both 0: no group limit)")
+        if self.router_groups and (
+            self.experts % self.router_groups or self.router_group_top_k > self.router_groups
+        ):
+            raise ValueError(
+                f"router_groups ({self.router_groups}) must divide the experts ({self.experts}) and be at "
+                f"least router_group_top_k ({self.router_group_top_k})"
+            )
         return self
 
 

@@ -54,7 +54,7 @@ from commodel.workloads.memory import (
     memory_with_microbatches,
     usable_memory,
 )
-from commodel.workloads.moe_dispatch import DISPATCH_BYTES
+from commodel.workloads.moe_dispatch import DEEPEP_SMS, DISPATCH_BYTES, high_throughput_s
 from commodel.workloads.schema import Transformer
 from commodel.workloads.tensor_parallel import tensor_parallel_exposed
 from commodel.workloads.transformer import (
@@ -142,6 +142,15 @@ def per_microbatch(
     if np.any(x.fp8_dispatch):
         fp8, _ = collective("alltoall", np.where(x.fp8_dispatch, routed * DISPATCH_BYTES, 0.0), ep, fab)
         towards = np.where(x.fp8_dispatch, fp8, a2a)
+    if np.any(x.deepep):  # one copy per remote domain, forwarded over NVLink (moe_dispatch.py)
+        tokens = held * x.busiest_expert_rank
+        by_deepep = [
+            high_throughput_s(model, cluster, fab, ep, tokens, np.where(fp8, DISPATCH_BYTES, size))
+            for fp8 in (False, x.fp8_dispatch)
+        ]
+        a2a, towards = (
+            np.where(x.deepep, fast, nccl) for fast, nccl in zip(by_deepep, (a2a, towards), strict=True)
+        )
     gathered = np.where(x.sequence_parallel & (x.expert_tp > 1), routed * size * x.expert_tp, 0.0)
     tp_gather, _ = collective("allgather", gathered, etp, fab)
     tp_scatter, _ = collective("reducescatter", gathered, etp, fab)
@@ -155,7 +164,8 @@ def per_microbatch(
     # a micro-batch without a partner (pipeline warm-up and cool-down) pays ``ep_unpaired_s`` more.
     paired = ep_exposed
     if ep_overlap == "1f1b":  # the all-to-all kernels hold the library's CTAs, or the SMs stated
-        ep_part = partitioned(np.where(x.ep_sms > 0, x.ep_sms, ctas(strategy, domain(fab, ep))))
+        library = np.where(x.deepep, DEEPEP_SMS, ctas(strategy, domain(fab, ep)))
+        ep_part = partitioned(np.where(x.ep_sms > 0, x.ep_sms, library))
         ep_kw = {"traffic_Bps": 2 * a2a_bw, "hbm_Bps": hbm, "calls": 4 * moe_share}
         paired = np.minimum(exposed(strategy, window(full, ep_part, "both"), ep_comm, **ep_kw), ep_exposed)
     # Context parallelism: ring attention exchanges K and V (cp - 1 steps), dK and dV backward.
