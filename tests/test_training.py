@@ -514,6 +514,7 @@ def test_a_batch_prices_every_layout_as_it_would_alone(name):
         last_layers=np.where(rng.random(n) < 0.3, 4, 0), ep=rng.choice([1, 4] if "qwen" in name else [1], n),
         etp=np.where(sp & (rng.random(n) < 0.5), 1, 0), fp8_dispatch=rng.random(n) < 0.5,
         ep_sms=rng.choice([0, 20], n), recompute_modules=rng.choice([0, 1, 3] if "qwen" in name else [0, 1], n),
+        deepep=("qwen" in name) & (rng.random(n) < 0.5),
     )  # fmt: skip
     net, c = model(name), cluster("dgx-h100")
     x = x.select(valid(net, x, 64))
@@ -554,7 +555,8 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     auto), at least 2,000 valid each, over 10,000 in all, under every tensor-parallel mechanism the
     system supports, with the expert all-to-alls on the critical path or overlapped, under 1F1B or
     DualPipe, with or without a multi-token prediction module and a lighter last stage, with experts
-    split as attention is or whole, recomputing any of the modules the model has."""
+    split as attention is or whole, recomputing any of the modules the model has, dispatched by NCCL or
+    DeepEP."""
     from commodel.compute import gemm, kernel_time
     from commodel.compute.roofline import peak_flops
     from commodel.workloads.layout import valid
@@ -577,6 +579,7 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
         expert_load=rng.choice([1.0, 1.3, 2.0], n), dualpipe=dualpipe, mtp=rng.choice([0, 0, 1], n),
         last_layers=np.where(lighter_last, 2, 0), etp=np.where(sp & (rng.random(n) < 0.3), 1, 0),
         recompute_modules=np.bitwise_and(rng.integers(0, 8, n), 1 | 2 * (net.moe is not None) | 4 * (net.mla is not None)),
+        deepep=(net.moe is not None) & (rng.random(n) < 0.5),
     )  # fmt: skip
     ok = valid(net, x, gpus)
     assert ok.sum() >= 2000, ok.sum()
