@@ -221,13 +221,22 @@ def test_activations_keep_q_k_and_v_as_wide_as_the_heads_make_them():
     ) - activation_bytes_per_token(dsv3, 0)
     assert float(gained) == (2 + 2) * dsv3.mla.kv_lora_rank
     # a shared expert is an MLP beside the routed ones: its FC1 and activation outputs, and under FP8
-    # its own quantized copy of the norm output (the BF16 router keeps the BF16 one)
+    # its own quantized copy of the norm output (the BF16 router keeps the BF16 one), in the 58 of 61
+    # layers that are MoE layers
     alone = dsv3.model_copy(update={"moe": dsv3.moe.model_copy(update={"shared_experts": 0})})
     fs = dsv3.moe.expert_ffn_hidden
     for dtype, linear in (("bf16", 2), ("fp8", 1)):
         r = precision(dtype)
         extra = activation_bytes_per_token(dsv3, 0, recipe=r) - activation_bytes_per_token(alone, 0, recipe=r)
-        assert float(extra) == 2 * 2 * fs + linear * fs + (2 - linear) * dsv3.hidden, dtype
+        assert float(extra) == pytest.approx(
+            58 / 61 * (2 * 2 * fs + linear * fs + (2 - linear) * dsv3.hidden)
+        )
+    # its three dense layers hold a dense MLP's activations (the 18432-wide FFN), not a MoE layer's
+    dense = dsv3.model_copy(update={"moe": dsv3.moe.model_copy(update={"dense_layers": 0})})
+    h, f, k, fe = dsv3.hidden, dsv3.ffn_hidden, dsv3.moe.top_k, dsv3.moe.expert_ffn_hidden
+    moe_mlp = 2 * h + k * (2 * h + 3 * 2 * fe) + 3 * 2 * fe
+    difference = activation_bytes_per_token(dsv3, 0) - activation_bytes_per_token(dense, 0)
+    assert float(difference) == pytest.approx(3 / 61 * ((2 * h + 3 * 2 * f) - moe_mlp))
 
 
 def test_context_parallel_ring_carries_every_heads_key_and_value():
@@ -245,22 +254,34 @@ def test_recompute_modules_free_their_outputs_and_run_their_kernels_again(dtype)
     """Megatron's output-discarding recomputation: ``mla_up_proj`` frees every head's Q, K and V
     (BF16 under any recipe), ``layernorm`` the two norm outputs (2 x 2h) and ``moe_act`` the experts'
     activation output (top_k x 2f), where the linear layers hold those outputs (BF16; under FP8 they
-    hold their own quantized copies, so only the BF16 router's input is freed). Each costs its
-    kernels' forward again and nothing where the layer is recomputed in full."""
+    hold their own quantized copies, so only the BF16 router's input is freed). Its whole-module
+    checkpoints keep their input and free what the module holds past it: ``mlp`` a dense layer's FC1
+    and activation outputs (under FP8 the checkpoint's BF16 input replaces FC1's 1-byte copy),
+    ``shared_experts`` theirs, ``moe`` the experts' permuted copies and insides with the shared
+    experts', each in the layers of its kind (DeepSeek-V3: 3 dense, 58 MoE). Each costs its kernels'
+    forward again (``moe`` its dispatch and combine too) and nothing where the layer is recomputed in
+    full."""
     from commodel.workloads.transformer import activation_bytes_per_token, recompute_flops_per_token
 
     net = model("deepseek-v3")
     h, heads, a, k, f = net.hidden, net.heads, net.mla, net.moe.top_k, net.moe.expert_ffn_hidden
-    bf16 = dtype == "bf16"
+    bf16, linear, moe = dtype == "bf16", 2 if dtype == "bf16" else 1, 58 / 61
+    shared = 2 * 2 * f + linear * f + (2 - linear) * h
     freed = {
         "mla_up_proj": 2 * heads * (2 * (a.qk_nope_head_dim + a.qk_rope_head_dim) + a.v_head_dim),
-        "layernorm": 4 * h if bf16 else 2 * h,  # under FP8 the router's BF16 input only
-        "moe_act": k * 2 * f if bf16 else 0,
+        "layernorm": 4 * h if bf16 else moe * 2 * h,  # under FP8 the MoE router's BF16 input only
+        "moe_act": moe * k * 2 * f if bf16 else 0,
+        "mlp": (1 - moe) * (2 * 2 * net.ffn_hidden + linear * net.ffn_hidden - (2 - linear) * h),
+        "shared_experts": moe * shared,
+        "moe": moe * (k * (linear * h + 2 * 2 * f + linear * f) + shared),
     }
     stored = activation_bytes_per_token(net, 0, recipe=precision(dtype))
     for name, saved in freed.items():
         after = activation_bytes_per_token(net, 0, recipe=precision(dtype), modules=RECOMPUTE_MODULES[name])
-        assert float(stored - after) == saved, name
+        assert float(stored - after) == pytest.approx(saved), name
+    both = RECOMPUTE_MODULES["moe"] + RECOMPUTE_MODULES["moe_act"] + RECOMPUTE_MODULES["shared_experts"]
+    covered = activation_bytes_per_token(net, 0, recipe=precision(dtype), modules=both)
+    assert float(stored - covered) == pytest.approx(freed["moe"])  # the MoE checkpoint covers the other two
     everything = sum(RECOMPUTE_MODULES.values())
     assert activation_bytes_per_token(net, 2, modules=everything) == activation_bytes_per_token(net, 2)
 
@@ -281,6 +302,29 @@ def test_recompute_modules_free_their_outputs_and_run_their_kernels_again(dtype)
         a.qk_nope_head_dim + a.v_head_dim
     )
     assert float(recompute_flops_per_token(net, 4096, 0, modules=4)) == 2 * net.layers * up
+    experts = 58 * (net.moe.experts * h + (k + 1) * 3 * h * f)  # router, routed and shared experts
+    assert float(recompute_flops_per_token(net, 4096, 0, modules=16)) == 2 * experts
+    assert float(recompute_flops_per_token(net, 4096, 0, modules=8)) == 2 * 3 * 3 * h * net.ffn_hidden
+    # the MoE layer's checkpoint dispatches and combines its forward again: 3 all-to-all passes, not 2
+    again = train_step(net, c, dataclasses.replace(x, recompute_modules=np.asarray(16.0)), dtype)
+    assert float(again["ep_comm_s"] / steps[0]["ep_comm_s"]) == pytest.approx(1.5)
+    assert again["memory_per_gpu_bytes"] < steps[0]["memory_per_gpu_bytes"]
+
+
+def test_recomputing_the_mlp_runs_its_gemms_and_its_tensor_parallel_collectives_again():
+    """``--recompute-modules mlp`` on a dense model: the MLP's forward runs again in the backward, its
+    sequence-parallel gather and reduce-scatter with it (one of the layer's two pairs: a quarter more
+    TP communication where full recomputation adds half), for less memory than none and more than full."""
+    base = dict(model="llama3-70b", system="dgx-h100", gpus=64, tp=8, pp=4, global_batch=256, seq=8192,
+                sequence_parallel=True)  # fmt: skip
+    none, mlp, full = train(**base), train(**base, recompute_modules="mlp"), train(**base, recompute="full")
+    tp = [r["breakdown"]["tp_comm"] for r in (none, mlp, full)]
+    assert tp[1] / tp[0] == pytest.approx(1.25) and tp[2] / tp[0] == pytest.approx(1.5)
+    assert none["step_time_s"] < mlp["step_time_s"] < full["step_time_s"]
+    assert full["memory_per_gpu_bytes"] < mlp["memory_per_gpu_bytes"] < none["memory_per_gpu_bytes"]
+    net = model("llama3-70b")
+    extra = (mlp["hw_tflops_per_gpu"] / mlp["tflops_per_gpu"] - 1) * model_flops_per_token(net, 8192)
+    assert float(extra) == pytest.approx(2 * net.layers * 3 * net.hidden * net.ffn_hidden)
 
 
 def test_recompute_modules_are_checked_against_the_model():
@@ -288,6 +332,12 @@ def test_recompute_modules_are_checked_against_the_model():
         train(model="llama3-8b", system="dgx-h100", gpus=8, recompute_modules="mla_up_proj")
     with pytest.raises(CommodelError, match="moe_act needs a mixture-of-experts model"):
         train(model="llama3-8b", system="dgx-h100", gpus=8, recompute_modules="layernorm,moe_act")
+    with pytest.raises(CommodelError, match="mlp needs dense MLP layers"):
+        train(model="qwen3-30b-a3b", system="dgx-h100", gpus=8, ep=8, recompute_modules="mlp")
+    with pytest.raises(CommodelError, match="moe needs a mixture-of-experts model"):
+        train(model="llama3-8b", system="dgx-h100", gpus=8, recompute_modules="moe")
+    with pytest.raises(CommodelError, match="shared_experts needs shared experts"):
+        train(model="qwen3-30b-a3b", system="dgx-h100", gpus=8, ep=8, recompute_modules="moe,shared_experts")
     with pytest.raises(CommodelError, match=re.escape("did you mean 'moe_act'")):
         train(model="qwen3-30b-a3b", system="dgx-h100", gpus=8, ep=8, recompute_modules="moe-act")
     with pytest.raises(CommodelError, match="core_attn is --recompute selective"):

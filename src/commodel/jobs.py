@@ -234,9 +234,10 @@ class TrainingJob(Job):
     )
     recompute_modules: str = Field(
         "",
-        description="Parts of every layer not recomputed in full whose outputs are dropped and recomputed "
+        description="Parts of every layer not recomputed in full that run their forward again in the backward "
         "(Megatron's --recompute-modules, comma-separated; its core_attn is --recompute selective): layernorm, "
-        "moe_act (MoE), mla_up_proj (MLA). "
+        "moe_act (MoE), mla_up_proj (MLA) drop their outputs; mlp (dense layers), moe (the MoE layer with its "
+        "all-to-alls), shared_experts keep only their input. "
         "Under FP8, layernorm and moe_act free only a MoE router's BF16 input (the linear layers keep FP8 copies).",
     )
     sequence_parallel: bool = Field(False, description="Sequence parallelism (with tensor parallelism).")

@@ -19,11 +19,22 @@ from commodel.workloads.schema import Transformer
 RECOMPUTE = ("none", "selective", "full")
 #: Recomputation codes a layout may carry: RECOMPUTE's, and 3 = auto (the least that fits).
 RECOMPUTE_CODES = {**{name: code for code, name in enumerate(RECOMPUTE)}, "auto": 3}
-#: Megatron-Core's output-discarding recomputations (``--recompute-modules``), each a bit of
-#: ``Layout.recompute_modules``: the two norms, the MoE experts' activation function, MLA's query and
-#: key-value up-projections (with their RoPE). Their outputs are dropped after use and recomputed for
-#: the backward pass.
-RECOMPUTE_MODULES = {"layernorm": 1, "moe_act": 2, "mla_up_proj": 4}
+#: Megatron-Core's submodule recomputations (``--recompute-modules``), each a bit of
+#: ``Layout.recompute_modules``. Output-discarding checkpoints: the two norms, the MoE experts'
+#: activation function, MLA's query and key-value up-projections (with their RoPE), whose outputs are
+#: dropped after use. Whole-module checkpoints, which keep the module's input and run its forward
+#: again: the dense MLP (``mlp``), the MoE layer with its dispatch and combine (``moe``), the shared
+#: experts (``shared_experts``). Megatron's ``core_attn`` is ``--recompute selective``.
+RECOMPUTE_MODULES = {
+    "layernorm": 1,
+    "moe_act": 2,
+    "mla_up_proj": 4,
+    "mlp": 8,
+    "moe": 16,
+    "shared_experts": 32,
+}
+#: Modules another one's checkpoint already covers: recomputing the MoE layer runs its activation again.
+COVERED_BY = {"moe_act": "moe", "shared_experts": "moe"}
 #: Pipeline schedules: 1F1B (interleaved with vpp > 1; Narayanan et al. 2021) and DualPipe
 #: (DeepSeek-AI 2024, the DeepSeek-V3 report's section 3.2.1).
 SCHEDULES = ("1f1b", "dualpipe")
@@ -188,11 +199,13 @@ def module_bits(names: str) -> int:
 
 
 def has_module(bits: ArrayLike, module: str) -> np.ndarray:
-    """Where ``bits`` (:attr:`Layout.recompute_modules`) include ``module``."""
+    """Where ``bits`` (:attr:`Layout.recompute_modules`) recompute ``module`` on its own: they include
+    it and not the module whose checkpoint covers it (:data:`COVERED_BY`)."""
     bits = np.asarray(bits, dtype=float)
     if not bits.any():  # the common case, without the arithmetic
         return np.zeros(bits.shape, dtype=bool)
-    return np.floor(bits / RECOMPUTE_MODULES[module]) % 2 == 1
+    own = np.floor(bits / RECOMPUTE_MODULES[module]) % 2 == 1
+    return own & ~has_module(bits, COVERED_BY[module]) if module in COVERED_BY else own
 
 
 def layout_problems(model: Transformer, layout: Layout, gpus: ArrayLike) -> list[tuple[np.ndarray, str]]:
@@ -271,6 +284,19 @@ def _rules(x: Layout, model: Transformer, gpus: ArrayLike) -> list[tuple[np.ndar
             (
                 (model.mla is None) & has_module(x.recompute_modules, "mla_up_proj"),
                 "recompute module mla_up_proj needs multi-head latent attention (MLA)",
+            ),
+            (
+                (model.moe_layers == model.layers) & has_module(x.recompute_modules, "mlp"),
+                "recompute module mlp needs dense MLP layers (a MoE layer's is moe)",
+            ),
+            (
+                (model.moe is None) & has_module(x.recompute_modules, "moe"),
+                "recompute module moe needs a mixture-of-experts model",
+            ),
+            (
+                (model.moe is None or not model.moe.shared_experts)
+                & (np.floor(x.recompute_modules / RECOMPUTE_MODULES["shared_experts"]) % 2 == 1),
+                "recompute module shared_experts needs shared experts",
             ),
         ]
     return rules

@@ -52,10 +52,17 @@ def _in_switch(op: str, size: np.ndarray, where: Group, fab: Fabric) -> np.ndarr
 
 
 def userbuffers_exposed(
-    work: Work, act: np.ndarray, where: Group, fab: Fabric, x: Layout, units: float, pairs: float
+    work: Work,
+    act: np.ndarray,
+    where: Group,
+    fab: Fabric,
+    x: Layout,
+    units: float,
+    pairs: float,
+    again: np.ndarray,
 ) -> np.ndarray:
     """Exposed TP communication of one layer and micro-batch under Transformer Engine's userbuffers
-    overlap (all passes; full recomputation repeats the forward's).
+    overlap (all passes; recomputation repeats ``again`` of the forward's).
 
     - Gathers (forward before the column GEMMs, backward before the row GEMMs' input gradients) are
       *ring exchanges*: the GEMM runs chunk by chunk, the local chunk first, while the next chunk
@@ -81,7 +88,7 @@ def userbuffers_exposed(
     forward = forward + _fused(work.gather_fwd_s * ahead, pairs * ag, no_tail, 1.0)
     backward = _fused(work.reduce_bwd_s, pairs * rs, no_tail, slow)
     backward = backward + _fused(work.gather_bwd_s * ahead, pairs * ag, no_tail, 1.0)
-    return forward * (1 + (x.recompute == 2)) + backward
+    return forward * (1 + again) + backward
 
 
 def tensor_parallel_exposed(
@@ -94,20 +101,22 @@ def tensor_parallel_exposed(
     hbm: float,
     units: float,
     pairs: float,
+    again: np.ndarray,
 ) -> np.ndarray:
     """Exposed tensor-parallel communication of one layer and micro-batch (all passes).
 
     Per pass, ``pairs`` reductions (reduce-scatter with sequence parallelism, else allreduce) follow
     their producer GEMMs, and with sequence parallelism ``pairs`` allgathers precede their consumer
-    GEMMs (module docstring; 2 in a dense layer). Full recomputation repeats the forward pass's
-    communication. ``units``: the GPU's SMs.
+    GEMMs (module docstring; 2 in a dense layer). Recomputation repeats ``again`` of the forward
+    pass's communication (:func:`~commodel.workloads.transformer.recomputed_pairs`: all of it under
+    full recomputation). ``units``: the GPU's SMs.
     """
     if mechanism not in TP_OVERLAP:
         raise unknown("tensor-parallel overlap", mechanism, TP_OVERLAP)
     sp = x.sequence_parallel
     passes = [(work.reduce_fwd_s, work.gather_fwd_s), (work.reduce_bwd_s, work.gather_bwd_s)]
-    passes += [(work.reduce_fwd_s * (x.recompute == 2), work.gather_fwd_s * (x.recompute == 2))]
-    repeats = [1.0, 1.0, np.where(x.recompute == 2, 1.0, 0.0)]
+    passes.append(passes[0])  # the forward again, ``again`` times
+    repeats = [1.0, 1.0, again]
     # Sequence parallelism gathers and reduce-scatters, else it allreduces: price only what runs.
     ag, _ = collective("allgather", np.where(sp, act, 0.0), where, fab)
     gathers = np.where(sp, pairs * ag, 0.0)
@@ -118,7 +127,7 @@ def tensor_parallel_exposed(
         if mechanism == "none":
             return serial
         # Userbuffers overlap needs sequence parallelism (TE refuses it otherwise).
-        return np.where(sp, userbuffers_exposed(work, act, where, fab, x, units, pairs), serial)
+        return np.where(sp, userbuffers_exposed(work, act, where, fab, x, units, pairs, again), serial)
     tile = TILE_BYTES * x.tp
     if mechanism == "t3":
         ag, _ = forced("allgather", "ring", act, where, fab)

@@ -47,7 +47,7 @@ from commodel.vectorize import on_unique
 from commodel.workloads.activation_fit import fit_activations, offload_exposed
 from commodel.workloads.groups import Group, collective, domain, group, in_switch, job_domain, shared_nics
 from commodel.workloads.layer_work import ATTENTION_BACKWARD, Work, layer_work_of, repeat, timed, window
-from commodel.workloads.layout import Layout, stage_split
+from commodel.workloads.layout import Layout, has_module, stage_split
 from commodel.workloads.memory import (
     fits,
     memory_parts,
@@ -63,6 +63,7 @@ from commodel.workloads.transformer import (
     dispatched_tokens,
     model_flops_per_token,
     recompute_flops_per_token,
+    recomputed_pairs,
     routed_copies,
     tensor_parallel_mlps,
 )
@@ -126,7 +127,8 @@ def per_microbatch(
     # Tensor parallelism: its mechanism decides what is exposed; ideal overlap hides it behind the layer.
     act = T * h * size
     pairs = 1 + tensor_parallel_mlps(model)
-    tp_comm = tensor_parallel_exposed(tp_overlap, full, act, tp, fab, x, hbm, units, pairs)
+    again = recomputed_pairs(model, x.recompute, x.recompute_modules)
+    tp_comm = tensor_parallel_exposed(tp_overlap, full, act, tp, fab, x, hbm, units, pairs, again)
     # Expert parallelism: dispatch and combine all-to-alls per MoE layer and pass, as long as the
     # busiest rank's share takes. Each GPU dispatches the tokens it holds (its sequence shard with
     # sequence parallelism); with expert tensor parallelism (etp > 1) Megatron's dispatcher all-gathers
@@ -154,7 +156,10 @@ def per_microbatch(
     gathered = np.where(x.sequence_parallel & (x.expert_tp > 1), routed * size * x.expert_tp, 0.0)
     tp_gather, _ = collective("allgather", gathered, etp, fab)
     tp_scatter, _ = collective("reducescatter", gathered, etp, fab)
-    ep_comm = moe_share * (2 * (a2a + towards) + 2 * (tp_gather + tp_scatter))
+    # Recomputing the MoE layer (in full, or ``--recompute-modules moe``) dispatches and combines its
+    # forward again.
+    ep_passes = 2 + ((x.recompute == 2) | has_module(x.recompute_modules, "moe"))
+    ep_comm = moe_share * ep_passes * ((a2a + towards) + (tp_gather + tp_scatter))
     if strategy == "ideal":
         tp_exposed = np.maximum(tp_comm - full.total_s, 0.0)
         ep_exposed = np.maximum(ep_comm - np.maximum(full.total_s - tp_comm, 0.0), 0.0)
@@ -166,7 +171,7 @@ def per_microbatch(
     if ep_overlap == "1f1b":  # the all-to-all kernels hold the library's CTAs, or the SMs stated
         library = np.where(x.deepep, DEEPEP_SMS, ctas(strategy, domain(fab, ep)))
         ep_part = partitioned(np.where(x.ep_sms > 0, x.ep_sms, library))
-        ep_kw = {"traffic_Bps": 2 * a2a_bw, "hbm_Bps": hbm, "calls": 4 * moe_share}
+        ep_kw = {"traffic_Bps": 2 * a2a_bw, "hbm_Bps": hbm, "calls": 2 * ep_passes * moe_share}
         paired = np.minimum(exposed(strategy, window(full, ep_part, "both"), ep_comm, **ep_kw), ep_exposed)
     # Context parallelism: ring attention exchanges K and V (cp - 1 steps), dK and dV backward.
     kv = T * np.maximum(model.n_kv_heads / x.tp, 1) * sum(attention_dims(model)) * size

@@ -139,20 +139,30 @@ def recompute_flops_per_token(
     model: Transformer, seq: ArrayLike, recompute: ArrayLike, causal: bool = True, modules: ArrayLike = 0
 ) -> np.ndarray:
     """Extra forward FLOPs per token of activation recomputation: 0 = none, 1 = selective (attention
-    scores), 2 = full (the whole layer forward); outside full, the ``mla_up_proj`` module's
-    up-projection GEMMs (the norms and the activation function are not matrix FLOPs)."""
+    scores), 2 = full (the whole layer forward); outside full, the matrix FLOPs of each module's
+    forward run again (``2 x`` its weights per token): ``mla_up_proj`` the up-projections, ``mlp`` the
+    dense layers' MLPs, ``shared_experts`` the shared experts, ``moe`` the router and the experts a
+    token reaches with the shared ones (the norms and activation functions are not matrix FLOPs)."""
     d_qk, d_v = attention_dims(model)
     scores = 2 * model.layers * attended_keys(model, seq, causal) * model.heads * (d_qk + d_v)
     full = 2 * parameters(model)["matmul_active"] + scores
     code = np.asarray(recompute)
-    up_proj = 0.0
+    w = layer_weights(model)
+    dense_layers = model.layers - model.moe_layers
+    again = {
+        "mlp": dense_layers * w.dense_mlp,
+        "shared_experts": model.moe_layers * w.moe_shared,
+        "moe": model.moe_layers * (w.router + w.moe_active + w.moe_shared),
+    }
     if model.mla is not None:
         a = model.mla
-        per_layer = a.q_lora_rank * model.heads * d_qk + a.kv_lora_rank * model.heads * (
-            a.qk_nope_head_dim + d_v
+        again["mla_up_proj"] = model.layers * (
+            a.q_lora_rank * model.heads * d_qk + a.kv_lora_rank * model.heads * (a.qk_nope_head_dim + d_v)
         )
-        up_proj = np.where(has_module(modules, "mla_up_proj"), 2 * model.layers * per_layer, 0.0)
-    return np.where(code == 2, full, np.where(code == 1, scores, 0.0) + up_proj)
+    modules_flops = sum(
+        np.where(has_module(modules, name), 2.0 * weights, 0.0) for name, weights in again.items()
+    )
+    return np.where(code == 2, full, np.where(code == 1, scores, 0.0) + modules_flops)
 
 
 #: How a GEMM meets tensor parallelism (Megatron): a ``column``-parallel GEMM consumes the gathered
@@ -187,6 +197,18 @@ def tensor_parallel_mlps(model: Transformer) -> float:
     moe_share = model.moe_layers / model.layers
     shared = 1.0 if model.moe is not None and model.moe.shared_experts else 0.0
     return 1 - moe_share + moe_share * shared
+
+
+def recomputed_pairs(model: Transformer, recompute: ArrayLike, modules: ArrayLike) -> np.ndarray:
+    """Share of a layer's forward tensor-parallel collectives that recomputation runs again: all of
+    them under full recomputation; else those of the MLPs a whole-module checkpoint re-runs (``mlp``
+    the dense layers', ``shared_experts`` or ``moe`` the shared experts'), of the layer's
+    ``1 + tensor_parallel_mlps`` gather-reduce pairs (routed experts have none)."""
+    moe_share = model.moe_layers / model.layers
+    shared = moe_share if model.moe is not None and model.moe.shared_experts else 0.0
+    mlps = (1 - moe_share) * has_module(modules, "mlp")
+    mlps = mlps + shared * (has_module(modules, "shared_experts") | has_module(modules, "moe"))
+    return np.where(np.asarray(recompute) == 2, 1.0, mlps / (1 + tensor_parallel_mlps(model)))
 
 
 def dispatched_tokens(tokens: ArrayLike, tp: ArrayLike, sequence_parallel: ArrayLike) -> np.ndarray:
@@ -233,22 +255,23 @@ def layer_kernels(
     low, high = recipe.gemm, recipe.other
     moe_share = model.moe_layers / model.layers
     gemms: list[tuple[Kernel, float, str]] = []
-    remade: dict[str, list[tuple[Kernel, float]]] = {}
+    up_projections: list[tuple[Kernel, float, str]] = []
     if model.mla is not None:
         a = model.mla
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
         up_projections = [
-            gemm(T, model.heads * qk / t, a.q_lora_rank, low),
-            gemm(T, model.heads * (a.qk_nope_head_dim + a.v_head_dim) / t, a.kv_lora_rank, low),
+            (gemm(T, model.heads * qk / t, a.q_lora_rank, low), 1.0, "column"),
+            (
+                gemm(T, model.heads * (a.qk_nope_head_dim + a.v_head_dim) / t, a.kv_lora_rank, low),
+                1.0,
+                "column",
+            ),
         ]
         gemms += [
             (gemm(T, a.q_lora_rank, h, low), 1.0, "local"),
-            (up_projections[0], 1.0, "column"),
             (gemm(T, a.kv_lora_rank + a.qk_rope_head_dim, h, low), 1.0, "local"),
-            (up_projections[1], 1.0, "column"),
             (gemm(T, h, model.heads * a.v_head_dim / t, low), 1.0, "row"),
         ]
-        remade["mla_up_proj"] = [(k, 1.0) for k in up_projections]
     else:
         d = model.d_head
         kv_per_rank = np.maximum(model.n_kv_heads / t, 1.0)
@@ -258,12 +281,38 @@ def layer_kernels(
         ]
     up = 2 if model.gated_mlp else 1
     dense = 1 - moe_share
-    if dense > 0:
-        f = model.ffn_hidden
-        gemms += [(gemm(T, up * f / t, h, low), dense, "column"), (gemm(T, h, f / t, low), dense, "row")]
-    memory_bound: list[tuple[Kernel, float, float]] = []
+
+    def mlp(
+        tokens: ArrayLike, width: float, count: float, split: ArrayLike = t, batch: ArrayLike | None = None
+    ) -> list[tuple[Kernel, float, str]]:
+        """FC1 (``up x width``) and FC2 of an MLP, ``count`` per layer: over tensor parallelism a
+        column and a row GEMM, or with ``batch`` experts split ``split`` ways, a local grouped GEMM."""
+        roles, b = (("column", "row"), 1.0) if batch is None else (("local", "local"), batch)
+        fc1 = gemm(tokens, up * width / split, h, low, batch=b)
+        return [(fc1, count, roles[0]), (gemm(tokens, h, width / split, low, batch=b), count, roles[1])]
+
+    def quantized(entries: list[tuple[Kernel, float, str]]) -> list[tuple[Kernel, Kernel, float]]:
+        """Each FP8 GEMM's casts: its input forward, its output gradient backward, and their count."""
+        size = recipe.cast_bytes, recipe.cast_bandwidth
+        return [
+            (
+                quantize(k.shape[0] * k.shape[2] * k.shape[3], *size),
+                quantize(k.shape[0] * k.shape[1] * k.shape[3], *size),
+                n,
+            )
+            for k, n, _ in entries
+            if recipe.quantized
+        ]
+
     # Norms, residual adds and the router run on tokens / tp with sequence parallelism, on all without.
     sp_tokens = dispatched_tokens(T, t, sequence_parallel)
+    memory_bound: list[tuple[Kernel, float, float]] = []
+    routing: list[tuple[Kernel, float]] = []  # the MoE layer's router and token shuffles (forward)
+    dense_mlp = mlp(T, model.ffn_hidden, dense, t) if dense > 0 else []
+    experts: list[tuple[Kernel, float, str]] = []
+    shared: list[tuple[Kernel, float, str]] = []
+    # Activation functions: elements per GPU and layer, and which MLP runs them.
+    activations = [(T * model.ffn_hidden / t, dense, "mlp")] if dense > 0 else []
     if model.moe is not None:
         m = model.moe
         e = np.asarray(ep, dtype=float)
@@ -272,19 +321,14 @@ def layer_kernels(
         # sizes, a few in a small decode batch), and the tokens each of those receives.
         block = T * e * et / t
         reached = m.experts * -np.expm1(block * np.log1p(-m.top_k / m.experts))
-        per_expert = block * m.top_k / reached * np.asarray(expert_load, dtype=float)
+        load = np.asarray(expert_load, dtype=float)
+        per_expert = block * m.top_k / reached * load
         local = reached / e
-        fe = m.expert_ffn_hidden
-        gemms += [
-            (gemm(per_expert, up * fe / et, h, low, batch=local), moe_share, "local"),
-            (gemm(per_expert, h, fe / et, low, batch=local), moe_share, "local"),
-        ]
+        experts = mlp(per_expert, m.expert_ffn_hidden, moe_share, et, batch=local)
+        activations.append((T * m.top_k * load * m.expert_ffn_hidden / t, moe_share, "moe"))
         if m.shared_experts:
-            shared = m.shared_experts * fe
-            gemms += [
-                (gemm(T, up * shared / t, h, low), moe_share, "column"),
-                (gemm(T, h, shared / t, low), moe_share, "row"),
-            ]
+            shared = mlp(T, m.shared_experts * m.expert_ffn_hidden, moe_share, t)
+            activations.append((T * m.shared_experts * m.expert_ffn_hidden / t, moe_share, "shared_experts"))
         # Permute tokens to their experts and back (each a read and a write of top_k copies), both
         # passes; Megatron's all-to-all dispatcher also sorts the received chunks by local expert
         # and back when a GPU holds several experts (``sort_chunks_by_idxs``): two more passes.
@@ -292,20 +336,26 @@ def layer_kernels(
         received = elementwise(per_expert * local * h, high, reads=1, writes=1)
         sorts = moe_share * np.where((e > 1) & (local > 1), 2.0, 0.0)
         memory_bound += [(permute, 2 * moe_share, 2 * moe_share), (received, sorts, sorts)]
-    casts = [
-        (
-            quantize(k.shape[0] * k.shape[2] * k.shape[3], recipe.cast_bytes, recipe.cast_bandwidth),
-            quantize(k.shape[0] * k.shape[1] * k.shape[3], recipe.cast_bytes, recipe.cast_bandwidth),
-            count,
-        )
-        for k, count, _ in gemms
-        if recipe.quantized
-    ]
-    memory_bound += [(fwd, count, 0.0) for fwd, _, count in casts] + [
-        (bwd, 0.0, count) for _, bwd, count in casts
-    ]
-    if model.moe is not None:  # the router stays in BF16 and is never quantized
-        gemms.append((gemm(sp_tokens, model.moe.experts, h, high), moe_share, "local"))
+        routing = [
+            (gemm(sp_tokens, m.experts, h, high), moe_share),
+            (permute, 2 * moe_share),
+            (received, sorts),
+        ]
+    # The GEMMs by the recompute module that runs them again (the rest of attention's: by none).
+    groups = {
+        "": gemms,
+        "mla_up_proj": up_projections,
+        "mlp": dense_mlp,
+        "moe": experts,
+        "shared_experts": shared,
+    }
+    casts = {name: quantized(entries) for name, entries in groups.items()}
+    gemms = [entry for entries in groups.values() for entry in entries]
+    every_cast = [cast for group in casts.values() for cast in group]
+    memory_bound += [(fwd, count, 0.0) for fwd, _, count in every_cast]
+    memory_bound += [(bwd, 0.0, count) for _, bwd, count in every_cast]
+    if routing:  # the router stays in BF16 and is never quantized
+        gemms.append((routing[0][0], moe_share, "local"))
     d_qk, d_v = attention_dims(model)
     s = np.asarray(seq, dtype=float)
     if attention_impl not in ATTENTION_IMPLEMENTATIONS:
@@ -318,20 +368,23 @@ def layer_kernels(
             core.append((attention(*shape, True, s, window=model.sliding_window), windowed))
     else:
         core = [(k, 1.0) for k in unfused_attention(*shape, s)]
-    ffn = (
-        model.ffn_hidden
-        if model.moe is None
-        else model.moe.expert_ffn_hidden * model.moe.top_k * np.asarray(expert_load, dtype=float)
-    )
     norm = elementwise(sp_tokens * h, high, reads=1, writes=1, flops_per_element=5)
-    activation = elementwise(T * ffn / t, high, reads=up, writes=1, flops_per_element=8)
-    memory_bound += [
-        (norm, 2.0, 4.0),
-        (elementwise(sp_tokens * h, high, reads=2, writes=1), 2.0, 4.0),
-        (activation, 1.0, 2.0),
-    ]
+    memory_bound += [(norm, 2.0, 4.0), (elementwise(sp_tokens * h, high, reads=2, writes=1), 2.0, 4.0)]
+    acts = {
+        name: (elementwise(n, high, reads=up, writes=1, flops_per_element=8), share)
+        for n, share, name in activations
+    }
+    memory_bound += [(kernel, share, 2 * share) for kernel, share in acts.values()]
+
+    def forward(name: str) -> list[tuple[Kernel, float]]:
+        """A module's forward GEMMs, their input casts and its activation function."""
+        kernels = [(k, n) for k, n, _ in groups[name]] + [(fwd, n) for fwd, _, n in casts[name]]
+        return kernels + ([acts[name]] if name in acts else [])
+
+    remade = {name: forward(name) for name in ("mla_up_proj", "mlp", "shared_experts")}
+    remade["moe"] = forward("moe") + remade["shared_experts"] + routing
     remade["layernorm"] = [(norm, 2.0)]
-    remade["moe_act"] = [(activation, moe_share)]
+    remade["moe_act"] = [acts["moe"]] if "moe" in acts else []
     return LayerKernels(gemms, core, memory_bound, remade)
 
 
@@ -364,45 +417,60 @@ def activation_bytes_per_token(
     so selective saves nothing there), 2 = full (keep only the layer input, 2h).
 
     Outside full recomputation, each module in ``modules`` (:data:`~commodel.workloads.layout.
-    RECOMPUTE_MODULES`, Megatron-Core's output-discarding checkpoints) frees its output's storage,
+    RECOMPUTE_MODULES`) frees storage. Megatron-Core's output-discarding checkpoints free an output
     even where a later kernel saved a reference to it: ``layernorm`` the two norm outputs (2 x 2h),
     ``moe_act`` the activation output (top_k x 2f), ``mla_up_proj`` the up-projected Q, K and V (all
     BF16). Under FP8, the first two free only what a BF16 kernel holds (a MoE router's input, 2h):
     the linear layer reading an output saved its own quantized copy of it, which is what the count
-    above holds (assumed: Transformer Engine keeps that copy).
+    above holds (assumed: Transformer Engine keeps that copy). Whole-module checkpoints keep the
+    module's input and free all it holds past it: ``mlp`` a dense MLP's FC1 and activation outputs
+    (its BF16 input replacing FC1's FP8 copy under FP8), ``shared_experts`` the shared experts',
+    ``moe`` the experts' permuted copies and insides with the shared experts'. A MoE model's layers
+    are averaged by kind (DeepSeek-V3: 3 dense MLPs, 58 MoE layers).
     """
     h = model.hidden
     d_qk, d_v = attention_dims(model)
     moe = model.moe
-    f = model.ffn_hidden if moe is None else moe.expert_ffn_hidden
     up = 2 if model.gated_mlp else 1  # FC1 widths: gate and up projections in a gated MLP
-    f_up = up * f
-    topk = 1 if moe is None else moe.top_k
     linear = 1.0 if recipe is not None and recipe.quantized else 2.0
+    bf16 = float(linear == 2.0)  # the linear layers hold their inputs themselves, not FP8 copies
     mask = 1.0 if model.dropout else 0.0
     attention_out = linear * model.heads * d_v  # input of the output projection
     qkv_heads = 2 * (model.heads * d_qk + model.n_kv_heads * (d_qk + d_v))
     qkv = qkv_heads
     if model.mla is not None:
         qkv += (2 + linear) * (model.mla.q_lora_rank + model.mla.kv_lora_rank)
-    # The MLP's norm output (held by FC1, or in BF16 by a MoE router), and the experts' permuted copies.
-    mlp_norm = linear * h if moe is None else 2.0 * h
-    mlp_inputs = mlp_norm + (0.0 if moe is None else linear * topk * h)
     attention_part = linear * h + qkv + attention_out + mask * h
-    mlp_part = mlp_inputs + topk * (2 * f_up + linear * f) + mask * h
+
+    def inside(width: float) -> float:
+        """What an MLP of ``width`` holds past its input: FC1's output and the activation output."""
+        return 2 * up * width + linear * width
+
+    # A dense layer's MLP: its norm output (FC1's input) and inside; a MoE layer's: the norm output in
+    # BF16 (the router's input), the experts' permuted copies and their insides, the shared experts'
+    # insides and, under FP8, their own copy of the norm output. Averaged by the layers of each kind.
+    moe_share = model.moe_layers / model.layers
+    dense_mlp = linear * h + inside(model.ffn_hidden)
+    shared = 0.0
     if moe is not None and moe.shared_experts:
-        shared = moe.shared_experts * f
-        mlp_part += 2 * up * shared + linear * shared + (2.0 - linear) * h
+        shared = inside(moe.shared_experts * moe.expert_ffn_hidden) + (2.0 - linear) * h
+    routed = 0.0 if moe is None else moe.top_k * (linear * h + inside(moe.expert_ffn_hidden))
+    moe_mlp = 2.0 * h + routed + shared
+    mlp_part = (1 - moe_share) * dense_mlp + moe_share * moe_mlp + mask * h
     none = attention_part + mlp_part + 4 * h
     scores = 5.0 * model.heads * np.asarray(seq, dtype=float) if attention_impl == "unfused" else 0.0
     freed = 0.0
     if np.any(modules):
-        bf16_outputs = linear == 2.0  # the linear layers hold the outputs themselves, not copies
-        mlp_norm_held = moe is not None or bf16_outputs  # a MoE router holds it in BF16
+        mlp_norm_held = moe_share + (1 - moe_share) * bf16  # a MoE router holds it in BF16
+        act = 0.0 if moe is None else moe.top_k * 2 * moe.expert_ffn_hidden
         freed = (
-            has_module(modules, "layernorm") * (bf16_outputs + mlp_norm_held) * 2 * h
-            + has_module(modules, "moe_act") * (moe is not None) * bf16_outputs * topk * 2 * f
+            has_module(modules, "layernorm") * (bf16 + mlp_norm_held) * 2 * h
+            + has_module(modules, "moe_act") * moe_share * bf16 * act
             + has_module(modules, "mla_up_proj") * (model.mla is not None) * qkv_heads
+            # The dense MLP's checkpoint keeps its input in BF16 where FC1 kept an FP8 copy.
+            + has_module(modules, "mlp") * (1 - moe_share) * (inside(model.ffn_hidden) - (2.0 - linear) * h)
+            + has_module(modules, "moe") * moe_share * (routed + shared)
+            + has_module(modules, "shared_experts") * moe_share * shared
         )
     code = np.asarray(recompute)
     return np.where(code == 2, 2.0 * h, np.where(code == 1, none, none + scores) - freed)
