@@ -147,6 +147,8 @@ def recompute_flops_per_token(
     scores = 2 * model.layers * attended_keys(model, seq, causal) * model.heads * (d_qk + d_v)
     full = 2 * parameters(model)["matmul_active"] + scores
     code = np.asarray(recompute)
+    if not np.any(modules):  # the common case, without the arithmetic
+        return np.where(code == 2, full, np.where(code == 1, scores, 0.0))
     w = layer_weights(model)
     dense_layers = model.layers - model.moe_layers
     again = {
@@ -204,11 +206,14 @@ def recomputed_pairs(model: Transformer, recompute: ArrayLike, modules: ArrayLik
     them under full recomputation; else those of the MLPs a whole-module checkpoint re-runs (``mlp``
     the dense layers', ``shared_experts`` or ``moe`` the shared experts'), of the layer's
     ``1 + tensor_parallel_mlps`` gather-reduce pairs (routed experts have none)."""
+    full = np.where(np.asarray(recompute) == 2, 1.0, 0.0)
+    if not np.any(modules):
+        return full
     moe_share = model.moe_layers / model.layers
     shared = moe_share if model.moe is not None and model.moe.shared_experts else 0.0
     mlps = (1 - moe_share) * has_module(modules, "mlp")
     mlps = mlps + shared * (has_module(modules, "shared_experts") | has_module(modules, "moe"))
-    return np.where(np.asarray(recompute) == 2, 1.0, mlps / (1 + tensor_parallel_mlps(model)))
+    return np.where(full == 1, 1.0, mlps / (1 + tensor_parallel_mlps(model)))
 
 
 def dispatched_tokens(tokens: ArrayLike, tp: ArrayLike, sequence_parallel: ArrayLike) -> np.ndarray:
