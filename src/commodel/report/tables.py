@@ -87,6 +87,8 @@ def training_table(result: dict) -> str:
         for kind, key in (("TP", "tp_overlap"), ("EP", "ep_overlap"))
         if result.get(key, "none") != "none"
     ]
+    if result.get("dispatcher", "alltoall") != "alltoall":
+        mechanisms.append(f"experts dispatched by {result['dispatcher']}")
     overlap = result["overlap"] + (f" ({', '.join(mechanisms)})" if mechanisms else "")
     modules = result.get("recompute_modules", "") if result["recompute"] != "full" else ""
     recompute = result["recompute"] + (f" (modules {modules})" if modules else "")

@@ -157,6 +157,7 @@ def train(job: TrainingJob | None = None, advise: bool = False, **values: Any) -
         "overlap": job.overlap,
         "tp_overlap": job.tp_overlap,
         "ep_overlap": job.ep_overlap,
+        "dispatcher": job.dispatcher,
         "recompute": str(row.recompute_used),
         "recompute_modules": job.recompute_modules,
         **step,
