@@ -259,6 +259,9 @@ def test_train_table_for_a_person():
     result = invoke(*TRAIN, "--overlap", "occupancy-shaped")
     assert result.exit_code == 0, result.output
     assert "MFU" in result.output and "bubble" in result.output and "GiB per GPU" in result.output
+    moe = ("train", "--model", "qwen3-30b-a3b", "--system", "dgx-h100", "--gpus", "16", "--ep", "16")
+    assert "experts dispatched by deepep" in invoke(*moe, "--dispatcher", "deepep").output
+    assert "dispatched" not in invoke(*moe).output
 
 
 @pytest.mark.parametrize(
