@@ -63,6 +63,15 @@ def _training_layout(job: TrainingJob, row: SimpleNamespace) -> str:
 IMBALANCE_WORTH_A_LOOK, GAIN_WORTH_A_NOTE = 0.05, 0.02
 
 
+def _variants(
+    job: TrainingJob, field: str, choices: list[Any], evaluate_columns: Callable[..., dict[str, np.ndarray]]
+) -> dict[str, np.ndarray]:
+    """The evaluator's table for ``job`` with ``field`` set to each of ``choices``, one batch."""
+    columns = {name: np.array([value] * len(choices), dtype=object) for name, value in job}
+    columns[field] = np.array(choices, dtype=object)
+    return evaluate_columns(columns, checked=True)
+
+
 def _lighter_last_stage(
     job: TrainingJob, row: SimpleNamespace, evaluate_columns: Callable[..., dict[str, np.ndarray]]
 ) -> str:
@@ -77,9 +86,7 @@ def _lighter_last_stage(
     if float(row.stage_imbalance) < IMBALANCE_WORTH_A_LOOK:
         return ""
     choices = list(range(1, -(-model(job.model).layers // job.pp)))
-    columns = {name: np.array([value] * len(choices), dtype=object) for name, value in job}
-    columns["last_stage_layers"] = np.array(choices, dtype=object)
-    table = evaluate_columns(columns, checked=True)
+    table = _variants(job, "last_stage_layers", choices, evaluate_columns)
     step = np.where(table["valid"] & (table["fits"] | ~row.fits), table["step_time_s"].astype(float), np.inf)
     best = int(np.argmin(step))
     if not step[best] < (1 - GAIN_WORTH_A_NOTE) * float(row.step_time_s):
@@ -130,8 +137,8 @@ def train(job: TrainingJob | None = None, advise: bool = False, **values: Any) -
             "userbuffers overlap needs sequence parallelism: the TP collectives ran between the GEMMs"
         )
     if advise:
-        notes += [note for note in (_lighter_last_stage(job, row, evaluate_columns),
-                                    _recompute_modules_to_try(job, row, evaluate_columns)) if note]  # fmt: skip
+        advice = (_lighter_last_stage, _recompute_modules_to_try, _deepep_to_try)
+        notes += [note for note in (a(job, row, evaluate_columns) for a in advice) if note]
     failures = (
         {"job_mtbf_h": float(row.job_mtbf_h), "checkpoint_interval_min": float(row.checkpoint_interval_min)}
         if np.isfinite(row.job_mtbf_h)
@@ -172,6 +179,28 @@ def train(job: TrainingJob | None = None, advise: bool = False, **values: Any) -
     }
 
 
+def _deepep_to_try(
+    job: TrainingJob, row: SimpleNamespace, evaluate_columns: Callable[..., dict[str, np.ndarray]]
+) -> str:
+    """Where NCCL's all-to-all dispatches a MoE job's tokens: DeepEP's dispatch priced instead (one
+    network copy per remote domain, :func:`~commodel.workloads.moe_dispatch.forwarded_copies`),
+    named if it saves at least :data:`GAIN_WORTH_A_NOTE` and fits where the job does; else no note."""
+    if job.dispatcher != "alltoall" or job.ep < 2 or float(row.ep_comm_s) <= 0 or ":" in job.system:
+        return ""
+    table = _variants(job, "dispatcher", ["deepep"], evaluate_columns)
+    faster = float(table["step_time_s"][0])
+    if not (table["valid"][0] and (table["fits"][0] or not row.fits)):
+        return ""
+    now = float(row.step_time_s)
+    if not faster < (1 - GAIN_WORTH_A_NOTE) * now:
+        return ""
+    return (
+        f"--dispatcher deepep sends a token across the network once per node its experts are on: expert "
+        f"all-to-alls {float(row.ep_comm_s):.4g} -> {float(table['ep_comm_s'][0]):.4g} s ({now:.4g} -> "
+        f"{faster:.4g} s per step)"
+    )
+
+
 def _recompute_modules_to_try(
     job: TrainingJob, row: SimpleNamespace, evaluate_columns: Callable[..., dict[str, np.ndarray]]
 ) -> str:
@@ -182,7 +211,7 @@ def _recompute_modules_to_try(
     :data:`GAIN_WORTH_A_NOTE` or makes the job fit; else no note."""
     from commodel.compute.precision import precision
     from commodel.workloads.catalog import model
-    from commodel.workloads.layout import RECOMPUTE_MODULES, module_names
+    from commodel.workloads.layout import COVERED_BY, RECOMPUTE_MODULES, module_names
     from commodel.workloads.transformer import activation_bytes_per_token
 
     pressed = not row.fits or (
@@ -197,11 +226,11 @@ def _recompute_modules_to_try(
            if name not in used and activation_bytes_per_token(net, 0, recipe=recipe, modules=bit) < stored]  # fmt: skip
     if not new:
         return ""
+    together = used | set(new)
+    together -= {name for name in together if COVERED_BY.get(name) in together}  # moe covers moe_act
     choices = [",".join(sorted(used | {name})) for name in new]
-    choices += [",".join(sorted(used | set(new)))] if len(new) > 1 else []
-    columns = {name: np.array([value] * len(choices), dtype=object) for name, value in job}
-    columns["recompute_modules"] = np.array(choices, dtype=object)
-    table = evaluate_columns(columns, checked=True)
+    choices += [",".join(sorted(together))] if len(new) > 1 else []
+    table = _variants(job, "recompute_modules", choices, evaluate_columns)
     step = np.where(table["valid"] & table["fits"], table["step_time_s"].astype(float), np.inf)
     best = int(np.argmin(step))
     now = float(row.step_time_s)
