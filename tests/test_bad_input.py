@@ -24,6 +24,8 @@ CASES = (
         ("--checkpoint", "never"), ("--mtbf-gpu-hours", "0"), ("--storage-GBps", "0"), ("--pue", "0.5"),
         ("--global-batch", "1e30"), ("--seq", "0"), ("--tp", "3"), ("--gpus", "7"),
         ("--system", "mi300x-8:1,"), ("--stage-layers", "1,2"), ("--checkpoint-interval-min", "-5"),
+        ("--dispatcher", "deepepp"), ("--dispatcher", "deepep"), ("--dtype", "fp8-blocks"),
+        ("--recompute-modules", "mlp,moe"), ("--recompute-modules", "shared_experts"), ("--ep-sms", "0"),
     )]
     + [[*SERVE, option, value] for option in ("--prompt", "--output", "--tp", "--pp", "--gpus",
                                               "--max-batch-size", "--max-num-tokens") for value in COUNTS]
