@@ -147,8 +147,8 @@ def per_microbatch(
     if np.any(x.deepep):  # one copy per remote domain, forwarded over NVLink (moe_dispatch.py)
         tokens = held * x.busiest_expert_rank
         by_deepep = [
-            high_throughput_s(model, cluster, fab, ep, tokens, np.where(fp8, DISPATCH_BYTES, size))
-            for fp8 in (False, x.fp8_dispatch)
+            high_throughput_s(model, cluster, fab, ep, tokens, np.where(in_fp8, DISPATCH_BYTES, size))
+            for in_fp8 in (False, x.fp8_dispatch)
         ]
         a2a, towards = (
             np.where(x.deepep, fast, nccl) for fast, nccl in zip(by_deepep, (a2a, towards), strict=True)
