@@ -800,6 +800,12 @@ def test_deepep_crosses_the_network_once_per_node_and_group_limited_routing_caps
     assert ep_comm("hgx-h800", 64, "deepep") == pytest.approx(ep_comm("hgx-h800", 64, "alltoall"), rel=0.1)
     with pytest.raises(CommodelError, match="deepep dispatcher needs a mixture-of-experts model"):
         train(model="llama3-8b", system="dgx-h100", gpus=8, dispatcher="deepep")
+    # DeepEP puts from the GPU over RDMA: across nodes it needs a NIC that takes GPU-initiated work
+    # requests (Slingshot's does not), inside one node it runs over the scale-up links
+    with pytest.raises(CommodelError, match="deepep dispatcher needs GPU-initiated RDMA across nodes"):
+        train(model="qwen3-30b-a3b", system="frontier-node", gpus=16, ep=16, dispatcher="deepep")
+    inside = train(model="qwen3-30b-a3b", system="frontier-node", gpus=16, ep=8, dispatcher="deepep")
+    assert inside["breakdown"]["ep_comm"] > 0
     with pytest.raises(CommodelError, match="did you mean 'deepep'"):
         train(model="deepseek-v3", system="dgx-h100", gpus=64, ep=8, dispatcher="deepeep")
 

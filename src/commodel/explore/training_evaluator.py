@@ -32,6 +32,7 @@ from commodel.ops.energy import energy_costs, gpu_power_W, it_power_W, node_powe
 from commodel.ops.goodput import STATE_BYTES_PER_PARAM, goodput
 from commodel.workloads.catalog import failure_model
 from commodel.workloads.catalog import model as get_model
+from commodel.workloads.groups import group, job_domain
 from commodel.workloads.hetero import hetero_train_step, is_node_groups, parse_node_groups
 from commodel.workloads.layout import (
     RECOMPUTE,
@@ -41,6 +42,7 @@ from commodel.workloads.layout import (
     make_layout,
     module_bits,
 )
+from commodel.workloads.moe_dispatch import cross_domain_problem
 from commodel.workloads.schema import Transformer
 from commodel.workloads.training import BREAKDOWN, train_step
 from commodel.workloads.transformer import parameters
@@ -171,6 +173,10 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
             recompute_modules=modules, deepep=np.asarray(columns["dispatcher"])[rows] == "deepep",
         )  # fmt: skip
         problems += layout_problems(net, layout, gpus)
+        reason = cross_domain_problem(fleet[0][0]) if len(fleet) == 1 and np.any(layout.deepep) else ""
+        if reason:  # DeepEP puts from the GPU across domains
+            domain = job_domain(gpus, fleet[0][0].domain_gpus)
+            problems.append((layout.deepep & group(layout.ep, layout.expert_tp, domain).spans_nodes, reason))
         stage_layers = np.asarray(columns["stage_layers"])[rows]
         if len(fleet) == 1:
             problems.append((stage_layers != "", "stage layers apply to node groups (SYSTEM:NODES,...)"))

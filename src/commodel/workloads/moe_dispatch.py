@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from commodel.comm.fabric import Fabric
-from commodel.comm.initiation import message_rate, path_of, put_latency
+from commodel.comm.initiation import available, message_rate, path_of, put_latency
 from commodel.errors import CommodelError, unknown
 from commodel.hardware.cluster import Cluster
 from commodel.workloads.groups import Group
@@ -73,6 +73,15 @@ def forwarded_copies(moe: MoE, tokens: ArrayLike, domains: ArrayLike, per_domain
     t, d, g = (np.asarray(v, dtype=float) for v in (tokens, domains, per_domain))
     network = t * domains_reached(moe, d) * (d - 1) / d
     return network, t * moe.top_k * (g - 1) / g
+
+
+def cross_domain_problem(c: Cluster) -> str:
+    """Why DeepEP cannot dispatch across ``c``'s scale-up domains, or "" when it can: its kernels put
+    over RDMA from the GPU (NVSHMEM's IBGDA), so the NIC must take GPU-initiated work requests."""
+    nic = c.scale_out.initiation
+    if nic is None or not available("kernel-initiated", path_of(c)):
+        return f"the deepep dispatcher needs GPU-initiated RDMA across nodes, which {c.scale_out.description} lacks"
+    return ""
 
 
 def high_throughput_s(
