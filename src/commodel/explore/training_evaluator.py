@@ -193,16 +193,20 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
         sub = layout.select(ok)
         if len(fleet) == 1:
             c = fleet[0][0]
-            result = train_step(
-                net,
-                c,
-                sub,
-                key["dtype"],
-                key["overlap"],
-                key["attention"],
-                key["tp_overlap"],
-                key["ep_overlap"],
-            )
+            try:
+                result = train_step(
+                    net,
+                    c,
+                    sub,
+                    key["dtype"],
+                    key["overlap"],
+                    key["attention"],
+                    key["tp_overlap"],
+                    key["ep_overlap"],
+                )
+            except CommodelError as exc:  # a mechanism this system cannot run (cais without NVLS): say why
+                out["problem"][rows[ok]] = str(exc)
+                continue
             result |= {"stage_layers": np.full(sub.tp.size, "", dtype=object), "cross_vendor_s": 0 * sub.tp}
             powered = [(c, gpus[ok] / per_node)]
         else:
