@@ -65,7 +65,9 @@ def domains_reached(moe: MoE, domains: ArrayLike) -> np.ndarray:
     return n * (1 - (1 - 1 / n) ** moe.top_k)
 
 
-def forwarded_copies(moe: MoE, tokens: ArrayLike, domains: ArrayLike, per_domain: ArrayLike) -> tuple:
+def forwarded_copies(
+    moe: MoE, tokens: ArrayLike, domains: ArrayLike, per_domain: ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
     """(network, NVLink) token copies one GPU sends in a high-throughput dispatch over ``domains``
     scale-up domains of ``per_domain`` GPUs: each token once to every remote domain its experts land
     on, ``tokens x reached x (D - 1) / D`` (:func:`domains_reached`); each of its ``k`` copies forwarded
@@ -78,10 +80,11 @@ def forwarded_copies(moe: MoE, tokens: ArrayLike, domains: ArrayLike, per_domain
 def cross_domain_problem(c: Cluster) -> str:
     """Why DeepEP cannot dispatch across ``c``'s scale-up domains, or "" when it can: its kernels put
     over RDMA from the GPU (NVSHMEM's IBGDA), so the NIC must take GPU-initiated work requests."""
-    nic = c.scale_out.initiation
-    if nic is None or not available("kernel-initiated", path_of(c)):
-        return f"the deepep dispatcher needs GPU-initiated RDMA across nodes, which {c.scale_out.description} lacks"
-    return ""
+    if c.scale_out.initiation is not None and available("kernel-initiated", path_of(c)):
+        return ""
+    return (
+        f"the deepep dispatcher needs GPU-initiated RDMA across nodes, which {c.scale_out.description} lacks"
+    )
 
 
 def high_throughput_s(
