@@ -603,7 +603,8 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     GEMM of one layer and micro-batch, more offloaded activations than the CPU memory, or a breakdown
     that does not add up: 3,300 random layouts per example (recomputation none, selective, full or
     auto), at least 2,000 valid each, over 10,000 in all, under every tensor-parallel mechanism the
-    system supports, with the expert all-to-alls on the critical path or overlapped, under 1F1B or
+    system supports, with the expert all-to-alls on the critical path or overlapped (with another
+    micro-batch or the shared experts), under 1F1B or
     DualPipe, with or without a multi-token prediction module and a lighter last stage, with experts
     split as attention is or whole, recomputing any of the modules the model has, dispatched by NCCL or
     DeepEP."""
@@ -637,7 +638,7 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     mechanism = str(rng.choice(["none", "t3", "userbuffers", *(["cais"] if c.nvls else [])]))
     r = train_step(
         net, c, x, dtype=dtype, strategy=str(rng.choice(STRATEGIES)), tp_overlap=mechanism,
-        ep_overlap=str(rng.choice(["none", "1f1b"])),
+        ep_overlap=str(rng.choice(["none", "1f1b", "shared-experts"])),
     )  # fmt: skip
     peak = peak_flops(c.gpu, precision(dtype).gemm)
     assert np.all(r["mfu"] <= 1 + 1e-9)
@@ -861,6 +862,33 @@ def test_sms_held_by_the_expert_all_to_all_slow_the_layer_it_overlaps():
     steps = [train(**base, ep_sms=k)["step_time_s"] for k in (4, 20, 24, 40)]
     assert steps == sorted(steps) and steps[0] < steps[-1]
     assert train(**base)["step_time_s"] == steps[2]
+
+
+def test_shared_expert_overlap_hides_the_all_to_alls_behind_the_shared_experts_only():
+    """Megatron's --moe-shared-expert-overlap runs each layer's dispatch and combine beside its own
+    shared experts, in every micro-batch (nothing is left for the pipeline's warm-up): it hides at most
+    the shared experts' time, less than 1F1B's whole partner layer, nothing under serial execution or
+    for a model without shared experts (Qwen3)."""
+    from commodel.compute.precision import precision
+    from commodel.workloads.layer_work import layer_work_of
+
+    net, c = model("deepseek-v3"), cluster("gb200-nvl72", 16)
+    x = make_layout(dp=64, ep=64, micro_batch=1, global_batch=512, seq=4096, zero=1)
+
+    def step(ep_overlap, strategy="sm-partition", name="deepseek-v3"):
+        return train_step(model(name), c, x, "bf16", strategy, ep_overlap=ep_overlap)
+
+    none, shared, partner = (step(o) for o in ("none", "shared-experts", "1f1b"))
+    hidden = float(none["ep_comm_s"] - shared["ep_comm_s"])
+    own = layer_work_of(net, c.gpu, x, precision("bf16"), "flash", shared_experts=True)
+    assert 0 < hidden <= float(own.total_s) * net.layers * 8  # 8 micro-batches
+    assert float(partner["ep_comm_s"]) < float(shared["ep_comm_s"])
+    assert float(shared["bubble_s"]) == pytest.approx(float(none["bubble_s"]), rel=0.05)
+    assert float(step("shared-experts", "serial")["step_time_s"]) == float(
+        step("none", "serial")["step_time_s"]
+    )
+    qwen = [float(step(o, name="qwen3-30b-a3b")["step_time_s"]) for o in ("none", "shared-experts")]
+    assert qwen[0] == qwen[1]
 
 
 def test_overlapped_expert_all_to_alls_hide_under_another_micro_batch():

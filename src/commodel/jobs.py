@@ -244,7 +244,7 @@ class TrainingJob(Job):
     ep_sms: int | None = Field(
         None,
         ge=1,
-        description="SMs the expert all-to-all kernels hold while they overlap compute (--ep-overlap 1f1b): "
+        description="SMs the expert all-to-all kernels hold while they overlap compute (--ep-overlap): "
         "DeepEP's (Megatron's --moe-deepep-num-sms, 20 by default; DeepSeek-V3: 20); default: NCCL's CTAs.",
     )
     dispatcher: str = Field(
@@ -274,9 +274,10 @@ class TrainingJob(Job):
     )
     ep_overlap: str = Field(
         "none",
-        description="Expert all-to-alls: none (on the critical path, Megatron's default) or 1f1b (one "
+        description="Expert all-to-alls: none (on the critical path, Megatron's default), 1f1b (one "
         "micro-batch's dispatch and combine under another's compute, Megatron's "
-        "--overlap-moe-expert-parallel-comm).",
+        "--overlap-moe-expert-parallel-comm) or shared-experts (beside the layer's own shared experts, "
+        "Megatron's --moe-shared-expert-overlap).",
     )
     attention: str = Field("flash", description="Attention kernel: flash or unfused.")
     transport: str = Field(

@@ -160,11 +160,15 @@ def layer_work_of(
     recipe: Precision,
     attention_impl: str,
     units: ArrayLike | None = None,
+    shared_experts: bool = False,
 ) -> Work:
-    """:func:`layer_work` of every layout in ``x``, computed once per distinct layer shape."""
+    """:func:`layer_work` of every layout in ``x``, computed once per distinct layer shape; with
+    ``shared_experts``, of the layer's shared experts alone (nothing without them)."""
 
     def work(T, mb, seq, tp, cp, ep, sp, recompute, modules, load, etp, sms):
         lk = layer_kernels(model, T, mb, seq, tp, cp, ep, sp, recipe, attention_impl, load, etp)
+        if shared_experts:
+            lk = lk.shared_experts or LayerKernels([], [], [], {})
         return layer_work(gpu, lk, recompute, modules, sms)
 
     sms = gpu.compute_units.value if units is None else units

@@ -79,11 +79,12 @@ BREAKDOWN = (
     "compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "offload", "bubble", "optimizer",
 )  # fmt: skip
 
-#: How the expert all-to-alls run: on the critical path (Megatron's default), or under another
-#: micro-batch's compute (``--overlap-moe-expert-parallel-comm``: the 1F1B steady state runs one
-#: micro-batch's forward with another's backward, each one's dispatch and combine under the other's
-#: attention and expert GEMMs).
-EP_OVERLAP = ("none", "1f1b")
+#: How the expert all-to-alls run: on the critical path (Megatron's default), under another
+#: micro-batch's compute (``1f1b``, ``--overlap-moe-expert-parallel-comm``: the 1F1B steady state runs
+#: one micro-batch's forward with another's backward, each one's dispatch and combine under the other's
+#: attention and expert GEMMs), or beside the same layer's shared experts (``shared-experts``,
+#: ``--moe-shared-expert-overlap``: on a second stream, in every micro-batch, forward and backward).
+EP_OVERLAP = ("none", "1f1b", "shared-experts")
 
 #: Outputs that add up over a stage's layers, and so mix linearly when some layers are recomputed.
 _LINEAR = ("step_time_s", *(f"{name}_s" for name in BREAKDOWN))
@@ -167,12 +168,25 @@ def per_microbatch(
         tp_exposed, ep_exposed = tp_comm, ep_comm
     # With 1F1B overlap the all-to-alls run beside another micro-batch's layer on the SMs they leave;
     # a micro-batch without a partner (pipeline warm-up and cool-down) pays ``ep_unpaired_s`` more.
-    paired = ep_exposed
-    if ep_overlap == "1f1b":  # the all-to-all kernels hold the library's CTAs, or the SMs stated
-        library = np.where(x.deepep, DEEPEP_SMS, ctas(strategy, domain(fab, ep)))
-        ep_part = partitioned(np.where(x.ep_sms > 0, x.ep_sms, library))
+    # With shared-expert overlap they run beside the layer's own shared experts, in every micro-batch.
+    paired = unpaired = ep_exposed
+    if ep_overlap != "none":  # the all-to-all kernels hold the library's CTAs, or the SMs stated
+        sms = np.where(
+            x.ep_sms > 0, x.ep_sms, np.where(x.deepep, DEEPEP_SMS, ctas(strategy, domain(fab, ep)))
+        )
         ep_kw = {"traffic_Bps": 2 * a2a_bw, "hbm_Bps": hbm, "calls": 2 * ep_passes * moe_share}
-        paired = np.minimum(exposed(strategy, window(full, ep_part, "both"), ep_comm, **ep_kw), ep_exposed)
+        if ep_overlap == "1f1b":  # beside another micro-batch's layer
+            beside = window(full, partitioned(sms), "both")
+        else:  # beside this layer's shared experts, which every micro-batch has
+            shared = layer_work_of(model, gpu, x, recipe, attention_impl, shared_experts=True)
+            shared_part = (
+                layer_work_of(model, gpu, x, recipe, attention_impl, units - sms, True)
+                if overlapping
+                else shared
+            )
+            beside = window(shared, shared_part, "both")
+        paired = np.minimum(exposed(strategy, beside, ep_comm, **ep_kw), ep_exposed)
+        unpaired = paired if ep_overlap == "shared-experts" else ep_exposed
     # Context parallelism: ring attention exchanges K and V (cp - 1 steps), dK and dV backward.
     kv = T * np.maximum(model.n_kv_heads / x.tp, 1) * sum(attention_dims(model)) * size
     ring, ring_bw = collective("sendrecv", kv, cp, fab)
@@ -260,7 +274,7 @@ def per_microbatch(
         "tp_exposed_s": tp_exposed,
         "cp_exposed_s": cp_exposed,
         "ep_exposed_s": paired,
-        "ep_unpaired_s": ep_exposed - paired,
+        "ep_unpaired_s": unpaired - paired,
         "end_s": end_s,
         "pp_exposed_s": pp_exposed,
         "z3_exposed_s": z3_exposed,

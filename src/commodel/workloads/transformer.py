@@ -185,6 +185,9 @@ class LayerKernels:
     elementwise: list[tuple[Kernel, float, float]]
     #: The forward kernels (and counts per layer) each ``--recompute-modules`` module runs again.
     remade: dict[str, list[tuple[Kernel, float]]]
+    #: The shared experts' own kernels (GEMMs, casts, activation), which Megatron can run beside the
+    #: expert all-to-alls (``--moe-shared-expert-overlap``); ``None`` without shared experts.
+    shared_experts: LayerKernels | None = None
 
 
 def routed_copies(model: Transformer, tokens: ArrayLike) -> np.ndarray:
@@ -390,7 +393,13 @@ def layer_kernels(
     remade["moe"] = forward("moe") + remade["shared_experts"] + routing
     remade["layernorm"] = [(norm, 2.0)]
     remade["moe_act"] = [acts["moe"]] if "moe" in acts else []
-    return LayerKernels(gemms, core, memory_bound, remade)
+    own = None
+    if shared:
+        cast_passes = [(fwd, n, 0.0) for fwd, _, n in casts["shared_experts"]]
+        cast_passes += [(bwd, 0.0, n) for _, bwd, n in casts["shared_experts"]]
+        kernel, share = acts["shared_experts"]
+        own = LayerKernels(shared, [], [*cast_passes, (kernel, share, 2 * share)], {})
+    return LayerKernels(gemms, core, memory_bound, remade, own)
 
 
 def activation_bytes_per_token(
