@@ -426,8 +426,8 @@ PENDING = {
 KNOWN_GAPS = {
     **dict.fromkeys(
         ("mb-gb300-gptoss-120b", "mb-gb200-gptoss-120b"),
-        "known gap: the recipe's kernels (sink attention, clamped SwiGLU with biases) are unpublished "
-        "and its routing balance unstated",
+        "known gap: the recipe's kernels (sink attention, clamped SwiGLU with biases) are unpublished, "
+        "its routing balance and recomputation unstated",
     ),
     "mb-gb200-qwen3-30b": "known gap: the runs measure GB300 1.22x GB200 on this recipe, the model 1.06x",
     "deepseek-v3-h800": "known gap: the figure is whole-run GPU hours; the stage split and routing "
