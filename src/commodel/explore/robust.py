@@ -26,6 +26,7 @@ import signal
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from commodel.explore.evaluators import objective_values
 from commodel.explore.spec import SweepSpec
@@ -100,6 +101,26 @@ def drivers(log_factors: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np
     return best, share[best, np.arange(share.shape[1])]
 
 
+def nan_percentiles(values: np.ndarray, q: ArrayLike) -> np.ndarray:
+    """``np.nanpercentile(values, q, axis=0)`` (linear interpolation) for every column at once.
+
+    NumPy falls back to one call per column when any value is NaN (draws a design fails under); here
+    NaNs sort last and each column interpolates among its own ``n`` values at rank ``(n - 1) q / 100``;
+    a column without values gives NaN."""
+    ordered = np.sort(values, axis=0)
+    n = np.sum(~np.isnan(values), axis=0)
+    rank = np.maximum(n - 1, 0) * (np.asarray(q, dtype=float)[..., None] / 100)  # NumPy's (n - 1) q
+    below = np.floor(rank).astype(int)
+    above = np.minimum(below + 1, np.maximum(n - 1, 0))
+    low, high = (np.take_along_axis(ordered, i.reshape(-1, ordered.shape[1]), axis=0) for i in (below, above))
+    low, high = low.reshape(rank.shape), high.reshape(rank.shape)
+    t = rank - below
+    with np.errstate(invalid="ignore"):  # inf - inf where both ends are the same infinity
+        # NumPy's lerp: from the nearer end, so that finite values agree to the last bit
+        mixed = np.where(t < 0.5, low + (high - low) * t, high - (high - low) * (1 - t))
+    return np.where(n > 0, np.where(low == high, low, mixed), np.nan)
+
+
 def with_draw_bands(spec: SweepSpec, inputs: pd.DataFrame, result: pd.DataFrame) -> pd.DataFrame:
     """``result`` (the designs of ``inputs``, in order, with ``feasible`` marked) with each objective's
     band, robust value and driver; an infeasible design, never on a front, gets none (NaN)."""
@@ -116,12 +137,10 @@ def with_draw_bands(spec: SweepSpec, inputs: pd.DataFrame, result: pd.DataFrame)
     labels = np.array([p.label for p in parameters] or [""])
     for k, (name, sense) in enumerate(spec.objectives.items()):
         draws_k = values[:, :, k]
-        columns[f"{name}_p{low:g}"], columns[f"{name}_p{high:g}"] = np.nanpercentile(
-            draws_k, (low, high), axis=0
-        )
+        columns[f"{name}_p{low:g}"], columns[f"{name}_p{high:g}"] = nan_percentiles(draws_k, (low, high))
         if section.robust is not None:
             q = section.robust_percentile
-            columns[f"{name}_robust"] = np.nanpercentile(draws_k, q if sense == "min" else 100 - q, axis=0)
+            columns[f"{name}_robust"] = nan_percentiles(draws_k, q if sense == "min" else 100 - q)
         if parameters:
             best, share = drivers(np.log(factors), draws_k)
             columns[f"{name}_driver"], columns[f"{name}_driver_share"] = labels[best], share
