@@ -245,7 +245,8 @@ class TrainingJob(Job):
         None,
         ge=1,
         description="SMs the expert all-to-all kernels hold while they overlap compute (--ep-overlap): "
-        "DeepEP's (Megatron's --moe-deepep-num-sms, 20 by default; DeepSeek-V3: 20); default: NCCL's CTAs.",
+        "DeepEP's (Megatron's --moe-deepep-num-sms; DeepSeek-V3: 20); default: NCCL's CTAs, or 20 with "
+        "--dispatcher deepep.",
     )
     dispatcher: str = Field(
         "alltoall",
