@@ -549,17 +549,20 @@ def test_an_alias_is_the_same_architecture():
 
 @pytest.mark.parametrize("name", ["llama3-8b", "qwen3-30b-a3b"])
 def test_a_batch_prices_every_layout_as_it_would_alone(name):
-    """Sharing sub-results between layouts (per distinct micro-batch, collective and layer shape), and
-    skipping what no layout of a batch uses (DualPipe, stated stages, multi-token prediction), must
-    not change any number: a batch of layouts equals each layout priced on its own."""
+    """Sharing sub-results between layouts (per distinct micro-batch, collective and layer shape, and
+    recomputation's none and full priced in one pass for ``auto``), and skipping what no layout of a
+    batch uses (DualPipe, stated stages, multi-token prediction, context parallelism), must not change
+    any number: a batch of layouts equals each layout priced on its own."""
     from commodel.workloads.layout import valid
 
     rng = np.random.default_rng(7)
     n = 600
     tp, pp, sp = rng.choice([1, 2, 4], n), rng.choice([1, 2, 4], n), rng.random(n) < 0.5
+    cp = np.where(rng.random(n) < 0.2, 2, 1)
     x = make_layout(
-        tp=tp, pp=pp, dp=64 / (tp * pp), micro_batch=rng.choice([1, 2], n), global_batch=rng.choice([256, 512], n),
-        seq=rng.choice([2048, 4096], n), recompute=rng.integers(0, 3, n), sequence_parallel=sp,
+        tp=tp, pp=pp, cp=cp, dp=64 / (tp * pp * cp), micro_batch=rng.choice([1, 2], n),
+        global_batch=rng.choice([256, 512], n), seq=rng.choice([2048, 4096], n), recompute=rng.integers(0, 4, n),
+        sequence_parallel=sp,
         zero=rng.integers(0, 4, n), dualpipe=rng.random(n) < 0.3, mtp=rng.choice([0, 1], n),
         last_layers=np.where(rng.random(n) < 0.3, 4, 0), ep=rng.choice([1, 4] if "qwen" in name else [1], n),
         etp=np.where(sp & (rng.random(n) < 0.5), 1, 0), fp8_dispatch=rng.random(n) < 0.5,
@@ -569,7 +572,7 @@ def test_a_batch_prices_every_layout_as_it_would_alone(name):
     net, c = model(name), cluster("dgx-h100")
     x = x.select(valid(net, x, 64))
     assert x.tp.size > 100 and x.dualpipe.any() and (x.last_layers > 0).any() and (x.mtp > 0).any()
-    assert (x.recompute_modules > 0).any()
+    assert (x.recompute_modules > 0).any() and (x.recompute == 3).any() and (x.cp > 1).any()
     batch = train_step(net, c, x, strategy="sm-partition", ep_overlap="1f1b")
     for i in rng.choice(x.tp.size, 25, replace=False):
         alone = train_step(

@@ -3,7 +3,7 @@
 import numpy as np
 
 from commodel import vectorize
-from commodel.vectorize import memoized, on_unique
+from commodel.vectorize import memoized, on_unique, per_distinct
 
 
 def counting(fn):
@@ -35,3 +35,11 @@ def test_memoized_reuses_equal_arrays_and_starts_afresh_past_its_budget(monkeypa
     cached(np.arange(8.0))  # 4 + 8 elements exceed 10: the cache starts afresh with this one
     cached(small)
     assert len(calls) == 3
+
+
+def test_per_distinct_calls_once_per_distinct_value_and_keeps_the_shape():
+    name, calls = counting(lambda v: f"<{v}>")
+    values = np.array([["a", "b"], ["a", "a"]], dtype=object)
+    out = per_distinct(name, values, object)
+    assert out.shape == (2, 2) and out.tolist() == [["<a>", "<b>"], ["<a>", "<a>"]]
+    assert sorted(c[0] for c in calls) == ["a", "b"]

@@ -81,6 +81,14 @@ def on_unique(fn: Callable[..., Any], *keys: ArrayLike) -> Any:
     return _expand(fn(*(a[first] for a in flat)), inverse, shape)
 
 
+def per_distinct(fn: Callable[[Any], Any], values: ArrayLike, dtype: Any = float) -> np.ndarray:
+    """``fn`` of every entry of ``values``, called once per distinct entry (hashable ones): a table's
+    text columns hold a few distinct values over many rows."""
+    entries = np.asarray(values, dtype=object).ravel().tolist()
+    results = {value: fn(value) for value in dict.fromkeys(entries)}
+    return np.array([results[value] for value in entries], dtype=dtype).reshape(np.shape(values))
+
+
 #: Array elements a memoized function's cache may hold in its keys before it starts afresh: about
 #: 4 MB of keys, and (results being a few arrays of the keys' length each) some tens of MB of results.
 MAX_CACHED_ELEMENTS = 2**19

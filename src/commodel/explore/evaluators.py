@@ -40,13 +40,16 @@ class Evaluator:
 
     def __call__(self, frame: pd.DataFrame) -> pd.DataFrame:
         """Fill defaults, evaluate, and return ``frame`` with the output columns and ``valid``."""
-        frame = frame.copy()
-        for name, default in self.inputs.items():
-            if name not in frame:
-                if name in self.needs:
-                    raise CommodelError(f"evaluator '{self.name}' needs input '{name}'")
-                frame[name] = default
-        return self.function(frame)
+        import pandas as pd
+
+        missing = {name: default for name, default in self.inputs.items() if name not in frame}
+        for name in missing:
+            if name in self.needs:
+                raise CommodelError(f"evaluator '{self.name}' needs input '{name}'")
+        defaults = pd.DataFrame(
+            {name: [value] * len(frame) for name, value in missing.items()}, index=frame.index
+        )
+        return self.function(pd.concat([frame, defaults], axis=1))
 
 
 #: The built-in evaluators: name -> "module:factory" (imported when first asked for).
@@ -111,7 +114,7 @@ def categorical_groups(columns: Mapping[str, Any], keys: list[str]):
 
 def numbers(values: np.ndarray) -> np.ndarray:
     """A column as floats; missing entries (None, NaN) become NaN."""
-    return np.array([np.nan if v is None else v for v in values], dtype=float)
+    return np.asarray(values, dtype=float)  # NumPy reads None as NaN
 
 
 def check_inputs(schema: type, columns: Mapping[str, np.ndarray]) -> None:

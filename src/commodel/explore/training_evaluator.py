@@ -30,6 +30,7 @@ from commodel.hardware.cluster import Cluster
 from commodel.jobs import TrainingJob
 from commodel.ops.energy import energy_costs, gpu_power_W, it_power_W, node_power_W
 from commodel.ops.goodput import STATE_BYTES_PER_PARAM, goodput
+from commodel.vectorize import per_distinct
 from commodel.workloads.catalog import failure_model
 from commodel.workloads.catalog import model as get_model
 from commodel.workloads.groups import group, job_domain
@@ -103,10 +104,11 @@ def recompute_names(codes: np.ndarray, recomputed: np.ndarray, offloaded: np.nda
     the layers, or (auto) offloading a share of the layers' activations to CPU memory."""
     named = np.asarray((*RECOMPUTE, "auto"), dtype=object)[np.asarray(codes, dtype=int)]
     recomputed, offloaded = np.atleast_1d(recomputed), np.atleast_1d(offloaded)
-    partial = np.array([f"full on {100 * s:.0f}% of the layers" for s in recomputed], dtype=object)
-    moved = np.array(
-        [f"none; activations of {100 * s:.0f}% of the layers offloaded to CPU memory" for s in offloaded],
-        dtype=object,
+    partial = per_distinct(lambda s: f"full on {100 * s:.0f}% of the layers", recomputed, object)
+    moved = per_distinct(
+        lambda s: f"none; activations of {100 * s:.0f}% of the layers offloaded to CPU memory",
+        offloaded,
+        object,
     )
     chosen = np.where(recomputed >= 1, "full", np.where(recomputed > 0, partial, "none"))
     return np.where(named == "auto", np.where(offloaded > 0, moved, chosen), named)
@@ -158,10 +160,8 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
         tp, pp, cp, dp, seq = (col(k) for k in ("tp", "pp", "cp", "dp", "seq"))
         dp = np.where(np.isnan(dp), np.floor(gpus / (tp * pp * cp)), dp)
         seq = np.where(np.isnan(seq), net.seq, seq)
-        codes = np.array([RECOMPUTE_CODES[v] for v in np.asarray(columns["recompute"])[rows]], dtype=float)
-        modules = np.array(
-            [module_bits(v) for v in np.asarray(columns["recompute_modules"])[rows]], dtype=float
-        )
+        codes = per_distinct(RECOMPUTE_CODES.__getitem__, np.asarray(columns["recompute"])[rows])
+        modules = per_distinct(module_bits, np.asarray(columns["recompute_modules"])[rows])
         layout = make_layout(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=col("ep"), vpp=col("vpp"), micro_batch=col("micro_batch"),
             global_batch=col("global_batch"), seq=seq, recompute=codes,

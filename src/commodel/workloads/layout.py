@@ -89,6 +89,20 @@ class Layout:
         return Layout(**{f.name: np.broadcast_to(getattr(self, f.name), shape)[mask] for f in fields(Layout)})
 
     @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape the fields broadcast to."""
+        return np.broadcast_shapes(*(np.shape(getattr(self, f.name)) for f in fields(Layout)))
+
+    def stacked(self, *recompute: ArrayLike) -> Layout:
+        """These layouts once per ``recompute`` setting, one after another (flattened): one pricing
+        of several recomputation choices of the same jobs."""
+        shape = self.shape
+        columns = {f.name: np.broadcast_to(getattr(self, f.name), shape).ravel() for f in fields(Layout)}
+        columns["recompute"] = np.concatenate([np.broadcast_to(r, shape).ravel() for r in recompute])
+        times = len(recompute)
+        return Layout(**{k: v if k == "recompute" else np.tile(v, times) for k, v in columns.items()})
+
+    @property
     def gpus(self) -> np.ndarray:
         return self.tp * self.pp * self.cp * self.dp
 

@@ -112,8 +112,16 @@ def per_microbatch(
     full = layer_work_of(model, gpu, x, recipe, attention_impl)
     overlapping = strategy in ("sm-partition", "in-network")
 
+    on_sms: dict[bytes, Work] = {}
+
     def partitioned(k: np.ndarray) -> Work:
-        return layer_work_of(model, gpu, x, recipe, attention_impl, units - k) if overlapping else full
+        """The layer's compute on the SMs a collective of ``k`` CTAs leaves (priced once per ``k``)."""
+        if not overlapping:
+            return full
+        key = np.asarray(k, dtype=float).tobytes()
+        if key not in on_sms:
+            on_sms[key] = layer_work_of(model, gpu, x, recipe, attention_impl, units - k)
+        return on_sms[key]
 
     tp = group(x.tp, 1, gpn)
     cp = group(x.cp, x.tp, gpn)
@@ -190,12 +198,16 @@ def per_microbatch(
     # Context parallelism: ring attention exchanges K and V (cp - 1 steps), dK and dV backward.
     kv = T * np.maximum(model.n_kv_heads / x.tp, 1) * sum(attention_dims(model)) * size
     ring, ring_bw = collective("sendrecv", kv, cp, fab)
-    ring = np.where(x.cp > 1, ring, 0.0)
-    cp_part = partitioned(np.full_like(T, ctas(strategy, "p2p")))
-    attn_window = Window(full.attention_fwd_s, cp_part.attention_fwd_s, 0 * T, full.attention_fwd_s)
-    ring_kw = {"traffic_Bps": 2 * ring_bw, "hbm_Bps": hbm, "calls": x.cp - 1}
-    cp_exposed = exposed(strategy, attn_window, (x.cp - 1) * ring, **ring_kw)
-    cp_exposed += exposed(strategy, repeat(attn_window, ATTENTION_BACKWARD), 2 * (x.cp - 1) * ring, **ring_kw)
+    cp_exposed = np.zeros_like(full.total_s)
+    if np.any(x.cp > 1):
+        ring = np.where(x.cp > 1, ring, 0.0)
+        cp_part = partitioned(np.full_like(T, ctas(strategy, "p2p")))
+        attn_window = Window(full.attention_fwd_s, cp_part.attention_fwd_s, 0 * T, full.attention_fwd_s)
+        ring_kw = {"traffic_Bps": 2 * ring_bw, "hbm_Bps": hbm, "calls": x.cp - 1}
+        cp_exposed = exposed(strategy, attn_window, (x.cp - 1) * ring, **ring_kw)
+        cp_exposed += exposed(
+            strategy, repeat(attn_window, ATTENTION_BACKWARD), 2 * (x.cp - 1) * ring, **ring_kw
+        )
 
     layer_time = full.total_s + tp_exposed + paired + cp_exposed
     # The last stage's work besides its layers: the logits (output GEMM forward and backward plus an
@@ -331,12 +343,11 @@ def train_step(
         raise unknown("expert-parallel overlap", ep_overlap, EP_OVERLAP)
     software = (dtype, strategy, attention_impl, tp_overlap, ep_overlap)
     auto = np.asarray(x.recompute) == 3
-    if np.any(auto):
-        none, full = (
-            _train_step(model, cluster, dataclasses.replace(x, recompute=np.where(auto, code, x.recompute)),
-                        *software)
-            for code in (0, 2)
-        )  # fmt: skip
+    if np.any(auto):  # priced without and with full recomputation in one pass, then mixed
+        shape = np.broadcast_shapes(x.shape, auto.shape)
+        both = _train_step(model, cluster, x.stacked(*(np.where(auto, code, x.recompute) for code in (0, 2))),
+                           *software)  # fmt: skip
+        none, full = ({k: v.reshape(2, *shape)[i] for k, v in both.items()} for i in (0, 1))
         capacity = usable_memory(cluster.gpu.memory_capacity.value)
         result = fit_activations(
             none, full, auto, capacity, cluster.host_memory_per_gpu, x.pp, model.layers, _LINEAR
