@@ -222,6 +222,11 @@ def has_module(bits: ArrayLike, module: str) -> np.ndarray:
     return own & ~has_module(bits, COVERED_BY[module]) if module in COVERED_BY else own
 
 
+def _whole_below(values: np.ndarray, top: int) -> np.ndarray:
+    """Whether each value is a whole number in ``[0, top)``."""
+    return (values >= 0) & (values < top) & (values == np.floor(values))
+
+
 def layout_problems(model: Transformer, layout: Layout, gpus: ArrayLike) -> list[tuple[np.ndarray, str]]:
     """Every rule as ``(violated mask, message)``, the masks broadcastable against the layout; a
     layout is valid where no mask is true."""
@@ -281,14 +286,14 @@ def _rules(x: Layout, model: Transformer, gpus: ArrayLike) -> list[tuple[np.ndar
             (model.moe is not None) & (x.expert_tp < x.tp) & ~x.sequence_parallel,
             "experts with less tensor parallelism than attention need sequence parallelism",
         ),
-        (~np.isin(x.zero, [0, 1, 2, 3]), "zero stage must be 0, 1, 2 or 3"),
-        (~np.isin(x.recompute, [0, 1, 2, 3]), "recompute must be none, selective, full or auto"),
+        (~_whole_below(x.zero, 4), "zero stage must be 0, 1, 2 or 3"),
+        (~_whole_below(x.recompute, 4), "recompute must be none, selective, full or auto"),
         (~(x.expert_load >= 1), "expert load (busiest expert-parallel rank over the mean) must be >= 1"),
     ]
     if np.any(x.recompute_modules):  # checked only where some layout recomputes modules
         rules += [
             (
-                ~np.isin(x.recompute_modules, np.arange(2 * max(RECOMPUTE_MODULES.values()))),
+                ~_whole_below(x.recompute_modules, 2 * max(RECOMPUTE_MODULES.values())),
                 f"recompute modules must be some of {', '.join(RECOMPUTE_MODULES)}",
             ),
             (
