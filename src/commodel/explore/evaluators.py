@@ -99,6 +99,9 @@ def categorical_groups(columns: Mapping[str, Any], keys: list[str]):
     (a DataFrame, or a mapping of column name to array)."""
     arrays = [np.asarray(columns[k]) for k in keys]
     rows_total = len(arrays[0]) if arrays else len(columns)
+    if rows_total == 1:  # one row, one group (a scalar estimate)
+        yield {k: a[0] for k, a in zip(keys, arrays, strict=True)}, np.zeros(1, dtype=int)
+        return
     codes = [np.unique(a.astype(str), return_inverse=True)[1].ravel() for a in arrays]
     combined = (
         np.ravel_multi_index(codes, [max(c.max() + 1, 1) for c in codes])

@@ -86,6 +86,8 @@ class Layout:
     def select(self, mask: np.ndarray) -> Layout:
         """The layouts where ``mask`` is true (fields broadcast to the mask's shape first)."""
         shape = np.shape(mask)
+        if np.all(mask) and all(np.shape(getattr(self, f.name)) == shape for f in fields(Layout)):
+            return self  # every layout, each field already of the mask's shape
         return Layout(**{f.name: np.broadcast_to(getattr(self, f.name), shape)[mask] for f in fields(Layout)})
 
     @property
