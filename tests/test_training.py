@@ -511,6 +511,26 @@ def test_every_overlap_strategy_is_no_slower_than_serial_end_to_end():
         assert train(**base, overlap=strategy)["step_time_s"] <= serial * (1 + 1e-12)
 
 
+def test_a_strategy_per_layout_prices_each_as_its_strategy_alone():
+    """Layouts under different overlap strategies priced in one call (as a sweep's groups are) get
+    the numbers each strategy gives them alone, bit for bit, with recomputation auto and ZeRO-3."""
+    rng = np.random.default_rng(3)
+    n = 60
+    tp, pp = rng.choice([1, 2, 8], n), rng.choice([1, 2], n)
+    x = make_layout(
+        tp=tp, pp=pp, dp=16 / (tp * pp), micro_batch=rng.choice([1, 2], n), global_batch=64, seq=4096,
+        recompute=rng.choice([0, 3], n), sequence_parallel=tp > 1, zero=rng.choice([1, 3], n),
+    )  # fmt: skip
+    net, c = model("llama3-8b"), cluster("dgx-h100", 2)
+    strategies = np.asarray(STRATEGIES, dtype=object)[rng.integers(0, len(STRATEGIES), n)]
+    together = train_step(net, c, x, strategy=strategies)
+    for name in STRATEGIES:
+        rows = strategies == name
+        alone = train_step(net, c, x.select(rows), strategy=name)
+        for key, values in alone.items():
+            assert np.array_equal(values, together[key][rows], equal_nan=True), (name, key)
+
+
 def test_faster_gpu_is_never_slower():
     c = cluster("dgx-h100", 2)
     x = make_layout(tp=8, dp=2, global_batch=16, seq=4096, sequence_parallel=True)

@@ -50,9 +50,17 @@ COMM_CTAS = {"switch": 24, "mesh": 16, "pcie": 4, "network": 8, "p2p": 1}
 IN_NETWORK_CTAS = 4
 
 
-def check_strategy(strategy: str) -> None:
-    if strategy not in STRATEGIES:
-        raise unknown("overlap strategy", strategy, STRATEGIES)
+def check_strategy(strategy: str | ArrayLike) -> None:
+    """Raise for a strategy (or any of an array of them) not in :data:`STRATEGIES`."""
+    for name in dict.fromkeys(np.asarray(strategy, dtype=object).ravel().tolist()):
+        if name not in STRATEGIES:
+            raise unknown("overlap strategy", name, STRATEGIES)
+
+
+def overlapping(strategy: str | ArrayLike) -> np.ndarray:
+    """Where compute runs on the SMs a collective leaves (``sm-partition``, ``in-network``)."""
+    names = np.asarray(strategy, dtype=object)
+    return (names == "sm-partition") | (names == "in-network")
 
 
 @dataclass(frozen=True)
@@ -83,7 +91,7 @@ def memory_slowdown(window: Window, traffic_Bps: ArrayLike, hbm_Bps: float) -> n
 
 
 def window_time(
-    strategy: str,
+    strategy: str | ArrayLike,
     window: Window,
     comm_s: ArrayLike,
     traffic_Bps: ArrayLike,
@@ -91,13 +99,34 @@ def window_time(
     calls: ArrayLike = 1,
     in_network: ArrayLike = False,
 ) -> np.ndarray:
-    """Time of ``window`` overlapped with a collective of ``comm_s`` seconds under ``strategy``.
+    """Time of ``window`` overlapped with a collective of ``comm_s`` seconds under ``strategy`` (one
+    name, or one per point).
 
     ``traffic_Bps``: HBM bytes/s the collective moves per GPU while it runs (send + receive);
     ``calls``: how many collective launches the window holds (each may wait for a running kernel);
     ``in_network``: whether the fabric reduces this collective in the switch.
     """
     check_strategy(strategy)
+    args = (window, comm_s, traffic_Bps, hbm_Bps, calls, in_network)
+    if isinstance(strategy, str):
+        return _window_time(strategy, *args)
+    names = np.asarray(strategy, dtype=object)
+    time = np.nan
+    for name in dict.fromkeys(names.ravel().tolist()):
+        time = np.where(names == name, _window_time(name, *args), time)
+    return time
+
+
+def _window_time(
+    strategy: str,
+    window: Window,
+    comm_s: ArrayLike,
+    traffic_Bps: ArrayLike,
+    hbm_Bps: float,
+    calls: ArrayLike,
+    in_network: ArrayLike,
+) -> np.ndarray:
+    """:func:`window_time` under one strategy."""
     C, M, partitioned, memory_bound, kernel = np.broadcast_arrays(
         *(
             np.asarray(v, dtype=float)
@@ -121,16 +150,15 @@ def window_time(
     return delay + np.maximum(M, C - delay + M * (1 - 1 / slow))
 
 
-def exposed(strategy: str, window: Window, comm_s: ArrayLike, **kwargs: object) -> np.ndarray:
+def exposed(strategy: str | ArrayLike, window: Window, comm_s: ArrayLike, **kwargs: object) -> np.ndarray:
     """Time the collective adds to its window: ``window_time - compute_s`` (>= 0)."""
     return np.maximum(window_time(strategy, window, comm_s, **kwargs) - window.compute_s, 0.0)  # type: ignore[arg-type]
 
 
-def ctas(strategy: str, domain: ArrayLike, in_network: ArrayLike = False) -> np.ndarray:
+def ctas(strategy: str | ArrayLike, domain: ArrayLike, in_network: ArrayLike = False) -> np.ndarray:
     """SMs/CUs a collective takes from compute under ``strategy`` in ``domain`` (a COMM_CTAS key);
     an in-network collective under the ``in-network`` strategy takes :data:`IN_NETWORK_CTAS`."""
     domain = np.asarray(domain)
     base = np.select([domain == name for name in COMM_CTAS], list(COMM_CTAS.values()), np.nan).astype(float)
-    if strategy == "in-network":
-        return np.where(np.asarray(in_network, dtype=bool), float(IN_NETWORK_CTAS), base)
-    return base
+    switch = (np.asarray(strategy, dtype=object) == "in-network") & np.asarray(in_network, dtype=bool)
+    return np.where(switch, float(IN_NETWORK_CTAS), base)

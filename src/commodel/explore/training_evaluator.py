@@ -85,12 +85,12 @@ JOB_OUTPUTS = (
     "cost_usd",
 )
 OUTPUTS = (*STEP_OUTPUTS, *(f"{b}_s" for b in BREAKDOWN), *JOB_OUTPUTS, "problem", "valid")
+#: Inputs that split a table into groups priced apart (the overlap strategy is priced per row).
 CATEGORICAL = [
     "model",
     "system",
     "fabric",
     "dtype",
-    "overlap",
     "tp_overlap",
     "ep_overlap",
     "attention",
@@ -199,7 +199,7 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
                     c,
                     sub,
                     key["dtype"],
-                    key["overlap"],
+                    np.asarray(columns["overlap"], dtype=object)[rows[ok]],
                     key["attention"],
                     key["tp_overlap"],
                     key["ep_overlap"],
@@ -256,7 +256,7 @@ def _hetero(
         nics = columns["nics"][row]
         try:
             r = hetero_train_step(
-                net, groups, sub.select(np.arange(len(rows)) == i), key["dtype"], key["overlap"], key["attention"],
+                net, groups, sub.select(np.arange(len(rows)) == i), key["dtype"], columns["overlap"][row], key["attention"],
                 columns["transport"][row], None if nics is None or nics != nics else int(nics),
                 columns["stage_layers"][row],
             )  # fmt: skip

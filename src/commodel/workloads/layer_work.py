@@ -69,6 +69,18 @@ class Work:
         return self.fwd_s + self.bwd_s
 
 
+def either(mask: ArrayLike, a: Work, b: Work) -> Work:
+    """``a`` where ``mask`` holds, ``b`` elsewhere (field by field); ``a`` or ``b`` itself where the mask
+    holds everywhere or nowhere."""
+    if np.all(mask):
+        return a
+    if not np.any(mask):
+        return b
+    return Work(
+        **{f.name: np.where(mask, getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(Work)}
+    )
+
+
 def timed(gpu: GPU, kernel: Kernel, units: ArrayLike | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(time, memory-bound time, HBM time) of a kernel; no kernel is shorter than a launch.
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from commodel.comm.fabric import Fabric, fabric_of
 from commodel.compute.kernels import gemm, gemm_backward
@@ -42,11 +43,19 @@ from commodel.compute.precision import Precision, precision
 from commodel.compute.roofline import peak_flops
 from commodel.errors import unknown
 from commodel.hardware.cluster import Cluster
-from commodel.overlap import Window, check_strategy, ctas, exposed
-from commodel.vectorize import on_unique
+from commodel.overlap import STRATEGIES, Window, check_strategy, ctas, exposed, overlapping
+from commodel.vectorize import on_unique, per_distinct
 from commodel.workloads.activation_fit import fit_activations, offload_exposed
 from commodel.workloads.groups import Group, collective, domain, group, in_switch, job_domain, shared_nics
-from commodel.workloads.layer_work import ATTENTION_BACKWARD, Work, layer_work_of, repeat, timed, window
+from commodel.workloads.layer_work import (
+    ATTENTION_BACKWARD,
+    Work,
+    either,
+    layer_work_of,
+    repeat,
+    timed,
+    window,
+)
 from commodel.workloads.layout import Layout, has_module, stage_split
 from commodel.workloads.memory import (
     fits,
@@ -95,7 +104,7 @@ def per_microbatch(
     cluster: Cluster,
     x: Layout,
     recipe: Precision,
-    strategy: str,
+    strategy: str | np.ndarray,
     attention_impl: str,
     tp_overlap: str,
     ep_overlap: str = "none",
@@ -110,18 +119,18 @@ def per_microbatch(
     hbm = gpu.memory_bandwidth.value * gpu.memory_efficiency.value
     T, h = x.tokens, model.hidden
     full = layer_work_of(model, gpu, x, recipe, attention_impl)
-    overlapping = strategy in ("sm-partition", "in-network")
-
+    partitioning = overlapping(strategy)
     on_sms: dict[bytes, Work] = {}
 
     def partitioned(k: np.ndarray) -> Work:
-        """The layer's compute on the SMs a collective of ``k`` CTAs leaves (priced once per ``k``)."""
-        if not overlapping:
+        """The layer's compute on the SMs a collective of ``k`` CTAs leaves where the strategy
+        partitions them (priced once per ``k``), on all SMs elsewhere."""
+        if not np.any(partitioning):
             return full
         key = np.asarray(k, dtype=float).tobytes()
         if key not in on_sms:
             on_sms[key] = layer_work_of(model, gpu, x, recipe, attention_impl, units - k)
-        return on_sms[key]
+        return either(partitioning, on_sms[key], full)
 
     tp = group(x.tp, 1, gpn)
     cp = group(x.cp, x.tp, gpn)
@@ -169,11 +178,9 @@ def per_microbatch(
     # forward again.
     ep_passes = 2 + ((x.recompute == 2) | has_module(x.recompute_modules, "moe"))
     ep_comm = moe_share * ep_passes * ((a2a + towards) + (tp_gather + tp_scatter))
-    if strategy == "ideal":
-        tp_exposed = np.maximum(tp_comm - full.total_s, 0.0)
-        ep_exposed = np.maximum(ep_comm - np.maximum(full.total_s - tp_comm, 0.0), 0.0)
-    else:
-        tp_exposed, ep_exposed = tp_comm, ep_comm
+    ideal = np.asarray(strategy, dtype=object) == "ideal"
+    tp_exposed = np.where(ideal, np.maximum(tp_comm - full.total_s, 0.0), tp_comm)
+    ep_exposed = np.where(ideal, np.maximum(ep_comm - np.maximum(full.total_s - tp_comm, 0.0), 0.0), ep_comm)
     # With 1F1B overlap the all-to-alls run beside another micro-batch's layer on the SMs they leave;
     # a micro-batch without a partner (pipeline warm-up and cool-down) pays ``ep_unpaired_s`` more.
     # With shared-expert overlap they run beside the layer's own shared experts, in every micro-batch.
@@ -187,11 +194,10 @@ def per_microbatch(
             beside = window(full, partitioned(sms), "both")
         else:  # beside this layer's shared experts, which every micro-batch has
             shared = layer_work_of(model, gpu, x, recipe, attention_impl, shared_experts=True)
-            shared_part = (
-                layer_work_of(model, gpu, x, recipe, attention_impl, units - sms, True)
-                if overlapping
-                else shared
-            )
+            shared_part = shared
+            if np.any(partitioning):
+                on_fewer = layer_work_of(model, gpu, x, recipe, attention_impl, units - sms, True)
+                shared_part = either(partitioning, on_fewer, shared)
             beside = window(shared, shared_part, "both")
         paired = np.minimum(exposed(strategy, beside, ep_comm, **ep_kw), ep_exposed)
         unpaired = paired if ep_overlap == "shared-experts" else ep_exposed
@@ -298,6 +304,9 @@ def per_microbatch(
     }
 
 
+#: The overlap strategies by code (:data:`~commodel.overlap.STRATEGIES`).
+_STRATEGY_NAMES = np.asarray(STRATEGIES, dtype=object)
+
 #: The layout fields a micro-batch's cost depends on: all but the global batch.
 MICROBATCH_FIELDS = tuple(f.name for f in dataclasses.fields(Layout) if f.name != "global_batch")
 
@@ -319,7 +328,7 @@ def train_step(
     cluster: Cluster,
     x: Layout,
     dtype: str = "bf16",
-    strategy: str = "serial",
+    strategy: str | ArrayLike = "serial",
     attention_impl: str = "flash",
     tp_overlap: str = "none",
     ep_overlap: str = "none",
@@ -336,24 +345,27 @@ def train_step(
     GPU; code 3 in ``x.recompute`` means *auto*:
     :func:`commodel.workloads.activation_fit.fit_activations`) and ``tp_domains``, the scale-up
     domains a tensor-parallel group spans (above 1 its collectives cross the scale-out network).
+    ``strategy`` is one overlap strategy (:data:`~commodel.overlap.STRATEGIES`) or one per layout.
     Layouts that differ only in global batch share one :func:`per_microbatch` evaluation.
     """
     check_strategy(strategy)
     if ep_overlap not in EP_OVERLAP:
         raise unknown("expert-parallel overlap", ep_overlap, EP_OVERLAP)
-    software = (dtype, strategy, attention_impl, tp_overlap, ep_overlap)
+    software = (attention_impl, tp_overlap, ep_overlap)
     auto = np.asarray(x.recompute) == 3
     if np.any(auto):  # priced without and with full recomputation in one pass, then mixed
         shape = np.broadcast_shapes(x.shape, auto.shape)
-        both = _train_step(model, cluster, x.stacked(*(np.where(auto, code, x.recompute) for code in (0, 2))),
-                           *software)  # fmt: skip
+        if not isinstance(strategy, str):  # one per layout: the same again for the second pass
+            strategy = np.tile(np.broadcast_to(np.asarray(strategy, dtype=object), shape).ravel(), 2)
+        stacked = x.stacked(*(np.where(auto, code, x.recompute) for code in (0, 2)))
+        both = _train_step(model, cluster, stacked, dtype, strategy, *software)
         none, full = ({k: v.reshape(2, *shape)[i] for k, v in both.items()} for i in (0, 1))
         capacity = usable_memory(cluster.gpu.memory_capacity.value)
         result = fit_activations(
             none, full, auto, capacity, cluster.host_memory_per_gpu, x.pp, model.layers, _LINEAR
         )
     else:
-        result = _train_step(model, cluster, x, *software)
+        result = _train_step(model, cluster, x, dtype, strategy, *software)
     result.pop("offload_all_s", None)
     return result
 
@@ -402,7 +414,7 @@ def _train_step(
     cluster: Cluster,
     x: Layout,
     dtype: str,
-    strategy: str,
+    strategy: str | ArrayLike,
     attention_impl: str,
     tp_overlap: str,
     ep_overlap: str,
@@ -412,10 +424,14 @@ def _train_step(
     recipe = precision(dtype, cluster.gpu)
 
     def priced(*fields: np.ndarray) -> dict[str, np.ndarray]:
-        sub = Layout(**dict(zip(MICROBATCH_FIELDS, fields, strict=True)), global_batch=np.asarray(1.0))
-        return per_microbatch(model, cluster, sub, recipe, strategy, attention_impl, tp_overlap, ep_overlap)
+        *layout_fields, codes = fields
+        sub = Layout(**dict(zip(MICROBATCH_FIELDS, layout_fields, strict=True)), global_batch=np.asarray(1.0))
+        named = np.asarray(_STRATEGY_NAMES[codes], dtype=object)
+        one = named.flat[0] if np.all(named == named.flat[0]) else named  # one strategy: its own branch
+        return per_microbatch(model, cluster, sub, recipe, one, attention_impl, tp_overlap, ep_overlap)
 
-    p = on_unique(priced, *(getattr(x, name) for name in MICROBATCH_FIELDS))
+    codes = per_distinct(STRATEGIES.index, strategy, int)
+    p = on_unique(priced, *(getattr(x, name) for name in MICROBATCH_FIELDS), codes)
     gpu = cluster.gpu
     pp_exposed, z3_exposed = p["pp_exposed_s"], p["z3_exposed_s"]
     dp_exposed, optimizer = p["dp_exposed_s"], p["optimizer_s"]
