@@ -31,6 +31,15 @@ def test_sobol_indices_of_the_ishigami_function():
         assert table.ST[name] == pytest.approx(expected_st[name], abs=0.05), name
 
 
+@pytest.mark.parametrize("method", ["sobol", "morris"])
+def test_the_same_seed_gives_the_same_indices_and_confidence_intervals(method):
+    """Seed 0 too (SALib's Sobol analysis treats a seed of 0 as none and bootstraps unseeded)."""
+    first, second = (
+        indices(ishigami, ["x1", "x2", "x3", "unused"], method, samples=64, seed=0) for _ in range(2)
+    )
+    assert first.equals(second)
+
+
 def test_morris_ranks_an_unused_input_last_and_bad_requests_are_errors():
     table = indices(ishigami, ["x1", "x2", "x3", "unused"], "morris", samples=200, seed=1).set_index(
         "variable"

@@ -61,7 +61,8 @@ def indices(
             raise CommodelError(f"no design of the space gives a value for {output}")
         y = np.where(bad, np.mean(y[~bad]), y)
         if method == "sobol":
-            s = sobol_analyze.analyze(problem, y, calc_second_order=False, seed=seed)
+            # A generator, not the seed: SALib bootstraps from NumPy's global state when seed is 0.
+            s = sobol_analyze.analyze(problem, y, calc_second_order=False, seed=np.random.default_rng(seed))
             stats = {"S1": s["S1"], "S1_conf": s["S1_conf"], "ST": s["ST"], "ST_conf": s["ST_conf"]}
         else:
             s = morris_analyze.analyze(problem, x, y, num_levels=4, seed=seed)
