@@ -43,13 +43,19 @@ class Precision:
     """``gemm``: dtype of the linear layers' GEMMs; ``other``: dtype of every other kernel, of stored
     activations and of communication; ``cast_bytes``: HBM bytes per element to quantize a GEMM
     operand (0 without FP8); ``cast_bandwidth``: the share of the HBM copy bandwidth the
-    quantization kernels reach."""
+    quantization kernels reach; ``gathered_bytes``: bytes per parameter a data-parallel parameter
+    all-gather moves (ZeRO-1's after the step, ZeRO-3's before each use): the 16-bit weights, or under
+    FP8 the primary FP8 weights Megatron's ``--fp8-param-gather`` gathers (per-tensor scaling: the
+    row-wise copy, its transpose made after the gather; ``fp8-block``: the 128 x 128-block weights,
+    whose transpose keeps its blocks and scales; MXFP8's 1 x 32 blocks do not transpose, so both copies
+    with their scales)."""
 
     name: str
     gemm: str
     other: str
     cast_bytes: float
     cast_bandwidth: float = 1.0
+    gathered_bytes: float = 2.0
 
     @property
     def quantized(self) -> bool:
@@ -68,9 +74,11 @@ BLOCK_CAST_BANDWIDTH = 0.349
 RECIPES = {
     "bf16": Precision("bf16", "bf16", "bf16", 0.0),
     "fp16": Precision("fp16", "fp16", "fp16", 0.0),
-    "fp8": Precision("fp8", "fp8", "bf16", 2 + 2 + 1 + 1),
-    "mxfp8": Precision("mxfp8", "fp8", "bf16", 2 + 1 + 1 + 2 / 32, BLOCK_CAST_BANDWIDTH),
-    "fp8-block": Precision("fp8-block", "fp8", "bf16", 2 + 1 + 1 + 2 * 4 / 128, BLOCK_CAST_BANDWIDTH),
+    "fp8": Precision("fp8", "fp8", "bf16", 2 + 2 + 1 + 1, gathered_bytes=1.0),
+    "mxfp8": Precision("mxfp8", "fp8", "bf16", 2 + 1 + 1 + 2 / 32, BLOCK_CAST_BANDWIDTH, 2 + 2 / 32),
+    "fp8-block": Precision(
+        "fp8-block", "fp8", "bf16", 2 + 1 + 1 + 2 * 4 / 128, BLOCK_CAST_BANDWIDTH, 1 + 4 / 128**2
+    ),
 }
 
 

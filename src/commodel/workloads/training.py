@@ -243,12 +243,10 @@ def per_microbatch(
     dense, experts = memory.pop("dense_parameters"), memory.pop("expert_parameters")
     k_dp = ctas(strategy, domain(fab, dp), in_switch(fab, dp))
     dp_part = partitioned(k_dp)
-    grads = dense * size
-    expert_grads = experts * size
     zero3 = x.zero == 3
     sharded = x.zero >= 1
-    reduce_s, reduce_bw, gather_s, ag_bw = gradient_sync(grads, sharded, dp, fab)
-    expert_reduce_s, _, expert_gather_s, _ = gradient_sync(expert_grads, sharded, edp, fab)
+    reduce_s, reduce_bw, gather_s, ag_bw = gradient_sync(dense, size, recipe, sharded, dp, fab)
+    expert_reduce_s, _, expert_gather_s, _ = gradient_sync(experts, size, recipe, sharded, edp, fab)
     reduce_s, gather_s = reduce_s + expert_reduce_s, gather_s + expert_gather_s
     dp_kw = {"hbm_Bps": hbm, "in_network": in_switch(fab, dp)}
     buckets = np.ceil((dense + experts) / BUCKET_PARAMS)
@@ -312,14 +310,17 @@ MICROBATCH_FIELDS = tuple(f.name for f in dataclasses.fields(Layout) if f.name !
 
 
 def gradient_sync(
-    nbytes: np.ndarray, sharded: np.ndarray, where: Group, fab: Fabric
+    params: np.ndarray, grad_bytes: float, recipe: Precision, sharded: np.ndarray, where: Group, fab: Fabric
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(reduce seconds, its per-GPU bytes/s, parameter gather seconds, its bytes/s) of ``nbytes`` of
-    gradients over a data-parallel group: an allreduce, or with a sharded optimizer (ZeRO >= 1) a
-    reduce-scatter and an allgather of the updated parameters. Only what a layout runs is priced."""
+    """(reduce seconds, its per-GPU bytes/s, parameter gather seconds, its bytes/s) of the gradients
+    of ``params`` parameters (``grad_bytes`` each) over a data-parallel group: an allreduce, or with a
+    sharded optimizer (ZeRO >= 1) a reduce-scatter and an allgather of the updated parameters in
+    ``recipe``'s gathered form (:attr:`~commodel.compute.precision.Precision.gathered_bytes`). Only
+    what a layout runs is priced."""
+    nbytes = params * grad_bytes
     rs, rs_bw = collective("reducescatter", np.where(sharded, nbytes, 0.0), where, fab)
     ar, ar_bw = collective("allreduce", np.where(sharded, 0.0, nbytes), where, fab)
-    ag, ag_bw = collective("allgather", np.where(sharded, nbytes, 0.0), where, fab)
+    ag, ag_bw = collective("allgather", np.where(sharded, params * recipe.gathered_bytes, 0.0), where, fab)
     return np.where(sharded, rs, ar), np.where(sharded, rs_bw, ar_bw), ag, ag_bw
 
 
