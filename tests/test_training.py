@@ -535,8 +535,10 @@ def test_the_parameter_all_gather_moves_the_recipes_primary_weights():
     """ZeRO's parameter all-gather carries what the optimizer's primary weights are: 2 B per parameter
     in BF16, 1 B under per-tensor FP8 and 128 x 128-block FP8 (Megatron's --fp8-param-gather: one
     copy, transposed after the gather), both 1 x 32-block copies with their scales under MXFP8; the
-    gradients' reduce-scatter stays BF16. Llama 3 70B under FSDP on 64 GB200 (the Megatron-Bridge
-    recipe): per-tensor FP8 exposes less data-parallel time than MXFP8."""
+    gradients' reduce-scatter stays BF16. Without --fp8-param-gather the BF16 weights are gathered and
+    held beside their FP8 copies (4 B per parameter). Llama 3 70B under FSDP on 64 GB200 (the
+    Megatron-Bridge recipe): per-tensor FP8 exposes less data-parallel time than MXFP8, and less with
+    FP8 parameters than without, in less memory; BF16 ignores the setting."""
     from commodel.comm.fabric import fabric_of
     from commodel.workloads.groups import collective, group
     from commodel.workloads.training import gradient_sync
@@ -545,16 +547,20 @@ def test_the_parameter_all_gather_moves_the_recipes_primary_weights():
     fab = fabric_of(c)
     where = group(np.asarray(64.0), 1, c.domain_gpus)
     params, sharded = np.asarray(1e9), np.asarray(True)
-    bf16 = gradient_sync(params, 2.0, precision("bf16"), sharded, where, fab)
+    bf16 = gradient_sync(params, 2.0, precision("bf16").gathered_bytes, sharded, where, fab)
     for name, gathered in (("fp8", 1.0), ("fp8-block", 1 + 4 / 128**2), ("mxfp8", 2 + 2 / 32)):
-        rs, _, ag, _ = gradient_sync(params, 2.0, precision(name), sharded, where, fab)
+        rs, _, ag, _ = gradient_sync(params, 2.0, precision(name).gathered_bytes, sharded, where, fab)
         assert rs == bf16[0], name
         assert ag == collective("allgather", params * gathered, where, fab)[0], name
-    assert gradient_sync(params, 2.0, precision("fp8"), sharded, where, fab)[2] < bf16[2]
     job = dict(model="llama3-70b", system="gb200-nvl72", gpus=64, micro_batch=2, global_batch=256, zero=3)
-    fp8 = train(**job, dtype="fp8")
-    blocks = train(**job, dtype="mxfp8")
+    fp8, blocks = train(**job, dtype="fp8"), train(**job, dtype="mxfp8")
+    bf16_weights = train(**job, dtype="fp8", fp8_param_gather=False)
     assert fp8["breakdown"]["dp_comm"] < blocks["breakdown"]["dp_comm"]
+    assert fp8["breakdown"]["dp_comm"] < bf16_weights["breakdown"]["dp_comm"]
+    assert fp8["memory_per_gpu_bytes"] < bf16_weights["memory_per_gpu_bytes"]
+    plain = [train(**job, fp8_param_gather=on) for on in (True, False)]
+    assert plain[0]["step_time_s"] == plain[1]["step_time_s"]
+    assert plain[0]["memory_per_gpu_bytes"] == plain[1]["memory_per_gpu_bytes"]
 
 
 def test_faster_gpu_is_never_slower():

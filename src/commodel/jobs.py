@@ -259,6 +259,13 @@ class TrainingJob(Job):
         description="Send expert inputs, and the gradients towards the experts, in FP8 with per-128 scales "
         "(DeepSeek-V3; DeepEP); combines stay BF16.",
     )
+    fp8_param_gather: bool = Field(
+        True,
+        description="Under FP8, keep the primary weights in FP8 and gather them so (Megatron's "
+        "--fp8-param-gather, as Megatron-Bridge's FP8 recipes run): 2 B of FP8 copies per parameter, 1 B "
+        "(per-tensor, blockwise) or both MXFP8 copies gathered; off: BF16 primary weights, gathered at 2 B, "
+        "beside their FP8 copies (4 B per parameter). No effect in BF16.",
+    )
     zero: int = Field(1, ge=0, le=3, description="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP).")
     dtype: str = Field(
         "bf16",

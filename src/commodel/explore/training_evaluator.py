@@ -170,6 +170,7 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
             first_layers=np.nan_to_num(col("first_stage_layers")), last_layers=np.nan_to_num(col("last_stage_layers")),
             mtp=col("mtp_layers"), etp=np.nan_to_num(col("etp")),
             fp8_dispatch=np.asarray(columns["fp8_dispatch"])[rows].astype(bool), ep_sms=np.nan_to_num(col("ep_sms")),
+            fp8_param_gather=np.asarray(columns["fp8_param_gather"])[rows].astype(bool),
             recompute_modules=modules, deepep=np.asarray(columns["dispatcher"])[rows] == "deepep",
         )  # fmt: skip
         problems += layout_problems(net, layout, gpus)

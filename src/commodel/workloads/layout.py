@@ -53,6 +53,8 @@ class Layout:
     the first and last pipeline stage (0: an even split, see :func:`stage_split`); ``mtp``:
     multi-token prediction modules (on the last stage); ``etp``: the experts' tensor-parallel size
     (0: tp, Megatron's default; :attr:`expert_tp`); ``fp8_dispatch``: expert inputs dispatched in FP8;
+    ``fp8_param_gather``: under FP8, primary weights kept and gathered in FP8 (Megatron's
+    ``--fp8-param-gather``);
     ``deepep``: experts dispatched by DeepEP (:data:`DISPATCHERS`) instead of NCCL's all-to-all;
     ``ep_sms``: SMs the expert all-to-all kernels hold (0: the collective library's CTAs, or
     DeepEP's :data:`~commodel.workloads.moe_dispatch.DEEPEP_SMS`);
@@ -79,6 +81,7 @@ class Layout:
     mtp: np.ndarray
     etp: np.ndarray
     fp8_dispatch: np.ndarray
+    fp8_param_gather: np.ndarray
     ep_sms: np.ndarray
     recompute_modules: np.ndarray
     deepep: np.ndarray
@@ -157,6 +160,7 @@ def make_layout(
     mtp: ArrayLike = 0,
     etp: ArrayLike = 0,
     fp8_dispatch: ArrayLike = False,
+    fp8_param_gather: ArrayLike = True,
     ep_sms: ArrayLike = 0,
     recompute_modules: ArrayLike = 0,
     deepep: ArrayLike = False,
@@ -168,7 +172,7 @@ def make_layout(
     if isinstance(recompute_modules, str):
         recompute_modules = module_bits(recompute_modules)
     values = dict(locals())
-    flags = ("sequence_parallel", "dualpipe", "fp8_dispatch", "deepep")
+    flags = ("sequence_parallel", "dualpipe", "fp8_dispatch", "fp8_param_gather", "deepep")
     arrays = {
         f.name: np.asarray(values[f.name], dtype=bool if f.name in flags else float) for f in fields(Layout)
     }

@@ -1,8 +1,9 @@
 """Memory per GPU of a training layout: weights, gradients, optimizer state, activations, logits.
 
 Mixed-precision Adam as current Megatron-Core recipes run it (Rajbhandari et al. 2020 for the
-ZeRO stages): 2 B of weights per parameter (BF16; under FP8 the primary weights are FP8 row-wise and
-column-wise copies, ``fp8_param_gather``), 2 B of BF16 gradient buffer (``grad_reduce_in_fp32`` off),
+ZeRO stages): 2 B of weights per parameter (BF16; under FP8 with ``fp8_param_gather`` the primary
+weights are FP8 row-wise and column-wise copies, without it BF16 weights beside those copies: 4 B),
+2 B of BF16 gradient buffer (``grad_reduce_in_fp32`` off),
 12 B of fp32 master weights, momentum and variance; ZeRO stage 1 (the distributed optimizer) shards
 the optimizer state, 2 also the gradients, 3 (FSDP) also the weights, over the dp x cp ranks (expert
 parameters, split etp x ep ways, over their tp x cp x dp / (etp x ep) replicas). Activations follow
@@ -25,6 +26,10 @@ from commodel.workloads.schema import Transformer
 from commodel.workloads.transformer import activation_bytes_per_token, layer_weights
 
 WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES = 2.0, 2.0, 12.0
+
+#: Weight bytes per parameter under FP8 without ``fp8_param_gather``: BF16 weights and the row-wise and
+#: column-wise FP8 copies Transformer Engine keeps of them.
+FP8_BESIDE_BF16_BYTES = 4.0
 
 #: HBM kept free for the CUDA context, NCCL buffers, workspaces and allocator fragmentation (assumed).
 RESERVED_FRACTION = 0.10
@@ -79,6 +84,15 @@ def stage_parameters(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndar
     return best_dense, best_experts
 
 
+def weight_bytes(x: Layout, recipe: Precision | None) -> np.ndarray:
+    """Weight bytes per parameter: :data:`WEIGHT_BYTES`, or under FP8 without ``fp8_param_gather``
+    :data:`FP8_BESIDE_BF16_BYTES`."""
+    quantized = recipe is not None and recipe.quantized
+    return np.where(
+        quantized & ~np.asarray(x.fp8_param_gather, dtype=bool), FP8_BESIDE_BF16_BYTES, WEIGHT_BYTES
+    )
+
+
 def memory_parts(
     model: Transformer, x: Layout, attention_impl: str = "flash", recipe: Precision | None = None
 ) -> dict[str, np.ndarray]:
@@ -105,7 +119,7 @@ def memory_parts(
     return {
         "dense_parameters": dense,
         "expert_parameters": experts,
-        "weights": sharded(WEIGHT_BYTES, 3),
+        "weights": sharded(1.0, 3) * weight_bytes(x, recipe),
         "gradients": sharded(GRAD_BYTES, 2),
         "optimizer": sharded(OPTIMIZER_BYTES, 1),
         "layer_activations": x.tokens * split,

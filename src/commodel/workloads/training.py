@@ -245,8 +245,9 @@ def per_microbatch(
     dp_part = partitioned(k_dp)
     zero3 = x.zero == 3
     sharded = x.zero >= 1
-    reduce_s, reduce_bw, gather_s, ag_bw = gradient_sync(dense, size, recipe, sharded, dp, fab)
-    expert_reduce_s, _, expert_gather_s, _ = gradient_sync(experts, size, recipe, sharded, edp, fab)
+    gathered = np.where(x.fp8_param_gather, recipe.gathered_bytes, size)  # bytes per parameter
+    reduce_s, reduce_bw, gather_s, ag_bw = gradient_sync(dense, size, gathered, sharded, dp, fab)
+    expert_reduce_s, _, expert_gather_s, _ = gradient_sync(experts, size, gathered, sharded, edp, fab)
     reduce_s, gather_s = reduce_s + expert_reduce_s, gather_s + expert_gather_s
     dp_kw = {"hbm_Bps": hbm, "in_network": in_switch(fab, dp)}
     buckets = np.ceil((dense + experts) / BUCKET_PARAMS)
@@ -310,17 +311,22 @@ MICROBATCH_FIELDS = tuple(f.name for f in dataclasses.fields(Layout) if f.name !
 
 
 def gradient_sync(
-    params: np.ndarray, grad_bytes: float, recipe: Precision, sharded: np.ndarray, where: Group, fab: Fabric
+    params: np.ndarray,
+    grad_bytes: float,
+    gathered_bytes: ArrayLike,
+    sharded: np.ndarray,
+    where: Group,
+    fab: Fabric,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(reduce seconds, its per-GPU bytes/s, parameter gather seconds, its bytes/s) of the gradients
     of ``params`` parameters (``grad_bytes`` each) over a data-parallel group: an allreduce, or with a
-    sharded optimizer (ZeRO >= 1) a reduce-scatter and an allgather of the updated parameters in
-    ``recipe``'s gathered form (:attr:`~commodel.compute.precision.Precision.gathered_bytes`). Only
-    what a layout runs is priced."""
+    sharded optimizer (ZeRO >= 1) a reduce-scatter and an allgather of the updated parameters,
+    ``gathered_bytes`` each (:attr:`~commodel.compute.precision.Precision.gathered_bytes` under FP8
+    with ``fp8_param_gather``). Only what a layout runs is priced."""
     nbytes = params * grad_bytes
     rs, rs_bw = collective("reducescatter", np.where(sharded, nbytes, 0.0), where, fab)
     ar, ar_bw = collective("allreduce", np.where(sharded, 0.0, nbytes), where, fab)
-    ag, ag_bw = collective("allgather", np.where(sharded, params * recipe.gathered_bytes, 0.0), where, fab)
+    ag, ag_bw = collective("allgather", np.where(sharded, params * gathered_bytes, 0.0), where, fab)
     return np.where(sharded, rs, ar), np.where(sharded, rs_bw, ar_bw), ag, ag_bw
 
 
