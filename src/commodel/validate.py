@@ -401,6 +401,29 @@ def _serving(row: pd.Series, db: HardwareDB) -> float:
     return result["output_tokens_per_s"]
 
 
+def _dispatch(row: pd.Series, db: HardwareDB) -> float:
+    """One DeepEP dispatch or combine (``deepep MODE OP MODEL tokensN`` on ``gpus`` expert-parallel
+    GPUs) through :func:`commodel.workloads.moe_dispatch.exchange`: its time (us), or the bandwidth
+    DeepEP's tests print (GB/s): ``nvl_bandwidth`` counts the tokens a GPU receives, once per token
+    with any expert on it, its own included (``N q`` of every GPU's tokens, ``q = 1 - (1 - 1/N)^k``);
+    ``rdma_bandwidth`` each token once per node its experts land on, its own node included
+    (:func:`~commodel.workloads.moe_dispatch.domains_reached`)."""
+    from commodel.workloads.moe_dispatch import COMBINE_BYTES, DISPATCH_BYTES, domains_reached, exchange
+
+    _, mode, op, name, tokens_word = str(row.op).split()
+    net, tokens, ep = get_model(name), float(tokens_word.removeprefix("tokens")), int(row.gpus)
+    where = cluster(row.model_target, int(row.nodes), db)
+    element = DISPATCH_BYTES if op == "dispatch" else COMBINE_BYTES
+    seconds = exchange(mode, "kernel-initiated", net, where, ep, tokens, element)["time_s"]
+    if row.metric == "time":
+        return seconds * 1e6
+    k = net.moe.top_k
+    counted = (
+        ep * (1 - (1 - 1 / ep) ** k) if row.metric == "nvl_bandwidth" else domains_reached(net.moe, row.nodes)
+    )
+    return float(tokens * counted * net.hidden * element / seconds / 1e9)
+
+
 MODELS: dict[str, Callable[[pd.Series, HardwareDB], float]] = {
     "collective": _collective,
     "p2p": _p2p,
@@ -409,6 +432,7 @@ MODELS: dict[str, Callable[[pd.Series, HardwareDB], float]] = {
     "training": _training,
     "serving": _serving,
     "latency": _latency,
+    "dispatch": _dispatch,
     "power": _power,
     "facility": _facility,
 }
@@ -531,6 +555,7 @@ def _groups(table: pd.DataFrame) -> dict[str, pd.Series]:
         "message latency, no constant fit to them": (table.kind == "latency")
         & held
         & table.error_pct.notna(),
+        "MoE dispatch and combine (DeepEP), no constant fit to them": (table.kind == "dispatch") & held,
     }
 
 
@@ -547,6 +572,8 @@ GATES = {
     ("end-to-end training, dense models", "max"): 20.0,
     ("serving throughput, no constant fit to them", "median"): 15.0,
     ("message latency, no constant fit to them", "median"): 20.0,
+    ("MoE dispatch and combine (DeepEP), no constant fit to them", "median"): 15.0,
+    ("MoE dispatch and combine (DeepEP), no constant fit to them", "max"): 25.0,
 }
 
 

@@ -11,10 +11,11 @@ in its node with ``(g - 1) / ep``).
   :func:`commodel.comm.initiation.message_rate` with DeepEP's issuing warps), the network bytes over
   the GPU's share of the NICs and the in-node bytes over NVLink.
 - **high-throughput** (prefill, training): a token crosses the network once per remote node its
-  ``k`` experts land on (:func:`forwarded_copies`) and is forwarded over NVLink to the experts there;
-  large chunks, so bandwidth binds: network bytes over the NIC share against the forwarded bytes over
-  NVLink, whichever is slower, plus one put latency. Megatron-Core runs these kernels as its flex
-  dispatcher's DeepEP backend; training prices them with :func:`high_throughput_s`.
+  ``k`` experts land on and is forwarded over NVLink there, one copy per GPU holding any of its
+  experts (:func:`forwarded_copies`); large chunks, so bandwidth binds: network bytes over the NIC
+  share against the forwarded bytes over NVLink, whichever is slower, plus one put latency.
+  Megatron-Core runs these kernels as its flex dispatcher's DeepEP backend; training and the
+  scalar :func:`exchange` price them with :func:`high_throughput_s`.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from commodel.comm.fabric import Fabric
+from commodel.comm.fabric import Fabric, fabric_of
 from commodel.comm.initiation import available, message_rate, path_of, put_latency
 from commodel.errors import CommodelError, unknown
 from commodel.hardware.cluster import Cluster
-from commodel.workloads.groups import Group
+from commodel.workloads.groups import Group, group, shared_nics
 from commodel.workloads.schema import MoE, Transformer
 from commodel.workloads.transformer import routed_copies
 
@@ -50,18 +51,22 @@ DEEPEP_SMS = 20
 DISPATCH_BYTES, COMBINE_BYTES = 1 + 4 / 128, 2.0
 
 
+def _choosable(moe: MoE, domains: ArrayLike) -> np.ndarray:
+    """Scale-up domains a token's router may pick experts from: all ``D``, or under group-limited
+    routing (``G`` groups, the best ``M``; DeepSeek-V3's node-limited routing: at most 4 of 8 nodes)
+    the chosen groups' share, ``min(D, M max(D / G, 1))`` (groups smaller than a domain taken as
+    landing on distinct domains)."""
+    d = np.asarray(domains, dtype=float)
+    if not moe.router_groups:
+        return d
+    return np.minimum(d, moe.router_group_top_k * np.maximum(d / moe.router_groups, 1))
+
+
 def domains_reached(moe: MoE, domains: ArrayLike) -> np.ndarray:
     """Scale-up domains one token's ``k`` experts land on, in expectation, with the experts spread
     evenly over ``domains`` in contiguous blocks: ``n (1 - (1 - 1/n)^k)``, ``n`` the domains the router
-    may choose from. That is all ``D`` of them, or under group-limited routing (``G`` groups, the best
-    ``M``; DeepSeek-V3's node-limited routing: at most 4 of 8 nodes) the chosen groups' share,
-    ``min(D, M max(D / G, 1))`` (groups smaller than a domain taken as landing on distinct domains)."""
-    d = np.asarray(domains, dtype=float)
-    n = (
-        d
-        if not moe.router_groups
-        else np.minimum(d, moe.router_group_top_k * np.maximum(d / moe.router_groups, 1))
-    )
+    may choose from (:func:`_choosable`)."""
+    n = _choosable(moe, domains)
     return n * (1 - (1 - 1 / n) ** moe.top_k)
 
 
@@ -69,12 +74,21 @@ def forwarded_copies(
     moe: MoE, tokens: ArrayLike, domains: ArrayLike, per_domain: ArrayLike
 ) -> tuple[np.ndarray, np.ndarray]:
     """(network, NVLink) token copies one GPU sends in a high-throughput dispatch over ``domains``
-    scale-up domains of ``per_domain`` GPUs: each token once to every remote domain its experts land
-    on, ``tokens x reached x (D - 1) / D`` (:func:`domains_reached`); each of its ``k`` copies forwarded
-    over NVLink unless its expert sits on the GPU it reaches the domain at, ``tokens k (g - 1) / g``."""
+    scale-up domains of ``per_domain`` GPUs.
+
+    Network: each token once to every remote domain its experts land on, ``tokens x reached x (D -
+    1) / D`` (:func:`domains_reached`). NVLink: in every domain it reaches, the token goes once to
+    each GPU holding any of its ``k`` experts but the one it arrives at (DeepEP's per-rank token mask,
+    ``is_token_in_rank``: one copy per destination GPU, not per expert). With the experts spread
+    evenly over the ``n g`` GPUs of the ``n`` domains the router may choose from (:func:`_choosable`),
+    a GPU holds one of them with probability ``q = 1 - (1 - 1/(n g))^k``: ``tokens x n (g - 1) q``
+    (``k (g - 1) / g`` where the GPUs far outnumber ``k``; 4.6 copies instead of 7 for top-8 inside
+    one node of 8)."""
     t, d, g = (np.asarray(v, dtype=float) for v in (tokens, domains, per_domain))
+    n = _choosable(moe, d)
     network = t * domains_reached(moe, d) * (d - 1) / d
-    return network, t * moe.top_k * (g - 1) / g
+    holds = 1 - (1 - 1 / (n * g)) ** moe.top_k
+    return network, t * n * (g - 1) * holds
 
 
 def cross_domain_problem(c: Cluster) -> str:
@@ -87,21 +101,52 @@ def cross_domain_problem(c: Cluster) -> str:
     )
 
 
-def high_throughput_s(
-    model: Transformer, c: Cluster, fab: Fabric, where: Group, tokens: ArrayLike, element_bytes: ArrayLike
-) -> np.ndarray:
-    """Seconds of one high-throughput dispatch (or combine) of ``tokens`` per GPU over the
-    expert-parallel group ``where``, elements of ``element_bytes``: the network copies
+#: Share of a GPU's achievable NVLink rate DeepEP's high-throughput kernels sustain: their SMs copy
+#: tokens through per-channel ring buffers with head and tail flags, flow-controlled, where the
+#: network leg is the NIC's own DMA. Calibrated: measurement deepep-ht-ep8-dispatch (153 GB/s of
+#: received tokens inside one H800 node, where the forwarded copies at the full 160 GB/s would give
+#: 182 GB/s).
+NVLINK_SHARE = 0.84
+
+
+def _high_throughput_terms(
+    model: Transformer, fab: Fabric, where: Group, tokens: ArrayLike, element_bytes: ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
+    """(network, NVLink) seconds of one high-throughput dispatch (or combine) of ``tokens`` per GPU
+    over the expert-parallel group ``where``, elements of ``element_bytes``: the network copies
     (:func:`forwarded_copies`) over the GPU's share of its domain's NICs (``fab`` as
-    :func:`~commodel.workloads.groups.shared_nics` gives it) against the forwarded ones over its
-    scale-up links, whichever is slower, plus one GPU-initiated put across domains, as one kernel
-    call (:meth:`~commodel.comm.fabric.Fabric.call_time`)."""
+    :func:`~commodel.workloads.groups.shared_nics` gives it), the forwarded ones over its scale-up
+    links at :data:`NVLINK_SHARE` of their rate."""
     network, nvlink = forwarded_copies(model.moe, tokens, where.nodes, where.per_node)
     size = model.hidden * np.asarray(element_bytes, dtype=float)
+    return network * size / fab.net_Bps(1), nvlink * size / (NVLINK_SHARE * fab.up_Bps(where.per_node))
+
+
+def high_throughput_s(
+    model: Transformer,
+    c: Cluster,
+    fab: Fabric,
+    where: Group,
+    tokens: ArrayLike,
+    element_bytes: ArrayLike,
+    scheme: str = "kernel-initiated",
+) -> np.ndarray:
+    """Seconds of one high-throughput dispatch (or combine): the slower of its network and NVLink
+    legs (:func:`_high_throughput_terms`), plus one put across domains by ``scheme``, as one kernel
+    call (:meth:`~commodel.comm.fabric.Fabric.call_time`)."""
+    network_s, nvlink_s = _high_throughput_terms(model, fab, where, tokens, element_bytes)
     spans = where.spans_nodes
-    put = float(put_latency("kernel-initiated", path_of(c), 0)) if np.any(spans) else 0.0
-    moving = np.maximum(network * size / fab.net_Bps(1), nvlink * size / fab.up_Bps(where.per_node))
-    return np.where(network + nvlink > 0, fab.call_time(moving + np.where(spans, put, 0.0)), 0.0)
+    put = float(put_latency(scheme, path_of(c), 0)) if np.any(spans) else 0.0
+    moving = np.maximum(network_s, nvlink_s) + np.where(spans, put, 0.0)
+    return np.where(network_s + nvlink_s > 0, fab.call_time(moving), 0.0)
+
+
+#: What a low-latency call takes beyond its bytes and its put: a send phase (each token cast to FP8,
+#: or each expert output weighted) and a receive phase that waits for every peer's count signal, two
+#: kernel phases and a grid-wide wait that no published figure separates. Calibrated: measurement
+#: deepep-ll-ep8-dispatch (77 us, of which the model's NVLink bytes take 41.4 us); the residual of
+#: every other row of DeepEP's table, 8 to 256 GPUs, dispatch and combine, is 27-73 us.
+LOW_LATENCY_CALL_S = 35.6e-6
 
 
 def exchange(
@@ -112,29 +157,31 @@ def exchange(
         raise unknown("DeepEP mode", mode, MODES)
     if model.moe is None:
         raise CommodelError(f"{model.description} has no experts to dispatch to")
-    g = min(c.gpus_per_node, ep)
+    g = min(c.domain_gpus, ep)
     if ep % g:
-        raise CommodelError(f"ep ({ep}) must fill whole nodes of {c.gpus_per_node} GPUs")
+        raise CommodelError(f"ep ({ep}) must fill whole scale-up domains of {c.domain_gpus} GPUs")
     path = path_of(c)
-    nodes = ep / g
-    copies = float(routed_copies(model, tokens))
-    size = model.hidden * element_bytes
-    nic_share = path.bandwidth * c.system.scale_out.nics_per_node.value / c.gpus_per_node
-    nvlink = c.scale_up.bandwidth.value * c.scale_up.efficiency.value * c.system.scale_up.links_per_gpu.value
-    if mode == "low-latency":
-        remote = copies * (ep - g) / ep
-        local = copies * (g - 1) / ep
+    fab = shared_nics(fabric_of(c))
+    where = group(ep, 1, g)
+    if mode == "high-throughput":
+        network_s, nvlink_s = (
+            float(v) for v in _high_throughput_terms(model, fab, where, tokens, element_bytes)
+        )
+        terms = {"network": network_s, "NVLink": nvlink_s}
+        time = float(high_throughput_s(model, c, fab, where, tokens, element_bytes, scheme))
+    else:
+        copies = float(routed_copies(model, tokens))
+        size = model.hidden * element_bytes
+        remote, local = copies * (ep - g) / ep, copies * (g - 1) / ep
         terms = {
             "message issue": remote / message_rate(scheme, path, issuers(scheme)),
-            "network": remote * size / nic_share,
-            "NVLink": local * size / nvlink,
+            "network": remote * size / float(fab.net_Bps(1)),
+            "NVLink": local * size / float(fab.up_Bps(g)),
         }
-    else:
-        network, forwarded = (float(v) for v in forwarded_copies(model.moe, tokens, nodes, g))
-        terms = {"network": network * size / nic_share, "NVLink": forwarded * size / nvlink}
+        latency = float(put_latency(scheme, path, 0)) if ep > g else 0.0
+        time = latency + max(terms.values()) + LOW_LATENCY_CALL_S
     binding = max(terms, key=terms.get)
-    latency = float(put_latency(scheme, path, 0)) if nodes > 1 else 0.0
-    return {"time_s": latency + terms[binding], "binding": binding, **{f"{k}_s": v for k, v in terms.items()}}
+    return {"time_s": time, "binding": binding, **{f"{k}_s": v for k, v in terms.items()}}
 
 
 def dispatch_combine(mode: str, scheme: str, model: Transformer, c: Cluster, ep: int, tokens: float) -> dict:
