@@ -143,11 +143,17 @@ def serving_table(result: dict) -> str:
         f"{result['kv_cache_bytes_per_gpu'] / 1e9:.1f} GB KV cache ({fits})",
         f"  time shares      {100 * result['comm_share']:.1f}% communication, {100 * result['host_share']:.1f}% host",
         f"  power            {result['gpu_power_W']:.0f} W per GPU, {result['power_kW']:.2f} kW facility",
-        f"  energy, cost     {result['energy_per_token_J']:.3g} J per output token, "
-        f"${result['cost_per_million_tokens_usd']:.3g} per million output tokens",
+        f"  energy, cost     {result['energy_per_token_J']:.3g} J per output token, " + _cost(result),
     ]
     lines += [f"  note: {note}" for note in result.get("notes", [])]
     return "\n".join(lines)
+
+
+def _cost(result: dict) -> str:
+    """Cost per million output tokens, or how to get it where no GPU-hour price was given."""
+    if result.get("price_per_gpu_hour", 0) > 0:
+        return f"${result['cost_per_million_tokens_usd']:.3g} per million output tokens"
+    return "cost per token: give --price-per-gpu-hour"
 
 
 def scheme_text(system: str, records: list[dict]) -> str:

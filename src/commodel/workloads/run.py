@@ -279,6 +279,7 @@ def serve(job: ServingJob | None = None, **values: Any) -> dict[str, Any]:
         "output": job.output,
         "batch_in_flight": in_flight,
         "max_batch": largest,
+        "price_per_gpu_hour": job.price_per_gpu_hour,
         **{name: float(getattr(row, name)) for name in OUTPUTS if name not in SERVING_APART},
         "fits": bool(row.fits),
         "notes": notes,
