@@ -40,7 +40,8 @@ COVERED_BY = {"moe_act": "moe", "shared_experts": "moe"}
 SCHEDULES = ("1f1b", "dualpipe")
 #: Expert token dispatchers: Megatron-Core's all-to-all (NCCL; every routed copy travels to its
 #: expert's GPU) and its flex dispatcher's DeepEP backend (one copy per remote scale-up domain over
-#: the network, forwarded over NVLink; :func:`commodel.workloads.moe_dispatch.high_throughput_s`).
+#: the network, forwarded over NVLink once per GPU holding its experts;
+#: :func:`commodel.workloads.moe_dispatch.high_throughput_s`).
 DISPATCHERS = ("alltoall", "deepep")
 
 

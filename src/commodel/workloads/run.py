@@ -183,7 +183,8 @@ def _deepep_to_try(
     job: TrainingJob, row: SimpleNamespace, evaluate_columns: Callable[..., dict[str, np.ndarray]]
 ) -> str:
     """Where NCCL's all-to-all dispatches a MoE job's tokens: DeepEP's dispatch priced instead (one
-    network copy per remote domain, :func:`~commodel.workloads.moe_dispatch.forwarded_copies`),
+    network copy per remote domain and one NVLink copy per GPU holding the token's experts,
+    :func:`~commodel.workloads.moe_dispatch.forwarded_copies`),
     named if it saves at least :data:`GAIN_WORTH_A_NOTE` and fits where the job does; else no note."""
     if job.dispatcher != "alltoall" or job.ep < 2 or float(row.ep_comm_s) <= 0 or ":" in job.system:
         return ""
