@@ -398,7 +398,8 @@ def test_compare_sets_two_designs_side_by_side_from_the_train_model(tmp_path):
 
 
 def test_serve_prices_a_token_only_when_given_a_gpu_hour_price():
-    job = "serve --model llama3-8b --system dgx-h100 --gpus 1 --prompt 100 --output 100".split()
+    job = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "1"]
+    job += ["--prompt", "100", "--output", "100"]
     unpriced, priced = invoke(*job), invoke(*job, "--price-per-gpu-hour", "2.5")
     assert unpriced.exit_code == priced.exit_code == 0
     assert "give --price-per-gpu-hour" in unpriced.stdout and "$0 " not in unpriced.stdout

@@ -150,13 +150,17 @@ def test_new_recipe_rows_in_the_shared_format_are_modelled(tmp_path, monkeypatch
         + "x-3,training,H100-SXM,,,train llama3-8b BF16 gbs8 mbs1,,,tokens_per_s_per_gpu,1,tok/s,test\n"
         + "g-1,gemm,B200-SXM,1,1,gemm bf16 8192^3,,,throughput,1500,TFLOP/s,test\n"
         + "l-1,latency,8xH100-SXM,2,1,put,,,time,2,us,test\n"
+        + "d-1,dispatch,16xH800,16,2,deepep low-latency dispatch deepseek-v3 tokens128,,,time,118,us,test\n"
+        + "d-2,dispatch,16xH800,16,2,deepep dispatch fast,,,time,118,us,test\n"
     )
     monkeypatch.setattr(validate, "resource_dir", lambda name: tmp_path)
     rows = validation_table().set_index("id")
     targets = ["dgx-b200", "dgx-h100", "dgx-h100", "dgx-h100", "dgx-h100", "b200-sxm", "h100-sxm"]
+    targets += ["hgx-h800", "hgx-h800"]
     assert list(load_measurements().model_target) == targets
     assert (rows.role == "validation").all()
-    assert np.isfinite(rows.error_pct[["b2-8b", "h1-70b", "g-1"]]).all()
+    assert np.isfinite(rows.error_pct[["b2-8b", "h1-70b", "g-1", "d-1"]]).all()
+    assert "is not 'deepep MODE" in rows.note["d-2"]
     assert rows.note["l-1"] == "not modelled yet: no latency setting for row 'l-1' yet (validate.py)"
     assert rows.note["b2-8b"] == "" and rows.note["h1-70b"] == ""
     assert "unknown model 'nemotron-9z'" in rows.note["x-1"]

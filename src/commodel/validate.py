@@ -38,12 +38,12 @@ ASYMPTOTIC_SIZE = 8 * 2**30
 #: do not say (no ``model_target``): "64xGB300 (NVL72)" -> gb300-nvl72 / gb300.
 HARDWARE_BY_GPU = (
     ("GB300", "gb300-nvl72", "gb300"), ("GB200", "gb200-nvl72", "gb200"), ("B300", "dgx-b300", "b300-sxm"),
-    ("B200", "dgx-b200", "b200-sxm"), ("H200", "hgx-h200", "h200-sxm"), ("H100", "dgx-h100", "h100-sxm"),
+    ("B200", "dgx-b200", "b200-sxm"), ("H200", "hgx-h200", "h200-sxm"), ("H800", "hgx-h800", "h100-sxm"), ("H100", "dgx-h100", "h100-sxm"),
     ("A100", "dgx-a100", "a100-sxm-80gb"), ("MI300X", "mi300x-8", "mi300x"), ("MI250", "frontier-node", "mi250x"),
     ("A40", "a40-pcie-8", "a40"),
 )  # fmt: skip
 #: Kinds of rows modelled on a system (the others on a GPU).
-SYSTEM_KINDS = ("collective", "p2p", "training", "serving")
+SYSTEM_KINDS = ("collective", "p2p", "training", "serving", "dispatch")
 
 
 def load_measurements() -> pd.DataFrame:
@@ -410,7 +410,10 @@ def _dispatch(row: pd.Series, db: HardwareDB) -> float:
     (:func:`~commodel.workloads.moe_dispatch.domains_reached`)."""
     from commodel.workloads.moe_dispatch import COMBINE_BYTES, DISPATCH_BYTES, domains_reached, exchange
 
-    _, mode, op, name, tokens_word = str(row.op).split()
+    words = str(row.op).split()
+    if len(words) != 5 or words[0] != "deepep" or not re.fullmatch(r"tokens\d+", words[4]):
+        raise CommodelError(f"'{row.op}' is not 'deepep MODE dispatch|combine MODEL tokensN'")
+    _, mode, op, name, tokens_word = words
     net, tokens, ep = get_model(name), float(tokens_word.removeprefix("tokens")), int(row.gpus)
     where = cluster(row.model_target, int(row.nodes), db)
     element = DISPATCH_BYTES if op == "dispatch" else COMBINE_BYTES
