@@ -145,7 +145,7 @@ def high_throughput_s(
 #: or each expert output weighted) and a receive phase that waits for every peer's count signal, two
 #: kernel phases and a grid-wide wait that no published figure separates. Calibrated: measurement
 #: deepep-ll-ep8-dispatch (77 us, of which the model's NVLink bytes take 41.4 us); the residual of
-#: every other row of DeepEP's table, 8 to 256 GPUs, dispatch and combine, is 27-73 us.
+#: every other row of DeepEP's table, 8 to 256 GPUs, dispatch and combine, is 26-73 us.
 LOW_LATENCY_CALL_S = 35.6e-6
 
 
