@@ -22,10 +22,11 @@ from commodel.report.sweep_report import sensitivity_text, uncertainty_table, un
 
 #: The validation kinds each evaluator's models answer to.
 MODEL_KINDS = {
-    "training": ("training", "collective", "gemm", "memory", "power"),
+    "training": ("training", "collective", "dispatch", "gemm", "memory", "power"),
     "serving": ("serving", "collective", "gemm", "memory"),
     "collective": ("collective",),
     "initiation": ("latency",),
+    "moe_dispatch": ("dispatch", "latency"),
 }
 
 _SCRIPT = """
