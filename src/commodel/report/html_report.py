@@ -27,6 +27,7 @@ MODEL_KINDS = {
     "collective": ("collective",),
     "initiation": ("latency",),
     "moe_dispatch": ("dispatch", "latency"),
+    "halo": ("latency",),
 }
 
 _SCRIPT = """
