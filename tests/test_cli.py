@@ -395,6 +395,11 @@ def test_compare_sets_two_designs_side_by_side_from_the_train_model(tmp_path):
     assert step["a"] == pytest.approx(a["step_time_s"]) and step["b_over_a"] < 1  # B200 is faster
     assert sum(r["change_s"] for r in data["breakdown"]) == pytest.approx(step["b"] - step["a"])
     assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
+    # no price: no cost row, and a note on how to get one; with a price, the cost row
+    assert "cost to train" not in {r["metric"] for r in data["metrics"]} and data["notes"]
+    priced = json.loads(invoke("compare", "--common", f"{common},price_per_gpu_hour=2", "--a", "system=dgx-h100",
+                               "--b", "system=dgx-b200", "--json").output)  # fmt: skip
+    assert "cost to train" in {r["metric"] for r in priced["metrics"]} and not priced["notes"]
 
 
 def test_serve_prices_a_token_only_when_given_a_gpu_hour_price():

@@ -44,7 +44,7 @@ def compare(a: dict[str, Any], b: dict[str, Any], common: dict[str, Any]) -> dic
     """Price both designs (each over ``common``) and set them side by side."""
     from commodel.workloads.run import train
 
-    results = {}
+    results, priced = {}, False
     for label, design in (("a", a), ("b", b)):
         try:
             results[label] = train(**{**common, **design})
@@ -52,10 +52,14 @@ def compare(a: dict[str, Any], b: dict[str, Any], common: dict[str, Any]) -> dic
             raise CommodelError(f"design {label.upper()}: {exc}") from None
         job = {**common, **design}
         price = float(job.get("price_per_gpu_hour", 0) or 0)
+        priced = priced or price > 0
         result = results[label]
         result["cost_usd"] = price * result["gpus"] * result["time_to_train_days"] * 24
+    notes = [] if priced else ["cost to train: give price_per_gpu_hour (in --common or a design)"]
     rows = []
     for key, label, unit, scale in METRICS:
+        if key == "cost_usd" and not priced:
+            continue
         va, vb = results["a"][key] * scale, results["b"][key] * scale
         rows.append({"metric": label, "unit": unit, "a": va, "b": vb, "b_over_a": vb / va if va else None})
     breakdown = [
@@ -63,7 +67,8 @@ def compare(a: dict[str, Any], b: dict[str, Any], common: dict[str, Any]) -> dic
          "change_s": results["b"]["breakdown"][name] - results["a"]["breakdown"][name]}
         for name in results["a"]["breakdown"]
     ]  # fmt: skip
-    return {"designs": {"a": {**common, **a}, "b": {**common, **b}}, "metrics": rows, "breakdown": breakdown}
+    designs = {"a": {**common, **a}, "b": {**common, **b}}
+    return {"designs": designs, "metrics": rows, "breakdown": breakdown, "notes": notes}
 
 
 def compare_text(result: dict[str, Any]) -> str:
@@ -79,6 +84,7 @@ def compare_text(result: dict[str, Any]) -> str:
         lines.append(
             f"  {row['component']:<12}{row['a_s']:>12.4g}{row['b_s']:>12.4g}{row['change_s']:>+12.4g}"
         )
+    lines += [f"note: {note}" for note in result.get("notes", [])]
     return "\n".join(lines)
 
 
