@@ -105,7 +105,7 @@ def cross_domain_problem(c: Cluster) -> str:
 #: tokens through per-channel ring buffers with head and tail flags, flow-controlled, where the
 #: network leg is the NIC's own DMA. Calibrated: measurement deepep-ht-ep8-dispatch (153 GB/s of
 #: received tokens inside one H800 node, where the forwarded copies at the full 160 GB/s would give
-#: 182 GB/s).
+#: 182 GB/s); assumed for other GPUs and NVLink generations.
 NVLINK_SHARE = 0.84
 
 
