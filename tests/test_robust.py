@@ -197,3 +197,28 @@ def test_bad_uncertainty_sections_are_one_clear_error(tmp_path, section, message
     text = SPEC.replace('samples = 16\nrobust = "p90"', section)
     with pytest.raises(CommodelError, match=message):
         load_spec(write(tmp_path, text))
+
+
+def test_a_repeated_table_prices_as_the_evaluator_does_on_every_draw():
+    """Monte Carlo draws price one table many times: held as columns, its inputs checked on the first
+    call only, the objectives are the frame path's to the last bit, on the default and on a moved
+    database; a table whose inputs break a rule stops at the first call."""
+    from commodel.explore.evaluators import evaluator, objective_values
+
+    frame = pd.DataFrame(
+        {"model": "llama3-70b", "system": ["dgx-h100", "dgx-b200", "mi300x-8"], "gpus": 64, "tp": 8, "pp": 2,
+         "global_batch": 256, "train_tokens": 1e11, "price_per_gpu_hour": 2.0}
+    )  # fmt: skip
+    names = ["time_to_train_days", "energy_MWh", "cost_usd", "gpus"]
+    training = evaluator("training")
+    price = training.repeated(frame, names)
+    params = uncertain_parameters(default_db(), ["dgx-h100", "dgx-b200", "mi300x-8"], RATIOS)
+    db = moved(default_db(), params, np.linspace(0.8, 1.2, len(params)))
+    seen = []
+    for database in (default_db(), db):
+        with using(database):
+            seen.append(price())
+            assert np.array_equal(seen[-1], objective_values(training(frame), names), equal_nan=True)
+    assert not np.array_equal(seen[0], seen[1])  # the moved database moves the objectives
+    with pytest.raises(CommodelError, match="--tp"):
+        training.repeated(frame.assign(tp=0), names)()

@@ -30,6 +30,9 @@ class Evaluator:
     outputs: tuple[str, ...]
     function: Callable[[pd.DataFrame], pd.DataFrame]
     required: tuple[str, ...] | None = None
+    #: The evaluator's core on a table held as columns (``evaluate_columns(columns, checked)``), where it
+    #: has one: what :meth:`repeated` prices a table with, draw after draw.
+    columns: Callable[..., dict[str, np.ndarray]] | None = None
 
     @property
     def needs(self) -> tuple[str, ...]:
@@ -40,6 +43,10 @@ class Evaluator:
 
     def __call__(self, frame: pd.DataFrame) -> pd.DataFrame:
         """Fill defaults, evaluate, and return ``frame`` with the output columns and ``valid``."""
+        return self.function(self._completed(frame))
+
+    def _completed(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """``frame`` with every input it lacks at its default; a missing required input is an error."""
         import pandas as pd
 
         missing = {name: default for name, default in self.inputs.items() if name not in frame}
@@ -49,7 +56,27 @@ class Evaluator:
         defaults = pd.DataFrame(
             {name: [value] * len(frame) for name, value in missing.items()}, index=frame.index
         )
-        return self.function(pd.concat([frame, defaults], axis=1))
+        return pd.concat([frame, defaults], axis=1)
+
+    def repeated(self, frame: pd.DataFrame, names: list[str]) -> Callable[[], np.ndarray]:
+        """A function that prices ``frame`` again on each call (Monte Carlo draws, each on its own
+        hardware database: :func:`commodel.hardware.loader.using`) and returns designs x ``names``, NaN
+        where a design is invalid. With a column-wise core the table is completed and held as columns
+        once, and its inputs checked on the first call only (they do not change between draws); the
+        numbers are the evaluator's own (:func:`objective_values` of :meth:`__call__`)."""
+        if self.columns is None:
+            return lambda: objective_values(self(frame), names)
+        completed = self._completed(frame)
+        columns = {name: completed[name].to_numpy(dtype=object) for name in completed.columns}
+        calls = []
+
+        def price() -> np.ndarray:
+            out = self.columns(columns, checked=bool(calls))
+            calls.append(1)
+            values = np.column_stack([np.asarray(out.get(n, columns.get(n)), dtype=float) for n in names])
+            return np.where(out["valid"].astype(bool)[:, None], values, np.nan)
+
+        return price
 
 
 #: The built-in evaluators: name -> "module:factory" (imported when first asked for).

@@ -28,7 +28,6 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from commodel.explore.evaluators import objective_values
 from commodel.explore.spec import SweepSpec
 from commodel.hardware.uncertain import Uncertain, draws, on_draws, uncertain_numbers
 
@@ -47,11 +46,9 @@ def _objectives_per_draw(
     from commodel.explore.evaluators import evaluator
 
     spec = SweepSpec.model_validate_json(spec_json)
-    evaluate = evaluator(spec.study.evaluate)
-    results = on_draws(lambda _: evaluate(frame), parameters, factors)
-    return np.array([objective_values(result, list(spec.objectives)) for result in results]).reshape(
-        len(factors), len(frame), len(spec.objectives)
-    )
+    price = evaluator(spec.study.evaluate).repeated(frame, list(spec.objectives))
+    results = on_draws(lambda _: price(), parameters, factors)
+    return np.array(results).reshape(len(factors), len(frame), len(spec.objectives))
 
 
 def _parent_handles_interrupts() -> None:

@@ -343,4 +343,5 @@ def training() -> Evaluator:
         OUTPUTS,
         evaluate,
         REQUIRED,
+        evaluate_columns,
     )
