@@ -222,3 +222,14 @@ def test_a_repeated_table_prices_as_the_evaluator_does_on_every_draw():
     assert not np.array_equal(seen[0], seen[1])  # the moved database moves the objectives
     with pytest.raises(CommodelError, match="--tp"):
         training.repeated(frame.assign(tp=0), names)()
+
+
+def test_a_repeated_serving_table_reads_its_batch_as_the_frame_path_does():
+    from commodel.explore.evaluators import evaluator, objective_values
+
+    frame = pd.DataFrame({"model": "llama3-8b", "system": "dgx-h100", "gpus": [1, 8], "tp": [1, 8],
+                          "prompt": 1000, "output": 200, "batch": ["max", 8], "price_per_gpu_hour": 2.0})  # fmt: skip
+    names = ["output_tokens_per_s", "cost_per_million_tokens_usd"]
+    serving = evaluator("serving")
+    assert serving.columns is not None
+    assert np.array_equal(serving.repeated(frame, names)(), objective_values(serving(frame), names))

@@ -222,6 +222,13 @@ def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
     return evaluate_frame(frame.assign(batch=frame["batch"].astype(str)), evaluate_columns, ("gpus",))
 
 
+def _text_batch_columns(columns: dict[str, np.ndarray], checked: bool = False) -> dict[str, np.ndarray]:
+    """:func:`evaluate_columns` with ``batch`` as text, as :func:`evaluate` gives it."""
+    return evaluate_columns(
+        {**columns, "batch": np.asarray(columns["batch"]).astype(str).astype(object)}, checked
+    )
+
+
 def serving() -> Evaluator:
     return Evaluator(
         "serving",
@@ -231,4 +238,5 @@ def serving() -> Evaluator:
         OUTPUTS,
         evaluate,
         REQUIRED,
+        _text_batch_columns,
     )
