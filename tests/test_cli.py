@@ -130,6 +130,10 @@ def test_validate_prints_errors_and_gates():
             "did you mean 'system'",
         ),
         (["compare", "--a", "system", "--b", "x=1"], "field=value pairs"),
+        (
+            ["train", "--model", "llama3-8b", "--system", "dgx-h100:1,mi300x-8:1", "--pp", "2", "--kernels"],
+            "one kind of node",
+        ),
         (["roofline", "plot", "-o", "/tmp/roofline.foo"], "image extension"),
         (["roofline", "plot", "-o", "/tmp"], "is a folder"),
         (["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--output-cv", "-1"], "--output-cv"),
@@ -409,3 +413,13 @@ def test_serve_prices_a_token_only_when_given_a_gpu_hour_price():
     assert unpriced.exit_code == priced.exit_code == 0
     assert "give --price-per-gpu-hour" in unpriced.stdout and "$0 " not in unpriced.stdout
     assert "per million output tokens" in priced.stdout
+
+
+def test_train_lists_one_layers_kernels_when_asked():
+    job = ["train", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "8", "--global-batch", "64"]
+    text, plain = invoke(*job, "--kernels"), invoke(*job)
+    assert text.exit_code == plain.exit_code == 0
+    assert "one layer, one micro-batch on one GPU" in text.stdout and "fc1" in text.stdout
+    assert "one layer, one micro-batch" not in plain.stdout
+    rows = json.loads(invoke(*job, "--kernels", "--json").stdout)["kernels"]
+    assert {"qkv", "attention out", "fc1", "fc2", "attention"} <= {r["kernel"] for r in rows}

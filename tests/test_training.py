@@ -978,3 +978,45 @@ def test_overlapped_expert_all_to_alls_hide_under_another_micro_batch():
     assert step("1f1b", "serial") == pytest.approx(step("none", "serial"))
     with pytest.raises(CommodelError, match="did you mean '1f1b'"):
         step("1f1c")
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        dict(model="llama3-70b", system="dgx-h100", gpus=64, tp=8, pp=4, dtype="fp8", sequence_parallel=True),
+        dict(model="deepseek-v3", system="gb200-nvl72", gpus=256, pp=4, ep=64, seq=4096, dtype="mxfp8"),
+        dict(model="gpt-oss-120b", system="gb300-nvl72", gpus=64, ep=64, micro_batch=2, global_batch=1280),
+        dict(model="llama3-8b", system="dgx-a100", gpus=8, attention="unfused", seq=2048),
+    ],
+    ids=["dense-fp8", "mla-moe-mxfp8", "banded-moe", "unfused"],
+)
+def test_the_kernel_table_adds_up_to_the_layer_the_step_prices(job):
+    """``train(kernels=True)`` lists one layer's kernels, each labelled, with its roofline; the rows'
+    forward and backward add up to the layer compute the step model prices, recomputation aside (the
+    same pricing, itemized), and a compute-bound GEMM never beats its GPU's peak."""
+    from commodel.compute.roofline import peak_flops
+    from commodel.explore.training_evaluator import job_layout
+    from commodel.workloads.layer_work import layer_work_of
+
+    result = train(**job, kernels=True)
+    rows = result["kernels"]
+    the_job = training_job(**job)
+    net, gpu = model(the_job.model), cluster(the_job.system).gpu
+    columns = {name: np.array([value], dtype=object) for name, value in the_job}
+    x = job_layout(columns, np.zeros(1, dtype=int), net, np.array([float(result["layout"]["dp"])]))
+    plain = dataclasses.replace(x, recompute=np.zeros(1), recompute_modules=np.zeros(1))
+    work = layer_work_of(net, gpu, plain, precision(the_job.dtype, gpu), the_job.attention)
+    assert sum(r["fwd_ms"] for r in rows) == pytest.approx(1e3 * float(work.fwd_s[0]), rel=1e-12)
+    assert sum(r["bwd_ms"] for r in rows) == pytest.approx(1e3 * float(work.bwd_s[0]), rel=1e-12)
+    assert all(r["kernel"] and r["bound"] in ("compute", "memory", "launch") for r in rows)
+    for r in rows:
+        if r["shape"]:
+            assert r["tflops"] <= peak_flops(gpu, r["dtype"]) / 1e12
+    labels = {r["kernel"] for r in rows}
+    assert "attention out" in labels and ({"qkv", "q down"} & labels)
+    assert ("expert fc1" in labels) == (net.moe is not None)
+
+
+def test_the_kernel_table_is_for_one_kind_of_node():
+    with pytest.raises(CommodelError, match="one kind of node"):
+        train(model="llama3-8b", system="dgx-h100:1,mi300x-8:1", pp=2, recompute="none", kernels=True)

@@ -343,13 +343,17 @@ def _band_lines(result: dict) -> str:
             f"\n  band (p10-p90, {result['params_source']}): {params}")  # fmt: skip
 
 
-def train(as_json: bool = False, uncertainty: bool = False, **values: object) -> None:
+def train(as_json: bool = False, uncertainty: bool = False, kernels: bool = False, **values: object) -> None:
     """Time, throughput, memory, power, energy and the breakdown of one training step."""
     from commodel.report.tables import training_table
     from commodel.workloads.run import train as run_train
 
     result = _banded(
-        "train", run_train(advise=True, **values), uncertainty, lambda: run_train(**values), values
+        "train",
+        run_train(advise=True, kernels=kernels, **values),
+        uncertainty,
+        lambda: run_train(**values),
+        values,
     )
     typer.echo(json.dumps(result, indent=2) if as_json else training_table(result) + _band_lines(result))
 
@@ -378,8 +382,16 @@ def _register_job_commands() -> None:
                 "--uncertainty", help="Add a p10-p90 band from the model class's validation errors.")],
         ),
     ]  # fmt: skip
-    for name, command, schema in (("train", train, TrainingJob), ("serve", serve, ServingJob)):
-        command.__signature__ = inspect.Signature([*_job_options(schema), *flags])  # type: ignore[attr-defined]
+    kernels = inspect.Parameter(
+        "kernels", inspect.Parameter.KEYWORD_ONLY, default=False,
+        annotation=Annotated[bool, typer.Option(
+            "--kernels", help="Add one layer's kernels for one micro-batch: shape, roofline bound, TFLOP/s, time.")],
+    )  # fmt: skip
+    for name, command, schema, own in (
+        ("train", train, TrainingJob, [kernels]),
+        ("serve", serve, ServingJob, []),
+    ):
+        command.__signature__ = inspect.Signature([*_job_options(schema), *flags, *own])  # type: ignore[attr-defined]
         app.command(name)(command)
 
 

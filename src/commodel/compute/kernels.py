@@ -6,6 +6,7 @@ roofline can apply wave quantization.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,9 +28,10 @@ ATTENTION_BLOCK = 128
 @dataclass(frozen=True)
 class Kernel:
     """Work of a batch of kernels: FLOPs, bytes moved to/from HBM, tiles, whether it uses tensor cores,
-    the exponentials it evaluates on the special-function units (softmax in attention), and the share
+    the exponentials it evaluates on the special-function units (softmax in attention), the share
     of the achievable HBM bandwidth it reaches (1: a streaming copy's; less where a measurement says
-    the kernel falls short of one)."""
+    the kernel falls short of one), and a ``label`` saying what it computes (``qkv``, ``expert fc1``;
+    :func:`named`)."""
 
     name: str
     flops: np.ndarray
@@ -41,11 +43,17 @@ class Kernel:
     shape: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
     exps: np.ndarray | float = 0.0
     bandwidth_share: float = 1.0
+    label: str = ""
 
     @property
     def intensity(self) -> np.ndarray:
         """Arithmetic intensity in FLOP/byte."""
         return self.flops / self.bytes
+
+
+def named(kernel: Kernel, label: str) -> Kernel:
+    """``kernel`` labelled with what it computes."""
+    return dataclasses.replace(kernel, label=label)
 
 
 def _dtype_bytes(dtype: str) -> float:

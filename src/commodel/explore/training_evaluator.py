@@ -114,6 +114,31 @@ def recompute_names(codes: np.ndarray, recomputed: np.ndarray, offloaded: np.nda
     return np.where(named == "auto", np.where(offloaded > 0, moved, chosen), named)
 
 
+def job_layout(columns: dict[str, np.ndarray], rows: np.ndarray, net: Transformer, dp: np.ndarray) -> Layout:
+    """The parallel layout of the table's ``rows`` (jobs of model ``net``), their data-parallel size
+    ``dp`` resolved; a sequence not given is the model's own."""
+
+    def col(name: str) -> np.ndarray:
+        return numbers(np.asarray(columns[name])[rows])
+
+    def flag(name: str) -> np.ndarray:
+        return np.asarray(columns[name])[rows].astype(bool)
+
+    seq = col("seq")
+    return make_layout(
+        tp=col("tp"), pp=col("pp"), dp=dp, cp=col("cp"), ep=col("ep"), vpp=col("vpp"), micro_batch=col("micro_batch"),
+        global_batch=col("global_batch"), seq=np.where(np.isnan(seq), net.seq, seq),
+        recompute=per_distinct(RECOMPUTE_CODES.__getitem__, np.asarray(columns["recompute"])[rows]),
+        sequence_parallel=flag("sequence_parallel"), zero=col("zero"), expert_load=col("expert_load"),
+        dualpipe=np.asarray(columns["schedule"])[rows] == "dualpipe",
+        first_layers=np.nan_to_num(col("first_stage_layers")), last_layers=np.nan_to_num(col("last_stage_layers")),
+        mtp=col("mtp_layers"), etp=np.nan_to_num(col("etp")), fp8_dispatch=flag("fp8_dispatch"),
+        ep_sms=np.nan_to_num(col("ep_sms")), fp8_param_gather=flag("fp8_param_gather"),
+        recompute_modules=per_distinct(module_bits, np.asarray(columns["recompute_modules"])[rows]),
+        deepep=np.asarray(columns["dispatcher"])[rows] == "deepep",
+    )  # fmt: skip
+
+
 def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> dict[str, np.ndarray]:
     """The evaluator's core on a table held as columns (name -> array of one value per row): the
     output columns, and the resolved ``gpus``, ``nodes`` and ``dp``. ``checked``: the rows are
@@ -157,22 +182,9 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
                 )
             )
             gpus, nodes = np.full(len(rows), float(own_gpus)), np.full(len(rows), float(own_nodes))
-        tp, pp, cp, dp, seq = (col(k) for k in ("tp", "pp", "cp", "dp", "seq"))
+        tp, pp, cp, dp = (col(k) for k in ("tp", "pp", "cp", "dp"))
         dp = np.where(np.isnan(dp), np.floor(gpus / (tp * pp * cp)), dp)
-        seq = np.where(np.isnan(seq), net.seq, seq)
-        codes = per_distinct(RECOMPUTE_CODES.__getitem__, np.asarray(columns["recompute"])[rows])
-        modules = per_distinct(module_bits, np.asarray(columns["recompute_modules"])[rows])
-        layout = make_layout(
-            tp=tp, pp=pp, dp=dp, cp=cp, ep=col("ep"), vpp=col("vpp"), micro_batch=col("micro_batch"),
-            global_batch=col("global_batch"), seq=seq, recompute=codes,
-            sequence_parallel=np.asarray(columns["sequence_parallel"])[rows].astype(bool), zero=col("zero"),
-            expert_load=col("expert_load"), dualpipe=np.asarray(columns["schedule"])[rows] == "dualpipe",
-            first_layers=np.nan_to_num(col("first_stage_layers")), last_layers=np.nan_to_num(col("last_stage_layers")),
-            mtp=col("mtp_layers"), etp=np.nan_to_num(col("etp")),
-            fp8_dispatch=np.asarray(columns["fp8_dispatch"])[rows].astype(bool), ep_sms=np.nan_to_num(col("ep_sms")),
-            fp8_param_gather=np.asarray(columns["fp8_param_gather"])[rows].astype(bool),
-            recompute_modules=modules, deepep=np.asarray(columns["dispatcher"])[rows] == "deepep",
-        )  # fmt: skip
+        layout = job_layout(columns, rows, net, dp)
         problems += layout_problems(net, layout, gpus)
         reason = cross_domain_problem(fleet[0][0]) if len(fleet) == 1 and np.any(layout.deepep) else ""
         if reason:  # DeepEP puts from the GPU across domains
@@ -182,7 +194,7 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
         if len(fleet) == 1:
             problems.append((stage_layers != "", "stage layers apply to node groups (SYSTEM:NODES,...)"))
         else:
-            problems.append((codes == RECOMPUTE_CODES["auto"], "recompute auto needs one kind of node; across node groups choose "
+            problems.append((layout.recompute == RECOMPUTE_CODES["auto"], "recompute auto needs one kind of node; across node groups choose "
                              "none, selective or full"))  # fmt: skip
         for name, values in (("gpus", gpus), ("nodes", nodes), ("dp", dp)):
             resolved[name][rows] = values

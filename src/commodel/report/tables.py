@@ -119,6 +119,47 @@ def training_table(result: dict) -> str:
     if result["layout"]["pp"] > 1:
         lines.append(f"  slowest pipeline stage {100 * result['stage_imbalance']:.1f}% above the mean")
     lines += [f"  note: {note}" for note in result.get("notes", [])]
+    if "kernels" in result:
+        lines += ["", kernel_text(result["kernels"])]
+    return "\n".join(lines)
+
+
+def kernel_text(rows: list[dict]) -> str:
+    """One layer's kernels for one micro-batch (:func:`commodel.workloads.layer_work.kernel_table`):
+    calls per layer, the forward call's work and roofline, and milliseconds per layer."""
+    widths = (24, 34, 7, 10, 9, 9, 10, 8, 8, 9, 9)
+    head = (
+        "kernel",
+        "shape (m x n x k)",
+        "dtype",
+        "calls",
+        "GFLOP",
+        "MB",
+        "bound",
+        "TFLOP/s",
+        "GB/s",
+        "fwd ms",
+        "bwd ms",
+    )
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "  " + "".join(
+            c.ljust(w) if i in (0, 1, 2, 6) else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    lines = [
+        "one layer, one micro-batch on one GPU (recomputation aside; calls: forward/backward per layer):",
+        line(head),
+    ]
+    for r in rows:
+        lines.append(line((
+            r["kernel"], r["shape"], r["dtype"], f"{r['forward']:.3g}/{r['backward']:.3g}", f"{r['gflop']:.4g}",
+            f"{r['mb']:.4g}", f"  {r['bound']}", f"{r['tflops']:.0f}", f"{r['gbps']:.0f}", f"{r['fwd_ms']:.4g}",
+            f"{r['bwd_ms']:.4g}",
+        )))  # fmt: skip
+    totals = (f"{sum(r['fwd_ms'] for r in rows):.4g}", f"{sum(r['bwd_ms'] for r in rows):.4g}")
+    lines.append(line(("total", *[""] * 8, *totals)))
     return "\n".join(lines)
 
 

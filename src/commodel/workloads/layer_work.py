@@ -91,28 +91,41 @@ def timed(gpu: GPU, kernel: Kernel, units: ArrayLike | None) -> tuple[np.ndarray
     return time, np.where(r.memory_s >= r.compute_s, time, 0.0), r.memory_s
 
 
-def layer_work(
-    gpu: GPU, lk: LayerKernels, recompute: np.ndarray, modules: ArrayLike = 0, units: ArrayLike | None = None
-) -> Work:
-    """Forward and backward (with recomputation) compute of one layer for one micro-batch.
+@dataclass(frozen=True)
+class Priced:
+    """One entry of a layer's kernels, priced: ``forward`` calls of ``fwd_s`` each and ``backward``
+    of ``bwd_s`` (a GEMM's input- and weight-gradient GEMMs together, ``wgrad_s`` of it the weight
+    gradient's), ``memory_calls`` of ``memory_s`` memory-bound time and ``launches`` kernel launches;
+    a GEMM carries its tensor-parallel ``role``, its forward's and input gradient's times (``dgrad_s``)
+    and HBM times (roofline memory terms)."""
 
-    A GEMM's backward is its input-gradient and weight-gradient GEMMs, flash attention's is
-    :data:`ATTENTION_BACKWARD` times its forward, an elementwise pass's twice its forward. Full
-    recomputation (``recompute`` 2) runs the forward again, selective (1) the attention core; outside
-    full, each of ``modules`` (:attr:`~commodel.workloads.layout.Layout.recompute_modules`) runs its
-    kernels' forward again.
-    """
-    fwd = bwd = weights = mem = launches = 0.0
-    by_role = {(role, p): 0.0 for role in ("column", "row") for p in ("fwd", "dgrad", "fwd_hbm", "dgrad_hbm")}
+    kernel: Kernel
+    forward: float
+    backward: float
+    fwd_s: np.ndarray
+    bwd_s: np.ndarray
+    memory_calls: float
+    memory_s: np.ndarray
+    launches: float
+    attention: bool = False
+    role: str = ""
+    wgrad_s: np.ndarray | float = 0.0
+    dgrad_s: np.ndarray | float = 0.0
+    fwd_hbm_s: np.ndarray | float = 0.0
+    dgrad_hbm_s: np.ndarray | float = 0.0
+
+
+def priced_kernels(gpu: GPU, lk: LayerKernels, units: ArrayLike | None = None) -> list[Priced]:
+    """Every forward kernel of one layer and micro-batch with its backward (module docstring), in
+    the order :func:`layer_work` adds them up: GEMMs, attention cores, memory-bound kernels."""
+    entries = []
     for kernel, count, role in lk.gemms:
         f, m, hbm = timed(gpu, kernel, units)
         dgrad, wgrad = (timed(gpu, b, units) for b in gemm_backward(kernel))
-        fwd, bwd, weights = fwd + count * f, bwd + count * (dgrad[0] + wgrad[0]), weights + count * wgrad[0]
-        mem, launches = mem + count * (m + dgrad[1] + wgrad[1]), launches + 3 * count
-        if role in ("column", "row"):
-            for key, value in (("fwd", f), ("dgrad", dgrad[0]), ("fwd_hbm", hbm), ("dgrad_hbm", dgrad[2])):
-                by_role[role, key] = by_role[role, key] + count * value
-    attn = 0.0
+        entries.append(
+            Priced(kernel, count, count, f, dgrad[0] + wgrad[0], count, m + dgrad[1] + wgrad[1], 3 * count,
+                   role=role, wgrad_s=wgrad[0], dgrad_s=dgrad[0], fwd_hbm_s=hbm, dgrad_hbm_s=dgrad[2])
+        )  # fmt: skip
     for kernel, count in lk.attention:
         f, m, _ = timed(gpu, kernel, units)
         if kernel.shape is not None:  # unfused attention's batched GEMMs
@@ -122,12 +135,47 @@ def layer_work(
             b_time, b_mem, b_launches = timed(gpu, attention_backward(kernel), units)[0], 0.0, 1.0
         else:
             b_time, b_mem, b_launches = 2 * f, 2 * m, 1.0
-        attn, fwd, bwd = attn + count * f, fwd + count * f, bwd + count * b_time
-        mem, launches = mem + count * (m + b_mem), launches + count * (1 + b_launches)
+        entries.append(
+            Priced(
+                kernel, count, count, f, b_time, count, m + b_mem, count * (1 + b_launches), attention=True
+            )
+        )
     for kernel, forward, backward in lk.elementwise:
         f, m, _ = timed(gpu, kernel, units)
-        fwd, bwd = fwd + forward * f, bwd + backward * f
-        mem, launches = mem + (forward + backward) * m, launches + forward + backward
+        entries.append(Priced(kernel, forward, backward, f, f, forward + backward, m, forward + backward))
+    return entries
+
+
+def layer_work(
+    gpu: GPU, lk: LayerKernels, recompute: np.ndarray, modules: ArrayLike = 0, units: ArrayLike | None = None
+) -> Work:
+    """Forward and backward (with recomputation) compute of one layer for one micro-batch: the sum of
+    its :func:`priced_kernels`.
+
+    A GEMM's backward is its input-gradient and weight-gradient GEMMs, flash attention's is
+    :data:`ATTENTION_BACKWARD` times its forward, an elementwise pass's twice its forward. Full
+    recomputation (``recompute`` 2) runs the forward again, selective (1) the attention core; outside
+    full, each of ``modules`` (:attr:`~commodel.workloads.layout.Layout.recompute_modules`) runs its
+    kernels' forward again.
+    """
+    fwd = bwd = weights = mem = launches = attn = 0.0
+    by_role = {(role, p): 0.0 for role in ("column", "row") for p in ("fwd", "dgrad", "fwd_hbm", "dgrad_hbm")}
+    for e in priced_kernels(gpu, lk, units):
+        fwd, bwd = fwd + e.forward * e.fwd_s, bwd + e.backward * e.bwd_s
+        mem, launches = mem + e.memory_calls * e.memory_s, launches + e.launches
+        if e.attention:
+            attn = attn + e.forward * e.fwd_s
+        if e.role:
+            weights = weights + e.forward * e.wgrad_s
+        if e.role in ("column", "row"):
+            times = (
+                ("fwd", e.fwd_s),
+                ("dgrad", e.dgrad_s),
+                ("fwd_hbm", e.fwd_hbm_s),
+                ("dgrad_hbm", e.dgrad_hbm_s),
+            )
+            for key, value in times:
+                by_role[e.role, key] = by_role[e.role, key] + e.forward * value
     remade = 0.0
     for name, kernels in lk.remade.items():
         again = has_module(modules, name)
@@ -199,6 +247,44 @@ def layer_work_of(
         x.expert_tp,
         sms,
     )
+
+
+def kernel_table(
+    model: Transformer, gpu: GPU, x: Layout, recipe: Precision, attention_impl: str = "flash"
+) -> list[dict[str, object]]:
+    """One row per kernel of one (average) layer and micro-batch of the single layout ``x``: what it
+    computes (``kernel``), its shape (GEMMs: ``m x n x k``, and how many in a grouped launch), dtype,
+    calls per layer (``forward``, ``backward``; a MoE model's expert kernels weighed by the share of
+    MoE layers), the forward call's GFLOP, MB of HBM traffic, roofline ``bound`` (compute, memory, or
+    the launch floor), achieved TFLOP/s and GB/s, and the forward and backward milliseconds per layer. The
+    rows add up to :func:`layer_work_of`'s forward and backward, recomputation aside."""
+    lk = layer_kernels(model, x.tokens, x.micro_batch, x.seq, x.tp, x.cp, x.ep, x.sequence_parallel, recipe,
+                       attention_impl, x.busiest_expert_rank, x.expert_tp)  # fmt: skip
+
+    def one(value: ArrayLike) -> float:
+        return float(np.ravel(value)[0])
+
+    rows = []
+    for e in priced_kernels(gpu, lk):
+        k = e.kernel
+        roofline = kernel_time(gpu, k, launch=False)
+        time = one(e.fwd_s)
+        if one(roofline.time_s) < time:
+            bound = "launch"
+        else:
+            bound = "memory" if one(roofline.memory_s) >= one(roofline.compute_s) else "compute"
+        shape = ""
+        if k.shape is not None:
+            m, n, depth, b = (one(v) for v in k.shape)
+            shape = f"{m:.0f} x {n:.0f} x {depth:.0f}" + (f" ({b:.0f} grouped)" if b > 1 else "")
+        rows.append({
+            "kernel": k.label or k.name, "shape": shape, "dtype": k.dtype,
+            "forward": one(e.forward), "backward": one(e.backward),
+            "gflop": one(k.flops) / 1e9, "mb": one(k.bytes) / 1e6, "bound": bound,
+            "tflops": one(k.flops) / time / 1e12, "gbps": one(k.bytes) / time / 1e9, "fwd_ms": 1e3 * one(e.forward) * time,
+            "bwd_ms": 1e3 * one(e.backward) * one(e.bwd_s),
+        })  # fmt: skip
+    return rows
 
 
 def layer_window(

@@ -98,12 +98,32 @@ def _lighter_last_stage(
     )
 
 
-def train(job: TrainingJob | None = None, advise: bool = False, **values: Any) -> dict[str, Any]:
+def _kernel_table(job: TrainingJob, row: SimpleNamespace) -> list[dict[str, object]]:
+    """:func:`~commodel.workloads.layer_work.kernel_table` of the job's layout as the evaluator resolved
+    it (its data-parallel size, the model's sequence where the job gives none)."""
+    from commodel.compute.precision import precision
+    from commodel.explore.training_evaluator import job_layout
+    from commodel.hardware import cluster
+    from commodel.workloads.catalog import model
+    from commodel.workloads.layer_work import kernel_table
+
+    if ":" in job.system:
+        raise CommodelError("the kernel table prices one kind of node; give one system, not node groups")
+    net, gpu = model(job.model), cluster(job.system).gpu
+    columns = {name: np.array([value], dtype=object) for name, value in job}
+    x = job_layout(columns, np.zeros(1, dtype=int), net, np.array([float(row.dp)]))
+    return kernel_table(net, gpu, x, precision(job.dtype, gpu), job.attention)
+
+
+def train(
+    job: TrainingJob | None = None, advise: bool = False, kernels: bool = False, **values: Any
+) -> dict[str, Any]:
     """Price one training job (a :class:`TrainingJob`, or its fields as keywords): scalar metrics,
     the layout as resolved, a ``breakdown`` of seconds per step, and ``notes`` on what the model
     assumed (a recomputation it chose, tensor parallelism crossing scale-up domains). ``advise``
     (as ``commodel train`` does): also price the changes worth trying (a lighter last stage, recompute
-    modules) and name the ones that pay; each costs a batch evaluation more."""
+    modules) and name the ones that pay; each costs a batch evaluation more. ``kernels``: also one
+    layer's kernels for one micro-batch, each with its roofline (``kernels``, :func:`_kernel_table`)."""
     from commodel.explore.training_evaluator import evaluate_columns
 
     job = job if job is not None else training_job(**values)
@@ -176,6 +196,7 @@ def train(job: TrainingJob | None = None, advise: bool = False, **values: Any) -
         **failures,
         "breakdown": {name: float(getattr(row, f"{name}_s")) for name in BREAKDOWN},
         "notes": notes,
+        **({"kernels": _kernel_table(job, row)} if kernels else {}),
     }
 
 

@@ -26,6 +26,7 @@ from commodel.compute.kernels import (
     attention,
     elementwise,
     gemm,
+    named,
     quantize,
     unfused_attention,
 )
@@ -268,44 +269,53 @@ def layer_kernels(
         a = model.mla
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
         up_projections = [
-            (gemm(T, model.heads * qk / t, a.q_lora_rank, low), 1.0, "column"),
+            (named(gemm(T, model.heads * qk / t, a.q_lora_rank, low), "q up"), 1.0, "column"),
             (
-                gemm(T, model.heads * (a.qk_nope_head_dim + a.v_head_dim) / t, a.kv_lora_rank, low),
+                named(
+                    gemm(T, model.heads * (a.qk_nope_head_dim + a.v_head_dim) / t, a.kv_lora_rank, low),
+                    "kv up",
+                ),
                 1.0,
                 "column",
             ),
         ]
         gemms += [
-            (gemm(T, a.q_lora_rank, h, low), 1.0, "local"),
-            (gemm(T, a.kv_lora_rank + a.qk_rope_head_dim, h, low), 1.0, "local"),
-            (gemm(T, h, model.heads * a.v_head_dim / t, low), 1.0, "row"),
+            (named(gemm(T, a.q_lora_rank, h, low), "q down"), 1.0, "local"),
+            (named(gemm(T, a.kv_lora_rank + a.qk_rope_head_dim, h, low), "kv down"), 1.0, "local"),
+            (named(gemm(T, h, model.heads * a.v_head_dim / t, low), "attention out"), 1.0, "row"),
         ]
     else:
         d = model.d_head
         kv_per_rank = np.maximum(model.n_kv_heads / t, 1.0)
         gemms += [
-            (gemm(T, (model.heads / t + 2 * kv_per_rank) * d, h, low), 1.0, "column"),
-            (gemm(T, h, model.heads * d / t, low), 1.0, "row"),
+            (named(gemm(T, (model.heads / t + 2 * kv_per_rank) * d, h, low), "qkv"), 1.0, "column"),
+            (named(gemm(T, h, model.heads * d / t, low), "attention out"), 1.0, "row"),
         ]
     up = 2 if model.gated_mlp else 1
     dense = 1 - moe_share
 
     def mlp(
-        tokens: ArrayLike, width: float, count: float, split: ArrayLike = t, batch: ArrayLike | None = None
+        tokens: ArrayLike,
+        width: float,
+        count: float,
+        split: ArrayLike = t,
+        batch: ArrayLike | None = None,
+        name: str = "",
     ) -> list[tuple[Kernel, float, str]]:
         """FC1 (``up x width``) and FC2 of an MLP, ``count`` per layer: over tensor parallelism a
         column and a row GEMM, or with ``batch`` experts split ``split`` ways, a local grouped GEMM."""
         roles, b = (("column", "row"), 1.0) if batch is None else (("local", "local"), batch)
-        fc1 = gemm(tokens, up * width / split, h, low, batch=b)
-        return [(fc1, count, roles[0]), (gemm(tokens, h, width / split, low, batch=b), count, roles[1])]
+        fc1 = named(gemm(tokens, up * width / split, h, low, batch=b), f"{name}fc1")
+        fc2 = named(gemm(tokens, h, width / split, low, batch=b), f"{name}fc2")
+        return [(fc1, count, roles[0]), (fc2, count, roles[1])]
 
     def quantized(entries: list[tuple[Kernel, float, str]]) -> list[tuple[Kernel, Kernel, float]]:
         """Each FP8 GEMM's casts: its input forward, its output gradient backward, and their count."""
         size = recipe.cast_bytes, recipe.cast_bandwidth
         return [
             (
-                quantize(k.shape[0] * k.shape[2] * k.shape[3], *size),
-                quantize(k.shape[0] * k.shape[1] * k.shape[3], *size),
+                named(quantize(k.shape[0] * k.shape[2] * k.shape[3], *size), f"cast {k.label} input"),
+                named(quantize(k.shape[0] * k.shape[1] * k.shape[3], *size), f"cast {k.label} grad"),
                 n,
             )
             for k, n, _ in entries
@@ -332,20 +342,20 @@ def layer_kernels(
         load = np.asarray(expert_load, dtype=float)
         per_expert = block * m.top_k / reached * load
         local = reached / e
-        experts = mlp(per_expert, m.expert_ffn_hidden, moe_share, et, batch=local)
+        experts = mlp(per_expert, m.expert_ffn_hidden, moe_share, et, batch=local, name="expert ")
         activations.append((T * m.top_k * load * m.expert_ffn_hidden / t, moe_share, "moe"))
         if m.shared_experts:
-            shared = mlp(T, m.shared_experts * m.expert_ffn_hidden, moe_share, t)
+            shared = mlp(T, m.shared_experts * m.expert_ffn_hidden, moe_share, t, name="shared ")
             activations.append((T * m.shared_experts * m.expert_ffn_hidden / t, moe_share, "shared_experts"))
         # Permute tokens to their experts and back (each a read and a write of top_k copies), both
         # passes; Megatron's all-to-all dispatcher also sorts the received chunks by local expert
         # and back when a GPU holds several experts (``sort_chunks_by_idxs``): two more passes.
-        permute = elementwise(sp_tokens * m.top_k * h, high, reads=1, writes=1)
-        received = elementwise(per_expert * local * h, high, reads=1, writes=1)
+        permute = named(elementwise(sp_tokens * m.top_k * h, high, reads=1, writes=1), "token permute")
+        received = named(elementwise(per_expert * local * h, high, reads=1, writes=1), "token sort")
         sorts = moe_share * np.where((e > 1) & (local > 1), 2.0, 0.0)
         memory_bound += [(permute, 2 * moe_share, 2 * moe_share), (received, sorts, sorts)]
         routing = [
-            (gemm(sp_tokens, m.experts, h, high), moe_share),
+            (named(gemm(sp_tokens, m.experts, h, high), "router"), moe_share),
             (permute, 2 * moe_share),
             (received, sorts),
         ]
@@ -371,15 +381,21 @@ def layer_kernels(
     shape = (micro_batch, model.heads / t, s / np.asarray(cp), (d_qk + d_v) / 2, high)
     windowed = model.windowed_layers / model.layers
     if attention_impl == "flash":
-        core = [(attention(*shape, True, s), 1 - windowed)]
+        core = [(named(attention(*shape, True, s), "attention"), 1 - windowed)]
         if windowed:
-            core.append((attention(*shape, True, s, window=model.sliding_window), windowed))
+            banded = attention(*shape, True, s, window=model.sliding_window)
+            core.append((named(banded, "attention (window)"), windowed))
     else:
-        core = [(k, 1.0) for k in unfused_attention(*shape, s)]
-    norm = elementwise(sp_tokens * h, high, reads=1, writes=1, flops_per_element=5)
-    memory_bound += [(norm, 2.0, 4.0), (elementwise(sp_tokens * h, high, reads=2, writes=1), 2.0, 4.0)]
+        labels = ("attention scores", "attention softmax", "attention values")
+        core = [(named(k, label), 1.0) for k, label in zip(unfused_attention(*shape, s), labels, strict=True)]
+    norm = named(elementwise(sp_tokens * h, high, reads=1, writes=1, flops_per_element=5), "norms")
+    residual = named(elementwise(sp_tokens * h, high, reads=2, writes=1), "residual adds")
+    memory_bound += [(norm, 2.0, 4.0), (residual, 2.0, 4.0)]
     acts = {
-        name: (elementwise(n, high, reads=up, writes=1, flops_per_element=8), share)
+        name: (
+            named(elementwise(n, high, reads=up, writes=1, flops_per_element=8), f"activation ({name})"),
+            share,
+        )
         for n, share, name in activations
     }
     memory_bound += [(kernel, share, 2 * share) for kernel, share in acts.values()]
