@@ -225,8 +225,8 @@ def layer_work_of(
     """:func:`layer_work` of every layout in ``x``, computed once per distinct layer shape; with
     ``shared_experts``, of the layer's shared experts alone (nothing without them)."""
 
-    def work(T, mb, seq, tp, cp, ep, sp, recompute, modules, load, etp, sms):
-        lk = layer_kernels(model, T, mb, seq, tp, cp, ep, sp, recipe, attention_impl, load, etp)
+    def work(T, mb, seq, tp, cp, ep, sp, recompute, modules, load, etp, fp8_dispatch, sms):
+        lk = layer_kernels(model, T, mb, seq, tp, cp, ep, sp, recipe, attention_impl, load, etp, fp8_dispatch)
         if shared_experts:
             lk = lk.shared_experts or LayerKernels([], [], [], {})
         return layer_work(gpu, lk, recompute, modules, sms)
@@ -245,6 +245,7 @@ def layer_work_of(
         x.recompute_modules,
         x.busiest_expert_rank,
         x.expert_tp,
+        x.fp8_dispatch,
         sms,
     )
 
@@ -259,7 +260,7 @@ def kernel_table(
     the launch floor), achieved TFLOP/s and GB/s, and the forward and backward milliseconds per layer. The
     rows add up to :func:`layer_work_of`'s forward and backward, recomputation aside."""
     lk = layer_kernels(model, x.tokens, x.micro_batch, x.seq, x.tp, x.cp, x.ep, x.sequence_parallel, recipe,
-                       attention_impl, x.busiest_expert_rank, x.expert_tp)  # fmt: skip
+                       attention_impl, x.busiest_expert_rank, x.expert_tp, x.fp8_dispatch)  # fmt: skip
 
     def one(value: ArrayLike) -> float:
         return float(np.ravel(value)[0])

@@ -240,6 +240,7 @@ def layer_kernels(
     attention_impl: str = "flash",
     expert_load: ArrayLike = 1.0,
     etp: ArrayLike | None = None,
+    fp8_dispatch: ArrayLike = False,
 ) -> LayerKernels:
     """Forward kernels of one layer on one GPU for ``tokens`` = micro_batch x seq / cp local tokens.
 
@@ -255,8 +256,11 @@ def layer_kernels(
     routed experts touch no tensor-parallel collective of the layer (the dispatcher gathers and
     scatters their tokens); the tokens are permuted to their experts and back (and, across GPUs
     holding several experts each, the received ones sorted by local expert after the dispatch and
-    back before the combine, as Megatron's all-to-all dispatcher does). Sliding-window layers attend
-    to at most ``window`` keys.
+    back before the combine, as Megatron's all-to-all dispatcher does). With ``fp8_dispatch`` under
+    an FP8 recipe the experts' inputs are quantized before the dispatch and their output gradients
+    before the combine's backward (DeepSeek-V3 report, section 3.3.2), once per token the GPU holds,
+    where the received copies (``top_k`` per token) would each be cast after it. Sliding-window layers
+    attend to at most ``window`` keys.
     """
     T = np.asarray(tokens, dtype=float)
     t = np.asarray(tp, dtype=float)
@@ -368,6 +372,14 @@ def layer_kernels(
         "shared_experts": shared,
     }
     casts = {name: quantized(entries) for name, entries in groups.items()}
+    if casts["moe"] and np.any(fp8_dispatch):  # cast once per held token, before the all-to-alls
+        (fc1_in, fc1_grad, n), (fc2_in, fc2_grad, _) = casts["moe"]
+        def before(cast: Kernel) -> Kernel:
+            elements = np.where(fp8_dispatch, sp_tokens * h, cast.bytes / recipe.cast_bytes)
+            cast_once = quantize(elements, recipe.cast_bytes, recipe.cast_bandwidth)
+            return named(cast_once, cast.label + " (before the all-to-all)")
+
+        casts["moe"] = [(before(fc1_in), fc1_grad, n), (fc2_in, before(fc2_grad), n)]
     gemms = [entry for entries in groups.values() for entry in entries]
     every_cast = [cast for group in casts.values() for cast in group]
     memory_bound += [(fwd, count, 0.0) for fwd, _, count in every_cast]
