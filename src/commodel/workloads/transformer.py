@@ -374,6 +374,7 @@ def layer_kernels(
     casts = {name: quantized(entries) for name, entries in groups.items()}
     if casts["moe"] and np.any(fp8_dispatch):  # cast once per held token, before the all-to-alls
         (fc1_in, fc1_grad, n), (fc2_in, fc2_grad, _) = casts["moe"]
+
         def before(cast: Kernel) -> Kernel:
             elements = np.where(fp8_dispatch, sp_tokens * h, cast.bytes / recipe.cast_bytes)
             cast_once = quantize(elements, recipe.cast_bytes, recipe.cast_bandwidth)
@@ -405,7 +406,10 @@ def layer_kernels(
     memory_bound += [(norm, 2.0, 4.0), (residual, 2.0, 4.0)]
     acts = {
         name: (
-            named(elementwise(n, high, reads=up, writes=1, flops_per_element=8), f"activation ({name})"),
+            named(
+                elementwise(n, high, reads=up, writes=1, flops_per_element=8),
+                f"activation ({name.replace('_', ' ')})",
+            ),
             share,
         )
         for n, share, name in activations
