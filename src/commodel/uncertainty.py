@@ -74,11 +74,53 @@ def _ratios(table: object, held_out: bool = True) -> dict[str, np.ndarray]:
     return {kind: ratio[(scored.kind == kind).to_numpy()] for kind in scored.kind.unique()}
 
 
+def _inputs_digest() -> str:
+    """A digest of everything ``commodel validate`` reads: commodel's code, its data, hardware and
+    workload files, and the active hardware overlays."""
+    import hashlib
+    from pathlib import Path
+
+    import commodel
+    from commodel.hardware.loader import active_overlays
+    from commodel.resources import resource_dir
+
+    roots = [Path(commodel.__file__).parent, *(resource_dir(n) for n in ("data", "hardware_db", "workloads"))]
+    roots += list(active_overlays())
+    digest = hashlib.sha256()
+    for root in roots:
+        files = (
+            sorted(p for suffix in ("py", "csv", "toml") for p in root.rglob(f"*.{suffix}"))
+            if root.is_dir()
+            else [root]
+        )
+        for path in files:
+            digest.update(str(path.relative_to(root.parent)).encode() + path.read_bytes())
+    return digest.hexdigest()[:20]
+
+
 @cache
 def _validation_table() -> object:
+    """``commodel validate``'s table, kept in the user's cache folder (Parquet) under a digest of its
+    inputs (:func:`_inputs_digest`): any change to the code, data or overlays computes it afresh."""
+    import pandas as pd
+
+    from commodel.hardware.loader import cache_dir
+    from commodel.io import atomic_path
     from commodel.validate import validation_table
 
-    return validation_table()
+    cached = cache_dir() / f"validation-{_inputs_digest()}.parquet"
+    if cached.is_file():
+        try:
+            return pd.read_parquet(cached)
+        except (OSError, ValueError):  # a damaged cache: compute it below
+            pass
+    table = validation_table()
+    try:
+        with atomic_path(cached) as tmp:
+            table.to_parquet(tmp, index=False)
+    except (OSError, ValueError):  # no writable cache folder, or a column Parquet cannot hold
+        pass
+    return table
 
 
 def validation_ratios(held_out: bool = True) -> dict[str, np.ndarray]:

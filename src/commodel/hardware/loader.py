@@ -80,7 +80,7 @@ def load_database(root: Path) -> HardwareDB:
     """
     files = sorted(p for folder in FOLDERS.values() for p in (root / folder).glob("*.toml"))
     digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in files)).hexdigest()[:20]
-    cached = _cache_dir() / f"hardware-{digest}.json"
+    cached = cache_dir() / f"hardware-{digest}.json"
     if cached.is_file():
         try:
             data = json.loads(cached.read_text())
@@ -103,7 +103,7 @@ def load_database(root: Path) -> HardwareDB:
     return db
 
 
-def _cache_dir() -> Path:
+def cache_dir() -> Path:
     """Where commodel keeps derived files: ``$XDG_CACHE_HOME/commodel`` (default ~/.cache/commodel)."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "commodel"
