@@ -5,7 +5,7 @@ priced by the roofline (:func:`commodel.compute.roofline.kernel_time`) and takes
 launch overhead (the host issues kernels no faster than that). A GEMM's backward is its
 input-gradient and weight-gradient GEMMs, flash attention's is :data:`ATTENTION_BACKWARD` times its
 forward, an elementwise pass's twice its forward; recomputation repeats the forward (full) or the
-attention core (selective).
+attention core (selective). :func:`kernel_table` lists one layer's kernels as priced, for a person.
 """
 
 from __future__ import annotations
@@ -256,9 +256,10 @@ def kernel_table(
     """One row per kernel of one (average) layer and micro-batch of the single layout ``x``: what it
     computes (``kernel``), its shape (GEMMs: ``m x n x k``, and how many in a grouped launch), dtype,
     calls per layer (``forward``, ``backward``; a MoE model's expert kernels weighed by the share of
-    MoE layers), the forward call's GFLOP, MB of HBM traffic, roofline ``bound`` (compute, memory, or
-    the launch floor), achieved TFLOP/s and GB/s, and the forward and backward milliseconds per layer. The
-    rows add up to :func:`layer_work_of`'s forward and backward, recomputation aside."""
+    MoE layers), the forward call's GFLOP, MB of HBM traffic, roofline ``bound`` (compute, with the
+    special-function units' exponentials, memory, or the launch floor), achieved TFLOP/s and GB/s, and
+    the forward and backward milliseconds per layer. The rows add up to :func:`layer_work_of`'s
+    forward and backward, recomputation aside."""
     lk = layer_kernels(model, x.tokens, x.micro_batch, x.seq, x.tp, x.cp, x.ep, x.sequence_parallel, recipe,
                        attention_impl, x.busiest_expert_rank, x.expert_tp, x.fp8_dispatch)  # fmt: skip
 
@@ -282,8 +283,8 @@ def kernel_table(
             "kernel": k.label or k.name, "shape": shape, "dtype": k.dtype,
             "forward": one(e.forward), "backward": one(e.backward),
             "gflop": one(k.flops) / 1e9, "mb": one(k.bytes) / 1e6, "bound": bound,
-            "tflops": one(k.flops) / time / 1e12, "gbps": one(k.bytes) / time / 1e9, "fwd_ms": 1e3 * one(e.forward) * time,
-            "bwd_ms": 1e3 * one(e.backward) * one(e.bwd_s),
+            "tflops": one(k.flops) / time / 1e12, "gbps": one(k.bytes) / time / 1e9,
+            "fwd_ms": 1e3 * one(e.forward) * time, "bwd_ms": 1e3 * one(e.backward) * one(e.bwd_s),
         })  # fmt: skip
     return rows
 
