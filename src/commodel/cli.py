@@ -345,7 +345,7 @@ def _band_lines(result: dict) -> str:
 
 def train(as_json: bool = False, uncertainty: bool = False, kernels: bool = False, **values: object) -> None:
     """Time, throughput, memory, power, energy and the breakdown of one training step."""
-    from commodel.report.tables import training_table
+    from commodel.report.tables import kernel_text, training_table
     from commodel.workloads.run import train as run_train
 
     result = _banded(
@@ -355,7 +355,12 @@ def train(as_json: bool = False, uncertainty: bool = False, kernels: bool = Fals
         lambda: run_train(**values),
         values,
     )
-    typer.echo(json.dumps(result, indent=2) if as_json else training_table(result) + _band_lines(result))
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    typer.echo(training_table(result) + _band_lines(result))
+    if kernels:
+        typer.echo("\n" + kernel_text(result["kernels"]))
 
 
 def serve(as_json: bool = False, uncertainty: bool = False, **values: object) -> None:

@@ -119,8 +119,6 @@ def training_table(result: dict) -> str:
     if result["layout"]["pp"] > 1:
         lines.append(f"  slowest pipeline stage {100 * result['stage_imbalance']:.1f}% above the mean")
     lines += [f"  note: {note}" for note in result.get("notes", [])]
-    if "kernels" in result:
-        lines += ["", kernel_text(result["kernels"])]
     return "\n".join(lines)
 
 
