@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -35,3 +36,12 @@ def write_text(path: str | Path, text: str) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(text)
     return Path(path)
+
+
+def files_digest(files: Iterable[Path], root: Path | None = None) -> str:
+    """A short digest of ``files``' names (relative to ``root``, or bare) and contents, in order: the
+    key of a derived file kept in the cache folder, which any change to them changes."""
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(root) if root else path.name).encode() + path.read_bytes())
+    return digest.hexdigest()[:20]

@@ -77,25 +77,23 @@ def _ratios(table: object, held_out: bool = True) -> dict[str, np.ndarray]:
 def _inputs_digest() -> str:
     """A digest of everything ``commodel validate`` reads: commodel's code, its data, hardware and
     workload files, and the active hardware overlays."""
-    import hashlib
     from pathlib import Path
 
     import commodel
     from commodel.hardware.loader import active_overlays
+    from commodel.io import files_digest
     from commodel.resources import resource_dir
 
     roots = [Path(commodel.__file__).parent, *(resource_dir(n) for n in ("data", "hardware_db", "workloads"))]
-    roots += list(active_overlays())
-    digest = hashlib.sha256()
-    for root in roots:
-        files = (
-            sorted(p for suffix in ("py", "csv", "toml") for p in root.rglob(f"*.{suffix}"))
+    files = []
+    for root in [*roots, *active_overlays()]:
+        found = (
+            [p for suffix in ("py", "csv", "toml") for p in root.rglob(f"*.{suffix}")]
             if root.is_dir()
             else [root]
         )
-        for path in files:
-            digest.update(str(path.relative_to(root.parent)).encode() + path.read_bytes())
-    return digest.hexdigest()[:20]
+        files += sorted(p.resolve() for p in found)
+    return files_digest(files, Path("/"))
 
 
 @cache

@@ -13,7 +13,6 @@ it), so every process of a sweep, Dask workers included, prices the same hardwar
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -27,7 +26,7 @@ from pydantic import BaseModel
 
 from commodel.errors import CommodelError, pick, suggest, unknown
 from commodel.hardware.schema import GPU, Link, System
-from commodel.io import write_text
+from commodel.io import files_digest, write_text
 from commodel.records import load_folder, read_toml, validate_record
 from commodel.resources import resource_dir
 
@@ -79,8 +78,7 @@ def load_database(root: Path) -> HardwareDB:
     unit library; any change to a file changes the key.
     """
     files = sorted(p for folder in FOLDERS.values() for p in (root / folder).glob("*.toml"))
-    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in files)).hexdigest()[:20]
-    cached = cache_dir() / f"hardware-{digest}.json"
+    cached = cache_dir() / f"hardware-{files_digest(files)}.json"
     if cached.is_file():
         try:
             data = json.loads(cached.read_text())
