@@ -18,7 +18,7 @@ from commodel.workloads.catalog import model, models
 from commodel.workloads.layout import RECOMPUTE_MODULES, make_layout
 from commodel.workloads.memory import memory_per_gpu
 from commodel.workloads.moe_dispatch import NVLINK_SHARE, domains_reached, forwarded_copies
-from commodel.workloads.run import train
+from commodel.workloads.run import job_columns, train
 from commodel.workloads.training import BREAKDOWN, train_step
 from commodel.workloads.transformer import model_flops_per_token, parameters
 
@@ -1002,8 +1002,9 @@ def test_the_kernel_table_adds_up_to_the_layer_the_step_prices(job):
     rows = result["kernels"]
     the_job = training_job(**job)
     net, gpu = model(the_job.model), cluster(the_job.system).gpu
-    columns = {name: np.array([value], dtype=object) for name, value in the_job}
-    x = job_layout(columns, np.zeros(1, dtype=int), net, np.array([float(result["layout"]["dp"])]))
+    x = job_layout(
+        job_columns(the_job), np.zeros(1, dtype=int), net, np.array([float(result["layout"]["dp"])])
+    )
     plain = dataclasses.replace(x, recompute=np.zeros(1), recompute_modules=np.zeros(1))
     work = layer_work_of(net, gpu, plain, precision(the_job.dtype, gpu), the_job.attention)
     assert sum(r["fwd_ms"] for r in rows) == pytest.approx(1e3 * float(work.fwd_s[0]), rel=1e-12)

@@ -33,6 +33,11 @@ STEP_FIELDS = (
 )
 
 
+def job_columns(job: Job, rows: int = 1) -> dict[str, np.ndarray]:
+    """A job as an evaluator's table held as columns: ``rows`` copies of each field."""
+    return {name: np.array([value] * rows, dtype=object) for name, value in job}
+
+
 def _one_row(
     evaluate_columns: Callable[..., dict[str, np.ndarray]],
     job: Job,
@@ -40,7 +45,7 @@ def _one_row(
 ) -> SimpleNamespace:
     """The evaluator's output for one job, as attributes; an invalid job is an error naming why (and
     what the job resolved to, as ``describe`` puts it)."""
-    table = evaluate_columns({name: np.array([value], dtype=object) for name, value in job}, checked=True)
+    table = evaluate_columns(job_columns(job), checked=True)
     row = SimpleNamespace(**{name: values[0] for name, values in table.items()})
     if not row.valid:
         what = describe(row)
@@ -67,7 +72,7 @@ def _variants(
     job: TrainingJob, field: str, choices: list[Any], evaluate_columns: Callable[..., dict[str, np.ndarray]]
 ) -> dict[str, np.ndarray]:
     """The evaluator's table for ``job`` with ``field`` set to each of ``choices``, one batch."""
-    columns = {name: np.array([value] * len(choices), dtype=object) for name, value in job}
+    columns = job_columns(job, len(choices))
     columns[field] = np.array(choices, dtype=object)
     return evaluate_columns(columns, checked=True)
 
@@ -110,8 +115,7 @@ def _kernel_table(job: TrainingJob, row: SimpleNamespace) -> list[dict[str, obje
     if ":" in job.system:
         raise CommodelError("the kernel table prices one kind of node; give one system, not node groups")
     net, gpu = model(job.model), cluster(job.system).gpu
-    columns = {name: np.array([value], dtype=object) for name, value in job}
-    x = job_layout(columns, np.zeros(1, dtype=int), net, np.array([float(row.dp)]))
+    x = job_layout(job_columns(job), np.zeros(1, dtype=int), net, np.array([float(row.dp)]))
     return kernel_table(net, gpu, x, precision(job.dtype, gpu), job.attention)
 
 
