@@ -14,8 +14,8 @@ in its node with ``(g - 1) / ep``).
   ``k`` experts land on and is forwarded over NVLink there, one copy per GPU holding any of its
   experts (:func:`forwarded_copies`); large chunks, so bandwidth binds: network bytes over the NIC
   share against the forwarded bytes over NVLink, whichever is slower, plus one put latency.
-  Megatron-Core runs these kernels as its flex dispatcher's DeepEP backend; training and the
-  scalar :func:`exchange` price them with :func:`high_throughput_s`.
+  Megatron-Core runs these kernels as its flex dispatcher's DeepEP backend; training prices them with
+  :func:`high_throughput_s`, the scalar :func:`exchange` with the same two legs and call.
 """
 
 from __future__ import annotations
@@ -122,23 +122,24 @@ def _high_throughput_terms(
     return network * size / fab.net_Bps(1), nvlink * size / (NVLINK_SHARE * fab.up_Bps(where.per_node))
 
 
-def high_throughput_s(
-    model: Transformer,
-    c: Cluster,
-    fab: Fabric,
-    where: Group,
-    tokens: ArrayLike,
-    element_bytes: ArrayLike,
-    scheme: str = "kernel-initiated",
+def _high_throughput_call(
+    c: Cluster, fab: Fabric, where: Group, network_s: np.ndarray, nvlink_s: np.ndarray, scheme: str
 ) -> np.ndarray:
-    """Seconds of one high-throughput dispatch (or combine): the slower of its network and NVLink
-    legs (:func:`_high_throughput_terms`), plus one put across domains by ``scheme``, as one kernel
-    call (:meth:`~commodel.comm.fabric.Fabric.call_time`)."""
-    network_s, nvlink_s = _high_throughput_terms(model, fab, where, tokens, element_bytes)
+    """One high-throughput call from its two legs: the slower, plus one put across domains by
+    ``scheme``, as one kernel call (:meth:`~commodel.comm.fabric.Fabric.call_time`)."""
     spans = where.spans_nodes
     put = float(put_latency(scheme, path_of(c), 0)) if np.any(spans) else 0.0
     moving = np.maximum(network_s, nvlink_s) + np.where(spans, put, 0.0)
     return np.where(network_s + nvlink_s > 0, fab.call_time(moving), 0.0)
+
+
+def high_throughput_s(
+    model: Transformer, c: Cluster, fab: Fabric, where: Group, tokens: ArrayLike, element_bytes: ArrayLike
+) -> np.ndarray:
+    """Seconds of one high-throughput dispatch (or combine) by GPU-initiated puts: the slower of its
+    network and NVLink legs (:func:`_high_throughput_terms`), plus one put across domains."""
+    legs = _high_throughput_terms(model, fab, where, tokens, element_bytes)
+    return _high_throughput_call(c, fab, where, *legs, "kernel-initiated")
 
 
 #: What a low-latency call takes beyond its bytes and its put: a send phase (each token cast to FP8,
@@ -164,11 +165,9 @@ def exchange(
     fab = shared_nics(fabric_of(c))
     where = group(ep, 1, g)
     if mode == "high-throughput":
-        network_s, nvlink_s = (
-            float(v) for v in _high_throughput_terms(model, fab, where, tokens, element_bytes)
-        )
-        terms = {"network": network_s, "NVLink": nvlink_s}
-        time = float(high_throughput_s(model, c, fab, where, tokens, element_bytes, scheme))
+        network_s, nvlink_s = _high_throughput_terms(model, fab, where, tokens, element_bytes)
+        terms = {"network": float(network_s), "NVLink": float(nvlink_s)}
+        time = float(_high_throughput_call(c, fab, where, network_s, nvlink_s, scheme))
     else:
         copies = float(routed_copies(model, tokens))
         size = model.hidden * element_bytes
