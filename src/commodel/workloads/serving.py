@@ -55,7 +55,7 @@ KV_BLOCK_TOKENS = 32
 #: Host time per request in an iteration: the engine's own loop (scheduling, input preparation,
 #: sampling, stop checks and responses, in Python in TensorRT-LLM's PyTorch executor and vLLM),
 #: serialized with the GPU work it prepares. Calibrated: trt-gb200-qwen3-30b-a3b-128-2048.
-HOST_PER_REQUEST_S = 18.1e-6
+HOST_PER_REQUEST_S = 18.3e-6
 
 #: Runtime buffers besides weights and KV cache (assumed): activations of one layer for the token
 #: budget (hidden states, QKV and the MLP's widest intermediate, BF16) and FP32 logits per request.
