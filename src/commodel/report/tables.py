@@ -68,14 +68,21 @@ def markdown_table(frame: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
     return "\n".join(lines)
 
 
-def training_table(result: dict) -> str:
-    """A training-step result for a person: headline metrics, then where the step's time goes."""
+def _layout_and_fit(result: dict) -> tuple[str, str]:
+    """A result's parallel layout (with its pipeline schedule unless 1F1B) and whether it fits (with
+    the activations it keeps in CPU memory), as the tables print them."""
     layout = " ".join(f"{k}={v}" for k, v in result["layout"].items())
     if result.get("schedule", "1f1b") != "1f1b":
         layout += f" ({result['schedule']})"
     fits = "fits" if result["fits"] else "DOES NOT FIT"
     if result.get("offloaded_bytes", 0) > 0:
         fits += f"; {result['offloaded_bytes'] / 2**30:.1f} GiB of activations in CPU memory"
+    return layout, fits
+
+
+def training_table(result: dict) -> str:
+    """A training-step result for a person: headline metrics, then where the step's time goes."""
+    layout, fits = _layout_and_fit(result)
     nodes = result["nodes"]
     where = (
         f"node groups {result['system']}"
@@ -152,12 +159,7 @@ def kernel_text(rows: list[dict]) -> str:
 
 def serving_table(result: dict) -> str:
     """A serving result for a person: the deployment, latency, throughput, memory, power and cost."""
-    layout = " ".join(f"{k}={v}" for k, v in result["layout"].items())
-    if result.get("schedule", "1f1b") != "1f1b":
-        layout += f" ({result['schedule']})"
-    fits = "fits" if result["fits"] else "DOES NOT FIT"
-    if result.get("offloaded_bytes", 0) > 0:
-        fits += f"; {result['offloaded_bytes'] / 2**30:.1f} GiB of activations in CPU memory"
+    layout, fits = _layout_and_fit(result)
     lines = [
         f"{result['model']} on {result['gpus']} GPU{'s' if result['gpus'] != 1 else ''} of {result['system']} "
         f"({result['replicas']} replica{'s' if result['replicas'] != 1 else ''} of {layout}), {result['dtype']} weights, "
