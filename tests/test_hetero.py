@@ -80,7 +80,9 @@ def test_recompute_auto_is_refused_across_node_groups():
 
 
 @pytest.mark.parametrize(
-    "changes", [{"vpp": 2}, {"dualpipe": True}, {"last_layers": 8}, {"mtp": 1}], ids=lambda c: next(iter(c))
+    "changes",
+    [{"vpp": 2}, {"dualpipe": True}, {"last_layers": 8}, {"ends_as_layers": True}, {"mtp": 1}],
+    ids=lambda c: next(iter(c)),
 )
 def test_schedules_and_stage_splits_of_one_kind_of_node_are_refused_across_node_groups(changes):
     """Interleaving, DualPipe, stated first and last stages and multi-token prediction are priced for

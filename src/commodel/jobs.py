@@ -210,6 +210,12 @@ class TrainingJob(Job):
         description="Layers on the last pipeline stage, the rest split evenly (Megatron's "
         "--decoder-last-pipeline-num-layers; default: an even split).",
     )
+    ends_as_layers: bool = Field(
+        False,
+        description="Count the embedding and the loss as one layer each in the pipeline split (Megatron's "
+        "--account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split; Llama 3 405B): "
+        "the first and last stages hold one layer fewer; layers + 2 must divide by pp x vpp.",
+    )
     mtp_layers: int = Field(
         0,
         ge=0,

@@ -51,7 +51,8 @@ class Layout:
 
     ``expert_load``: tokens the busiest expert-parallel rank receives over the mean (1 = balanced);
     ``dualpipe``: the DualPipe schedule instead of 1F1B; ``first_layers``, ``last_layers``: layers of
-    the first and last pipeline stage (0: an even split, see :func:`stage_split`); ``mtp``:
+    the first and last pipeline stage (0: an even split, see :func:`stage_split`); ``ends_as_layers``:
+    the embedding and the loss each take a layer's place in the split; ``mtp``:
     multi-token prediction modules (on the last stage); ``etp``: the experts' tensor-parallel size
     (0: tp, Megatron's default; :attr:`expert_tp`); ``fp8_dispatch``: expert inputs dispatched in FP8;
     ``fp8_param_gather``: under FP8, primary weights kept and gathered in FP8 (Megatron's
@@ -79,6 +80,7 @@ class Layout:
     dualpipe: np.ndarray
     first_layers: np.ndarray
     last_layers: np.ndarray
+    ends_as_layers: np.ndarray
     mtp: np.ndarray
     etp: np.ndarray
     fp8_dispatch: np.ndarray
@@ -158,6 +160,7 @@ def make_layout(
     dualpipe: ArrayLike = False,
     first_layers: ArrayLike = 0,
     last_layers: ArrayLike = 0,
+    ends_as_layers: ArrayLike = False,
     mtp: ArrayLike = 0,
     etp: ArrayLike = 0,
     fp8_dispatch: ArrayLike = False,
@@ -173,7 +176,7 @@ def make_layout(
     if isinstance(recompute_modules, str):
         recompute_modules = module_bits(recompute_modules)
     values = dict(locals())
-    flags = ("sequence_parallel", "dualpipe", "fp8_dispatch", "fp8_param_gather", "deepep")
+    flags = ("sequence_parallel", "dualpipe", "ends_as_layers", "fp8_dispatch", "fp8_param_gather", "deepep")
     arrays = {
         f.name: np.asarray(values[f.name], dtype=bool if f.name in flags else float) for f in fields(Layout)
     }
@@ -183,11 +186,22 @@ def make_layout(
 def stage_split(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Layers of the (first, middle, last) pipeline stages, as Megatron-Core splits them: the stated
     first and last stage layers (``--decoder-first-pipeline-num-layers``,
-    ``--decoder-last-pipeline-num-layers``) and the rest evenly over the other stages; with neither
-    stated, as evenly as they go: ``ceil(L / pp)`` on the busiest stages, ``floor(L / pp)`` on the
-    last (equal where pp divides the layers). One stage holds every layer."""
+    ``--decoder-last-pipeline-num-layers``) and the rest evenly over the other stages; with the
+    embedding and the loss counted as layers (``ends_as_layers``; ``--account-for-embedding-in-
+    pipeline-split``, ``--account-for-loss-in-pipeline-split``), ``(L + 2) / pp`` places per stage, one
+    of them the embedding's on the first stage and one the loss's on the last; otherwise as evenly as
+    they go: ``ceil(L / pp)`` on the busiest stages, ``floor(L / pp)`` on the last (equal where pp
+    divides the layers). One stage holds every layer."""
     layers = float(model.layers)
     even, last = np.ceil(layers / x.pp), np.floor(layers / x.pp)  # both L where pp is 1
+    if np.any(x.ends_as_layers):  # never with stated first and last stage layers (a layout rule)
+        places = (layers + 2) / x.pp
+        even = np.where(x.ends_as_layers, places, even)
+        return (
+            np.where(x.ends_as_layers, places - 1, even),
+            even,
+            np.where(x.ends_as_layers, places - 1, last),
+        )
     first_set, last_set = x.first_layers > 0, x.last_layers > 0
     stated = first_set | last_set  # never where pp is 1 (a layout rule)
     if not np.any(stated):
@@ -256,7 +270,10 @@ def _rules(x: Layout, model: Transformer, gpus: ArrayLike) -> list[tuple[np.ndar
             (np.mod(kv, x.tp) != 0) & (np.mod(x.tp, kv) != 0),
             f"kv heads ({kv}) and tp must divide one another",
         ),
-        (x.pp * x.vpp > model.layers, f"pp x vpp must not exceed the {model.layers} layers"),
+        (
+            x.pp * x.vpp > model.layers + 2 * x.ends_as_layers,
+            f"pp x vpp must not exceed the {model.layers} layers (2 more with the embedding and loss as layers)",
+        ),
         ((x.vpp > 1) & (x.pp < 2), "virtual stages (vpp > 1) need pipeline parallelism (pp > 1)"),
         (x.dualpipe & ((x.pp < 2) | (np.mod(x.pp, 2) != 0)), "DualPipe needs an even pp of at least 2"),
         (x.dualpipe & (x.vpp > 1), "DualPipe has no virtual stages (vpp 1): each GPU holds two stages"),
@@ -272,6 +289,16 @@ def _rules(x: Layout, model: Transformer, gpus: ArrayLike) -> list[tuple[np.ndar
             _uneven_split_broken(x, model.layers),
             f"first and last stage layers must leave the other "
             f"stages an equal whole number (>= 1) of the {model.layers} layers",
+        ),
+        (
+            x.ends_as_layers & ((x.pp < 2) | x.dualpipe | (x.first_layers > 0) | (x.last_layers > 0)),
+            "the embedding and loss as layers need 1F1B pipeline parallelism (pp > 1) and no first or "
+            "last stage layers",
+        ),
+        (
+            x.ends_as_layers & (np.mod(model.layers + 2, x.pp * x.vpp) != 0),
+            f"with the embedding and loss as layers, layers + 2 ({model.layers + 2}) must be divisible "
+            "by pp x vpp",
         ),
         ((x.mtp < 0) | (np.mod(x.mtp, 1) != 0), "multi-token prediction modules must be a whole number >= 0"),
         (
