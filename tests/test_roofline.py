@@ -25,8 +25,9 @@ def test_attention_counts():
     # causal: the lower triangle of 8 x 8 blocks of 128 rows, diagonal blocks whole: 36 of 64
     causal = attention(2, 16, 1024, 128, causal=True)
     assert causal.flops == k.flops * 36 / 64 and causal.exps == k.exps * 36 / 64
-    # a sliding window of 128 keys: every query sees at most 128
-    assert attention(2, 16, 1024, 128, causal=True, window=128).exps == 2 * 16 * 1024 * 128
+    # a sliding window of w keys: the key blocks its band touches, whole (two for 128 or 129, three for 130)
+    banded = [attention(2, 16, 1024, 128, causal=True, window=w).exps for w in (1, 128, 129, 130, 4096)]
+    assert banded == [2 * 16 * 1024 * keys for keys in (128, 256, 256, 384, 1024 * 36 / 64)]
 
 
 def test_softmax_bounds_attention_where_the_special_function_units_are_slow():

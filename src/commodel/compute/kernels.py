@@ -112,13 +112,17 @@ def attention(
     """Flash-style attention forward (Dao et al. 2022): per score computed, ``4 d`` FLOPs (QK^T and PV)
     and one exponential (softmax); ``(2 s + 2 s_kv) b h d x bytes`` of traffic (read Q, K, V once,
     write O; scores stay on chip). Causal kernels compute :func:`causal_share` of the scores; a
-    sliding ``window`` limits each query to that many keys. ``kv_seq`` defaults to ``seq``; context
-    parallelism gives each rank s/cp queries against all s keys. Tiles: one per (batch, head,
-    128-row query block)."""
+    sliding ``window`` of w keys, the key blocks its band touches, whole as the causal diagonal's:
+    ``ceil((w - 1) / 128) + 1`` blocks of 128 keys per query block (two for gpt-oss's 128). ``kv_seq``
+    defaults to ``seq``; context parallelism gives each rank s/cp queries against all s keys. Tiles:
+    one per (batch, head, 128-row query block)."""
     b, h, s, d = _positive(batch=batch, heads=heads, seq=seq, head_dim=head_dim)
     s_kv = s if kv_seq is None else np.asarray(kv_seq, dtype=float)
     share = causal_share(s, s_kv) if causal else 1.0
-    keys = s_kv * share if window is None else np.minimum(s_kv * share, np.asarray(window, dtype=float))
+    keys = s_kv * share
+    if window is not None:
+        band = ATTENTION_BLOCK * (np.ceil((np.asarray(window, dtype=float) - 1) / ATTENTION_BLOCK) + 1)
+        keys = np.minimum(keys, band)
     scores = b * h * s * keys
     traffic = 2 * (s + s_kv) * b * h * d * _dtype_bytes(dtype)
     tiles = b * h * np.ceil(s / ATTENTION_BLOCK)
