@@ -385,6 +385,14 @@ def test_stage_split_follows_megatrons_first_and_last_stage_layers():
     # Llama 3 405B's balanced pipeline: 126 layers and the two ends in 16 stages of 8 places
     llama = make_layout(pp=16, vpp=8, ends_as_layers=True)
     assert tuple(float(v) for v in stage_split(model("llama3-405b"), llama)) == (7, 8, 7)
+    # one call over layouts of every kind splits each as it would alone
+    mixed = make_layout(pp=np.array([16, 16, 4]), vpp=np.array([8, 1, 1]), ends_as_layers=np.array([1, 0, 0]),
+                        last_layers=np.array([0, 0, 30]))  # fmt: skip
+    assert np.array(stage_split(model("llama3-405b"), mixed)).T.tolist() == [
+        [7, 8, 7],
+        [8, 8, 7],
+        [32, 32, 30],
+    ]
 
 
 def test_one_layer_chunks_shrink_the_405b_bubble_to_the_papers_loss():

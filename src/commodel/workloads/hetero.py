@@ -120,14 +120,8 @@ def hetero_train_step(
     """One training step of the one-row layout ``x`` on node ``groups`` (module docstring): the keys of
     :func:`commodel.workloads.training.train_step`, and ``cross_vendor_s`` per boundary transfer."""
     x = dataclasses.replace(x, **{f.name: np.atleast_1d(getattr(x, f.name)) for f in dataclasses.fields(x)})
-    if (
-        int(x.vpp[0]) > 1
-        or x.dualpipe[0]
-        or x.first_layers[0]
-        or x.last_layers[0]
-        or x.ends_as_layers[0]
-        or x.mtp[0]
-    ):
+    one_kind_only = ("dualpipe", "first_layers", "last_layers", "ends_as_layers", "mtp")
+    if int(x.vpp[0]) > 1 or any(getattr(x, name)[0] for name in one_kind_only):
         raise CommodelError(
             "across node groups, interleaving (vpp > 1), DualPipe, first and last stage layers, the "
             "embedding and loss as layers and multi-token prediction are not modelled; give the layers "

@@ -194,22 +194,20 @@ def stage_split(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndarray, 
     divides the layers). One stage holds every layer."""
     layers = float(model.layers)
     even, last = np.ceil(layers / x.pp), np.floor(layers / x.pp)  # both L where pp is 1
-    if np.any(x.ends_as_layers):  # never with stated first and last stage layers (a layout rule)
-        places = (layers + 2) / x.pp
-        even = np.where(x.ends_as_layers, places, even)
-        return (
-            np.where(x.ends_as_layers, places - 1, even),
-            even,
-            np.where(x.ends_as_layers, places - 1, last),
-        )
     first_set, last_set = x.first_layers > 0, x.last_layers > 0
     stated = first_set | last_set  # never where pp is 1 (a layout rule)
-    if not np.any(stated):
-        return even, even, last
-    rest = np.maximum(x.pp - first_set - last_set, 1)
-    middle = np.where(stated, (layers - x.first_layers - x.last_layers) / rest, even)
-    first = np.where(first_set, x.first_layers, middle)
-    return first, middle, np.where(last_set, x.last_layers, np.where(stated, middle, last))
+    first = middle = even
+    if np.any(stated):
+        rest = np.maximum(x.pp - first_set - last_set, 1)
+        middle = np.where(stated, (layers - x.first_layers - x.last_layers) / rest, even)
+        first = np.where(first_set, x.first_layers, middle)
+        last = np.where(last_set, x.last_layers, np.where(stated, middle, last))
+    if np.any(x.ends_as_layers):  # never where first or last stage layers are stated (a layout rule)
+        ends, places = x.ends_as_layers, (layers + 2) / x.pp
+        first, middle, last = (
+            np.where(ends, p, v) for p, v in ((places - 1, first), (places, middle), (places - 1, last))
+        )
+    return first, middle, last
 
 
 def recompute_code(name: str) -> int:
