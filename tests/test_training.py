@@ -650,12 +650,14 @@ def test_a_batch_prices_every_layout_as_it_would_alone(name):
     n = 600
     tp, pp, sp = rng.choice([1, 2, 4], n), rng.choice([1, 2, 4], n), rng.random(n) < 0.5
     cp = np.where(rng.random(n) < 0.2, 2, 1)
+    last_layers = np.where(rng.random(n) < 0.3, 4, 0)
     x = make_layout(
         tp=tp, pp=pp, cp=cp, dp=64 / (tp * pp * cp), micro_batch=rng.choice([1, 2], n),
         global_batch=rng.choice([256, 512], n), seq=rng.choice([2048, 4096], n), recompute=rng.integers(0, 4, n),
         sequence_parallel=sp,
         zero=rng.integers(0, 4, n), dualpipe=rng.random(n) < 0.3, mtp=rng.choice([0, 1], n),
-        last_layers=np.where(rng.random(n) < 0.3, 4, 0), ep=rng.choice([1, 4] if "qwen" in name else [1], n),
+        last_layers=last_layers, ends_as_layers=(pp == 2) & (last_layers == 0) & (rng.random(n) < 0.4),
+        ep=rng.choice([1, 4] if "qwen" in name else [1], n),
         etp=np.where(sp & (rng.random(n) < 0.5), 1, 0), fp8_dispatch=rng.random(n) < 0.5,
         ep_sms=rng.choice([0, 20], n), recompute_modules=rng.choice([0, 1, 3] if "qwen" in name else [0, 1], n),
         deepep=("qwen" in name) & (rng.random(n) < 0.5),
@@ -663,6 +665,7 @@ def test_a_batch_prices_every_layout_as_it_would_alone(name):
     net, c = model(name), cluster("dgx-h100")
     x = x.select(valid(net, x, 64))
     assert x.tp.size > 100 and x.dualpipe.any() and (x.last_layers > 0).any() and (x.mtp > 0).any()
+    assert x.ends_as_layers.any()
     assert (x.recompute_modules > 0).any() and (x.recompute == 3).any() and (x.cp > 1).any()
     batch = train_step(net, c, x, strategy="sm-partition", ep_overlap="1f1b")
     for i in rng.choice(x.tp.size, 25, replace=False):
@@ -699,7 +702,8 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     auto), at least 2,000 valid each, over 10,000 in all, under every tensor-parallel mechanism the
     system supports, with the expert all-to-alls on the critical path or overlapped (with another
     micro-batch or the shared experts), under 1F1B or
-    DualPipe, with or without a multi-token prediction module and a lighter last stage, with experts
+    DualPipe, with or without a multi-token prediction module, a lighter last stage or the embedding
+    and loss counted as layers, with experts
     split as attention is or whole, recomputing any of the modules the model has, dispatched by NCCL or
     DeepEP."""
     from commodel.compute import gemm, kernel_time
@@ -717,12 +721,15 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     mb, vpp, sp = rng.choice([1, 2, 4], n), rng.choice([1, 2], n), rng.random(n) < 0.5
     dualpipe = (pp > 1) & (vpp == 1) & (rng.random(n) < 0.3)
     lighter_last = (pp > 1) & (vpp == 1) & ~dualpipe & (rng.random(n) < 0.2)
+    places = (net.layers + 2) % (pp * vpp) == 0  # where the embedding and loss can count as layers
+    ends_as_layers = (pp > 1) & ~dualpipe & ~lighter_last & places & (rng.random(n) < 0.3)
     x = make_layout(
         tp=tp, pp=pp, cp=cp, ep=ep, dp=gpus // (tp * pp * cp), vpp=vpp, micro_batch=mb,
         global_batch=gpus // (tp * pp * cp) * mb * rng.choice([1, 4, 16], n), seq=rng.choice([2048, 8192, 131072], n),
         recompute=rng.integers(0, 4, n), sequence_parallel=sp, zero=rng.integers(0, 4, n),
         expert_load=rng.choice([1.0, 1.3, 2.0], n), dualpipe=dualpipe, mtp=rng.choice([0, 0, 1], n),
-        last_layers=np.where(lighter_last, 2, 0), etp=np.where(sp & (rng.random(n) < 0.3), 1, 0),
+        last_layers=np.where(lighter_last, 2, 0), ends_as_layers=ends_as_layers,
+        etp=np.where(sp & (rng.random(n) < 0.3), 1, 0),
         recompute_modules=np.bitwise_and(rng.integers(0, 8, n), 1 | 2 * (net.moe is not None) | 4 * (net.mla is not None)),
         deepep=(net.moe is not None) & (rng.random(n) < 0.5),
     )  # fmt: skip
