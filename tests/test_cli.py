@@ -266,6 +266,11 @@ def test_train_table_for_a_person():
     moe = ("train", "--model", "qwen3-30b-a3b", "--system", "dgx-h100", "--gpus", "16", "--ep", "16")
     assert "experts dispatched by deepep" in invoke(*moe, "--dispatcher", "deepep").output
     assert "dispatched" not in invoke(*moe).output
+    # the layers each pipeline stage holds, repeats folded, and none without pipelining
+    llama = ("train", "--model", "llama3-405b", "--system", "dgx-h100", "--gpus", "2048", "--tp", "8")
+    piped = invoke(*llama, "--pp", "16", "--vpp", "8", "--ends-as-layers", "--global-batch", "512").output
+    assert "stages           7, 14 x 8, 7 layers, first to last" in piped
+    assert "stages" not in invoke(*llama, "--global-batch", "512").output
 
 
 @pytest.mark.parametrize(

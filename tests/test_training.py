@@ -15,7 +15,7 @@ from commodel.jobs import training_job
 from commodel.overlap import STRATEGIES, Window, window_time
 from commodel.workloads.activation_fit import offload_exposed
 from commodel.workloads.catalog import model, models
-from commodel.workloads.layout import RECOMPUTE_MODULES, make_layout
+from commodel.workloads.layout import RECOMPUTE_MODULES, make_layout, stage_layers_text
 from commodel.workloads.memory import memory_per_gpu, usable_memory
 from commodel.workloads.moe_dispatch import NVLINK_SHARE, domains_reached, forwarded_copies
 from commodel.workloads.run import job_columns, train
@@ -388,11 +388,11 @@ def test_stage_split_follows_megatrons_first_and_last_stage_layers():
     # one call over layouts of every kind splits each as it would alone
     mixed = make_layout(pp=np.array([16, 16, 4]), vpp=np.array([8, 1, 1]), ends_as_layers=np.array([1, 0, 0]),
                         last_layers=np.array([0, 0, 30]))  # fmt: skip
-    assert np.array(stage_split(model("llama3-405b"), mixed)).T.tolist() == [
-        [7, 8, 7],
-        [8, 8, 7],
-        [32, 32, 30],
-    ]
+    split = [[7, 8, 7], [8, 8, 7], [32, 32, 30]]
+    assert np.array(stage_split(model("llama3-405b"), mixed)).T.tolist() == split
+    texts = stage_layers_text(model("llama3-405b"), mixed).tolist()
+    assert texts == [",".join(["7", *["8"] * 14, "7"]), ",".join(["8"] * 15 + ["7"]), "32,32,32,30"]
+    assert stage_layers_text(dsv3, make_layout(pp=1)) == ""
 
 
 def test_one_layer_chunks_shrink_the_405b_bubble_to_the_papers_loss():

@@ -42,6 +42,7 @@ from commodel.workloads.layout import (
     layout_problems,
     make_layout,
     module_bits,
+    stage_layers_text,
 )
 from commodel.workloads.moe_dispatch import cross_domain_problem
 from commodel.workloads.schema import Transformer
@@ -221,7 +222,7 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
             except CommodelError as exc:  # a mechanism this system cannot run (cais without NVLS): say why
                 out["problem"][rows[ok]] = str(exc)
                 continue
-            result |= {"stage_layers": np.full(sub.tp.size, "", dtype=object), "cross_vendor_s": 0 * sub.tp}
+            result |= {"stage_layers": stage_layers_text(net, sub), "cross_vendor_s": 0 * sub.tp}
             powered = [(c, gpus[ok] / per_node)]
         else:
             result, failed = _hetero(net, [c for c, _ in fleet], sub, key, columns, rows[ok])

@@ -80,6 +80,17 @@ def _layout_and_fit(result: dict) -> tuple[str, str]:
     return layout, fits
 
 
+def _runs(listed: str) -> str:
+    """Comma-separated counts with repeats folded: ``7,8,8,8,7`` -> ``7, 3 x 8, 7``."""
+    runs: list[list] = []
+    for value in listed.split(","):
+        if runs and runs[-1][1] == value:
+            runs[-1][0] += 1
+        else:
+            runs.append([1, value])
+    return ", ".join(value if count == 1 else f"{count} x {value}" for count, value in runs)
+
+
 def training_table(result: dict) -> str:
     """A training-step result for a person: headline metrics, then where the step's time goes."""
     layout, fits = _layout_and_fit(result)
@@ -107,6 +118,11 @@ def training_table(result: dict) -> str:
         f"  model TFLOP/s    {result['tflops_per_gpu']:.1f} per GPU (MFU {100 * result['mfu']:.1f}%)",
         f"  hardware TFLOP/s {result['hw_tflops_per_gpu']:.1f} per GPU (with recomputation)",
         f"  memory           {result['memory_per_gpu_bytes'] / 2**30:.1f} GiB per GPU ({fits})",
+        *(
+            [f"  stages           {_runs(result['stage_layers'])} layers, first to last"]
+            if result.get("stage_layers")
+            else []
+        ),
         f"  power            {result['gpu_power_W']:.0f} W per GPU, {result['it_power_kW']:.1f} kW IT",
         f"  energy           {result['energy_per_step_J'] / 1e6:.3g} MJ per step, {result['energy_per_token_J']:.3g} J per token",
         *(

@@ -210,6 +210,21 @@ def stage_split(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndarray, 
     return first, middle, last
 
 
+def stage_layers_text(model: Transformer, x: Layout) -> np.ndarray:
+    """Layers of every pipeline stage, first to last, comma-separated as ``--stage-layers`` takes them
+    (:func:`stage_split`; "" without pipelining), one string per layout, written once per distinct
+    split (each split a number in base ``layers + 3``: no count in it exceeds ``layers + 2``)."""
+    pp, first, middle, last = np.broadcast_arrays(x.pp, *stage_split(model, x))
+    base = model.layers + 3
+    distinct, which = np.unique(((pp * base + first) * base + middle) * base + last, return_inverse=True)
+    texts = []
+    for key in distinct.astype(int).tolist():
+        stages, first_layers, middle_layers, last_layers = (key // base**p % base for p in (3, 2, 1, 0))
+        middles = [middle_layers] * (stages - 2)
+        texts.append(",".join(map(str, [first_layers, *middles, last_layers])) if stages > 1 else "")
+    return np.array(texts, dtype=object)[which.ravel()].reshape(pp.shape)
+
+
 def recompute_code(name: str) -> int:
     if name not in RECOMPUTE_CODES:
         raise unknown("recompute mode", name, RECOMPUTE_CODES)

@@ -138,13 +138,11 @@ def train(
     if job.recompute == "auto":
         fit = "is the cheapest way to fit" if row.fits else "still does not fit"
         notes.append(f"recompute auto: {row.recompute_used} {fit}")
-    if row.stage_layers:
-        notes.append(f"pipeline stages across node groups: layers per stage {row.stage_layers}")
-        if float(row.cross_vendor_s) > 0:
-            notes.append(
-                f"each activation or gradient crossing vendors takes {1e3 * float(row.cross_vendor_s):.3g} ms "
-                f"({job.transport})"
-            )
+    if float(row.cross_vendor_s) > 0:
+        notes.append(
+            f"each activation or gradient crossing vendors takes {1e3 * float(row.cross_vendor_s):.3g} ms "
+            f"({job.transport})"
+        )
     if float(row.tp_domains) > 1:
         notes.append(
             f"tensor parallelism spans {float(row.tp_domains):g} scale-up domains: its collectives cross "
@@ -184,6 +182,7 @@ def train(
             "vpp": job.vpp,
         },
         "schedule": job.schedule,
+        "stage_layers": str(row.stage_layers),
         "dtype": job.dtype,
         "overlap": job.overlap,
         "tp_overlap": job.tp_overlap,
