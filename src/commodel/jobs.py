@@ -210,6 +210,11 @@ class TrainingJob(Job):
         description="Layers on the last pipeline stage, the rest split evenly (Megatron's "
         "--decoder-last-pipeline-num-layers; default: an even split).",
     )
+    grad_reduce_in_fp32: bool = Field(
+        True,
+        description="Accumulate and reduce gradients in FP32 (4 B each; Megatron-LM's default under BF16 and "
+        "the Megatron-Bridge recipes'); off: BF16 gradients (Megatron's --grad-reduce-in-bf16).",
+    )
     ends_as_layers: bool = Field(
         False,
         description="Count the embedding and the loss as one layer each in the pipeline split (Megatron's "

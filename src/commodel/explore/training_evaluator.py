@@ -133,7 +133,7 @@ def job_layout(columns: dict[str, np.ndarray], rows: np.ndarray, net: Transforme
         sequence_parallel=flag("sequence_parallel"), zero=col("zero"), expert_load=col("expert_load"),
         dualpipe=np.asarray(columns["schedule"])[rows] == "dualpipe",
         first_layers=np.nan_to_num(col("first_stage_layers")), last_layers=np.nan_to_num(col("last_stage_layers")),
-        ends_as_layers=flag("ends_as_layers"),
+        ends_as_layers=flag("ends_as_layers"), fp32_grads=flag("grad_reduce_in_fp32"),
         mtp=col("mtp_layers"), etp=np.nan_to_num(col("etp")), fp8_dispatch=flag("fp8_dispatch"),
         ep_sms=np.nan_to_num(col("ep_sms")), fp8_param_gather=flag("fp8_param_gather"),
         recompute_modules=per_distinct(module_bits, np.asarray(columns["recompute_modules"])[rows]),

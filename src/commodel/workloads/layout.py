@@ -81,6 +81,7 @@ class Layout:
     first_layers: np.ndarray
     last_layers: np.ndarray
     ends_as_layers: np.ndarray
+    fp32_grads: np.ndarray
     mtp: np.ndarray
     etp: np.ndarray
     fp8_dispatch: np.ndarray
@@ -161,6 +162,7 @@ def make_layout(
     first_layers: ArrayLike = 0,
     last_layers: ArrayLike = 0,
     ends_as_layers: ArrayLike = False,
+    fp32_grads: ArrayLike = False,
     mtp: ArrayLike = 0,
     etp: ArrayLike = 0,
     fp8_dispatch: ArrayLike = False,
@@ -176,7 +178,15 @@ def make_layout(
     if isinstance(recompute_modules, str):
         recompute_modules = module_bits(recompute_modules)
     values = dict(locals())
-    flags = ("sequence_parallel", "dualpipe", "ends_as_layers", "fp8_dispatch", "fp8_param_gather", "deepep")
+    flags = (
+        "sequence_parallel",
+        "dualpipe",
+        "ends_as_layers",
+        "fp32_grads",
+        "fp8_dispatch",
+        "fp8_param_gather",
+        "deepep",
+    )
     arrays = {
         f.name: np.asarray(values[f.name], dtype=bool if f.name in flags else float) for f in fields(Layout)
     }

@@ -3,7 +3,8 @@
 Mixed-precision Adam as current Megatron-Core recipes run it (Rajbhandari et al. 2020 for the
 ZeRO stages): 2 B of weights per parameter (BF16; under FP8 with ``fp8_param_gather`` the primary
 weights are FP8 row-wise and column-wise copies, without it BF16 weights beside those copies: 4 B),
-2 B of BF16 gradient buffer (``grad_reduce_in_fp32`` off),
+4 B of FP32 gradient buffer (``grad_reduce_in_fp32``, Megatron-LM's default under BF16; 2 B in BF16
+without it),
 12 B of fp32 master weights, momentum and variance; ZeRO stage 1 (the distributed optimizer) shards
 the optimizer state, 2 also the gradients, 3 (FSDP) also the weights, over the dp x cp ranks (expert
 parameters, split etp x ep ways, over their tp x cp x dp / (etp x ep) replicas). Activations follow
@@ -25,7 +26,7 @@ from commodel.workloads.layout import Layout, stage_split
 from commodel.workloads.schema import Transformer
 from commodel.workloads.transformer import activation_bytes_per_token, layer_weights
 
-WEIGHT_BYTES, GRAD_BYTES, OPTIMIZER_BYTES = 2.0, 2.0, 12.0
+WEIGHT_BYTES, OPTIMIZER_BYTES = 2.0, 12.0
 
 #: Weight bytes per parameter under FP8 without ``fp8_param_gather``: BF16 weights and the row-wise and
 #: column-wise FP8 copies Transformer Engine keeps of them.
@@ -37,6 +38,12 @@ RESERVED_FRACTION = 0.10
 #: Activation bytes per token per layer that tensor parallelism without sequence parallelism does not
 #: split: layer norm inputs and outputs and dropout masks (Korthikanti et al. 2022: 10 s b h).
 REPLICATED_WITHOUT_SP = 10.0
+
+
+def gradient_bytes(x: Layout) -> np.ndarray:
+    """Bytes per gradient, held and reduced: 4 where the layout accumulates and reduces them in FP32
+    (``fp32_grads``), else 2 (BF16)."""
+    return np.where(x.fp32_grads, 4.0, 2.0)
 
 
 def _stage_loads(
@@ -120,7 +127,7 @@ def memory_parts(
         "dense_parameters": dense,
         "expert_parameters": experts,
         "weights": sharded(1.0, 3) * weight_bytes(x, recipe),
-        "gradients": sharded(GRAD_BYTES, 2),
+        "gradients": sharded(gradient_bytes(x), 2),
         "optimizer": sharded(OPTIMIZER_BYTES, 1),
         "layer_activations": x.tokens * split,
         "logits": (1 + x.mtp) * 4.0 * x.tokens * model.vocab / x.tp,

@@ -59,6 +59,7 @@ from commodel.workloads.layer_work import (
 from commodel.workloads.layout import Layout, has_module, stage_split
 from commodel.workloads.memory import (
     fits,
+    gradient_bytes,
     memory_parts,
     memory_with_microbatches,
     usable_memory,
@@ -246,8 +247,9 @@ def per_microbatch(
     zero3 = x.zero == 3
     sharded = x.zero >= 1
     gathered = np.where(x.fp8_param_gather, recipe.gathered_bytes, size)  # bytes per parameter
-    reduce_s, reduce_bw, gather_s, ag_bw = gradient_sync(dense, size, gathered, sharded, dp, fab)
-    expert_reduce_s, _, expert_gather_s, _ = gradient_sync(experts, size, gathered, sharded, edp, fab)
+    grad_size = gradient_bytes(x)
+    reduce_s, reduce_bw, gather_s, ag_bw = gradient_sync(dense, grad_size, gathered, sharded, dp, fab)
+    expert_reduce_s, _, expert_gather_s, _ = gradient_sync(experts, grad_size, gathered, sharded, edp, fab)
     reduce_s, gather_s = reduce_s + expert_reduce_s, gather_s + expert_gather_s
     dp_kw = {"hbm_Bps": hbm, "in_network": in_switch(fab, dp)}
     buckets = np.ceil((dense + experts) / BUCKET_PARAMS)
@@ -312,7 +314,7 @@ MICROBATCH_FIELDS = tuple(f.name for f in dataclasses.fields(Layout) if f.name !
 
 def gradient_sync(
     params: np.ndarray,
-    grad_bytes: float,
+    grad_bytes: ArrayLike,
     gathered_bytes: ArrayLike,
     sharded: np.ndarray,
     where: Group,
