@@ -52,7 +52,8 @@ class Layout:
     ``expert_load``: tokens the busiest expert-parallel rank receives over the mean (1 = balanced);
     ``dualpipe``: the DualPipe schedule instead of 1F1B; ``first_layers``, ``last_layers``: layers of
     the first and last pipeline stage (0: an even split, see :func:`stage_split`); ``ends_as_layers``:
-    the embedding and the loss each take a layer's place in the split; ``mtp``:
+    the embedding and the loss each take a layer's place in the split; ``fp32_grads``: gradients held
+    and reduced in FP32 (:func:`~commodel.workloads.memory.gradient_bytes`), else in BF16; ``mtp``:
     multi-token prediction modules (on the last stage); ``etp``: the experts' tensor-parallel size
     (0: tp, Megatron's default; :attr:`expert_tp`); ``fp8_dispatch``: expert inputs dispatched in FP8;
     ``fp8_param_gather``: under FP8, primary weights kept and gathered in FP8 (Megatron's
