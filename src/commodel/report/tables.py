@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import groupby
 from typing import TYPE_CHECKING
 
 from commodel.units import format_bytes
@@ -82,13 +83,8 @@ def _layout_and_fit(result: dict) -> tuple[str, str]:
 
 def _runs(listed: str) -> str:
     """Comma-separated counts with repeats folded: ``7,8,8,8,7`` -> ``7, 3 x 8, 7``."""
-    runs: list[list] = []
-    for value in listed.split(","):
-        if runs and runs[-1][1] == value:
-            runs[-1][0] += 1
-        else:
-            runs.append([1, value])
-    return ", ".join(value if count == 1 else f"{count} x {value}" for count, value in runs)
+    runs = [(value, len(list(repeats))) for value, repeats in groupby(listed.split(","))]
+    return ", ".join(value if count == 1 else f"{count} x {value}" for value, count in runs)
 
 
 def training_table(result: dict) -> str:
