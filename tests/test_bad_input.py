@@ -34,6 +34,7 @@ CASES = (
         ("--kv-fraction", "1.5"), ("--slo-ttft", "0"), ("--slo-tpot", "-1"), ("--slo-tpot", "nan"),
         ("--prompt-cv", "-1"), ("--output-cv", "11"), ("--price-per-gpu-hour", "inf"), ("--ep", "2"),
     )]
+    + [[*SERVE, "--gpus", "2", "--prefill-gpus", "1", "--kernels"]]  # the kernel table is colocated serving's
     + [[*COLLECTIVE, option, value] for option in ("--nodes", "--gpus", "--channels", "--gpus-per-process")
        for value in ("-1", "0", "x")]
     + [[*COLLECTIVE, option, value] for option, value in (

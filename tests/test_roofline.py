@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from commodel.compute import attention, elementwise, gemm, kernel_time
-from commodel.compute.roofline import GEMM_TILE_OVERHEAD_K, achievable_flops
+from commodel.compute.roofline import GEMM_TILE_OVERHEAD_K, SPLIT_K_MAX, achievable_flops, split_k
 from commodel.errors import CommodelError
 from commodel.hardware import default_db
 
@@ -105,3 +105,35 @@ def test_missing_dtype_is_a_clear_error():
         gemm(1, 1, 1, "bf61")
     with pytest.raises(CommodelError, match="m must be positive"):
         gemm(0, 1, 1)
+
+
+def test_a_gemm_that_leaves_sms_idle_splits_its_k_loop_and_a_full_one_does_not():
+    """40 output tiles on 132 SMs: cuBLAS cuts the k loop (split-K) to fill the wave; a GEMM of 132
+    tiles or more keeps its wave quantization (split 1)."""
+    decode_qkv = gemm(394, 2560, 8192, "fp8")  # 4 x 10 tiles
+    assert 1 < float(split_k(H100, decode_qkv)) <= 132 // 40
+    unsplit = kernel_time(H100, decode_qkv, launch=False).time_s
+    whole = float(achievable_flops(H100, decode_qkv)) ** -1 * float(decode_qkv.flops)
+    assert unsplit < 0.5 * whole
+    assert unsplit >= float(decode_qkv.bytes) / (3.35e12 * H100.memory_efficiency.value)
+    assert split_k(H100, gemm(128 * 132, 256, 4096)) == 1
+    assert split_k(H100, gemm(394, 2560, 8192, batch=8)) == 1  # a batched launch keeps its tiles
+
+
+def test_the_chosen_split_is_the_fastest_whole_one_within_a_wave():
+    """The closed form's pick matches a brute-force search over every split that keeps one wave, for
+    shapes from memory-bound to compute-bound."""
+    rng = np.random.default_rng(3)
+    m, n, k = (2.0 ** rng.uniform(lo, hi, 400) for lo, hi in ((5, 11), (7, 12), (9, 15)))
+    kernel = gemm(np.round(m), np.round(n), np.round(k), "bf16")
+    chosen = kernel_time(H100, kernel, launch=False).time_s
+    units = H100.compute_units.value
+    best = np.full(m.shape, np.inf)
+    for s in range(1, SPLIT_K_MAX + 1):
+        fits = kernel.tiles * s <= units
+        compute = kernel.flops / achievable_flops(H100, kernel, None, s)
+        extra = 8 * s * kernel.shape[0] * kernel.shape[1] if s > 1 else 0.0
+        memory = (kernel.bytes + extra) / (3.35e12 * H100.memory_efficiency.value)
+        best = np.where(fits | (s == 1), np.minimum(best, np.maximum(compute, memory)), best)
+    assert np.allclose(chosen, best, rtol=1e-9)
+    assert np.all(kernel.flops / chosen <= 989e12 * H100.efficiency("bf16") * (1 + 1e-9))

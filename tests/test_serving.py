@@ -151,3 +151,39 @@ def test_a_wider_spread_of_lengths_costs_throughput_at_the_same_means():
     assert spread["output_tokens_per_s"] < fixed["output_tokens_per_s"]  # longer contexts in flight
     assert spread["tpot_s"] > fixed["tpot_s"] and spread["ttft_s"] > fixed["ttft_s"]
     assert serve(**job, prompt_cv=0.0, output_cv=0.0) == fixed
+
+
+@pytest.mark.parametrize(
+    ("name", "system", "tp", "pp", "prompt", "output"),
+    [("qwen3-30b-a3b", "gb200-nvl72", 1, 1, 1000, 1000), ("llama3-70b", "dgx-h100", 4, 2, 128, 4096)],
+)
+def test_the_iteration_table_adds_up_to_the_steady_state(name, system, tp, pp, prompt, output):
+    """serve --kernels: each kind of iteration's kernels, logits, communication and host time add up
+    to its time, and the iterations weighed by their shares give the time per output token."""
+    job = dict(
+        model=name, system=system, gpus=tp * pp, tp=tp, pp=pp, prompt=prompt, output=output, dtype="fp8"
+    )
+    result = serve(kernels=True, **job)
+    iterations = result["kernels"]
+    assert sum(it["share"] for it in iterations) == pytest.approx(1.0)
+    for it in iterations:
+        layer = sum(row["ms"] for row in it["kernels"])
+        stage = it["stage_layers"] * layer + it["logits"]["ms"]
+        assert it["pp"] * stage + it["comm_ms"] + it["host_ms"] == pytest.approx(it["time_ms"], rel=1e-9)
+        assert all(row["ms"] > 0 and row["tflops"] > 0 for row in it["kernels"])
+    mean = sum(it["share"] * it["time_ms"] for it in iterations)
+    assert mean == pytest.approx(1e3 * result["tpot_s"], rel=1e-9)
+    assert iterations[0]["time_ms"] == pytest.approx(1e3 * result["ttft_s"], rel=1e-9)
+    assert {row["kernel"] for row in iterations[0]["kernels"]} >= {
+        "qkv",
+        "prefill attention",
+        "decode attention",
+    }
+
+
+def test_serve_kernels_prints_each_iteration():
+    args = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--prompt", "128", "--output", "4096"]
+    shown = CliRunner().invoke(app, [*args, "--kernels"])
+    assert shown.exit_code == 0, shown.output
+    assert "an iteration with prompts" in shown.output and "an iteration decode only" in shown.output
+    assert "decode attention" in shown.output and "iteration: 32 layers x" in shown.output

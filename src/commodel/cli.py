@@ -343,33 +343,46 @@ def _band_lines(result: dict) -> str:
             f"\n  band (p10-p90, {result['params_source']}): {params}")  # fmt: skip
 
 
+def _job_result(
+    command: str,
+    run: Callable[..., dict],
+    table: Callable[[dict], str],
+    kernel_table: Callable[[list], str],
+    as_json: bool,
+    uncertainty: bool,
+    kernels: bool,
+    values: dict,
+    **options: object,
+) -> None:
+    """Print a job command's result (``run`` on the job ``values`` with ``options``): JSON, or its
+    table with its bands and, with ``kernels``, its kernel table."""
+    result = _banded(
+        command, run(kernels=kernels, **options, **values), uncertainty, lambda: run(**values), values
+    )
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    typer.echo(table(result) + _band_lines(result))
+    if kernels:
+        typer.echo("\n" + kernel_table(result["kernels"]))
+
+
 def train(as_json: bool = False, uncertainty: bool = False, kernels: bool = False, **values: object) -> None:
     """Time, throughput, memory, power, energy and the breakdown of one training step."""
     from commodel.report.tables import kernel_text, training_table
     from commodel.workloads.run import train as run_train
 
-    result = _banded(
-        "train",
-        run_train(advise=True, kernels=kernels, **values),
-        uncertainty,
-        lambda: run_train(**values),
-        values,
+    _job_result(
+        "train", run_train, training_table, kernel_text, as_json, uncertainty, kernels, values, advise=True
     )
-    if as_json:
-        typer.echo(json.dumps(result, indent=2))
-        return
-    typer.echo(training_table(result) + _band_lines(result))
-    if kernels:
-        typer.echo("\n" + kernel_text(result["kernels"]))
 
 
-def serve(as_json: bool = False, uncertainty: bool = False, **values: object) -> None:
+def serve(as_json: bool = False, uncertainty: bool = False, kernels: bool = False, **values: object) -> None:
     """Serving: time to first token and per output token, throughput, KV cache, power and cost per token."""
-    from commodel.report.tables import serving_table
+    from commodel.report.tables import iteration_text, serving_table
     from commodel.workloads.run import serve as run_serve
 
-    result = _banded("serve", run_serve(**values), uncertainty, lambda: run_serve(**values), values)
-    typer.echo(json.dumps(result, indent=2) if as_json else serving_table(result) + _band_lines(result))
+    _job_result("serve", run_serve, serving_table, iteration_text, as_json, uncertainty, kernels, values)
 
 
 def _register_job_commands() -> None:
@@ -387,14 +400,17 @@ def _register_job_commands() -> None:
                 "--uncertainty", help="Add a p10-p90 band from the model class's validation errors.")],
         ),
     ]  # fmt: skip
-    kernels = inspect.Parameter(
-        "kernels", inspect.Parameter.KEYWORD_ONLY, default=False,
-        annotation=Annotated[bool, typer.Option(
-            "--kernels", help="Add one layer's kernels for one micro-batch: shape, roofline bound, TFLOP/s, time.")],
-    )  # fmt: skip
+
+    def kernels(what: str) -> inspect.Parameter:
+        return inspect.Parameter(
+            "kernels", inspect.Parameter.KEYWORD_ONLY, default=False,
+            annotation=Annotated[bool, typer.Option(
+                "--kernels", help=f"Add one layer's kernels {what}: shape, roofline bound, TFLOP/s, time.")],
+        )  # fmt: skip
+
     for name, command, schema, own in (
-        ("train", train, TrainingJob, [kernels]),
-        ("serve", serve, ServingJob, []),
+        ("train", train, TrainingJob, [kernels("for one micro-batch")]),
+        ("serve", serve, ServingJob, [kernels("in each kind of iteration")]),
     ):
         command.__signature__ = inspect.Signature([*_job_options(schema), *flags, *own])  # type: ignore[attr-defined]
         app.command(name)(command)

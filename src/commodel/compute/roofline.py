@@ -45,6 +45,10 @@ GEMM_TILE_OVERHEAD_K = 550.0
 #: overlap and none; half exposed reproduces that share with H100's 0.803 GEMM efficiency.
 SOFTMAX_EXPOSED = 0.5
 
+#: Most slices a split-K GEMM cuts its k loop into (assumed; cuBLASLt's heuristics and CUTLASS's
+#: split-K kernels cut it when the output tiles leave SMs idle).
+SPLIT_K_MAX = 16
+
 
 @dataclass(frozen=True)
 class KernelTime:
@@ -73,21 +77,25 @@ def peak_flops(gpu: GPU, dtype: str, matmul: bool = True) -> float:
     return gpu.peak_flops[key].value
 
 
-def achievable_flops(gpu: GPU, kernel: Kernel, units: ArrayLike | None = None) -> np.ndarray:
+def achievable_flops(
+    gpu: GPU, kernel: Kernel, units: ArrayLike | None = None, split: ArrayLike = 1
+) -> np.ndarray:
     """Achievable FLOP/s for ``kernel`` on ``gpu`` after wave quantization and per-tile overhead.
 
     ``units`` (default: all SMs/CUs) is the number the kernel may occupy, for kernels sharing the GPU
     with a collective: a kernel on fewer SMs loses throughput in proportion and may need an extra wave.
+    ``split``: a GEMM's k loop cut into that many slices, each its own tile of ``k / split`` depth.
     """
     peak = peak_flops(gpu, kernel.dtype, kernel.matmul)
     total = gpu.compute_units.value
     units = total if units is None else np.asarray(units, dtype=float)
     if not kernel.matmul:
         return np.full(np.shape(kernel.flops), peak) * units / total
-    waves = np.ceil(kernel.tiles / units)
-    wave_eff = kernel.tiles / (waves * total)
+    tiles, depth = kernel.tiles * split, kernel.k_depth / np.asarray(split, dtype=float)
+    waves = np.ceil(tiles / units)
+    wave_eff = tiles / (waves * total)
     sixteen_bit = peak_flops(gpu, "bf16" if "bf16" in gpu.peak_flops else "fp16")
-    depth_eff = kernel.k_depth / (kernel.k_depth + GEMM_TILE_OVERHEAD_K * peak / sixteen_bit)
+    depth_eff = depth / (depth + GEMM_TILE_OVERHEAD_K * peak / sixteen_bit)
     return peak * gpu.efficiency(kernel.dtype) * wave_eff * depth_eff
 
 
@@ -99,14 +107,57 @@ def achievable_bandwidth(gpu: GPU) -> float:
 def kernel_time(gpu: GPU, kernel: Kernel, launch: bool = True, units: ArrayLike | None = None) -> KernelTime:
     """Roofline time of ``kernel`` on ``gpu`` using ``units`` SMs/CUs (default all).
 
-    ``launch`` adds the GPU's kernel launch overhead.
+    ``launch`` adds the GPU's kernel launch overhead. A GEMM whose output tiles leave SMs idle runs
+    at the split-K factor that makes it fastest (:func:`split_k`), as cuBLAS's heuristics pick one.
     """
-    ceiling = achievable_flops(gpu, kernel, units)
+    split = split_k(gpu, kernel, units)
+    ceiling = achievable_flops(gpu, kernel, units, split)
     compute = kernel.flops / ceiling
     if gpu.exp_rate is not None and np.any(kernel.exps):
         share = gpu.compute_units.value if units is None else np.asarray(units, dtype=float)
         softmax = kernel.exps / (gpu.exp_rate.value * share / gpu.compute_units.value)
         compute = np.maximum(compute, softmax) + SOFTMAX_EXPOSED * np.minimum(compute, softmax)
-    memory = kernel.bytes / (achievable_bandwidth(gpu) * kernel.bandwidth_share)
+    memory = (kernel.bytes + _partial_sums(kernel, split)) / _bandwidth(gpu, kernel)
     time = np.maximum(compute, memory) + (gpu.launch_overhead.value if launch else 0.0)
     return KernelTime(time, compute, memory, kernel.flops / time, ceiling)
+
+
+def _bandwidth(gpu: GPU, kernel: Kernel) -> float:
+    return achievable_bandwidth(gpu) * kernel.bandwidth_share
+
+
+def _partial_sums(kernel: Kernel, split: ArrayLike) -> np.ndarray | float:
+    """Bytes a split-K GEMM adds: its ``s`` FP32 partial outputs written and read back, ``8 s m n``."""
+    if kernel.shape is None:
+        return 0.0
+    m, n = kernel.shape[:2]
+    return np.where(np.asarray(split) > 1, 8 * np.asarray(split) * m * n, 0.0)
+
+
+def split_k(gpu: GPU, kernel: Kernel, units: ArrayLike | None = None) -> np.ndarray | int:
+    """The split-K factor ``s`` a GEMM runs at: 1 unless it is one GEMM (not a batched or grouped
+    launch) whose ``t`` output tiles do not fill one wave of the ``U`` SMs it may use (NVIDIA's GEMM
+    guide shows full-size GEMMs keeping their wave quantization). Such a GEMM's k loop may be cut into
+    ``s <= min(U / t, SPLIT_K_MAX)`` slices, one wave of ``t s`` tiles ``k / s`` deep: compute time
+    ``a / s + c`` (wave efficiency ``t s / SMs``, depth efficiency ``k / (k + s K0 r)``), memory time
+    ``b + 8 m n s / BW`` (the FP32 partial outputs, :func:`_partial_sums`). The best ``s`` is 1 or a
+    whole number next to where the two meet, ``d s^2 + (b - c) s - a = 0`` with ``d = 8 m n / BW``."""
+    if kernel.shape is None or np.any(np.asarray(kernel.shape[3]) != 1):
+        return 1
+    units = gpu.compute_units.value if units is None else np.asarray(units, dtype=float)
+    under = kernel.tiles < units
+    if not np.any(under):
+        return 1
+    most = np.where(under, np.minimum(np.floor(units / kernel.tiles), SPLIT_K_MAX), 1.0)
+    one, deepest = (kernel.flops / achievable_flops(gpu, kernel, units, s) for s in (1.0, most))
+    a = (one - deepest) * most / np.maximum(most - 1, 1)  # 0 where no split fits (most 1)
+    c = one - a
+    m, n = kernel.shape[:2]
+    b, d = kernel.bytes / _bandwidth(gpu, kernel), 8 * m * n / _bandwidth(gpu, kernel)
+    meet = ((c - b) + np.sqrt((b - c) ** 2 + 4 * a * d)) / (2 * d)
+    best, fastest = np.ones_like(most), np.maximum(one, b)
+    for s in (np.floor(meet), np.ceil(meet)):
+        s = np.clip(s, 1.0, most)
+        time = np.maximum(a / s + c, b + np.where(s > 1, d * s, 0.0))
+        best, fastest = np.where(time < fastest, s, best), np.minimum(time, fastest)
+    return best

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 from commodel.units import format_bytes
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pandas as pd
 
 
@@ -141,12 +143,22 @@ def training_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def kernel_text(rows: list[dict]) -> str:
-    """One layer's kernels for one micro-batch (:func:`commodel.workloads.layer_work.kernel_table`):
-    calls per layer, the forward call's work and roofline, and milliseconds per layer."""
-    widths = (24, 34, 7, 10, 9, 9, 10, 8, 8, 9, 9)
-    head = ("kernel", "shape (m x n x k)", "dtype", "calls", "GFLOP", "MB", "  bound", "TFLOP/s", "GB/s",
-            "fwd ms", "bwd ms")  # fmt: skip
+def _kernel_lines(rows: list[dict], calls: Callable[[dict], str], times: dict[str, str]) -> list[str]:
+    """Kernel rows as table lines (:func:`commodel.workloads.layer_work.kernel_row`'s columns,
+    ``calls`` per layer as text, then the ``times`` columns, header -> key, in ms) and their total."""
+    widths = (24, 34, 7, 10, 9, 9, 10, 8, 8) + (9,) * len(times)
+    head = (
+        "kernel",
+        "shape (m x n x k)",
+        "dtype",
+        "calls",
+        "GFLOP",
+        "MB",
+        "  bound",
+        "TFLOP/s",
+        "GB/s",
+        *times,
+    )
 
     def line(cells: tuple[str, ...]) -> str:
         return "  " + "".join(
@@ -154,19 +166,45 @@ def kernel_text(rows: list[dict]) -> str:
             for i, (c, w) in enumerate(zip(cells, widths, strict=True))
         )
 
-    lines = [
-        "one layer, one micro-batch on one GPU (recomputation aside; calls: forward/backward per layer):",
-        line(head),
-    ]
+    lines = [line(head)]
     for r in rows:
         lines.append(line((
-            r["kernel"], r["shape"], r["dtype"], f"{r['forward']:.3g}/{r['backward']:.3g}", f"{r['gflop']:.4g}",
-            f"{r['mb']:.4g}", f"  {r['bound']}", f"{r['tflops']:.0f}", f"{r['gbps']:.0f}", f"{r['fwd_ms']:.4g}",
-            f"{r['bwd_ms']:.4g}",
+            r["kernel"], r["shape"], r["dtype"], calls(r), f"{r['gflop']:.4g}", f"{r['mb']:.4g}", f"  {r['bound']}",
+            f"{r['tflops']:.0f}", f"{r['gbps']:.0f}", *(f"{r[key]:.4g}" for key in times.values()),
         )))  # fmt: skip
-    totals = (f"{sum(r['fwd_ms'] for r in rows):.4g}", f"{sum(r['bwd_ms'] for r in rows):.4g}")
+    totals = (f"{sum(r[key] for r in rows):.4g}" for key in times.values())
     lines.append(line(("total", *[""] * 8, *totals)))
-    return "\n".join(lines)
+    return lines
+
+
+def kernel_text(rows: list[dict]) -> str:
+    """One layer's kernels for one micro-batch (:func:`commodel.workloads.layer_work.kernel_table`):
+    calls per layer, the forward call's work and roofline, and milliseconds per layer."""
+    return "\n".join([
+        "one layer, one micro-batch on one GPU (recomputation aside; calls: forward/backward per layer):",
+        *_kernel_lines(rows, lambda r: f"{r['forward']:.3g}/{r['backward']:.3g}", {"fwd ms": "fwd_ms", "bwd ms": "bwd_ms"}),
+    ])  # fmt: skip
+
+
+def iteration_text(iterations: list[dict]) -> str:
+    """Each kind of serving iteration (:func:`commodel.workloads.serving.iteration_table`): one
+    layer's kernels with their rooflines, then the sum that makes the iteration's time."""
+    blocks = []
+    for it in iterations:
+        carried = f"{it['queries']:.4g} decode queries" + (
+            f" and {it['prompts']:.3g} prompts of {it['prompt']:.0f} tokens" if it["prompts"] else ""
+        )
+        layer_ms = sum(r["ms"] for r in it["kernels"])
+        stage = f"{it['stage_layers']} layers x {layer_ms:.4g} ms + logits {it['logits']['ms']:.4g} ms"
+        stage = f"{it['pp']} stages x ({stage})" if it["pp"] > 1 else stage
+        blocks.append("\n".join([
+            f"an iteration {it['iteration']} ({100 * it['share']:.0f}% of them: {carried}); one layer of one "
+            "micro-batch on one GPU (calls per layer):",
+            *_kernel_lines(it["kernels"], lambda r: f"{r['calls']:.3g}", {"ms": "ms"}),
+            f"  iteration: {stage} + communication {it['comm_ms']:.4g} ms + host {it['host_ms']:.4g} ms "
+            f"= {it['time_ms']:.4g} ms",
+        ]))  # fmt: skip
+    return "\n\n".join(blocks)
 
 
 def serving_table(result: dict) -> str:

@@ -18,7 +18,7 @@ from numpy.typing import ArrayLike
 
 from commodel.compute.kernels import Kernel, gemm_backward
 from commodel.compute.precision import Precision, precision
-from commodel.compute.roofline import kernel_time
+from commodel.compute.roofline import kernel_time, split_k
 from commodel.hardware.cluster import Cluster
 from commodel.hardware.schema import GPU
 from commodel.overlap import Window
@@ -253,40 +253,45 @@ def layer_work_of(
 def kernel_table(
     model: Transformer, gpu: GPU, x: Layout, recipe: Precision, attention_impl: str = "flash"
 ) -> list[dict[str, object]]:
-    """One row per kernel of one (average) layer and micro-batch of the single layout ``x``: what it
-    computes (``kernel``), its shape (GEMMs: ``m x n x k``, and how many in a grouped launch), dtype,
-    calls per layer (``forward``, ``backward``; a MoE model's expert kernels weighed by the share of
-    MoE layers), the forward call's GFLOP, MB of HBM traffic, roofline ``bound`` (compute, with the
-    special-function units' exponentials, memory, or the launch floor), achieved TFLOP/s and GB/s, and
-    the forward and backward milliseconds per layer. The rows add up to :func:`layer_work_of`'s
-    forward and backward, recomputation aside."""
+    """One row per kernel of one (average) layer and micro-batch of the single layout ``x``: the
+    forward call's :func:`kernel_row`, calls per layer (``forward``, ``backward``; a MoE model's
+    expert kernels weighed by the share of MoE layers) and the forward and backward milliseconds per
+    layer. The rows add up to :func:`layer_work_of`'s forward and backward, recomputation aside."""
     lk = layer_kernels(model, x.tokens, x.micro_batch, x.seq, x.tp, x.cp, x.ep, x.sequence_parallel, recipe,
                        attention_impl, x.busiest_expert_rank, x.expert_tp, x.fp8_dispatch)  # fmt: skip
+    return [
+        {**kernel_row(gpu, e.kernel, e.fwd_s), "forward": _first(e.forward), "backward": _first(e.backward),
+         "fwd_ms": 1e3 * _first(e.forward) * _first(e.fwd_s), "bwd_ms": 1e3 * _first(e.backward) * _first(e.bwd_s)}
+        for e in priced_kernels(gpu, lk)
+    ]  # fmt: skip
 
-    def one(value: ArrayLike) -> float:
-        return float(np.ravel(value)[0])
 
-    rows = []
-    for e in priced_kernels(gpu, lk):
-        k = e.kernel
-        roofline = kernel_time(gpu, k, launch=False)
-        time = one(e.fwd_s)
-        if one(roofline.time_s) < time:
-            bound = "launch"
-        else:
-            bound = "memory" if one(roofline.memory_s) >= one(roofline.compute_s) else "compute"
-        shape = ""
-        if k.shape is not None:
-            m, n, depth, b = (one(v) for v in k.shape)
-            shape = f"{m:.0f} x {n:.0f} x {depth:.0f}" + (f" ({b:.0f} grouped)" if b > 1 else "")
-        rows.append({
-            "kernel": k.label or k.name, "shape": shape, "dtype": k.dtype,
-            "forward": one(e.forward), "backward": one(e.backward),
-            "gflop": one(k.flops) / 1e9, "mb": one(k.bytes) / 1e6, "bound": bound,
-            "tflops": one(k.flops) / time / 1e12, "gbps": one(k.bytes) / time / 1e9,
-            "fwd_ms": 1e3 * one(e.forward) * time, "bwd_ms": 1e3 * one(e.backward) * one(e.bwd_s),
-        })  # fmt: skip
-    return rows
+def _first(value: ArrayLike) -> float:
+    return float(np.ravel(value)[0])
+
+
+def kernel_row(gpu: GPU, kernel: Kernel, time: ArrayLike) -> dict[str, object]:
+    """What a kernel table prints of the first design's ``kernel`` priced at ``time`` seconds a call
+    (:func:`timed`): what it computes, its shape (GEMMs: ``m x n x k`` and how many in a grouped
+    launch), dtype, GFLOP, MB of HBM traffic, roofline ``bound`` (compute, with the special-function
+    units' exponentials, memory, or the launch floor), achieved TFLOP/s and GB/s; a GEMM's split-K
+    factor where it has one (:func:`~commodel.compute.roofline.split_k`)."""
+    roofline, seconds = kernel_time(gpu, kernel, launch=False), _first(time)
+    if _first(roofline.time_s) < seconds:
+        bound = "launch"
+    else:
+        bound = "memory" if _first(roofline.memory_s) >= _first(roofline.compute_s) else "compute"
+    shape = ""
+    if kernel.shape is not None:
+        m, n, depth, b = (_first(v) for v in kernel.shape)
+        split = _first(split_k(gpu, kernel))
+        shape = f"{m:.0f} x {n:.0f} x {depth:.0f}" + (f" ({b:.0f} grouped)" if b > 1 else "")
+        shape += f" (split-K {split:.0f})" if split > 1 else ""
+    flops, traffic = _first(kernel.flops), _first(kernel.bytes)
+    return {
+        "kernel": kernel.label or kernel.name, "shape": shape, "dtype": kernel.dtype, "gflop": flops / 1e9,
+        "mb": traffic / 1e6, "bound": bound, "tflops": flops / seconds / 1e12, "gbps": traffic / seconds / 1e9,
+    }  # fmt: skip
 
 
 def layer_window(

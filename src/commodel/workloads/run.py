@@ -272,10 +272,31 @@ def _recompute_modules_to_try(
 SERVING_APART = ("batch_in_flight", "max_batch", "fits", "replicas", "problem", "valid")
 
 
-def serve(job: ServingJob | None = None, **values: Any) -> dict[str, Any]:
+def _iteration_table(job: ServingJob, batch: int) -> list[dict[str, object]]:
+    """:func:`~commodel.workloads.serving.iteration_table` of the job's replica at ``batch`` in flight."""
+    from commodel.compute.precision import serving_precision
+    from commodel.hardware import cluster
+    from commodel.workloads.catalog import model
+    from commodel.workloads.serving import Engine, iteration_table, kv_dtype_of, steady_state
+
+    if job.prefill_gpus:
+        raise CommodelError("the kernel table prices colocated serving; give no --prefill-gpus")
+    where = cluster(job.system)
+    recipe = serving_precision(job.dtype, where.gpu)
+    sizes = (job.tp, job.pp, job.ep, job.max_batch_size, job.max_num_tokens, job.kv_fraction)
+    engine = Engine(
+        model(job.model), where, recipe, kv_dtype_of(job.kv_dtype, recipe), *map(np.atleast_1d, sizes)
+    )
+    state = steady_state(engine, batch, job.prompt, job.output, job.prompt_cv, job.output_cv)
+    return iteration_table(engine, state, job.prompt)
+
+
+def serve(job: ServingJob | None = None, kernels: bool = False, **values: Any) -> dict[str, Any]:
     """Price one serving deployment (a :class:`ServingJob`, or its fields as keywords): latency,
     throughput, KV cache, power and cost, the batch in flight and the largest that fits, and
-    ``notes`` on what decided the batch."""
+    ``notes`` on what decided the batch. ``kernels``: also each kind of iteration at that batch, one
+    layer's kernels with their rooflines and what the iteration adds up (``kernels``,
+    :func:`_iteration_table`)."""
     from commodel.compute.precision import SERVING_RECIPES
     from commodel.explore.serving_evaluator import OUTPUTS, evaluate_columns
     from commodel.workloads.serving import kv_dtype_of
@@ -308,4 +329,5 @@ def serve(job: ServingJob | None = None, **values: Any) -> dict[str, Any]:
         **{name: float(getattr(row, name)) for name in OUTPUTS if name not in SERVING_APART},
         "fits": bool(row.fits),
         "notes": notes,
+        **({"kernels": _iteration_table(job, in_flight)} if kernels else {}),
     }

@@ -30,12 +30,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from commodel.comm.fabric import Fabric, fabric_of
-from commodel.compute.kernels import attention, decode_attention, gemm
+from commodel.compute.kernels import Kernel, attention, decode_attention, gemm, named
 from commodel.compute.precision import Precision
 from commodel.hardware.cluster import Cluster
 from commodel.workloads.groups import Group, collective, group
@@ -55,7 +56,7 @@ KV_BLOCK_TOKENS = 32
 #: Host time per request in an iteration: the engine's own loop (scheduling, input preparation,
 #: sampling, stop checks and responses, in Python in TensorRT-LLM's PyTorch executor and vLLM),
 #: serialized with the GPU work it prepares. Calibrated: trt-gb200-qwen3-30b-a3b-128-2048.
-HOST_PER_REQUEST_S = 18.3e-6
+HOST_PER_REQUEST_S = 18.45e-6
 
 #: Runtime buffers besides weights and KV cache (assumed): activations of one layer for the token
 #: budget (hidden states, QKV and the MLP's widest intermediate, BF16) and FP32 logits per request.
@@ -166,9 +167,12 @@ def free_bytes(engine: Engine) -> np.ndarray:
     )
 
 
-def _decode_attention_s(engine: Engine, queries: np.ndarray, context: np.ndarray) -> np.ndarray:
-    """One layer's decode attention (sliding-window layers read at most their window)."""
-    model, gpu = engine.model, engine.cluster.gpu
+def _decode_attention(
+    engine: Engine, queries: np.ndarray, context: np.ndarray
+) -> list[tuple[Kernel, np.ndarray]]:
+    """One layer's decode attention with its calls per layer: the full layers' and the sliding-window
+    layers' (which read at most their window) in their shares of the layers; none without queries."""
+    model = engine.model
     heads = model.heads / engine.tp
     if model.mla is not None:
         r, rope = model.mla.kv_lora_rank, model.mla.qk_rope_head_dim
@@ -176,22 +180,23 @@ def _decode_attention_s(engine: Engine, queries: np.ndarray, context: np.ndarray
     else:
         flops = 4 * model.d_head
         cached = 2 * np.maximum(model.n_kv_heads / engine.tp, 1.0) * model.d_head
-    q = np.maximum(queries, 1.0)
+    q, some = np.maximum(queries, 1.0), (queries > 0).astype(float)
     windowed = model.windowed_layers / model.layers
-    total = 0.0
-    for share, keys in (
-        (1 - windowed, context),
-        (windowed, np.minimum(context, model.sliding_window or np.inf)),
-    ):
-        if share:
-            k = decode_attention(q, heads, keys, flops, cached, engine.kv_dtype)
-            total = total + share * timed(gpu, k, None)[0]
-    return np.where(queries > 0, total, 0.0)
+    bands = (("decode attention", 1 - windowed, context),
+             ("decode attention (window)", windowed, np.minimum(context, model.sliding_window or np.inf)))  # fmt: skip
+    return [
+        (named(decode_attention(q, heads, keys, flops, cached, engine.kv_dtype), label), share * some)
+        for label, share, keys in bands
+        if share
+    ]
 
 
-def _prefill_attention_s(engine: Engine, prompts: np.ndarray, prompt: np.ndarray) -> np.ndarray:
-    """One layer's causal flash attention over ``prompts`` prompts of ``prompt`` tokens."""
-    model, gpu = engine.model, engine.cluster.gpu
+def _prefill_attention(
+    engine: Engine, prompts: np.ndarray, prompt: np.ndarray
+) -> list[tuple[Kernel, np.ndarray]]:
+    """One layer's causal flash attention over ``prompts`` prompts of ``prompt`` tokens, with its calls
+    per layer (sliding-window layers' in their share); none without prompts."""
+    model = engine.model
     d_qk, d_v = attention_dims(model)
     shape = (
         np.maximum(prompts, 1e-9),
@@ -201,10 +206,12 @@ def _prefill_attention_s(engine: Engine, prompts: np.ndarray, prompt: np.ndarray
         engine.recipe.other,
     )
     windowed = model.windowed_layers / model.layers
-    total = (1 - windowed) * timed(gpu, attention(*shape, True), None)[0]
+    some = (prompts > 0).astype(float)
+    kernels = [(named(attention(*shape, True), "prefill attention"), (1 - windowed) * some)]
     if windowed:
-        total = total + windowed * timed(gpu, attention(*shape, True, window=model.sliding_window), None)[0]
-    return np.where(prompts > 0, total, 0.0)
+        window = attention(*shape, True, window=model.sliding_window)
+        kernels.append((named(window, "prefill attention (window)"), windowed * some))
+    return kernels
 
 
 def iteration_time(
@@ -214,12 +221,15 @@ def iteration_time(
     prompt: ArrayLike,
     context: ArrayLike,
     prompt_cv: ArrayLike = 0.0,
-) -> dict[str, np.ndarray]:
+) -> dict[str, Any]:
     """Seconds of one engine iteration carrying ``queries`` decode queries (each over ``context`` cached
     tokens) and ``prompts`` whole prompts of ``prompt`` tokens on average (coefficient of variation
     ``prompt_cv``: causal attention grows as ``E[p^2] = p^2 (1 + cv^2)``, priced as ``prompts / (1 + cv^2)``
     prompts of ``p (1 + cv^2)`` tokens, the same tokens): ``time_s`` (a round of the pipeline), and its
-    ``compute_s``, ``comm_s`` and ``host_s``."""
+    ``compute_s``, ``comm_s`` and ``host_s``; and what makes it, for a person (:func:`iteration_table`):
+    ``layer``, one layer's kernels for one of the ``pp`` micro-batches with their calls per layer and
+    seconds a call, and ``logits``, the last stage's logits GEMM over the tokens that sample and its
+    seconds."""
     model, gpu, fab = engine.model, engine.cluster.gpu, engine.fabric
     pp = engine.pp
     g = np.asarray(queries, dtype=float) / pp  # one of pp micro-batches
@@ -227,13 +237,17 @@ def iteration_time(
     p = np.asarray(prompt, dtype=float)
     tokens = g + c * p
     lk = layer_kernels(model, tokens, 1, p, engine.tp, 1, engine.ep, False, engine.recipe)
-    layer = sum(count * timed(gpu, k, None)[0] for k, count, _ in lk.gemms)
-    layer = layer + sum(
-        forward * timed(gpu, k, None)[0] for k, forward, _ in lk.elementwise if np.any(forward)
-    )
     spread = 1 + np.asarray(prompt_cv, dtype=float) ** 2
-    layer = layer + _prefill_attention_s(engine, c / spread, p * spread)
-    layer = layer + _decode_attention_s(engine, g, np.asarray(context))
+    kernels = [
+        *((k, np.asarray(count, dtype=float)) for k, count, _ in lk.gemms),
+        *((k, np.asarray(forward, dtype=float)) for k, forward, _ in lk.elementwise if np.any(forward)),
+        *_prefill_attention(engine, c / spread, p * spread),
+        *_decode_attention(engine, g, np.asarray(context, dtype=float)),
+    ]
+    priced = [(k, calls, timed(gpu, k, None)[0]) for k, calls in kernels]
+    layer = sum(calls * seconds for _, calls, seconds in priced)
+    logits = named(gemm(g + c, model.vocab / engine.tp, model.hidden, engine.recipe.other), "logits")
+    logits_s = timed(gpu, logits, None)[0]
     act = tokens * model.hidden * bytes_per(engine.recipe.other)
     ar, _ = collective("allreduce", act, engine.tp_group, fab)
     comm = np.where(engine.tp > 1, 2 * ar, 0.0)
@@ -241,17 +255,18 @@ def iteration_time(
         ep = group(engine.ep, 1, engine.cluster.domain_gpus)
         a2a, _ = collective("alltoall", act * model.moe.top_k, ep, fab)
         comm = comm + np.where(engine.ep > 1, 2 * model.moe_layers / model.layers * a2a, 0.0)
-    logits = timed(gpu, gemm(g + c, model.vocab / engine.tp, model.hidden, engine.recipe.other), None)[0]
     stage_layers = np.ceil(model.layers / pp)
     send, _ = collective("sendrecv", act, Group(np.full_like(tokens, 2.0), np.full_like(tokens, 2.0)), fab)
     stage_comm = stage_layers * comm + np.where(pp > 1, send, 0.0)
-    stage_compute = stage_layers * layer + logits
+    stage_compute = stage_layers * layer + logits_s
     host = HOST_PER_REQUEST_S * (np.asarray(queries, dtype=float) + np.asarray(prompts, dtype=float))
     return {
         "time_s": pp * (stage_compute + stage_comm) + host,
         "compute_s": pp * stage_compute,
         "comm_s": pp * stage_comm,
         "host_s": host,
+        "layer": priced,
+        "logits": (logits, logits_s),
     }
 
 
@@ -281,15 +296,16 @@ def steady_state(
     output: ArrayLike,
     prompt_cv: ArrayLike = 0.0,
     output_cv: ArrayLike = 0.0,
-) -> dict[str, np.ndarray]:
+) -> dict[str, Any]:
     """Continuous batching with ``batch`` requests in flight (module docstring): time to first token
     once scheduled, time per output token, and output tokens and requests per second per replica.
 
     A request mix enters by its mean lengths and their coefficients of variation: a decode step sees
     the length-biased mean context ``E[p] + E[o^2] / 2 E[o] = p + o (1 + cv_o^2) / 2`` (long outputs
-    are in flight longer), prompts' attention ``E[p^2]`` (:func:`iteration_time`)."""
-    b = np.asarray(batch, dtype=float)
-    p, o = np.asarray(prompt, dtype=float), np.asarray(output, dtype=float)
+    are in flight longer), prompts' attention ``E[p^2]`` (:func:`iteration_time`). ``iterations``:
+    each kind (with prompts, decode only) with its share, decode queries, prompts and its
+    :func:`iteration_time`."""
+    b, p, o = (np.asarray(v, dtype=float) for v in (batch, prompt, output))
     starts = b / o
     share, prompts = np.minimum(starts, 1.0), np.maximum(starts, 1.0)
     queries = b * (o - 1) / o
@@ -306,7 +322,41 @@ def steady_state(
         "requests_per_s": starts / mean,
         "comm_share": comm / mean,
         "host_share": host / mean,
+        "iterations": (
+            ("with prompts", share, queries, prompts, mixed),
+            ("decode only", 1 - share, queries, 0 * b, decode),
+        ),
     }
+
+
+def iteration_table(engine: Engine, state: dict[str, Any], prompt: ArrayLike) -> list[dict[str, object]]:
+    """The first design's steady-state iterations (:func:`steady_state`'s ``state`` of prompts of
+    ``prompt`` tokens), each kind that occurs (with prompts, a ``share`` f of them; decode only,
+    1 - f): its decode ``queries`` and ``prompts``, one layer's kernels for one micro-batch
+    (:func:`~commodel.workloads.layer_work.kernel_row`, ``calls`` per layer, ``ms`` per layer), the
+    last stage's ``logits``, and what :func:`iteration_time` adds up from them: ``stage_layers``,
+    ``pp``, ``comm_ms``, ``host_ms``, ``time_ms``."""
+    from commodel.workloads.layer_work import kernel_row
+
+    gpu = engine.cluster.gpu
+
+    def first(value: ArrayLike) -> float:
+        return float(np.ravel(value)[0])
+
+    out = []
+    for kind, share, queries, prompts, timing in state["iterations"]:
+        if not first(share) > 0:
+            continue
+        (logits, logits_s), layer = timing["logits"], timing["layer"]
+        priced = [(k, n, first(seconds)) for k, calls, seconds in layer if (n := first(calls)) > 0]
+        out.append({
+            "iteration": kind, "share": first(share), "queries": first(queries), "prompts": first(prompts),
+            "prompt": first(prompt), "pp": int(first(engine.pp)), "stage_layers": int(np.ceil(engine.model.layers / first(engine.pp))),
+            "kernels": [{**kernel_row(gpu, k, t), "calls": calls, "ms": 1e3 * calls * t} for k, calls, t in priced],
+            "logits": {**kernel_row(gpu, logits, logits_s), "calls": 1.0, "ms": 1e3 * first(logits_s)},
+            **{f"{name}_ms": 1e3 * first(timing[f"{name}_s"]) for name in ("comm", "host", "time")},
+        })  # fmt: skip
+    return out
 
 
 #: Fixed-point steps that match a disaggregated decode pool's batch to the requests it is sent.
