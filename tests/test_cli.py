@@ -66,7 +66,9 @@ def test_roofline_gemm_json():
     assert result.exit_code == 0, result.output
     record = json.loads(result.output)
     assert {"time_s", "tflops", "bound"} <= set(record)
-    assert record["bound"] == "compute" and 600 < record["tflops"] < 800
+    assert record["bound"] == "compute" and 600 < record["tflops"] < 800 and record["split_k"] == 1
+    skinny = invoke("roofline", "gemm", "--m", "394", "--n", "2560", "--k", "8192", "--dtype", "fp8")
+    assert skinny.exit_code == 0 and "memory-bound" in skinny.output and "split-K 3" in skinny.output
 
 
 def test_roofline_plot_writes_png(tmp_path):

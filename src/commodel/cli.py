@@ -533,10 +533,11 @@ def roofline_gemm(
 ) -> None:
     """Roofline time of one GEMM: time, achieved TFLOP/s and whether it is compute- or memory-bound."""
     from commodel.compute import gemm, kernel_time
+    from commodel.compute.roofline import split_k
     from commodel.hardware import default_db
 
-    kernel = gemm(m, n, k, dtype)
-    result = kernel_time(default_db().gpu(gpu), kernel)
+    kernel, device = gemm(m, n, k, dtype), default_db().gpu(gpu)
+    result = kernel_time(device, kernel)
     record = {
         "gpu": gpu,
         "m": m,
@@ -547,14 +548,16 @@ def roofline_gemm(
         "tflops": float(result.achieved_flops) / 1e12,
         "bound": str(result.bound),
         "intensity_flop_per_byte": float(kernel.intensity),
+        "split_k": int(split_k(device, kernel)),
     }
     if as_json:
         typer.echo(json.dumps(record, indent=2))
     else:
+        split = f", split-K {record['split_k']}" if record["split_k"] > 1 else ""
         typer.echo(
             f"GEMM {m}x{n}x{k} {dtype} on {gpu}: {record['time_s'] * 1e6:.1f} us, "
             f"{record['tflops']:.1f} TFLOP/s, {record['bound']}-bound "
-            f"(intensity {record['intensity_flop_per_byte']:.0f} FLOP/B)"
+            f"(intensity {record['intensity_flop_per_byte']:.0f} FLOP/B{split})"
         )
 
 
