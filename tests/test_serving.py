@@ -171,6 +171,9 @@ def test_the_iteration_table_adds_up_to_the_steady_state(name, system, tp, pp, p
         stage = it["stage_layers"] * layer + it["logits"]["ms"]
         assert it["pp"] * stage + it["comm_ms"] + it["host_ms"] == pytest.approx(it["time_ms"], rel=1e-9)
         assert all(row["ms"] > 0 and row["tflops"] > 0 for row in it["kernels"])
+        hbm = cluster(system).gpu  # no kernel moves more than the HBM carries (split-K partials counted)
+        assert all(row["gbps"] <= hbm.memory_bandwidth.value * hbm.memory_efficiency.value / 1e9 * (1 + 1e-9)
+                   for row in it["kernels"])  # fmt: skip
     mean = sum(it["share"] * it["time_ms"] for it in iterations)
     assert mean == pytest.approx(1e3 * result["tpot_s"], rel=1e-9)
     assert iterations[0]["time_ms"] == pytest.approx(1e3 * result["ttft_s"], rel=1e-9)

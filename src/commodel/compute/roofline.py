@@ -117,7 +117,7 @@ def kernel_time(gpu: GPU, kernel: Kernel, launch: bool = True, units: ArrayLike 
         share = gpu.compute_units.value if units is None else np.asarray(units, dtype=float)
         softmax = kernel.exps / (gpu.exp_rate.value * share / gpu.compute_units.value)
         compute = np.maximum(compute, softmax) + SOFTMAX_EXPOSED * np.minimum(compute, softmax)
-    memory = (kernel.bytes + _partial_sums(kernel, split)) / _bandwidth(gpu, kernel)
+    memory = (kernel.bytes + partial_sum_bytes(kernel, split)) / _bandwidth(gpu, kernel)
     time = np.maximum(compute, memory) + (gpu.launch_overhead.value if launch else 0.0)
     return KernelTime(time, compute, memory, kernel.flops / time, ceiling)
 
@@ -126,7 +126,7 @@ def _bandwidth(gpu: GPU, kernel: Kernel) -> float:
     return achievable_bandwidth(gpu) * kernel.bandwidth_share
 
 
-def _partial_sums(kernel: Kernel, split: ArrayLike) -> np.ndarray | float:
+def partial_sum_bytes(kernel: Kernel, split: ArrayLike) -> np.ndarray | float:
     """Bytes a split-K GEMM adds: its ``s`` FP32 partial outputs written and read back, ``8 s m n``."""
     if kernel.shape is None:
         return 0.0
@@ -140,7 +140,7 @@ def split_k(gpu: GPU, kernel: Kernel, units: ArrayLike | None = None) -> np.ndar
     guide shows full-size GEMMs keeping their wave quantization). Such a GEMM's k loop may be cut into
     ``s <= min(U / t, SPLIT_K_MAX)`` slices, one wave of ``t s`` tiles ``k / s`` deep: compute time
     ``a / s + c`` (wave efficiency ``t s / SMs``, depth efficiency ``k / (k + s K0 r)``), memory time
-    ``b + 8 m n s / BW`` (the FP32 partial outputs, :func:`_partial_sums`). The best ``s`` is 1 or a
+    ``b + 8 m n s / BW`` (the FP32 partial outputs, :func:`partial_sum_bytes`). The best ``s`` is 1 or a
     whole number next to where the two meet, ``d s^2 + (b - c) s - a = 0`` with ``d = 8 m n / BW``."""
     if kernel.shape is None or np.any(np.asarray(kernel.shape[3]) != 1):
         return 1

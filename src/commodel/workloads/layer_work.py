@@ -18,7 +18,7 @@ from numpy.typing import ArrayLike
 
 from commodel.compute.kernels import Kernel, gemm_backward
 from commodel.compute.precision import Precision, precision
-from commodel.compute.roofline import kernel_time, split_k
+from commodel.compute.roofline import kernel_time, partial_sum_bytes, split_k
 from commodel.hardware.cluster import Cluster
 from commodel.hardware.schema import GPU
 from commodel.overlap import Window
@@ -275,8 +275,8 @@ def kernel_row(gpu: GPU, kernel: Kernel, time: ArrayLike) -> dict[str, object]:
     (:func:`timed`): what it computes, its shape (GEMMs: ``m x n x k`` and how many in a grouped
     launch), dtype, GFLOP, MB of HBM traffic, roofline ``bound`` (compute, with the special-function
     units' exponentials, memory, or the launch floor), achieved TFLOP/s and GB/s; a GEMM's split-K
-    factor where it has one (:func:`~commodel.compute.roofline.split_k`)."""
-    roofline, seconds = kernel_time(gpu, kernel, launch=False), _first(time)
+    factor where it has one (:func:`~commodel.compute.roofline.split_k`; its MB count the partial sums)."""
+    roofline, seconds, split = kernel_time(gpu, kernel, launch=False), _first(time), split_k(gpu, kernel)
     if _first(roofline.time_s) < seconds:
         bound = "launch"
     else:
@@ -284,10 +284,9 @@ def kernel_row(gpu: GPU, kernel: Kernel, time: ArrayLike) -> dict[str, object]:
     shape = ""
     if kernel.shape is not None:
         m, n, depth, b = (_first(v) for v in kernel.shape)
-        split = _first(split_k(gpu, kernel))
         shape = f"{m:.0f} x {n:.0f} x {depth:.0f}" + (f" ({b:.0f} grouped)" if b > 1 else "")
-        shape += f" (split-K {split:.0f})" if split > 1 else ""
-    flops, traffic = _first(kernel.flops), _first(kernel.bytes)
+        shape += f" (split-K {_first(split):.0f})" if _first(split) > 1 else ""
+    flops, traffic = _first(kernel.flops), _first(kernel.bytes + partial_sum_bytes(kernel, split))
     return {
         "kernel": kernel.label or kernel.name, "shape": shape, "dtype": kernel.dtype, "gflop": flops / 1e9,
         "mb": traffic / 1e6, "bound": bound, "tflops": flops / seconds / 1e12, "gbps": traffic / seconds / 1e9,
