@@ -260,13 +260,14 @@ def kernel_table(
     lk = layer_kernels(model, x.tokens, x.micro_batch, x.seq, x.tp, x.cp, x.ep, x.sequence_parallel, recipe,
                        attention_impl, x.busiest_expert_rank, x.expert_tp, x.fp8_dispatch)  # fmt: skip
     return [
-        {**kernel_row(gpu, e.kernel, e.fwd_s), "forward": _first(e.forward), "backward": _first(e.backward),
-         "fwd_ms": 1e3 * _first(e.forward) * _first(e.fwd_s), "bwd_ms": 1e3 * _first(e.backward) * _first(e.bwd_s)}
+        {**kernel_row(gpu, e.kernel, e.fwd_s), "forward": first_design(e.forward), "backward": first_design(e.backward),
+         "fwd_ms": 1e3 * first_design(e.forward) * first_design(e.fwd_s), "bwd_ms": 1e3 * first_design(e.backward) * first_design(e.bwd_s)}
         for e in priced_kernels(gpu, lk)
     ]  # fmt: skip
 
 
-def _first(value: ArrayLike) -> float:
+def first_design(value: ArrayLike) -> float:
+    """The first design's value of a per-design array (or a scalar), as a float."""
     return float(np.ravel(value)[0])
 
 
@@ -276,17 +277,21 @@ def kernel_row(gpu: GPU, kernel: Kernel, time: ArrayLike) -> dict[str, object]:
     launch), dtype, GFLOP, MB of HBM traffic, roofline ``bound`` (compute, with the special-function
     units' exponentials, memory, or the launch floor), achieved TFLOP/s and GB/s; a GEMM's split-K
     factor where it has one (:func:`~commodel.compute.roofline.split_k`; its MB count the partial sums)."""
-    roofline, seconds, split = kernel_time(gpu, kernel, launch=False), _first(time), split_k(gpu, kernel)
-    if _first(roofline.time_s) < seconds:
+    roofline, seconds, split = (
+        kernel_time(gpu, kernel, launch=False),
+        first_design(time),
+        split_k(gpu, kernel),
+    )
+    if first_design(roofline.time_s) < seconds:
         bound = "launch"
     else:
-        bound = "memory" if _first(roofline.memory_s) >= _first(roofline.compute_s) else "compute"
+        bound = "memory" if first_design(roofline.memory_s) >= first_design(roofline.compute_s) else "compute"
     shape = ""
     if kernel.shape is not None:
-        m, n, depth, b = (_first(v) for v in kernel.shape)
+        m, n, depth, b = (first_design(v) for v in kernel.shape)
         shape = f"{m:.0f} x {n:.0f} x {depth:.0f}" + (f" ({b:.0f} grouped)" if b > 1 else "")
-        shape += f" (split-K {_first(split):.0f})" if _first(split) > 1 else ""
-    flops, traffic = _first(kernel.flops), _first(kernel.bytes + partial_sum_bytes(kernel, split))
+        shape += f" (split-K {first_design(split):.0f})" if first_design(split) > 1 else ""
+    flops, traffic = first_design(kernel.flops), first_design(kernel.bytes + partial_sum_bytes(kernel, split))
     return {
         "kernel": kernel.label or kernel.name, "shape": shape, "dtype": kernel.dtype, "gflop": flops / 1e9,
         "mb": traffic / 1e6, "bound": bound, "tflops": flops / seconds / 1e12, "gbps": traffic / seconds / 1e9,

@@ -40,7 +40,7 @@ from commodel.compute.kernels import Kernel, attention, decode_attention, gemm, 
 from commodel.compute.precision import Precision
 from commodel.hardware.cluster import Cluster
 from commodel.workloads.groups import Group, collective, group
-from commodel.workloads.layer_work import timed
+from commodel.workloads.layer_work import first_design, kernel_row, timed
 from commodel.workloads.schema import Transformer
 from commodel.workloads.transformer import attention_dims, bytes_per, layer_kernels, layer_weights
 
@@ -336,13 +336,7 @@ def iteration_table(engine: Engine, state: dict[str, Any], prompt: ArrayLike) ->
     (:func:`~commodel.workloads.layer_work.kernel_row`, ``calls`` per layer, ``ms`` per layer), the
     last stage's ``logits``, and what :func:`iteration_time` adds up from them: ``stage_layers``,
     ``pp``, ``comm_ms``, ``host_ms``, ``time_ms``."""
-    from commodel.workloads.layer_work import kernel_row
-
-    gpu = engine.cluster.gpu
-
-    def first(value: ArrayLike) -> float:
-        return float(np.ravel(value)[0])
-
+    gpu, first = engine.cluster.gpu, first_design
     out = []
     for kind, share, queries, prompts, timing in state["iterations"]:
         if not first(share) > 0:
