@@ -533,11 +533,10 @@ def roofline_gemm(
 ) -> None:
     """Roofline time of one GEMM: time, achieved TFLOP/s and whether it is compute- or memory-bound."""
     from commodel.compute import gemm, kernel_time
-    from commodel.compute.roofline import split_k
     from commodel.hardware import default_db
 
-    kernel, device = gemm(m, n, k, dtype), default_db().gpu(gpu)
-    result = kernel_time(device, kernel)
+    kernel = gemm(m, n, k, dtype)
+    result = kernel_time(default_db().gpu(gpu), kernel)
     record = {
         "gpu": gpu,
         "m": m,
@@ -548,7 +547,7 @@ def roofline_gemm(
         "tflops": float(result.achieved_flops) / 1e12,
         "bound": str(result.bound),
         "intensity_flop_per_byte": float(kernel.intensity),
-        "split_k": int(split_k(device, kernel)),
+        "split_k": int(result.split_k),
     }
     if as_json:
         typer.echo(json.dumps(record, indent=2))

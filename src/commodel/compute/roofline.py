@@ -52,13 +52,16 @@ SPLIT_K_MAX = 16
 
 @dataclass(frozen=True)
 class KernelTime:
-    """Roofline result per kernel instance (arrays)."""
+    """Roofline result per kernel instance (arrays): times, FLOP/s, the split-K factor a GEMM ran at
+    (:func:`split_k`; 1 otherwise) and the HBM bytes it moved (its partial sums included)."""
 
     time_s: np.ndarray
     compute_s: np.ndarray
     memory_s: np.ndarray
     achieved_flops: np.ndarray
     ceiling_flops: np.ndarray
+    split_k: np.ndarray | int = 1
+    traffic: np.ndarray | float = 0.0
 
     @property
     def bound(self) -> np.ndarray:
@@ -117,16 +120,17 @@ def kernel_time(gpu: GPU, kernel: Kernel, launch: bool = True, units: ArrayLike 
         share = gpu.compute_units.value if units is None else np.asarray(units, dtype=float)
         softmax = kernel.exps / (gpu.exp_rate.value * share / gpu.compute_units.value)
         compute = np.maximum(compute, softmax) + SOFTMAX_EXPOSED * np.minimum(compute, softmax)
-    memory = (kernel.bytes + partial_sum_bytes(kernel, split)) / _bandwidth(gpu, kernel)
+    traffic = kernel.bytes + _partial_sum_bytes(kernel, split)
+    memory = traffic / _bandwidth(gpu, kernel)
     time = np.maximum(compute, memory) + (gpu.launch_overhead.value if launch else 0.0)
-    return KernelTime(time, compute, memory, kernel.flops / time, ceiling)
+    return KernelTime(time, compute, memory, kernel.flops / time, ceiling, split, traffic)
 
 
 def _bandwidth(gpu: GPU, kernel: Kernel) -> float:
     return achievable_bandwidth(gpu) * kernel.bandwidth_share
 
 
-def partial_sum_bytes(kernel: Kernel, split: ArrayLike) -> np.ndarray | float:
+def _partial_sum_bytes(kernel: Kernel, split: ArrayLike) -> np.ndarray | float:
     """Bytes a split-K GEMM adds: its ``s`` FP32 partial outputs written and read back, ``8 s m n``."""
     if kernel.shape is None:
         return 0.0
@@ -140,7 +144,7 @@ def split_k(gpu: GPU, kernel: Kernel, units: ArrayLike | None = None) -> np.ndar
     guide shows full-size GEMMs keeping their wave quantization). Such a GEMM's k loop may be cut into
     ``s <= min(U / t, SPLIT_K_MAX)`` slices, one wave of ``t s`` tiles ``k / s`` deep: compute time
     ``a / s + c`` (wave efficiency ``t s / SMs``, depth efficiency ``k / (k + s K0 r)``), memory time
-    ``b + 8 m n s / BW`` (the FP32 partial outputs, :func:`partial_sum_bytes`). The best ``s`` is 1 or a
+    ``b + 8 m n s / BW`` (the FP32 partial outputs, :func:`_partial_sum_bytes`). The best ``s`` is 1 or a
     whole number next to where the two meet, ``d s^2 + (b - c) s - a = 0`` with ``d = 8 m n / BW``."""
     if kernel.shape is None or np.any(np.asarray(kernel.shape[3]) != 1):
         return 1

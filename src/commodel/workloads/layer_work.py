@@ -18,7 +18,7 @@ from numpy.typing import ArrayLike
 
 from commodel.compute.kernels import Kernel, gemm_backward
 from commodel.compute.precision import Precision, precision
-from commodel.compute.roofline import kernel_time, partial_sum_bytes, split_k
+from commodel.compute.roofline import kernel_time
 from commodel.hardware.cluster import Cluster
 from commodel.hardware.schema import GPU
 from commodel.overlap import Window
@@ -277,11 +277,8 @@ def kernel_row(gpu: GPU, kernel: Kernel, time: ArrayLike) -> dict[str, object]:
     launch), dtype, GFLOP, MB of HBM traffic, roofline ``bound`` (compute, with the special-function
     units' exponentials, memory, or the launch floor), achieved TFLOP/s and GB/s; a GEMM's split-K
     factor where it has one (:func:`~commodel.compute.roofline.split_k`; its MB count the partial sums)."""
-    roofline, seconds, split = (
-        kernel_time(gpu, kernel, launch=False),
-        first_design(time),
-        split_k(gpu, kernel),
-    )
+    roofline, seconds = kernel_time(gpu, kernel, launch=False), first_design(time)
+    split = first_design(roofline.split_k)
     if first_design(roofline.time_s) < seconds:
         bound = "launch"
     else:
@@ -290,8 +287,8 @@ def kernel_row(gpu: GPU, kernel: Kernel, time: ArrayLike) -> dict[str, object]:
     if kernel.shape is not None:
         m, n, depth, b = (first_design(v) for v in kernel.shape)
         shape = f"{m:.0f} x {n:.0f} x {depth:.0f}" + (f" ({b:.0f} grouped)" if b > 1 else "")
-        shape += f" (split-K {first_design(split):.0f})" if first_design(split) > 1 else ""
-    flops, traffic = first_design(kernel.flops), first_design(kernel.bytes + partial_sum_bytes(kernel, split))
+        shape += f" (split-K {split:.0f})" if split > 1 else ""
+    flops, traffic = first_design(kernel.flops), first_design(roofline.traffic)
     return {
         "kernel": kernel.label or kernel.name, "shape": shape, "dtype": kernel.dtype, "gflop": flops / 1e9,
         "mb": traffic / 1e6, "bound": bound, "tflops": flops / seconds / 1e12, "gbps": traffic / seconds / 1e9,
