@@ -13,6 +13,7 @@ from commodel.validate import (
     summary,
     validation_table,
 )
+from commodel.workloads.run import train
 
 MiB = 2**20
 
@@ -150,7 +151,7 @@ def test_new_recipe_rows_in_the_shared_format_are_modelled(tmp_path, monkeypatch
         + "h1-70b,training,64xH100-SXM,64,8,train llama3-70b FP8-CS gbs128 mbs1 tp4 pp8 vp5 ga64,,,"
         "tokens_per_s_per_gpu,1600,tok/s,test\n"
         + "x-1,training,8xH100-SXM,8,1,train nemotron-9z BF16 gbs8 mbs1,,,tokens_per_s_per_gpu,1,tok/s,test\n"
-        + "x-2,training,8xH100-SXM,8,1,train llama3-8b BF16 gbs8 mbs1 etp2,,,tokens_per_s_per_gpu,1,tok/s,test\n"
+        + "x-2,training,8xH100-SXM,8,1,train llama3-8b BF16 gbs8 mbs1 sp2,,,tokens_per_s_per_gpu,1,tok/s,test\n"
         + "x-3,training,H100-SXM,,,train llama3-8b BF16 gbs8 mbs1,,,tokens_per_s_per_gpu,1,tok/s,test\n"
         + "g-1,gemm,B200-SXM,1,1,gemm bf16 8192^3,,,throughput,1500,TFLOP/s,test\n"
         + "l-1,latency,8xH100-SXM,2,1,put,,,time,2,us,test\n"
@@ -168,7 +169,7 @@ def test_new_recipe_rows_in_the_shared_format_are_modelled(tmp_path, monkeypatch
     assert rows.note["l-1"] == "not modelled yet: no latency setting for row 'l-1' yet (validate.py)"
     assert rows.note["b2-8b"] == "" and rows.note["h1-70b"] == ""
     assert "unknown model 'nemotron-9z'" in rows.note["x-1"]
-    assert "cannot read 'etp2'" in rows.note["x-2"]
+    assert "cannot read 'sp2'" in rows.note["x-2"]
     assert rows.note["x-3"] == "not modelled yet: the row gives no GPU count"
 
 
@@ -187,3 +188,22 @@ def test_a_recipe_reads_as_the_job_it_states():
     assert fsdp.note == "states dp32 where its 64 GPUs and batch give dp64"
     with pytest.raises(CommodelError, match="not 'train MODEL DTYPE"):
         recipe_run("serve llama3-8b tp1", 8, "dgx-h100", "mfu")
+
+
+def test_a_moe_recipe_runs_its_experts_without_tensor_parallelism_unless_it_says():
+    """Megatron-Bridge's MoE recipes set expert_tensor_parallel_size 1 (Megatron-Core's default is tp):
+    a recipe row that states no etp reads as etp 1, which is what lets Qwen3-235B's tp 2 x ep 32 fold
+    over 256 H100 at all; a stated etp is read; a dense model keeps the default (tp)."""
+    description = "train qwen3-235b-a22b BF16 seq4096 gbs2048 mbs1 tp2 pp8 vp4 ep32"
+    run = recipe_run(description, 256, "dgx-h100", "tokens_per_s_per_gpu")
+    assert run.job.etp == 1 and run.job.tp == 2
+    assert train(run.job)["tokens_per_s"] > 0
+    with pytest.raises(CommodelError, match="expert tp x ep must divide"):
+        train(recipe_run(description + " etp2", 256, "dgx-h100", "tokens_per_s_per_gpu").job)
+    dsv3 = "train deepseek-v3 FP8-SC seq4096 gbs8192 mbs1 tp2 pp8 vp4 ep64"
+    one, two = (
+        recipe_run(dsv3 + extra, 1024, "dgx-h100", "tokens_per_s_per_gpu").job for extra in ("", " etp2")
+    )
+    assert (one.etp, two.etp, one.dtype) == (1, 2, "fp8-block")
+    assert train(one)["tokens_per_s"] > train(two)["tokens_per_s"]  # no gather and scatter over etp
+    assert recipe_run("train llama3-70b BF16 gbs128 mbs1 tp4 pp8", 64, "dgx-h100", "mfu").job.etp is None

@@ -148,23 +148,31 @@ class Run:
     note: str = ""
 
 
-#: Training precisions as Megatron-Bridge's performance tables name them.
+#: Training precisions as Megatron-Bridge's and NeMo's performance tables name them: current scaling
+#: (CS), MXFP8 (MX), sub-channel (SC, SS: blockwise, 1 x 128 tiles) and delayed scaling (DS: per
+#: tensor, priced as current scaling, whose extra amax pass is 2 B per cast element).
 RECIPE_DTYPES = {
     "bf16": "bf16",
     "fp16": "fp16",
     "fp8": "fp8",
     "fp8-cs": "fp8",
+    "fp8-ds": "fp8",
     "fp8-mx": "mxfp8",
     "mxfp8": "mxfp8",
+    "fp8-sc": "fp8-block",
+    "fp8-ss": "fp8-block",
+    "fp8-block": "fp8-block",
 }
 #: Layout sizes a recipe description may give (``tp2``, ``gbs128``, ...), and the flag ``fsdp``.
-RECIPE_SIZES = ("seq", "gbs", "mbs", "tp", "pp", "cp", "vp", "ep", "dp", "ga")
+RECIPE_SIZES = ("seq", "gbs", "mbs", "tp", "pp", "cp", "vp", "ep", "etp", "dp", "ga")
 
 
 def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
     """A training row described as Megatron-Bridge's performance tables give a recipe, ``train MODEL
-    DTYPE [seqS] gbsG mbsM [fsdp] [tpT ppP cpC vpV epE dpD gaA]``, as a job on ``gpus`` GPUs of
-    ``system``: the layout as stated (sizes not given are 1, the sequence the model's own), distributed
+    DTYPE [seqS] gbsG mbsM [fsdp] [tpT ppP cpC vpV epE etpE dpD gaA]``, as a job on ``gpus`` GPUs of
+    ``system``: the layout as stated (sizes not given are 1, the sequence the model's own; a MoE
+    model's expert tensor parallelism 1, as Megatron-Bridge's MoE recipes set
+    ``expert_tensor_parallel_size``, where Megatron-Core's own default would be tp), distributed
     optimizer (or FSDP), communication overlapped, sequence parallelism with tensor parallelism and
     Transformer Engine's userbuffers overlap of its communication (the recipes' ``tp_comm_overlap``,
     with NeMo's per-GPU userbuffers configurations), and the recomputation the recipe needs to fit
@@ -192,6 +200,7 @@ def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
     job = training_job(
         model=words[1], system=system, gpus=gpus, dtype=RECIPE_DTYPES[words[2].lower()], tp=tp, pp=pp, cp=cp,
         vpp=sizes.get("vp", 1), ep=sizes.get("ep", 1), micro_batch=sizes.get("mbs", 1),
+        etp=sizes.get("etp", 1 if get_model(words[1]).moe is not None else None),
         global_batch=sizes.get("gbs", 1024), seq=sizes.get("seq"), zero=3 if "fsdp" in sizes else 1,
         sequence_parallel=tp > 1, recompute="auto", overlap="sm-partition",
         tp_overlap="userbuffers" if tp > 1 else "none",
