@@ -17,3 +17,20 @@ def test_validation_page_matches_the_models():
     generated = page.split(MARKER, 1)[1].strip()
     current = CliRunner().invoke(app, COMMAND).output.strip()
     assert generated == current, "docs/validation.md is stale: regenerate it with docs/regenerate.sh"
+
+
+def test_the_readme_python_example_runs_and_one_job_is_one_row():
+    """The README's library example runs as written, and its batch gives the scalar call's numbers for
+    the same job (one evaluator behind both)."""
+    readme = (DOCS.parent / "README.md").read_text()
+    code = readme.split("## From Python", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    names: dict = {}
+    exec(compile(code, "README.md", "exec"), names)
+    table, result = names["table"], names["result"]
+    assert table["valid"].all() and len(table) == 3
+    alone = names["train"](
+        model="llama3-70b", system="dgx-h100", gpus=64, tp=8, pp=4, dtype="fp8", recompute="auto"
+    )
+    row = table[table.tp == 8].iloc[0]
+    assert row.step_time_s == alone["step_time_s"] and row.mfu == alone["mfu"]
+    assert 0 < result["mfu"] < 1
