@@ -32,8 +32,11 @@ WEIGHT_BYTES, OPTIMIZER_BYTES = 2.0, 12.0
 #: column-wise FP8 copies Transformer Engine keeps of them.
 FP8_BESIDE_BF16_BYTES = 4.0
 
-#: HBM kept free for the CUDA context, NCCL buffers, workspaces and allocator fragmentation (assumed).
-RESERVED_FRACTION = 0.10
+#: HBM kept free whatever the GPU's size: the CUDA context, NCCL's communicator buffers (NVLS's
+#: multicast buffers among them), cuBLAS and userbuffers workspaces (assumed).
+RESERVED_BYTES = 2 * 2**30
+#: HBM the caching allocator leaves unusable, in proportion to what it holds (fragmentation; assumed).
+RESERVED_FRACTION = 0.05
 
 #: Activation bytes per token per layer that tensor parallelism without sequence parallelism does not
 #: split: layer norm inputs and outputs and dropout masks (Korthikanti et al. 2022: 10 s b h).
@@ -183,10 +186,11 @@ def memory_per_gpu(model: Transformer, x: Layout, attention_impl: str = "flash")
 
 
 def usable_memory(capacity_bytes: float) -> float:
-    """HBM a training job can use: the capacity less :data:`RESERVED_FRACTION`."""
-    return capacity_bytes * (1 - RESERVED_FRACTION)
+    """HBM a training job can use: the capacity less :data:`RESERVED_BYTES` and
+    :data:`RESERVED_FRACTION` of it."""
+    return capacity_bytes * (1 - RESERVED_FRACTION) - RESERVED_BYTES
 
 
 def fits(total_bytes: np.ndarray, capacity_bytes: float) -> np.ndarray:
-    """Whether ``total_bytes`` fits in HBM after :data:`RESERVED_FRACTION` is set aside."""
+    """Whether ``total_bytes`` fits in the HBM a job can use (:func:`usable_memory`)."""
     return total_bytes <= usable_memory(capacity_bytes)
