@@ -197,6 +197,7 @@ def test_a_moe_recipe_runs_its_experts_without_tensor_parallelism_unless_it_says
     description = "train qwen3-235b-a22b BF16 seq4096 gbs2048 mbs1 tp2 pp8 vp4 ep32"
     run = recipe_run(description, 256, "dgx-h100", "tokens_per_s_per_gpu")
     assert run.job.etp == 1 and run.job.tp == 2
+    assert run.note == "reads etp1, Megatron-Bridge's MoE recipes' expert tensor parallelism"
     assert train(run.job)["tokens_per_s"] > 0
     with pytest.raises(CommodelError, match="expert tp x ep must divide"):
         train(recipe_run(description + " etp2", 256, "dgx-h100", "tokens_per_s_per_gpu").job)

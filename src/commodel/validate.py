@@ -192,20 +192,22 @@ def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
     dp = max(gpus // (tp * pp * cp), 1)
     derived = {"dp": dp, "ga": sizes.get("gbs", 1024) // (sizes.get("mbs", 1) * dp)}
     off = {k: v for k, v in derived.items() if sizes.get(k, v) != v}
-    note = ""
+    notes, moe = [], get_model(words[1]).moe is not None
     if off:
         stated = ", ".join(f"{k}{sizes[k]}" for k in off)
         given = ", ".join(f"{k}{v}" for k, v in off.items())
-        note = f"states {stated} where its {gpus} GPUs and batch give {given}"
+        notes.append(f"states {stated} where its {gpus} GPUs and batch give {given}")
+    if moe and tp > 1 and "etp" not in sizes:  # where Megatron-Core's default would split experts tp ways
+        notes.append("reads etp1, Megatron-Bridge's MoE recipes' expert tensor parallelism")
     job = training_job(
         model=words[1], system=system, gpus=gpus, dtype=RECIPE_DTYPES[words[2].lower()], tp=tp, pp=pp, cp=cp,
         vpp=sizes.get("vp", 1), ep=sizes.get("ep", 1), micro_batch=sizes.get("mbs", 1),
-        etp=sizes.get("etp", 1 if get_model(words[1]).moe is not None else None),
+        etp=sizes.get("etp", 1 if moe else None),
         global_batch=sizes.get("gbs", 1024), seq=sizes.get("seq"), zero=3 if "fsdp" in sizes else 1,
         sequence_parallel=tp > 1, recompute="auto", overlap="sm-partition",
         tp_overlap="userbuffers" if tp > 1 else "none",
     )  # fmt: skip
-    return Run(job, metric, note=note)
+    return Run(job, metric, note="; ".join(notes))
 
 
 def llama3_405b_run(gpus: int) -> TrainingJob:
