@@ -83,20 +83,37 @@ def test_multi_domain_trees_beat_rings_as_measured(table):
 
 
 def test_held_out_training_runs_hold(table):
-    """Megatron 1T (A100), Llama 3 405B on 8K and 16K GPUs and GPT-3 (H100), DeepSeek-V3 (H800), and
-    the Megatron-Bridge recipes on GB200 and GB300: one row calibrates the MXFP8 cast speed, the 22
-    others are held out; the dense ones within 20% (median 8%) but the Llama 3 405B pair, whose known
-    gap is stated (within 35%), all of them median 8%."""
+    """Megatron 1T (A100), Llama 3 405B's three runs and GPT-3 (H100), DeepSeek-V3 (H800), and the
+    Megatron-Bridge recipes on GB200 and GB300: one row calibrates the MXFP8 cast speed, the 23
+    others are held out; the dense ones within 20% (median 8%) but the Llama 3 405B runs, whose known
+    gap is stated (within 30%), all of them median 8%."""
     training = table[(table.kind == "training") & table.error_pct.notna()]
     held_out = training[training.role == "validation"]
     dense = held_out[~held_out.experts]
-    assert len(training) == 23 and len(held_out) == 22 and len(dense) == 11
+    assert len(training) == 24 and len(held_out) == 23 and len(dense) == 12
     assert not dense.id.str.contains("dsv3|deepseek|gptoss|qwen3").any()
     gapped = dense.id.isin(validate.KNOWN_GAPS)
-    assert set(dense[gapped].id) == {"llama3-405b-8k", "llama3-405b-16k"}
-    assert dense[~gapped].error_pct.abs().max() <= 20 and dense[gapped].error_pct.abs().max() <= 35
+    assert set(dense[gapped].id) == {f"llama3-405b-{k}" for k in ("8k", "16k", "128k")}
+    assert dense[~gapped].error_pct.abs().max() <= 20 and dense[gapped].error_pct.abs().max() <= 30
     assert dense.error_pct.abs().median() <= 8
     assert held_out.error_pct.abs().median() <= 8
+
+
+def test_the_llama3_paper_counts_attention_causally_as_its_three_runs_show(table):
+    """Counted causally, the Llama 3 paper's three runs (8K tokens on 8K and 16K GPUs, 128K on 16K
+    with cp 16) sit within 1 point of one error; counted in full, the 128K run's error would be 40
+    points above the 8K ones', its attention being most of its FLOPs. The offset is a level, not a
+    layout: the model has what the runs' relative costs are."""
+    from commodel.validate import TRAINING_RUNS, Run, training_metric
+
+    runs = table.set_index("id").loc[[f"llama3-405b-{k}" for k in ("8k", "16k", "128k")]]
+    assert np.ptp(runs.error_pct) < 1
+    full = {}
+    for name, row in runs.iterrows():
+        run = TRAINING_RUNS[name]
+        model = training_metric(Run(run.job, run.metric, causal=False), train(run.job))
+        full[name] = 100 * (model / row.measured - 1)
+    assert full["llama3-405b-128k"] - full["llama3-405b-8k"] > 40
 
 
 def test_deepep_tables_hold_beyond_the_two_rows_fit(table):
