@@ -908,6 +908,37 @@ def test_fp8_dispatch_halves_the_bytes_towards_the_experts_only():
     assert train(**dense, fp8_dispatch=True)["step_time_s"] == train(**dense)["step_time_s"]
 
 
+def test_fp8_activation_inputs_take_one_byte_each_and_cost_no_time():
+    """Megatron's --activation-func-fp8-input-store (DeepSeek-V3's cached SwiGLU inputs): every
+    activation function keeps its input, FC1's gate and up outputs, in FP8: a dense SwiGLU layer holds
+    2 f bytes less per token, a MoE layer 2 f per routed copy (top_k of them), on any recipe; the
+    step's time does not change."""
+    from commodel.workloads.transformer import activation_bytes_per_token
+
+    for name, dtype in (("llama3-8b", "bf16"), ("qwen3-30b-a3b", "fp8")):
+        net = model(name)
+        width, copies = (net.ffn_hidden, 1) if net.moe is None else (net.moe.expert_ffn_hidden, net.moe.top_k)
+        kept, fp8 = (
+            activation_bytes_per_token(net, 0, recipe=precision(dtype), fp8_activation_input=on)
+            for on in (False, True)
+        )
+        assert kept - fp8 == pytest.approx(2 * width * copies)
+        job = dict(
+            model=name,
+            system="dgx-h100",
+            gpus=8,
+            ep=8 if net.moe else 1,
+            global_batch=64,
+            seq=4096,
+            dtype=dtype,
+        )
+        off, on = train(**job), train(**job, fp8_activation_input=True)
+        assert (
+            on["memory_per_gpu_bytes"] < off["memory_per_gpu_bytes"]
+            and on["step_time_s"] == off["step_time_s"]
+        )
+
+
 def test_deepep_crosses_the_network_once_per_node_and_group_limited_routing_caps_the_nodes():
     """DeepEP (Megatron's flex dispatcher) sends a token over the network once per remote node its
     experts land on and forwards it over NVLink there, once per GPU holding any of its experts; NCCL's

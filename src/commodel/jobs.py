@@ -270,6 +270,12 @@ class TrainingJob(Job):
         description="Send expert inputs, and the gradients towards the experts, in FP8 with per-128 scales "
         "(DeepSeek-V3; DeepEP); combines stay BF16.",
     )
+    fp8_activation_input: bool = Field(
+        False,
+        description="Keep the MLP activation function's input (FC1's output) in FP8 for the backward pass "
+        "(Megatron's --activation-func-fp8-input-store; DeepSeek-V3 caches SwiGLU's input so): 1 B per "
+        "element where BF16 keeps 2. Memory only.",
+    )
     fp8_param_gather: bool = Field(
         True,
         description="Under FP8, keep the primary weights in FP8 and gather them so (Megatron's "

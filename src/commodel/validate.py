@@ -264,12 +264,11 @@ TRAINING_RUNS: dict[str, Run] = {
     # 15360, one multi-token prediction module, experts reached on at most 4 nodes (the model's
     # group-limited routing) by the report's all-to-all kernels (DeepEP: a token crosses IB once per
     # node, then NVLink) on 20 SMs, dispatching in FP8, the norms and MLA's up-projections recomputed
-    # (section 3.3.4). DualPipe runs one
+    # (section 3.3.4), SwiGLU's inputs cached in FP8 (section 3.3.3). DualPipe runs one
     # micro-batch's all-to-alls beside another's compute: the 1F1B expert-parallel overlap is that
     # mechanism, under DualPipe's schedule and bubble. The report does not give its layers per stage;
     # the row takes the split that carries the prediction module and the logits: 4 layers per stage, 1
-    # on the last (assumed). The report's FP8 activation caching is not modelled; what else this model
-    # needs to fit, auto chooses.
+    # on the last (assumed). What else this model needs to fit, auto chooses.
     "deepseek-v3-h800": Run(
         training_job(
             model="deepseek-v3",
@@ -291,6 +290,7 @@ TRAINING_RUNS: dict[str, Run] = {
             dispatcher="deepep",
             ep_sms=20,
             recompute_modules="layernorm,mla_up_proj",
+            fp8_activation_input=True,
         ),
         "tokens_per_s_per_gpu",
     ),

@@ -136,6 +136,7 @@ def job_layout(columns: dict[str, np.ndarray], rows: np.ndarray, net: Transforme
         ends_as_layers=flag("ends_as_layers"), fp32_grads=flag("grad_reduce_in_fp32"),
         mtp=col("mtp_layers"), etp=np.nan_to_num(col("etp")), fp8_dispatch=flag("fp8_dispatch"),
         ep_sms=np.nan_to_num(col("ep_sms")), fp8_param_gather=flag("fp8_param_gather"),
+        fp8_activation_input=flag("fp8_activation_input"),
         recompute_modules=per_distinct(module_bits, np.asarray(columns["recompute_modules"])[rows]),
         deepep=np.asarray(columns["dispatcher"])[rows] == "deepep",
     )  # fmt: skip

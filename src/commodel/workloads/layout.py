@@ -57,7 +57,8 @@ class Layout:
     multi-token prediction modules (on the last stage); ``etp``: the experts' tensor-parallel size
     (0: tp, Megatron's default; :attr:`expert_tp`); ``fp8_dispatch``: expert inputs dispatched in FP8;
     ``fp8_param_gather``: under FP8, primary weights kept and gathered in FP8 (Megatron's
-    ``--fp8-param-gather``);
+    ``--fp8-param-gather``); ``fp8_activation_input``: the MLP activation's input kept in FP8 for the
+    backward pass (Megatron's ``--activation-func-fp8-input-store``);
     ``deepep``: experts dispatched by DeepEP (:data:`DISPATCHERS`) instead of NCCL's all-to-all;
     ``ep_sms``: SMs the expert all-to-all kernels hold (0: the collective library's CTAs, or
     DeepEP's :data:`~commodel.workloads.moe_dispatch.DEEPEP_SMS`);
@@ -87,6 +88,7 @@ class Layout:
     etp: np.ndarray
     fp8_dispatch: np.ndarray
     fp8_param_gather: np.ndarray
+    fp8_activation_input: np.ndarray
     ep_sms: np.ndarray
     recompute_modules: np.ndarray
     deepep: np.ndarray
@@ -168,6 +170,7 @@ def make_layout(
     etp: ArrayLike = 0,
     fp8_dispatch: ArrayLike = False,
     fp8_param_gather: ArrayLike = True,
+    fp8_activation_input: ArrayLike = False,
     ep_sms: ArrayLike = 0,
     recompute_modules: ArrayLike = 0,
     deepep: ArrayLike = False,
@@ -186,6 +189,7 @@ def make_layout(
         "fp32_grads",
         "fp8_dispatch",
         "fp8_param_gather",
+        "fp8_activation_input",
         "deepep",
     )
     arrays = {

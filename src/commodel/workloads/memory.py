@@ -118,7 +118,7 @@ def memory_parts(
         return per_param * (dense / np.where(on, shard_dense, 1) + experts / np.where(on, shard_experts, 1))
 
     per_token = activation_bytes_per_token(
-        model, x.recompute, x.seq / x.cp, attention_impl, recipe, x.recompute_modules
+        model, x.recompute, x.seq / x.cp, attention_impl, recipe, x.recompute_modules, x.fp8_activation_input
     )
     replicated = REPLICATED_WITHOUT_SP * model.hidden
     split = np.where(

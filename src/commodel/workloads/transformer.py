@@ -441,6 +441,7 @@ def activation_bytes_per_token(
     attention_impl: str = "flash",
     recipe: Precision | None = None,
     modules: ArrayLike = 0,
+    fp8_activation_input: ArrayLike = False,
 ) -> np.ndarray:
     """Activation bytes stored per token per layer before tensor/sequence splitting.
 
@@ -456,6 +457,9 @@ def activation_bytes_per_token(
     the linear layers keep their quantized inputs (1 B) for the backward pass; everything else is
     BF16 (2 B), the MoE router's input (the MLP's norm output: the router GEMM runs in BF16) too.
     Unfused attention adds Korthikanti's ``5 n_h s`` for scores, softmax output and dropout mask.
+    With ``fp8_activation_input`` the activation functions keep their inputs (the FC1 outputs) in FP8,
+    1 B per element (Megatron's ``--activation-func-fp8-input-store``, DeepSeek-V3 report section
+    3.3.3), whatever the recipe.
 
     recompute 0 = none, 1 = selective (Megatron's checkpointed attention core: its inputs Q, K, V are
     kept, and what the core stores itself is dropped: the unfused scores, softmax and dropout mask;
@@ -488,9 +492,11 @@ def activation_bytes_per_token(
         qkv += (2 + linear) * (model.mla.q_lora_rank + model.mla.kv_lora_rank)
     attention_part = linear * h + qkv + attention_out + mask * h
 
-    def inside(width: float) -> float:
+    fc1_out = 2.0 - np.asarray(fp8_activation_input, dtype=float)  # bytes per FC1 output element
+
+    def inside(width: float) -> np.ndarray:
         """What an MLP of ``width`` holds past its input: FC1's output and the activation output."""
-        return 2 * up * width + linear * width
+        return fc1_out * up * width + linear * width
 
     # A dense layer's MLP: its norm output (FC1's input) and inside; a MoE layer's: the norm output in
     # BF16 (the router's input), the experts' permuted copies and their insides, the shared experts'
