@@ -762,7 +762,7 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
         last_layers=np.where(lighter_last, 2, 0), ends_as_layers=ends_as_layers,
         etp=np.where(sp & (rng.random(n) < 0.3), 1, 0),
         recompute_modules=np.bitwise_and(rng.integers(0, 8, n), 1 | 2 * (net.moe is not None) | 4 * (net.mla is not None)),
-        deepep=(net.moe is not None) & (rng.random(n) < 0.5),
+        deepep=(net.moe is not None) & (rng.random(n) < 0.5), fp8_activation_input=rng.random(n) < 0.3,
     )  # fmt: skip
     ok = valid(net, x, gpus)
     assert ok.sum() >= 2000, ok.sum()
