@@ -1147,3 +1147,24 @@ def test_fp8_dispatch_casts_each_token_once_before_the_all_to_all():
     for label in ("cast expert fc1 grad", "cast expert fc2 input"):  # what the all-to-alls do not carry
         assert cast_mb(after, label) == pytest.approx(cast_mb(before, label))
     assert before["step_time_s"] < after["step_time_s"]
+
+
+@pytest.mark.parametrize(("pp", "ep"), [(2, 8), (1, 256)])  # 32 local experts, or one
+def test_each_dispatcher_permutes_the_tokens_where_megatron_core_does(pp, ep):
+    """Megatron-Core's all-to-all dispatcher permutes a GPU's tokens to their experts before sending
+    and back after the combine, and sorts the received chunks by local expert where a GPU holds
+    several; its flex dispatcher (DeepEP) sends the tokens unpermuted and permutes only the received
+    copies into its experts' order and back, on any number of local experts."""
+    job = dict(model="deepseek-v3", system="gb200-nvl72", gpus=256, pp=pp, ep=ep, seq=4096, global_batch=256,
+               dtype="mxfp8", kernels=True)  # fmt: skip
+    alltoall, deepep = train(**job), train(**job, dispatcher="deepep")
+
+    def calls(result, label):
+        return [(r["forward"], r["backward"]) for r in result["kernels"] if r["kernel"] == label]
+
+    moe = model("deepseek-v3").moe_layers / model("deepseek-v3").layers
+    assert calls(alltoall, "token permute") == [(2 * moe, 2 * moe)]
+    sorts = 2 * moe if ep < 256 else 0.0
+    assert calls(alltoall, "token sort") == [(sorts, sorts)]
+    assert calls(deepep, "token permute") == [(0.0, 0.0)]
+    assert calls(deepep, "received-token permute") == [(2 * moe, 2 * moe)]

@@ -241,6 +241,7 @@ def layer_kernels(
     expert_load: ArrayLike = 1.0,
     etp: ArrayLike | None = None,
     fp8_dispatch: ArrayLike = False,
+    deepep: ArrayLike = False,
 ) -> LayerKernels:
     """Forward kernels of one layer on one GPU for ``tokens`` = micro_batch x seq / cp local tokens.
 
@@ -256,7 +257,9 @@ def layer_kernels(
     routed experts touch no tensor-parallel collective of the layer (the dispatcher gathers and
     scatters their tokens); the tokens are permuted to their experts and back (and, across GPUs
     holding several experts each, the received ones sorted by local expert after the dispatch and
-    back before the combine, as Megatron's all-to-all dispatcher does). With ``fp8_dispatch`` under
+    back before the combine, as Megatron's all-to-all dispatcher does; with ``deepep``, Megatron-Core's
+    flex dispatcher sends the tokens unpermuted and permutes the received ones into its experts' order
+    and back, whatever their number). With ``fp8_dispatch`` under
     an FP8 recipe the experts' inputs are quantized before the dispatch and their output gradients
     before the combine's backward (DeepSeek-V3 report, section 3.3.2), once per token the GPU holds,
     where the received copies (``top_k`` per token) would each be cast after it. Sliding-window layers
@@ -351,16 +354,22 @@ def layer_kernels(
         if m.shared_experts:
             shared = mlp(T, m.shared_experts * m.expert_ffn_hidden, moe_share, t, name="shared ")
             activations.append((T * m.shared_experts * m.expert_ffn_hidden / t, moe_share, "shared_experts"))
-        # Permute tokens to their experts and back (each a read and a write of top_k copies), both
-        # passes; Megatron's all-to-all dispatcher also sorts the received chunks by local expert
-        # and back when a GPU holds several experts (``sort_chunks_by_idxs``): two more passes.
+        # Megatron's all-to-all dispatcher permutes the tokens to their experts before sending and
+        # back after the combine (each a read and a write of top_k copies), and sorts the received
+        # chunks by local expert and back when a GPU holds several (``sort_chunks_by_idxs``): two
+        # passes more. Its flex dispatcher (DeepEP) sends the tokens as they are and permutes the
+        # received ones into its experts' order and back (``get_permuted_hidden_states_by_experts``,
+        # ``get_restored_hidden_states_by_experts``): the received copies' two passes only.
+        deep = np.asarray(deepep, dtype=bool)
         permute = named(elementwise(sp_tokens * m.top_k * h, high, reads=1, writes=1), "token permute")
-        received = named(elementwise(per_expert * local * h, high, reads=1, writes=1), "token sort")
-        sorts = moe_share * np.where((e > 1) & (local > 1), 2.0, 0.0)
-        memory_bound += [(permute, 2 * moe_share, 2 * moe_share), (received, sorts, sorts)]
+        label = "received-token permute" if deep.all() else "token sort"
+        received = named(elementwise(per_expert * local * h, high, reads=1, writes=1), label)
+        permutes = moe_share * np.where(deep, 0.0, 2.0)
+        sorts = moe_share * np.where(deep | ((e > 1) & (local > 1)), 2.0, 0.0)
+        memory_bound += [(permute, permutes, permutes), (received, sorts, sorts)]
         routing = [
             (named(gemm(sp_tokens, m.experts, h, high), "router"), moe_share),
-            (permute, 2 * moe_share),
+            (permute, permutes),
             (received, sorts),
         ]
     # The GEMMs by the recompute module that runs them again (the rest of attention's: by none).
