@@ -212,6 +212,23 @@ def test_a_recipe_reads_as_the_job_it_states():
         recipe_run("serve llama3-8b tp1", 8, "dgx-h100", "mfu")
 
 
+def test_a_recipe_reduces_gradients_in_bf16_and_splits_its_pipeline_as_megatron_bridge_does():
+    """Megatron-Bridge's performance recipes reduce gradients in BF16 (``grad_reduce_in_fp32 = False``),
+    and its Llama 3.1 405B and Qwen3-235B recipes count the embedding and the loss as a layer each in
+    the pipeline split: 126 layers in 16 stages of 4 chunks are 7, 8 x 14, 7."""
+    big = recipe_run(
+        "train llama3-405b FP8-CS gbs1536 mbs1 tp4 pp16 cp1 vp4", 256, "gb200-nvl72", "tokens_per_s_per_gpu"
+    ).job
+    qwen = recipe_run(
+        "train qwen3-235b-a22b BF16 seq4096 gbs8192 mbs1 pp8 vp3 ep32", 256, "gb200-nvl72", "mfu"
+    ).job
+    small = recipe_run("train llama3-8b FP8-CS gbs128 mbs2 pp2", 8, "gb200-nvl72", "mfu").job
+    assert not (big.grad_reduce_in_fp32 or qwen.grad_reduce_in_fp32 or small.grad_reduce_in_fp32)
+    assert big.ends_as_layers and qwen.ends_as_layers and not small.ends_as_layers
+    assert train(big)["stage_layers"] == ",".join(["7"] + ["8"] * 14 + ["7"])
+    assert train(qwen)["stage_layers"] == ",".join(["11"] + ["12"] * 6 + ["11"])
+
+
 def test_a_moe_recipe_runs_its_experts_without_tensor_parallelism_unless_it_says():
     """Megatron-Bridge's MoE recipes set expert_tensor_parallel_size 1 (Megatron-Core's default is tp):
     a recipe row that states no etp reads as etp 1, which is what lets Qwen3-235B's tp 2 x ep 32 fold

@@ -213,7 +213,8 @@ class TrainingJob(Job):
     grad_reduce_in_fp32: bool = Field(
         True,
         description="Accumulate and reduce gradients in FP32 (4 B each; Megatron-LM's default under BF16 and "
-        "the Megatron-Bridge recipes'); off: BF16 gradients (Megatron's --grad-reduce-in-bf16).",
+        "Megatron-Bridge's training recipes'); off: BF16 gradients (Megatron's --grad-reduce-in-bf16; "
+        "Megatron-Bridge's performance recipes).",
     )
     ends_as_layers: bool = Field(
         False,

@@ -164,6 +164,11 @@ RECIPE_DTYPES = {
 }
 #: Layout sizes a recipe description may give (``tp2``, ``gbs128``, ...), and the flag ``fsdp``.
 RECIPE_SIZES = ("seq", "gbs", "mbs", "tp", "pp", "cp", "vp", "ep", "etp", "dp", "ga")
+#: Models whose Megatron-Bridge pretraining recipe counts the embedding and the loss as a layer each in
+#: the pipeline split (``account_for_embedding_in_pipeline_split``, ``account_for_loss_in_pipeline_split``;
+#: Megatron-Bridge 0.3.1 ``recipes/llama/llama3.py`` and ``recipes/qwen/qwen3_moe.py``): their 126 and 94
+#: layers fill ``pp x vp`` chunks evenly only with the two ends added.
+RECIPE_ENDS_AS_LAYERS = ("llama3-405b", "qwen3-235b-a22b")
 
 
 def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
@@ -171,8 +176,11 @@ def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
     DTYPE [seqS] gbsG mbsM [fsdp] [tpT ppP cpC vpV epE etpE dpD gaA]``, as a job on ``gpus`` GPUs of
     ``system``: the layout as stated (sizes not given are 1, the sequence the model's own; a MoE
     model's expert tensor parallelism 1, as Megatron-Bridge's MoE recipes set
-    ``expert_tensor_parallel_size``, where Megatron-Core's own default would be tp), distributed
-    optimizer (or FSDP), communication overlapped, sequence parallelism with tensor parallelism and
+    ``expert_tensor_parallel_size``, where Megatron-Core's own default would be tp; the pipeline
+    split of :data:`RECIPE_ENDS_AS_LAYERS`), distributed optimizer (or FSDP), gradients reduced in
+    BF16 (the benchmark mode of Megatron-Bridge's performance recipes sets ``grad_reduce_in_fp32 =
+    False`` with every precision, ``perf_recipes/_common.py`` in 0.6.2, which says it mirrors
+    ``scripts/performance``; its training recipes keep FP32), communication overlapped, sequence parallelism with tensor parallelism and
     Transformer Engine's userbuffers overlap of its communication (the recipes' ``tp_comm_overlap``,
     with NeMo's per-GPU userbuffers configurations), and the recomputation the recipe needs to fit
     (``auto``: the rows do not state it). A stated ``dp`` or ``ga`` that disagrees with the GPUs and
@@ -191,7 +199,8 @@ def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
     dp = max(gpus // (tp * pp * cp), 1)
     derived = {"dp": dp, "ga": sizes.get("gbs", 1024) // (sizes.get("mbs", 1) * dp)}
     off = {k: v for k, v in derived.items() if sizes.get(k, v) != v}
-    notes, moe = [], get_model(words[1]).moe is not None
+    config, notes = get_model(words[1]), []
+    moe = config.moe is not None
     if off:
         stated = ", ".join(f"{k}{sizes[k]}" for k in off)
         given = ", ".join(f"{k}{v}" for k, v in off.items())
@@ -203,8 +212,9 @@ def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
         vpp=sizes.get("vp", 1), ep=sizes.get("ep", 1), micro_batch=sizes.get("mbs", 1),
         etp=sizes.get("etp", 1 if moe else None),
         global_batch=sizes.get("gbs", 1024), seq=sizes.get("seq"), zero=3 if "fsdp" in sizes else 1,
-        sequence_parallel=tp > 1, recompute="auto", overlap="sm-partition",
+        sequence_parallel=tp > 1, recompute="auto", overlap="sm-partition", grad_reduce_in_fp32=False,
         tp_overlap="userbuffers" if tp > 1 else "none",
+        ends_as_layers=pp > 1 and any(config is get_model(name) for name in RECIPE_ENDS_AS_LAYERS),
     )  # fmt: skip
     return Run(job, metric, note="; ".join(notes))
 
