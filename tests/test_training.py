@@ -15,7 +15,7 @@ from commodel.jobs import training_job
 from commodel.overlap import STRATEGIES, Window, window_time
 from commodel.workloads.activation_fit import offload_exposed
 from commodel.workloads.catalog import model, models
-from commodel.workloads.layout import RECOMPUTE_MODULES, make_layout, stage_layers_text
+from commodel.workloads.layout import RECOMPUTE_MODULES, make_layout, module_bits, stage_layers_text
 from commodel.workloads.memory import memory_per_gpu, stage_parameters, usable_memory
 from commodel.workloads.moe_dispatch import NVLINK_SHARE, domains_reached, forwarded_copies
 from commodel.workloads.run import job_columns, train
@@ -140,6 +140,26 @@ def test_auto_offloads_to_grace_memory_when_the_copies_hide():
     assert float(slower[-1]["offload_share"]) == 0 and float(slower[-1]["recompute_share"]) > 0
     small = _with_host_memory(c, capacity=c.system.host_memory.capacity.model_copy(update={"value": 4e9}))
     assert float(_train_auto(small)["offload_share"]) == 0
+
+
+def test_auto_offloads_only_where_megatron_core_can():
+    """Megatron-Core 0.15 refuses CPU offloading with pipeline parallelism, beside any recomputation
+    (``--recompute-modules`` included) and for every layer: there ``auto`` recomputes instead."""
+    c = cluster("gb200-nvl72", 16)
+    layouts = {
+        "pp2": dataclasses.replace(FSDP_70B, pp=np.asarray(2.0), dp=np.asarray(32.0)),
+        "modules": dataclasses.replace(
+            FSDP_70B, recompute_modules=np.asarray(float(module_bits("layernorm")))
+        ),
+    }
+    for name, layout in layouts.items():
+        out = _train_auto(c, layout)
+        assert float(out["offload_share"]) == 0 and float(out["recompute_share"]) > 0, name
+        assert bool(out["fits"]), name
+    assert float(_train_auto(c)["offload_share"]) > 0  # the same job on one stage offloads
+    roomy = _with_host_memory(c, capacity=c.system.host_memory.capacity.model_copy(update={"value": 1e13}))
+    every_layer = make_layout(dp=64, micro_batch=6, global_batch=384, seq=16384, zero=3, recompute="auto")
+    assert float(_train_auto(roomy, every_layer)["recompute_share"]) == 1
 
 
 def test_offload_exposes_only_what_the_layer_does_not_hide():

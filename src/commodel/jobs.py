@@ -242,7 +242,8 @@ class TrainingJob(Job):
         "none",
         description="Activation recomputation: none, selective (the attention core: saves memory with "
         "unfused attention only), full, or auto (the cheapest way to fit: recompute, or offload to CPU "
-        "memory, the fewest layers that must).",
+        "memory where Megatron-Core can, with one pipeline stage and no other recomputation, the fewest "
+        "layers that must).",
     )
     recompute_modules: str = Field(
         "",

@@ -6,8 +6,10 @@ layers (whole layers) that brings the GPU under its usable memory, ``(1 - r) M_n
 - **recompute** (Megatron's ``--recompute-granularity full --recompute-method block``): those layers
   keep only their input and run their forward again in the backward pass; step time, its breakdown
   and memory mix linearly between no and full recomputation;
-- **offload** (Megatron's ``--cpu-offloading``, Transformer Engine's double-buffered offload handler):
-  those layers' activations are copied to CPU memory while the next layer runs its forward and back
+- **offload** (Megatron's ``--cpu-offloading``, Transformer Engine's double-buffered offload handler),
+  where Megatron-Core can run it: one pipeline stage, no recomputation of any kind (no
+  ``--recompute-modules``) and fewer layers than the model's (its ``TransformerConfig`` refuses
+  the rest, 0.15): those layers' activations are copied to CPU memory while the next layer runs its forward and back
   while the layer after it runs its backward, so a copy of ``A`` bytes over ``B`` bytes/s per
   direction exposes ``max(0, A / B - t_fwd) + max(0, A / B - t_bwd)`` per layer and micro-batch
   (:func:`offload_exposed`). It leaves the same HBM as recomputation (a layer's input, or the layer
@@ -21,7 +23,12 @@ CPU memory bandwidth (Grace's 512 GB/s LPDDR5X carries both GPUs' copies at once
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from commodel.workloads.layout import Layout
 
 
 def offload_exposed(
@@ -42,12 +49,12 @@ def fit_activations(
     auto: np.ndarray,
     capacity: float,
     host_capacity: float,
-    pp: np.ndarray,
+    x: Layout,
     layers: int,
     linear: tuple[str, ...],
 ) -> dict[str, np.ndarray]:
     """Train-step results of rows marked ``auto`` with just enough layers recomputed or offloaded
-    to fit, whichever costs less (module docstring); other rows keep ``none``.
+    to fit, whichever costs less (module docstring), for the layouts ``x``; other rows keep ``none``.
 
     ``linear``: the outputs that add up over a stage's layers (step time and its breakdown, with
     ``offload_s``), which mix linearly with the share recomputed. ``none`` carries ``offload_all_s``,
@@ -55,7 +62,7 @@ def fit_activations(
     ``offload_share`` (of the layers) and ``offloaded_bytes``, the CPU memory each GPU's offloaded
     activations take.
     """
-    stage = np.ceil(layers / np.asarray(pp, dtype=float))
+    stage = np.ceil(layers / np.asarray(x.pp, dtype=float))
     span = none["memory_per_gpu_bytes"] - full["memory_per_gpu_bytes"]
     share = np.clip(
         np.divide(none["memory_per_gpu_bytes"] - capacity, span, out=np.ones_like(span), where=span > 0), 0, 1
@@ -64,6 +71,9 @@ def fit_activations(
     offload_cost = np.multiply(share, none["offload_all_s"], out=np.zeros_like(share), where=share > 0)
     offload = (
         auto
+        & (np.asarray(x.pp) == 1)
+        & (np.asarray(x.recompute_modules) == 0)
+        & (share < 1)
         & (share * span <= host_capacity)
         & (offload_cost < share * (full["step_time_s"] - none["step_time_s"]))
     )

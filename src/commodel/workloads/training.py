@@ -371,7 +371,7 @@ def train_step(
         none, full = ({k: v.reshape(2, *shape)[i] for k, v in both.items()} for i in (0, 1))
         capacity = usable_memory(cluster.gpu.memory_capacity.value)
         result = fit_activations(
-            none, full, auto, capacity, cluster.host_memory_per_gpu, x.pp, model.layers, _LINEAR
+            none, full, auto, capacity, cluster.host_memory_per_gpu, x, model.layers, _LINEAR
         )
     else:
         result = _train_step(model, cluster, x, dtype, strategy, *software)
