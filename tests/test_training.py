@@ -525,6 +525,35 @@ def test_the_llama3_405b_paper_layout_fits_the_80_gib_it_ran_in():
     assert gb300 / (288 * 2**30) > h100 / (80 * 2**30) and 288 * 2**30 - gb300 > 80 * 2**30 - h100
 
 
+#: Megatron-Bridge's H100 performance recipes (``perf_recipes/*/h100``, release 0.6.2) as they state
+#: them: BF16, BF16 gradients, sequence parallelism with tp, no recomputation beyond the modules listed.
+H100_RECIPES = {
+    "llama3-8b": dict(gpus=8, cp=2, global_batch=128),
+    "llama3-70b": dict(gpus=64, tp=4, pp=4, cp=2, vpp=5, global_batch=256),
+    "llama3-405b": dict(gpus=512, tp=8, pp=8, cp=2, vpp=8, global_batch=768, ends_as_layers=True),
+    "deepseek-v3": dict(
+        gpus=1024, tp=2, pp=8, vpp=4, ep=64, etp=1, global_batch=16384, recompute_modules="mla_up_proj,mlp"
+    ),
+    "gpt-oss-120b": dict(
+        gpus=64, pp=4, ep=8, etp=1, global_batch=1280, recompute_modules="layernorm,moe_act"
+    ),
+    "qwen3-235b-a22b": dict(
+        gpus=256, tp=2, pp=8, vpp=4, ep=32, etp=1, global_batch=8192, ends_as_layers=True
+    ),
+}
+
+
+@pytest.mark.parametrize("name", H100_RECIPES)
+def test_megatron_bridges_h100_recipes_fit_the_80_gib_they_run_in(name):
+    """NVIDIA runs these layouts on 80 GiB H100s without recomputing whole layers, so the memory
+    model must find room for each (they take 50-66 GiB of it) without ``auto``."""
+    job = H100_RECIPES[name] | dict(
+        model=name, system="dgx-h100", grad_reduce_in_fp32=False, recompute="none"
+    )
+    result = train(**job, sequence_parallel=job.get("tp", 1) > 1)
+    assert result["fits"] and result["memory_per_gpu_bytes"] > 0.5 * 80 * 2**30
+
+
 def test_fp32_gradients_take_twice_the_bytes_to_hold_and_to_reduce():
     """Megatron's FP32 gradient buffer (its default under BF16) holds 4 B per parameter where BF16
     gradients take 2 (not sharded under ZeRO-1), and its reduce-scatter carries twice the bytes; the
