@@ -472,7 +472,9 @@ def test_breakdown_sums_to_the_step():
         ({"schedule": "dualpipe"}, "DualPipe needs an even pp of at least 2"),
         ({"schedule": "dualpipe", "pp": 4, "vpp": 2}, "DualPipe has no virtual stages"),
         ({"schedule": "dualpipe", "pp": 4, "global_batch": 4}, "micro-batches even, at least 2 x pp"),
-        ({"last_stage_layers": 4}, "need pipeline parallelism without virtual stages"),
+        ({"last_stage_layers": 4}, "first and last stage layers need pipeline parallelism (pp > 1)"),
+        ({"pp": 4, "vpp": 2, "last_stage_layers": 21}, "every other stage's layers must divide by vpp"),
+        ({"pp": 4, "vpp": 2, "first_stage_layers": 19, "last_stage_layers": 19}, "must divide by vpp"),
         (
             {"pp": 4, "first_stage_layers": 48, "last_stage_layers": 48},
             "an equal whole number (>= 1) of the 96",
@@ -488,6 +490,17 @@ def test_bad_layouts_are_rejected(changes, message):
     base = dict(model="gpt3-175b", system="dgx-h100", gpus=64, tp=8, pp=1, global_batch=64)
     with pytest.raises(CommodelError, match=re.escape(message)):
         train(**{**base, **changes})
+
+
+def test_virtual_stages_take_an_uneven_split_that_divides_into_their_chunks():
+    """Megatron-Core splits stated first and last stage layers into vpp chunks when each stage's
+    layers divide by vpp: 18, 22, 22, 18 of Llama 3 70B's 80 layers in chunks of 9 and 11; the
+    busiest stage sets the pace, under interleaving as without it."""
+    job = dict(model="llama3-70b", system="dgx-h100", gpus=64, tp=4, pp=4, global_batch=256, dtype="fp8")
+    job |= dict(sequence_parallel=True, vpp=2)
+    even, uneven = train(**job), train(**job, first_stage_layers=18, last_stage_layers=18)
+    assert (even["stage_layers"], uneven["stage_layers"]) == ("20,20,20,20", "18,22,22,18")
+    assert uneven["step_time_s"] > even["step_time_s"]
 
 
 def test_a_tensor_parallel_job_that_fits_only_with_sequence_parallelism_says_so():
