@@ -204,7 +204,7 @@ def test_a_recipe_reads_as_the_job_it_states():
     assert (job.model, job.dtype, job.seq, job.pp, job.vpp, job.ep, job.micro_batch) == (
         "deepseek-v3", "mxfp8", 4096, 8, 4, 32, 1,
     )  # fmt: skip
-    assert (job.global_batch, job.zero, job.recompute, run.note) == (4096, 1, "auto", "")
+    assert (job.global_batch, job.zero, job.recompute) == (4096, 1, "auto")
     fsdp = recipe_run("train llama3-70b BF16 gbs256 mbs2 fsdp dp32", 64, "dgx-b200", "mfu")
     assert fsdp.job.zero == 3 and fsdp.job.seq is None
     assert fsdp.note == "states dp32 where its 64 GPUs and batch give dp64"
@@ -227,6 +227,22 @@ def test_a_recipe_reduces_gradients_in_bf16_and_splits_its_pipeline_as_megatron_
     assert big.ends_as_layers and qwen.ends_as_layers and not small.ends_as_layers
     assert train(big)["stage_layers"] == ",".join(["7"] + ["8"] * 14 + ["7"])
     assert train(qwen)["stage_layers"] == ",".join(["11"] + ["12"] * 6 + ["11"])
+
+
+def test_a_deepseek_v3_recipe_takes_megatron_bridges_pipeline_layout_where_its_recipe_has_one():
+    """Megatron-Bridge's DeepSeek-V3 recipe trains one prediction module and knows a layout for some
+    (pp, vp): pp 4 x vp 4 takes it; pp 8 x vp 4 (no layout in the recipe) is priced without the
+    module, and says so."""
+    known = recipe_run("train deepseek-v3 BF16 seq4096 gbs4096 mbs1 pp4 vp4 ep64", 256, "gb200-nvl72", "mfu")
+    assert (known.job.pipeline_layout, known.job.mtp_layers, known.note) == ("Et*4|(t*4|)*14tmL", 1, "")
+    unknown = recipe_run(
+        "train deepseek-v3 FP8-MX seq4096 gbs4096 mbs1 pp8 vp4 ep32", 256, "gb200-nvl72", "mfu"
+    )
+    assert (unknown.job.pipeline_layout, unknown.job.mtp_layers) == ("", 0)
+    assert (
+        unknown.note
+        == "its recipe has no pipeline layout for pp 8 x vp 4: priced without its prediction module"
+    )
 
 
 def test_a_moe_recipe_runs_its_experts_without_tensor_parallelism_unless_it_says():

@@ -202,13 +202,21 @@ class TrainingJob(Job):
         None,
         ge=1,
         description="Layers on the first pipeline stage, the rest split evenly (Megatron's "
-        "--decoder-first-pipeline-num-layers; default: an even split).",
+        "--decoder-first-pipeline-num-layers; with vpp > 1 the stage's total over its chunks; default: an "
+        "even split).",
     )
     last_stage_layers: int | None = Field(
         None,
         ge=1,
         description="Layers on the last pipeline stage, the rest split evenly (Megatron's "
         "--decoder-last-pipeline-num-layers; default: an even split).",
+    )
+    pipeline_layout: str = Field(
+        "",
+        description="Megatron's --pipeline-model-parallel-layout: each chunk's layers, | between chunks, E "
+        "the embedding, t a decoder layer, m a multi-token prediction module, L the loss, x*n and (...)*n "
+        "repeat (DeepSeek-V3 on pp 4: Et*4|(t*4|)*14tmL); it sets vpp, the first and last stages' layers "
+        "and the prediction modules.",
     )
     grad_reduce_in_fp32: bool = Field(
         True,
@@ -346,6 +354,34 @@ class TrainingJob(Job):
     train_tokens: float = Field(
         1e12, gt=0, description="Tokens to train on (for time to train, energy, cost)."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_pipeline_layout(cls, data: Any) -> Any:
+        """A pipeline layout states vpp, the first and last stages' layers and the prediction modules
+        (:func:`commodel.workloads.pipeline_layout.stage_split`); Megatron-Core refuses it beside its
+        first and last stage flags or the embedding and loss counted as layers, and so does this."""
+        text = data.get("pipeline_layout") if isinstance(data, dict) else None
+        if not text:
+            return data
+        from commodel.workloads.catalog import models
+        from commodel.workloads.pipeline_layout import stage_split
+
+        config = models().get(data.get("model"))
+        if config is None:
+            return data  # the model's own check names it
+        try:
+            split = stage_split(text, int(data.get("pp") or 1), config.layers)
+        except CommodelError as exc:
+            raise ValueError(str(exc)) from None
+        agree = {"vpp": (1, split.vpp), "mtp_layers": (0, split.mtp), "ends_as_layers": (False,)}
+        clash = [name for name in ("first_stage_layers", "last_stage_layers") if data.get(name) is not None]
+        clash += [name for name, fine in agree.items() if data.get(name) not in (None, *fine)]
+        if clash:
+            options = ", ".join("--" + name.replace("_", "-") for name in clash)
+            raise ValueError(f"a pipeline layout states the pipeline split itself: drop {options}")
+        return data | {"vpp": split.vpp, "mtp_layers": split.mtp,
+                       "first_stage_layers": split.first or None, "last_stage_layers": split.last or None}  # fmt: skip
 
     @field_validator("recompute_modules", mode="before")
     @classmethod

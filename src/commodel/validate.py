@@ -169,6 +169,17 @@ RECIPE_SIZES = ("seq", "gbs", "mbs", "tp", "pp", "cp", "vp", "ep", "etp", "dp", 
 #: Megatron-Bridge 0.3.1 ``recipes/llama/llama3.py`` and ``recipes/qwen/qwen3_moe.py``): their 126 and 94
 #: layers fill ``pp x vp`` chunks evenly only with the two ends added.
 RECIPE_ENDS_AS_LAYERS = ("llama3-405b", "qwen3-235b-a22b")
+#: Megatron-Bridge's DeepSeek-V3 recipe (``map_pp_vp_to_layout``, release 0.2.0rc6, the 25.11
+#: container's): one multi-token prediction module and a pipeline layout per (pp, vp) it knows, the
+#: last chunk lighter by what the module and the loss cost. Other (pp, vp) take a layout from the
+#: performance scripts, which are not published with the rows.
+RECIPE_PIPELINE_LAYOUTS = {
+    ("deepseek-v3", 4, 1): "Et*16|t*16|t*16|t*13mL",
+    **dict.fromkeys((("deepseek-v3", 8, 1), ("deepseek-v3", 4, 2)), "Et*8|(t*8|)*6t*5mL"),
+    **dict.fromkeys(
+        (("deepseek-v3", 16, 1), ("deepseek-v3", 8, 2), ("deepseek-v3", 4, 4)), "Et*4|(t*4|)*14tmL"
+    ),
+}
 
 
 def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
@@ -207,9 +218,17 @@ def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
         notes.append(f"states {stated} where its {gpus} GPUs and batch give {given}")
     if moe and tp > 1 and "etp" not in sizes:  # where Megatron-Core's default would split experts tp ways
         notes.append("reads etp1, Megatron-Bridge's MoE recipes' expert tensor parallelism")
+    vp = sizes.get("vp", 1)
+    named = [name for name, *_ in RECIPE_PIPELINE_LAYOUTS if config is get_model(name)]
+    layout = next((text for (name, *split), text in RECIPE_PIPELINE_LAYOUTS.items()
+                   if config is get_model(name) and split == [pp, vp]), "")  # fmt: skip
+    if named and not layout:
+        notes.append(
+            f"its recipe has no pipeline layout for pp {pp} x vp {vp}: priced without its prediction module"
+        )
     job = training_job(
         model=words[1], system=system, gpus=gpus, dtype=RECIPE_DTYPES[words[2].lower()], tp=tp, pp=pp, cp=cp,
-        vpp=sizes.get("vp", 1), ep=sizes.get("ep", 1), micro_batch=sizes.get("mbs", 1),
+        vpp=vp, pipeline_layout=layout, ep=sizes.get("ep", 1), micro_batch=sizes.get("mbs", 1),
         etp=sizes.get("etp", 1 if moe else None),
         global_batch=sizes.get("gbs", 1024), seq=sizes.get("seq"), zero=3 if "fsdp" in sizes else 1,
         sequence_parallel=tp > 1, recompute="auto", overlap="sm-partition", grad_reduce_in_fp32=False,

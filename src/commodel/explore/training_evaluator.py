@@ -45,6 +45,7 @@ from commodel.workloads.layout import (
     stage_layers_text,
 )
 from commodel.workloads.moe_dispatch import cross_domain_problem
+from commodel.workloads.pipeline_layout import stage_split
 from commodel.workloads.schema import Transformer
 from commodel.workloads.training import BREAKDOWN, train_step
 from commodel.workloads.transformer import parameters
@@ -126,20 +127,41 @@ def job_layout(columns: dict[str, np.ndarray], rows: np.ndarray, net: Transforme
         return np.asarray(columns[name])[rows].astype(bool)
 
     seq = col("seq")
+    split = _layout_splits(np.asarray(columns["pipeline_layout"])[rows], col("pp"), net.layers)
+
+    def stated(name: str, own: np.ndarray) -> np.ndarray:  # the layout's split where a row states one
+        return np.where(np.isnan(split[name]), own, split[name]) if split else own
+
     return make_layout(
-        tp=col("tp"), pp=col("pp"), dp=dp, cp=col("cp"), ep=col("ep"), vpp=col("vpp"), micro_batch=col("micro_batch"),
+        tp=col("tp"), pp=col("pp"), dp=dp, cp=col("cp"), ep=col("ep"), vpp=stated("vpp", col("vpp")),
+        micro_batch=col("micro_batch"),
         global_batch=col("global_batch"), seq=np.where(np.isnan(seq), net.seq, seq),
         recompute=per_distinct(RECOMPUTE_CODES.__getitem__, np.asarray(columns["recompute"])[rows]),
         sequence_parallel=flag("sequence_parallel"), zero=col("zero"), expert_load=col("expert_load"),
         dualpipe=np.asarray(columns["schedule"])[rows] == "dualpipe",
-        first_layers=np.nan_to_num(col("first_stage_layers")), last_layers=np.nan_to_num(col("last_stage_layers")),
+        first_layers=stated("first", np.nan_to_num(col("first_stage_layers"))),
+        last_layers=stated("last", np.nan_to_num(col("last_stage_layers"))),
         ends_as_layers=flag("ends_as_layers"), fp32_grads=flag("grad_reduce_in_fp32"),
-        mtp=col("mtp_layers"), etp=np.nan_to_num(col("etp")), fp8_dispatch=flag("fp8_dispatch"),
+        mtp=stated("mtp", col("mtp_layers")), etp=np.nan_to_num(col("etp")), fp8_dispatch=flag("fp8_dispatch"),
         ep_sms=np.nan_to_num(col("ep_sms")), fp8_param_gather=flag("fp8_param_gather"),
         fp8_activation_input=flag("fp8_activation_input"),
         recompute_modules=per_distinct(module_bits, np.asarray(columns["recompute_modules"])[rows]),
         deepep=np.asarray(columns["dispatcher"])[rows] == "deepep",
     )  # fmt: skip
+
+
+def _layout_splits(texts: np.ndarray, pp: np.ndarray, layers: int) -> dict[str, np.ndarray]:
+    """The vpp, first and last stage layers and prediction modules of the rows that state a pipeline
+    layout (:func:`stage_split`; a job has taken its own already, a sweep may vary it), NaN in the
+    other rows; empty where no row states one."""
+    if not np.any(texts != ""):
+        return {}
+    out = {name: np.full(len(texts), np.nan) for name in ("vpp", "first", "last", "mtp")}
+    for text, stages in {(t, s) for t, s in zip(texts, pp, strict=True) if t}:
+        split, at = stage_split(text, int(stages), layers), (texts == text) & (pp == stages)
+        for name, values in out.items():
+            values[at] = getattr(split, name)
+    return out
 
 
 def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> dict[str, np.ndarray]:

@@ -319,11 +319,6 @@ def _rules(x: Layout, model: Transformer, gpus: ArrayLike) -> list[tuple[np.ndar
             f"stages an equal whole number (>= 1) of the {model.layers} layers",
         ),
         (
-            _uneven_chunks_broken(x, model),
-            "with virtual stages, the first, the last and every other stage's layers must divide by vpp "
-            "(Megatron-Core's uneven split)",
-        ),
-        (
             x.ends_as_layers & ((x.pp < 2) | x.dualpipe | (x.first_layers > 0) | (x.last_layers > 0)),
             "the embedding and loss as layers need 1F1B pipeline parallelism (pp > 1) and no first or "
             "last stage layers",
@@ -399,19 +394,6 @@ def _uneven_split_broken(x: Layout, layers: int) -> np.ndarray:
     per_stage = rest / np.maximum(others, 1)
     broken = np.where(others > 0, (per_stage < 1) | (np.mod(rest, np.maximum(others, 1)) != 0), rest != 0)
     return (first_set | last_set) & (x.pp >= 2) & broken
-
-
-def _uneven_chunks_broken(x: Layout, model: Transformer) -> np.ndarray:
-    """Where stated first or last stage layers under virtual stages do not split into ``vpp`` equal
-    chunks on every stage: Megatron-Core (``TransformerConfig``, 0.15) requires the first, the last
-    and each middle stage's layers to divide by vpp."""
-    first, middle, last = stage_split(model, x)
-    stated = (x.first_layers > 0) | (x.last_layers > 0)
-    middles = x.pp - (x.first_layers > 0) - (x.last_layers > 0) > 0
-    uneven = (
-        (np.mod(first, x.vpp) != 0) | (np.mod(last, x.vpp) != 0) | (middles & (np.mod(middle, x.vpp) != 0))
-    )
-    return stated & (x.vpp > 1) & uneven
 
 
 def valid(model: Transformer, layout: Layout, gpus: ArrayLike) -> np.ndarray:
