@@ -162,6 +162,33 @@ def test_auto_offloads_only_where_megatron_core_can():
     assert float(_train_auto(roomy, every_layer)["recompute_share"]) == 1
 
 
+def test_a_job_can_state_the_layers_it_offloads():
+    """Megatron's --cpu-offloading-num-layers, priced as auto prices its own choice: the same layers
+    give the same step and memory; fewer leave the job too big for HBM, more than the CPU memory
+    holds do not fit either, and each layer more frees HBM and costs time."""
+    c = cluster("gb200-nvl72", 16)
+    auto = _train_auto(c)
+    chosen = round(float(auto["offload_share"]) * 80)
+    stated = {
+        n: _train_auto(
+            c, dataclasses.replace(FSDP_70B, recompute=np.asarray(0.0), offload_layers=np.asarray(float(n)))
+        )
+        for n in (10, chosen, 60)
+    }
+    assert float(stated[chosen]["step_time_s"]) == pytest.approx(float(auto["step_time_s"]))
+    assert float(stated[chosen]["memory_per_gpu_bytes"]) == pytest.approx(float(auto["memory_per_gpu_bytes"]))
+    assert float(stated[60]["offload_share"]) == 0.75 and float(stated[60]["recompute_share"]) == 0
+    assert not bool(stated[10]["fits"]) and bool(stated[chosen]["fits"])
+    memory = [float(stated[n]["memory_per_gpu_bytes"]) for n in (10, chosen, 60)]
+    steps = [float(stated[n]["step_time_s"]) for n in (10, chosen, 60)]
+    assert memory == sorted(memory, reverse=True) and steps == sorted(steps)
+    small = _with_host_memory(c, capacity=c.system.host_memory.capacity.model_copy(update={"value": 4e9}))
+    layout = dataclasses.replace(
+        FSDP_70B, recompute=np.asarray(0.0), offload_layers=np.asarray(float(chosen))
+    )
+    assert not bool(_train_auto(small, layout)["fits"])
+
+
 def test_offload_exposes_only_what_the_layer_does_not_hide():
     exposed = offload_exposed(np.array([1e9, 4e9, 8e9]), 0.01, 0.02, 200e9)
     assert exposed == pytest.approx([0.0, 0.01, 0.03 + 0.02])
@@ -473,6 +500,9 @@ def test_breakdown_sums_to_the_step():
         ({"schedule": "dualpipe", "pp": 4, "vpp": 2}, "DualPipe has no virtual stages"),
         ({"schedule": "dualpipe", "pp": 4, "global_batch": 4}, "micro-batches even, at least 2 x pp"),
         ({"last_stage_layers": 4}, "first and last stage layers need pipeline parallelism (pp > 1)"),
+        ({"pp": 4, "offload_layers": 8}, "CPU offloading needs one pipeline stage"),
+        ({"offload_layers": 8, "recompute": "full"}, "CPU offloading runs without recomputation"),
+        ({"offload_layers": 96}, "offloaded layers must be a whole number below the model's 96"),
         (
             {"pp": 4, "first_stage_layers": 48, "last_stage_layers": 48},
             "an equal whole number (>= 1) of the 96",
@@ -788,9 +818,9 @@ def test_in_network_overlap_helps_only_where_the_switch_reduces():
 )
 def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     """No input gives MFU above 1, hardware TFLOP/s above the peak, a step shorter than the largest
-    GEMM of one layer and micro-batch, more offloaded activations than the CPU memory, or a breakdown
-    that does not add up: 3,300 random layouts per example (recomputation none, selective, full or
-    auto), at least 2,000 valid each, over 10,000 in all, under every tensor-parallel mechanism the
+    GEMM of one layer and micro-batch, a fitting job with more offloaded activations than the CPU
+    memory, or a breakdown that does not add up: 3,300 random layouts per example (recomputation
+    none, selective, full or auto, or stated layers offloaded), at least 2,000 valid each, over 10,000 in all, under every tensor-parallel mechanism the
     system supports, with the expert all-to-alls on the critical path or overlapped (with another
     micro-batch or the shared experts), under 1F1B or
     DualPipe, with or without a multi-token prediction module, a lighter last stage or the embedding
@@ -813,15 +843,20 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     dualpipe = (pp > 1) & (vpp == 1) & (rng.random(n) < 0.3)
     lighter_last = (pp > 1) & (vpp == 1) & ~dualpipe & (rng.random(n) < 0.2)
     places = (net.layers + 2) % (pp * vpp) == 0  # where the embedding and loss can count as layers
+    recompute = rng.integers(0, 4, n)
+    modules = np.bitwise_and(rng.integers(0, 8, n), 1 | 2 * (net.moe is not None) | 4 * (net.mla is not None))
+    offloads = (
+        (pp == 1) & (recompute == 0) & (modules == 0) & (rng.random(n) < 0.3)
+    )  # as Megatron-Core allows
     ends_as_layers = (pp > 1) & ~dualpipe & ~lighter_last & places & (rng.random(n) < 0.3)
     x = make_layout(
         tp=tp, pp=pp, cp=cp, ep=ep, dp=gpus // (tp * pp * cp), vpp=vpp, micro_batch=mb,
         global_batch=gpus // (tp * pp * cp) * mb * rng.choice([1, 4, 16], n), seq=rng.choice([2048, 8192, 131072], n),
-        recompute=rng.integers(0, 4, n), sequence_parallel=sp, zero=rng.integers(0, 4, n),
+        recompute=recompute, sequence_parallel=sp, zero=rng.integers(0, 4, n),
         expert_load=rng.choice([1.0, 1.3, 2.0], n), dualpipe=dualpipe, mtp=rng.choice([0, 0, 1], n),
         last_layers=np.where(lighter_last, 2, 0), ends_as_layers=ends_as_layers,
         etp=np.where(sp & (rng.random(n) < 0.3), 1, 0),
-        recompute_modules=np.bitwise_and(rng.integers(0, 8, n), 1 | 2 * (net.moe is not None) | 4 * (net.mla is not None)),
+        recompute_modules=modules, offload_layers=np.where(offloads, rng.integers(1, net.layers, n), 0),
         deepep=(net.moe is not None) & (rng.random(n) < 0.5), fp8_activation_input=rng.random(n) < 0.3,
     )  # fmt: skip
     ok = valid(net, x, gpus)
@@ -838,7 +873,7 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     ffn = net.ffn_hidden if net.moe is None else net.moe.expert_ffn_hidden
     largest = gemm(x.tokens, ffn / x.tp, net.hidden, precision(dtype).gemm)
     assert np.all(r["step_time_s"] >= kernel_time(c.gpu, largest, launch=False).time_s)
-    assert np.all(r["offloaded_bytes"] <= c.host_memory_per_gpu)  # auto (code 3) may offload
+    assert np.all((r["offloaded_bytes"] <= c.host_memory_per_gpu) | ~r["fits"])  # auto's, or stated
     assert sum(r[f"{b}_s"] for b in BREAKDOWN) == pytest.approx(r["step_time_s"])
 
 

@@ -253,6 +253,14 @@ class TrainingJob(Job):
         "memory where Megatron-Core can, with one pipeline stage and no other recomputation, the fewest "
         "layers that must).",
     )
+    offload_layers: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="Layers whose activations go to CPU memory while the next layers run (Megatron's "
+        "--cpu-offloading-num-layers; Megatron-Core: one pipeline stage, no recomputation, fewer than all "
+        "layers). recompute auto chooses its own.",
+    )
     recompute_modules: str = Field(
         "",
         description="Parts of every layer not recomputed in full that run their forward again in the backward "

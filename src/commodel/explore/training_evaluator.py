@@ -103,7 +103,8 @@ CATEGORICAL = [
 
 def recompute_names(codes: np.ndarray, recomputed: np.ndarray, offloaded: np.ndarray) -> np.ndarray:
     """What each row does with its activations, in words: none, selective, full, full on a share of
-    the layers, or (auto) offloading a share of the layers' activations to CPU memory."""
+    the layers, or offloading a share of the layers' activations to CPU memory (auto's choice, or
+    the job's)."""
     named = np.asarray((*RECOMPUTE, "auto"), dtype=object)[np.asarray(codes, dtype=int)]
     recomputed, offloaded = np.atleast_1d(recomputed), np.atleast_1d(offloaded)
     partial = per_distinct(lambda s: f"full on {100 * s:.0f}% of the layers", recomputed, object)
@@ -113,7 +114,7 @@ def recompute_names(codes: np.ndarray, recomputed: np.ndarray, offloaded: np.nda
         object,
     )
     chosen = np.where(recomputed >= 1, "full", np.where(recomputed > 0, partial, "none"))
-    return np.where(named == "auto", np.where(offloaded > 0, moved, chosen), named)
+    return np.where(offloaded > 0, moved, np.where(named == "auto", chosen, named))
 
 
 def job_layout(columns: dict[str, np.ndarray], rows: np.ndarray, net: Transformer, dp: np.ndarray) -> Layout:
@@ -146,7 +147,7 @@ def job_layout(columns: dict[str, np.ndarray], rows: np.ndarray, net: Transforme
         ep_sms=np.nan_to_num(col("ep_sms")), fp8_param_gather=flag("fp8_param_gather"),
         fp8_activation_input=flag("fp8_activation_input"),
         recompute_modules=per_distinct(module_bits, np.asarray(columns["recompute_modules"])[rows]),
-        deepep=np.asarray(columns["dispatcher"])[rows] == "deepep",
+        deepep=np.asarray(columns["dispatcher"])[rows] == "deepep", offload_layers=col("offload_layers"),
     )  # fmt: skip
 
 

@@ -17,6 +17,10 @@ layers (whole layers) that brings the GPU under its usable memory, ``(1 - r) M_n
   (NVLink-C2C, 450 GB/s per direction shared by two GPUs) the copy usually hides behind the layers;
   over PCIe it rarely does, and recomputation wins.
 
+A job may also state the layers it offloads (``--offload-layers``, Megatron's
+``--cpu-offloading-num-layers``): they are priced as above, ``r`` their share, whether or not they
+are the fewest that fit.
+
 Not modelled: the HBM bandwidth the copies take from the kernels (under 3% of it on GB200) and the
 CPU memory bandwidth (Grace's 512 GB/s LPDDR5X carries both GPUs' copies at once).
 """
@@ -54,7 +58,9 @@ def fit_activations(
     linear: tuple[str, ...],
 ) -> dict[str, np.ndarray]:
     """Train-step results of rows marked ``auto`` with just enough layers recomputed or offloaded
-    to fit, whichever costs less (module docstring), for the layouts ``x``; other rows keep ``none``.
+    to fit, whichever costs less (module docstring), and of rows that state their offloaded layers
+    (``x.offload_layers``; they fit only if the CPU memory holds them), for the layouts ``x``; other
+    rows keep ``none``.
 
     ``linear``: the outputs that add up over a stage's layers (step time and its breakdown, with
     ``offload_s``), which mix linearly with the share recomputed. ``none`` carries ``offload_all_s``,
@@ -68,8 +74,10 @@ def fit_activations(
         np.divide(none["memory_per_gpu_bytes"] - capacity, span, out=np.ones_like(span), where=span > 0), 0, 1
     )
     share = np.where(auto, np.ceil(share * stage - 1e-9) / stage, none["recompute_share"])
+    stated = np.asarray(x.offload_layers) > 0  # Megatron's --cpu-offloading-num-layers
+    share = np.where(stated, x.offload_layers / stage, share)
     offload_cost = np.multiply(share, none["offload_all_s"], out=np.zeros_like(share), where=share > 0)
-    offload = (
+    offload = stated | (
         auto
         & (np.asarray(x.pp) == 1)
         & (np.asarray(x.recompute_modules) == 0)
@@ -93,7 +101,7 @@ def fit_activations(
         **out,
         "hw_tflops_per_gpu": hw_work / step,
         "memory_per_gpu_bytes": memory,
-        "fits": memory <= capacity * (1 + 1e-9),
+        "fits": (memory <= capacity * (1 + 1e-9)) & (~stated | (share * span <= host_capacity)),
         "recompute_share": recomputed,
         "offload_share": np.where(offload, share, 0.0),
         "offloaded_bytes": np.where(offload, share * span, 0.0),

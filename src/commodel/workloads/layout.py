@@ -63,7 +63,8 @@ class Layout:
     ``ep_sms``: SMs the expert all-to-all kernels hold (0: the collective library's CTAs, or
     DeepEP's :data:`~commodel.workloads.moe_dispatch.DEEPEP_SMS`);
     ``recompute_modules``: the sum of the :data:`RECOMPUTE_MODULES` bits recomputed in every layer
-    that ``recompute`` does not recompute in full.
+    that ``recompute`` does not recompute in full; ``offload_layers``: layers whose activations go to
+    CPU memory (Megatron's ``--cpu-offloading-num-layers``; 0: none, or ``auto``'s choice).
     """
 
     tp: np.ndarray
@@ -92,6 +93,7 @@ class Layout:
     ep_sms: np.ndarray
     recompute_modules: np.ndarray
     deepep: np.ndarray
+    offload_layers: np.ndarray
 
     def select(self, mask: np.ndarray) -> Layout:
         """The layouts where ``mask`` is true (fields broadcast to the mask's shape first)."""
@@ -174,6 +176,7 @@ def make_layout(
     ep_sms: ArrayLike = 0,
     recompute_modules: ArrayLike = 0,
     deepep: ArrayLike = False,
+    offload_layers: ArrayLike = 0,
 ) -> Layout:
     """Build a :class:`Layout`; ``recompute`` may be a name (none, selective, full) or its code 0-2,
     ``recompute_modules`` names (``layernorm,mla_up_proj``) or their bits."""
@@ -352,6 +355,19 @@ def _rules(x: Layout, model: Transformer, gpus: ArrayLike) -> list[tuple[np.ndar
         (~_whole_below(x.recompute, 4), "recompute must be none, selective, full or auto"),
         (~(x.expert_load >= 1), "expert load (busiest expert-parallel rank over the mean) must be >= 1"),
     ]
+    if np.any(x.offload_layers):  # Megatron-Core's TransformerConfig (0.15) refuses the rest
+        offloads = x.offload_layers > 0
+        rules += [
+            (offloads & (x.pp > 1), "CPU offloading needs one pipeline stage (pp 1), as in Megatron-Core"),
+            (
+                offloads & ((x.recompute != 0) | (x.recompute_modules != 0)),
+                "CPU offloading runs without recomputation (recompute none, no recompute modules)",
+            ),
+            (
+                (x.offload_layers >= model.layers) | (np.mod(x.offload_layers, 1) != 0),
+                f"offloaded layers must be a whole number below the model's {model.layers}",
+            ),
+        ]
     if np.any(x.recompute_modules):  # checked only where some layout recomputes modules
         rules += [
             (

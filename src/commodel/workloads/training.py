@@ -362,11 +362,12 @@ def train_step(
         raise unknown("expert-parallel overlap", ep_overlap, EP_OVERLAP)
     software = (attention_impl, tp_overlap, ep_overlap)
     auto = np.asarray(x.recompute) == 3
-    if np.any(auto):  # priced without and with full recomputation in one pass, then mixed
-        shape = np.broadcast_shapes(x.shape, auto.shape)
+    mixed = auto | (np.asarray(x.offload_layers) > 0)
+    if np.any(mixed):  # priced without and with full recomputation in one pass, then mixed
+        shape = np.broadcast_shapes(x.shape, mixed.shape)
         if not isinstance(strategy, str):  # one per layout: the same again for the second pass
             strategy = np.tile(np.broadcast_to(np.asarray(strategy, dtype=object), shape).ravel(), 2)
-        stacked = x.stacked(*(np.where(auto, code, x.recompute) for code in (0, 2)))
+        stacked = x.stacked(*(np.where(mixed, code, x.recompute) for code in (0, 2)))
         both = _train_step(model, cluster, stacked, dtype, strategy, *software)
         none, full = ({k: v.reshape(2, *shape)[i] for k, v in both.items()} for i in (0, 1))
         capacity = usable_memory(cluster.gpu.memory_capacity.value)
