@@ -174,11 +174,11 @@ RECIPE_ENDS_AS_LAYERS = ("llama3-405b", "qwen3-235b-a22b")
 #: last chunk lighter by what the module and the loss cost. Other (pp, vp) take a layout from the
 #: performance scripts, which are not published with the rows.
 RECIPE_PIPELINE_LAYOUTS = {
-    ("deepseek-v3", 4, 1): "Et*16|t*16|t*16|t*13mL",
-    **dict.fromkeys((("deepseek-v3", 8, 1), ("deepseek-v3", 4, 2)), "Et*8|(t*8|)*6t*5mL"),
-    **dict.fromkeys(
-        (("deepseek-v3", 16, 1), ("deepseek-v3", 8, 2), ("deepseek-v3", 4, 4)), "Et*4|(t*4|)*14tmL"
-    ),
+    "deepseek-v3": {
+        (4, 1): "Et*16|t*16|t*16|t*13mL",
+        **dict.fromkeys(((8, 1), (4, 2)), "Et*8|(t*8|)*6t*5mL"),
+        **dict.fromkeys(((16, 1), (8, 2), (4, 4)), "Et*4|(t*4|)*14tmL"),
+    }
 }
 
 
@@ -188,10 +188,11 @@ def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
     ``system``: the layout as stated (sizes not given are 1, the sequence the model's own; a MoE
     model's expert tensor parallelism 1, as Megatron-Bridge's MoE recipes set
     ``expert_tensor_parallel_size``, where Megatron-Core's own default would be tp; the pipeline
-    split of :data:`RECIPE_ENDS_AS_LAYERS`), distributed optimizer (or FSDP), gradients reduced in
-    BF16 (the benchmark mode of Megatron-Bridge's performance recipes sets ``grad_reduce_in_fp32 =
-    False`` with every precision, ``perf_recipes/_common.py`` in 0.6.2, which says it mirrors
-    ``scripts/performance``; its training recipes keep FP32), communication overlapped, sequence parallelism with tensor parallelism and
+    split of :data:`RECIPE_ENDS_AS_LAYERS`, the layouts of :data:`RECIPE_PIPELINE_LAYOUTS`),
+    distributed optimizer (or FSDP), gradients reduced in BF16 (the benchmark mode of
+    Megatron-Bridge's performance recipes sets ``grad_reduce_in_fp32 = False`` with every precision,
+    ``perf_recipes/_common.py`` in 0.6.2, which says it mirrors ``scripts/performance``; its training
+    recipes keep FP32), communication overlapped, sequence parallelism with tensor parallelism and
     Transformer Engine's userbuffers overlap of its communication (the recipes' ``tp_comm_overlap``,
     with NeMo's per-GPU userbuffers configurations), and the recomputation the recipe needs to fit
     (``auto``: the rows do not state it). A stated ``dp`` or ``ga`` that disagrees with the GPUs and
@@ -219,10 +220,9 @@ def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
     if moe and tp > 1 and "etp" not in sizes:  # where Megatron-Core's default would split experts tp ways
         notes.append("reads etp1, Megatron-Bridge's MoE recipes' expert tensor parallelism")
     vp = sizes.get("vp", 1)
-    named = [name for name, *_ in RECIPE_PIPELINE_LAYOUTS if config is get_model(name)]
-    layout = next((text for (name, *split), text in RECIPE_PIPELINE_LAYOUTS.items()
-                   if config is get_model(name) and split == [pp, vp]), "")  # fmt: skip
-    if named and not layout:
+    layouts = next((v for name, v in RECIPE_PIPELINE_LAYOUTS.items() if get_model(name) is config), None)
+    layout = layouts.get((pp, vp), "") if layouts else ""
+    if layouts and not layout:
         notes.append(
             f"its recipe has no pipeline layout for pp {pp} x vp {vp}: priced without its prediction module"
         )
@@ -233,7 +233,7 @@ def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
         global_batch=sizes.get("gbs", 1024), seq=sizes.get("seq"), zero=3 if "fsdp" in sizes else 1,
         sequence_parallel=tp > 1, recompute="auto", overlap="sm-partition", grad_reduce_in_fp32=False,
         tp_overlap="userbuffers" if tp > 1 else "none",
-        ends_as_layers=pp > 1 and any(config is get_model(name) for name in RECIPE_ENDS_AS_LAYERS),
+        ends_as_layers=pp > 1 and any(get_model(name) is config for name in RECIPE_ENDS_AS_LAYERS),
     )  # fmt: skip
     return Run(job, metric, note="; ".join(notes))
 

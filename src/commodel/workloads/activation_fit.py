@@ -9,9 +9,9 @@ layers (whole layers) that brings the GPU under its usable memory, ``(1 - r) M_n
 - **offload** (Megatron's ``--cpu-offloading``, Transformer Engine's double-buffered offload handler),
   where Megatron-Core can run it: one pipeline stage, no recomputation of any kind (no
   ``--recompute-modules``) and fewer layers than the model's (its ``TransformerConfig`` refuses
-  the rest, 0.15): those layers' activations are copied to CPU memory while the next layer runs its forward and back
-  while the layer after it runs its backward, so a copy of ``A`` bytes over ``B`` bytes/s per
-  direction exposes ``max(0, A / B - t_fwd) + max(0, A / B - t_bwd)`` per layer and micro-batch
+  the rest, 0.15): those layers' activations are copied to CPU memory while the next layer runs
+  its forward and back while the layer after it runs its backward, so a copy of ``A`` bytes over
+  ``B`` bytes/s per direction exposes ``max(0, A / B - t_fwd) + max(0, A / B - t_bwd)`` per layer and micro-batch
   (:func:`offload_exposed`). It leaves the same HBM as recomputation (a layer's input, or the layer
   in flight) and needs ``r (M_none - M_full)`` of the CPU memory each GPU may use. On a Grace system
   (NVLink-C2C, 450 GB/s per direction shared by two GPUs) the copy usually hides behind the layers;
