@@ -478,6 +478,19 @@ def test_moving_layers_off_the_last_stage_pays_for_its_logits():
     assert not any("--last-stage-layers" in note for note in moved["notes"])
 
 
+def test_the_balance_found_under_virtual_stages_is_megatron_bridges_own_layout():
+    """DeepSeek-V3 with its prediction module on pp 4 x vp 4: the estimate finds 13 layers for the
+    last stage, the split Megatron-Bridge's recipe writes (``Et*4|(t*4|)*14tmL``), which it never saw."""
+    job = dict(
+        model="deepseek-v3", system="gb200-nvl72", gpus=256, pp=4, vpp=4, ep=64, etp=1, global_batch=4096
+    )
+    even = train(**job, mtp_layers=1, recompute="auto", advise=True)
+    assert any("--last-stage-layers 13 over its chunks balances it" in note for note in even["notes"])
+    assert (
+        train(**job, pipeline_layout="Et*4|(t*4|)*14tmL", recompute="auto")["stage_layers"] == "16,16,16,13"
+    )
+
+
 def test_breakdown_sums_to_the_step():
     r = train(
         model="mixtral-8x7b", system="dgx-h100", gpus=64, tp=2, pp=4, ep=4, global_batch=64, seq=4096,

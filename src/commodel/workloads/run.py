@@ -81,12 +81,13 @@ def _lighter_last_stage(
     job: TrainingJob, row: SimpleNamespace, evaluate_columns: Callable[..., dict[str, np.ndarray]]
 ) -> str:
     """Where the last stage (its logits, multi-token prediction modules) sets a pipeline's pace: the
-    fewer layers there (Megatron's ``--decoder-last-pipeline-num-layers``) that make the step the
+    fewer layers there (Megatron's ``--decoder-last-pipeline-num-layers``, or under virtual stages its
+    pipeline layout) that make the step the
     shortest, priced as one batch of every choice, if that saves at least :data:`GAIN_WORTH_A_NOTE`
     and still fits where the job does; else no note."""
     from commodel.workloads.catalog import model
 
-    if job.pp < 2 or job.vpp > 1 or job.last_stage_layers is not None or ":" in job.system:
+    if job.pp < 2 or job.last_stage_layers is not None or ":" in job.system:
         return ""
     if float(row.stage_imbalance) < IMBALANCE_WORTH_A_LOOK:
         return ""
@@ -96,10 +97,10 @@ def _lighter_last_stage(
     best = int(np.argmin(step))
     if not step[best] < (1 - GAIN_WORTH_A_NOTE) * float(row.step_time_s):
         return ""
-    now = float(row.step_time_s)
+    now, chunks = float(row.step_time_s), " over its chunks" if job.vpp > 1 else ""
     return (
         f"the last stage sets the pace ({100 * float(row.stage_imbalance):.0f}% above the mean): "
-        f"--last-stage-layers {choices[best]} balances it ({now:.4g} -> {step[best]:.4g} s per step)"
+        f"--last-stage-layers {choices[best]}{chunks} balances it ({now:.4g} -> {step[best]:.4g} s per step)"
     )
 
 
