@@ -854,7 +854,7 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     gpus = tp * pp * cp * rng.choice([1, 2, 4, 8], n)
     mb, vpp, sp = rng.choice([1, 2, 4], n), rng.choice([1, 2], n), rng.random(n) < 0.5
     dualpipe = (pp > 1) & (vpp == 1) & (rng.random(n) < 0.3)
-    lighter_last = (pp > 1) & (vpp == 1) & ~dualpipe & (rng.random(n) < 0.2)
+    lighter_last = (pp > 1) & ~dualpipe & (rng.random(n) < 0.2)  # under virtual stages too
     places = (net.layers + 2) % (pp * vpp) == 0  # where the embedding and loss can count as layers
     recompute = rng.integers(0, 4, n)
     modules = np.bitwise_and(rng.integers(0, 8, n), 1 | 2 * (net.moe is not None) | 4 * (net.mla is not None))
