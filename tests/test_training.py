@@ -619,6 +619,18 @@ def test_fp32_gradients_take_twice_the_bytes_to_hold_and_to_reduce():
     assert 1 < fp32["breakdown"]["dp_comm"] / bf16["breakdown"]["dp_comm"] < 2
 
 
+def test_bf16_moments_take_two_bytes_each_of_the_sharded_optimizer_state():
+    """Megatron's precision-aware optimizer with BF16 moments (DeepSeek-V3; Megatron-Bridge's recipe
+    for it): 8 B of optimizer state per parameter where FP32 moments take 12, sharded over the data-
+    parallel ranks under ZeRO-1, and 8 B less read and written per local parameter in the step."""
+    job = dict(model="llama3-8b", system="dgx-h100", gpus=16, global_batch=32, zero=1, overlap="serial")
+    fp32, bf16 = (train(**job, bf16_moments=on) for on in (False, True))
+    held = sum(parameters(model("llama3-8b"))[k] for k in ("layers", "embedding")) / 16  # dp 16 shards
+    assert fp32["memory_per_gpu_bytes"] - bf16["memory_per_gpu_bytes"] == pytest.approx(4 * held)
+    assert bf16["breakdown"]["optimizer"] / fp32["breakdown"]["optimizer"] == pytest.approx(26 / 34)
+    assert bf16["breakdown"]["compute"] == fp32["breakdown"]["compute"]
+
+
 def test_a_rejected_job_names_the_layout_it_resolved_to():
     with pytest.raises(CommodelError) as error:
         train(model="llama3-8b", system="gb200-nvl72", gpus=72, micro_batch=2)

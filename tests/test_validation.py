@@ -235,6 +235,7 @@ def test_a_deepseek_v3_recipe_takes_megatron_bridges_pipeline_layout_where_its_r
     module, and says so."""
     known = recipe_run("train deepseek-v3 BF16 seq4096 gbs4096 mbs1 pp4 vp4 ep64", 256, "gb200-nvl72", "mfu")
     assert (known.job.pipeline_layout, known.job.mtp_layers, known.note) == ("Et*4|(t*4|)*14tmL", 1, "")
+    assert known.job.bf16_moments  # the recipe's precision-aware optimizer
     unknown = recipe_run(
         "train deepseek-v3 FP8-MX seq4096 gbs4096 mbs1 pp8 vp4 ep32", 256, "gb200-nvl72", "mfu"
     )

@@ -294,6 +294,12 @@ class TrainingJob(Job):
         "(Megatron's --activation-func-fp8-input-store; DeepSeek-V3 caches SwiGLU's input so): 1 B per "
         "element where BF16 keeps 2. Memory only.",
     )
+    bf16_moments: bool = Field(
+        False,
+        description="Keep Adam's first and second moments in BF16 (Megatron's --use-precision-aware-optimizer "
+        "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16; DeepSeek-V3, and Megatron-Bridge's DeepSeek-V3 "
+        "recipe): 8 B of optimizer state per parameter where FP32 moments take 12, and less traffic.",
+    )
     fp8_param_gather: bool = Field(
         True,
         description="Under FP8, keep the primary weights in FP8 and gather them so (Megatron's "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -165,25 +165,41 @@ RECIPE_DTYPES = {
 }
 #: Layout sizes a recipe description may give (``tp2``, ``gbs128``, ...), and the flag ``fsdp``.
 RECIPE_SIZES = ("seq", "gbs", "mbs", "tp", "pp", "cp", "vp", "ep", "etp", "dp", "ga")
-#: Models whose Megatron-Bridge pretraining recipe counts the embedding and the loss as a layer each in
-#: the pipeline split (``account_for_embedding_in_pipeline_split``, ``account_for_loss_in_pipeline_split``;
-#: Megatron-Bridge 0.3.1 ``recipes/llama/llama3.py`` and ``recipes/qwen/qwen3_moe.py``): their 126 and 94
-#: layers fill ``pp x vp`` chunks evenly only with the two ends added.
-RECIPE_ENDS_AS_LAYERS = ("llama3-405b", "qwen3-235b-a22b")
-#: Models whose Megatron-Bridge recipe neither forces balanced routing nor adds a balancing loss
-#: (gpt-oss: ``moe_router_load_balancing_type = "none"``, release 0.3.1): their performance runs route
-#: the mock dataset through an untrained router, as :mod:`commodel.workloads.mock_routing` prices.
-RECIPE_UNBALANCED = ("gpt-oss-120b",)
-#: Megatron-Bridge's DeepSeek-V3 recipe (``map_pp_vp_to_layout``, release 0.2.0rc6, the 25.11
-#: container's): one multi-token prediction module and a pipeline layout per (pp, vp) it knows, the
-#: last chunk lighter by what the module and the loss cost. Other (pp, vp) take a layout from the
-#: performance scripts, which are not published with the rows.
-RECIPE_PIPELINE_LAYOUTS = {
-    "deepseek-v3": {
-        (4, 1): "Et*16|t*16|t*16|t*13mL",
-        **dict.fromkeys(((8, 1), (4, 2)), "Et*8|(t*8|)*6t*5mL"),
-        **dict.fromkeys(((16, 1), (8, 2), (4, 4)), "Et*4|(t*4|)*14tmL"),
-    }
+
+
+@dataclass(frozen=True)
+class RecipeSettings:
+    """What Megatron-Bridge's recipe for a model sets beyond the layout its performance rows state.
+
+    ``ends_as_layers``: the embedding and the loss count as a layer each in the pipeline split
+    (``account_for_embedding_in_pipeline_split`` and ``..._loss_...``: Llama 3.1 405B's 126 and
+    Qwen3-235B's 94 layers fill ``pp x vp`` chunks evenly only so); ``bf16_moments``: the precision-
+    aware optimizer's BF16 moments; ``balanced``: forced balance or a balancing loss (else the mock data
+    route as :mod:`commodel.workloads.mock_routing` prices); ``layouts``: a pipeline layout with the
+    multi-token prediction module for each (pp, vp) the recipe knows (other (pp, vp) take one from the
+    performance scripts, not published with the rows)."""
+
+    ends_as_layers: bool = False
+    bf16_moments: bool = False
+    balanced: bool = True
+    layouts: dict[tuple[int, int], str] = field(default_factory=dict)
+
+
+#: Release 0.2.0rc6 (the 25.11 container's) for Llama 3.1 405B, Qwen3-235B and DeepSeek-V3
+#: (``map_pp_vp_to_layout``, ``use_precision_aware_optimizer`` with BF16 ``exp_avg_dtype`` and
+#: ``exp_avg_sq_dtype``); 0.3.1 for gpt-oss (``moe_router_load_balancing_type = "none"``, not forced).
+RECIPE_SETTINGS = {
+    "llama3-405b": RecipeSettings(ends_as_layers=True),
+    "qwen3-235b-a22b": RecipeSettings(ends_as_layers=True),
+    "gpt-oss-120b": RecipeSettings(balanced=False),
+    "deepseek-v3": RecipeSettings(
+        bf16_moments=True,
+        layouts={
+            (4, 1): "Et*16|t*16|t*16|t*13mL",
+            **dict.fromkeys(((8, 1), (4, 2)), "Et*8|(t*8|)*6t*5mL"),
+            **dict.fromkeys(((16, 1), (8, 2), (4, 4)), "Et*4|(t*4|)*14tmL"),
+        },
+    ),
 }
 
 
@@ -192,12 +208,12 @@ def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
     DTYPE [seqS] gbsG mbsM [fsdp] [tpT ppP cpC vpV epE etpE dpD gaA]``, as a job on ``gpus`` GPUs of
     ``system``: the layout as stated (sizes not given are 1, the sequence the model's own; a MoE
     model's expert tensor parallelism 1, as Megatron-Bridge's MoE recipes set
-    ``expert_tensor_parallel_size``, where Megatron-Core's own default would be tp; the pipeline
-    split of :data:`RECIPE_ENDS_AS_LAYERS`, the layouts of :data:`RECIPE_PIPELINE_LAYOUTS`),
-    distributed optimizer (or FSDP), gradients reduced in BF16 (the benchmark mode of
-    Megatron-Bridge's performance recipes sets ``grad_reduce_in_fp32 = False`` with every precision,
-    ``perf_recipes/_common.py`` in 0.6.2, which says it mirrors ``scripts/performance``; its training
-    recipes keep FP32), experts balanced but for :data:`RECIPE_UNBALANCED`, communication overlapped, sequence parallelism with tensor parallelism and
+    ``expert_tensor_parallel_size``, where Megatron-Core's own default would be tp; what
+    :data:`RECIPE_SETTINGS` says the model's recipe sets), distributed optimizer (or FSDP), gradients
+    reduced in BF16 (the benchmark mode of Megatron-Bridge's performance recipes sets
+    ``grad_reduce_in_fp32 = False`` with every precision, ``perf_recipes/_common.py`` in 0.6.2,
+    which says it mirrors ``scripts/performance``; its training recipes keep FP32), communication
+    overlapped, sequence parallelism with tensor parallelism and
     Transformer Engine's userbuffers overlap of its communication (the recipes' ``tp_comm_overlap``,
     with NeMo's per-GPU userbuffers configurations), and the recomputation the recipe needs to fit
     (``auto``: the rows do not state it). A stated ``dp`` or ``ga`` that disagrees with the GPUs and
@@ -217,30 +233,31 @@ def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
     derived = {"dp": dp, "ga": sizes.get("gbs", 1024) // (sizes.get("mbs", 1) * dp)}
     off = {k: v for k, v in derived.items() if sizes.get(k, v) != v}
     config, notes = get_model(words[1]), []
-    moe = config.moe is not None
+    moe = config.moe
     if off:
         stated = ", ".join(f"{k}{sizes[k]}" for k in off)
         given = ", ".join(f"{k}{v}" for k, v in off.items())
         notes.append(f"states {stated} where its {gpus} GPUs and batch give {given}")
-    if moe and tp > 1 and "etp" not in sizes:  # where Megatron-Core's default would split experts tp ways
+    if (
+        moe is not None and tp > 1 and "etp" not in sizes
+    ):  # where Megatron-Core's default would split experts tp ways
         notes.append("reads etp1, Megatron-Bridge's MoE recipes' expert tensor parallelism")
     vp, ep = sizes.get("vp", 1), sizes.get("ep", 1)
-    layouts = next((v for name, v in RECIPE_PIPELINE_LAYOUTS.items() if get_model(name) is config), None)
-    layout = layouts.get((pp, vp), "") if layouts else ""
-    if layouts and not layout:
+    recipe = next((r for name, r in RECIPE_SETTINGS.items() if get_model(name) is config), RecipeSettings())
+    layout = recipe.layouts.get((pp, vp), "")
+    if recipe.layouts and not layout:
         notes.append(
             f"its recipe has no pipeline layout for pp {pp} x vp {vp}: priced without its prediction module"
         )
     job = training_job(
         model=words[1], system=system, gpus=gpus, dtype=RECIPE_DTYPES[words[2].lower()], tp=tp, pp=pp, cp=cp,
         vpp=vp, pipeline_layout=layout, ep=ep, micro_batch=sizes.get("mbs", 1),
-        etp=sizes.get("etp", 1 if moe else None),
+        etp=sizes.get("etp", 1 if moe is not None else None),
         global_batch=sizes.get("gbs", 1024), seq=sizes.get("seq"), zero=3 if "fsdp" in sizes else 1,
         sequence_parallel=tp > 1, recompute="auto", overlap="sm-partition", grad_reduce_in_fp32=False,
         tp_overlap="userbuffers" if tp > 1 else "none",
-        ends_as_layers=pp > 1 and any(get_model(name) is config for name in RECIPE_ENDS_AS_LAYERS),
-        expert_load=mock_expert_load(config.moe.experts, config.moe.top_k, ep, config.moe_layers)
-        if any(get_model(name) is config for name in RECIPE_UNBALANCED) else 1.0,
+        ends_as_layers=recipe.ends_as_layers and pp > 1, bf16_moments=recipe.bf16_moments,
+        expert_load=1.0 if recipe.balanced else mock_expert_load(moe.experts, moe.top_k, ep, config.moe_layers),
     )  # fmt: skip
     return Run(job, metric, note="; ".join(notes))
 
@@ -300,7 +317,8 @@ TRAINING_RUNS: dict[str, Run] = {
     # 15360, one multi-token prediction module, experts reached on at most 4 nodes (the model's
     # group-limited routing) by the report's all-to-all kernels (DeepEP: a token crosses IB once per
     # node, then NVLink) on 20 SMs, dispatching in FP8, the norms and MLA's up-projections recomputed
-    # (section 3.3.4), SwiGLU's inputs cached in FP8 (section 3.3.3). DualPipe runs one
+    # (section 3.3.4), SwiGLU's inputs cached in FP8 and AdamW's moments kept in BF16 (section
+    # 3.3.3). DualPipe runs one
     # micro-batch's all-to-alls beside another's compute: the 1F1B expert-parallel overlap is that
     # mechanism, under DualPipe's schedule and bubble. The report does not give its layers per stage;
     # the row takes the split that carries the prediction module and the logits: 4 layers per stage, 1
@@ -327,6 +345,7 @@ TRAINING_RUNS: dict[str, Run] = {
             ep_sms=20,
             recompute_modules="layernorm,mla_up_proj",
             fp8_activation_input=True,
+            bf16_moments=True,
         ),
         "tokens_per_s_per_gpu",
     ),

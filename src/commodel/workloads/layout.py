@@ -64,7 +64,8 @@ class Layout:
     DeepEP's :data:`~commodel.workloads.moe_dispatch.DEEPEP_SMS`);
     ``recompute_modules``: the sum of the :data:`RECOMPUTE_MODULES` bits recomputed in every layer
     that ``recompute`` does not recompute in full; ``offload_layers``: layers whose activations go to
-    CPU memory (Megatron's ``--cpu-offloading-num-layers``; 0: none, or ``auto``'s choice).
+    CPU memory (Megatron's ``--cpu-offloading-num-layers``; 0: none, or ``auto``'s choice);
+    ``bf16_moments``: Adam's moments kept in BF16 (:func:`~commodel.workloads.memory.optimizer_bytes`).
     """
 
     tp: np.ndarray
@@ -94,6 +95,7 @@ class Layout:
     recompute_modules: np.ndarray
     deepep: np.ndarray
     offload_layers: np.ndarray
+    bf16_moments: np.ndarray
 
     def select(self, mask: np.ndarray) -> Layout:
         """The layouts where ``mask`` is true (fields broadcast to the mask's shape first)."""
@@ -177,6 +179,7 @@ def make_layout(
     recompute_modules: ArrayLike = 0,
     deepep: ArrayLike = False,
     offload_layers: ArrayLike = 0,
+    bf16_moments: ArrayLike = False,
 ) -> Layout:
     """Build a :class:`Layout`; ``recompute`` may be a name (none, selective, full) or its code 0-2,
     ``recompute_modules`` names (``layernorm,mla_up_proj``) or their bits."""
@@ -193,6 +196,7 @@ def make_layout(
         "fp8_dispatch",
         "fp8_param_gather",
         "fp8_activation_input",
+        "bf16_moments",
         "deepep",
     )
     arrays = {

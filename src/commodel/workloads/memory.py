@@ -27,6 +27,9 @@ from commodel.workloads.schema import Transformer
 from commodel.workloads.transformer import activation_bytes_per_token, layer_weights
 
 WEIGHT_BYTES, OPTIMIZER_BYTES = 2.0, 12.0
+#: Adam's two moments, 4 B each in FP32 or 2 B each in BF16 (Megatron's precision-aware optimizer,
+#: ``--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``): 4 B of :data:`OPTIMIZER_BYTES` less per parameter.
+BF16_MOMENTS_SAVING = 4.0
 
 #: Weight bytes per parameter under FP8 without ``fp8_param_gather``: BF16 weights and the row-wise and
 #: column-wise FP8 copies Transformer Engine keeps of them.
@@ -41,6 +44,12 @@ RESERVED_FRACTION = 0.05
 #: Activation bytes per token per layer that tensor parallelism without sequence parallelism does not
 #: split: layer norm inputs and outputs and dropout masks (Korthikanti et al. 2022: 10 s b h).
 REPLICATED_WITHOUT_SP = 10.0
+
+
+def optimizer_bytes(x: Layout) -> np.ndarray:
+    """Optimizer state per parameter: FP32 master weights and Adam's moments, :data:`OPTIMIZER_BYTES`,
+    or :data:`BF16_MOMENTS_SAVING` less with the moments in BF16 (``bf16_moments``)."""
+    return OPTIMIZER_BYTES - BF16_MOMENTS_SAVING * np.asarray(x.bf16_moments, dtype=float)
 
 
 def gradient_bytes(x: Layout) -> np.ndarray:
@@ -131,7 +140,7 @@ def memory_parts(
         "expert_parameters": experts,
         "weights": sharded(1.0, 3) * weight_bytes(x, recipe),
         "gradients": sharded(gradient_bytes(x), 2),
-        "optimizer": sharded(OPTIMIZER_BYTES, 1),
+        "optimizer": sharded(optimizer_bytes(x), 1),
         "layer_activations": x.tokens * split,
         "logits": (1 + x.mtp) * 4.0 * x.tokens * model.vocab / x.tp,
     }

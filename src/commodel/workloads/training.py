@@ -21,7 +21,8 @@ model; it derives nothing of its own but the schedule:
   assumed).
 - **Data parallelism**: gradients reduce (allreduce, or reduce-scatter then parameter allgather with
   ZeRO >= 1) behind the last micro-batch's backward; ZeRO-3 gathers parameters every micro-batch.
-- **Optimizer**: Adam reads and writes :data:`ADAM_BYTES_PER_PARAM` bytes per local parameter.
+- **Optimizer**: Adam reads and writes :data:`ADAM_BYTES_PER_PARAM` bytes per local parameter, 8 fewer
+  with its moments in BF16 (read and written at 2 B instead of 4).
 - **Fitting in memory** (``--recompute auto``): the fewest layers recomputed or offloaded to CPU
   memory, whichever costs less (:mod:`commodel.workloads.activation_fit`).
 
@@ -58,6 +59,7 @@ from commodel.workloads.layer_work import (
 )
 from commodel.workloads.layout import Layout, has_module, stage_split
 from commodel.workloads.memory import (
+    BF16_MOMENTS_SAVING,
     fits,
     gradient_bytes,
     memory_parts,
@@ -272,7 +274,7 @@ def per_microbatch(
 
     # Optimizer on the local (ZeRO-sharded) parameters.
     local = dense / np.where(sharded, x.dp * x.cp, 1) + experts / np.where(sharded, x.expert_dp, 1)
-    optimizer = local * ADAM_BYTES_PER_PARAM / hbm
+    optimizer = local * (ADAM_BYTES_PER_PARAM - 2 * BF16_MOMENTS_SAVING * x.bf16_moments) / hbm
 
     # Offloading this layer's activations to CPU memory (what --recompute auto may choose instead).
     fwd_share = np.divide(full.fwd_s, full.total_s, out=np.zeros_like(full.total_s), where=full.total_s > 0)
