@@ -263,7 +263,9 @@ def test_a_moe_recipe_runs_its_experts_without_tensor_parallelism_unless_it_says
     )
     assert (one.etp, two.etp, one.dtype) == (1, 2, "fp8-block")
     assert train(one)["tokens_per_s"] > train(two)["tokens_per_s"]  # no gather and scatter over etp
-    assert recipe_run("train llama3-70b BF16 gbs128 mbs1 tp4 pp8", 64, "dgx-h100", "mfu").job.etp is None
+    dense = recipe_run("train llama3-70b BF16 gbs128 mbs1 tp4 pp8", 64, "dgx-h100", "mfu").job
+    assert dense.etp is None and not dense.permute_fusion
+    assert one.permute_fusion  # Megatron-Bridge's MoE providers set moe_permute_fusion
 
 
 def test_an_untrained_router_sends_the_mock_data_unevenly():

@@ -294,6 +294,12 @@ class TrainingJob(Job):
         "(Megatron's --activation-func-fp8-input-store; DeepSeek-V3 caches SwiGLU's input so): 1 B per "
         "element where BF16 keeps 2. Memory only.",
     )
+    permute_fusion: bool = Field(
+        False,
+        description="Permute tokens to their experts with Transformer Engine's fused kernels (Megatron's "
+        "--moe-permute-fusion; Megatron-Bridge's MoE models set it): each token read once and its top_k "
+        "copies written, where the unfused path reads and writes every copy.",
+    )
     bf16_moments: bool = Field(
         False,
         description="Keep Adam's first and second moments in BF16 (Megatron's --use-precision-aware-optimizer "

@@ -207,8 +207,10 @@ def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
     """A training row described as Megatron-Bridge's performance tables give a recipe, ``train MODEL
     DTYPE [seqS] gbsG mbsM [fsdp] [tpT ppP cpC vpV epE etpE dpD gaA]``, as a job on ``gpus`` GPUs of
     ``system``: the layout as stated (sizes not given are 1, the sequence the model's own; a MoE
-    model's expert tensor parallelism 1, as Megatron-Bridge's MoE recipes set
-    ``expert_tensor_parallel_size``, where Megatron-Core's own default would be tp; what
+    model's expert tensor parallelism 1 and its tokens permuted by Transformer Engine's fused kernels,
+    as Megatron-Bridge's MoE recipes and providers set ``expert_tensor_parallel_size`` and
+    ``moe_permute_fusion`` (Qwen3, gpt-oss, DeepSeek-V3), where Megatron-Core's own defaults would be
+    tp and unfused; what
     :data:`RECIPE_SETTINGS` says the model's recipe sets), distributed optimizer (or FSDP), gradients
     reduced in BF16 (the benchmark mode of Megatron-Bridge's performance recipes sets
     ``grad_reduce_in_fp32 = False`` with every precision, ``perf_recipes/_common.py`` in 0.6.2,
@@ -257,6 +259,7 @@ def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
         sequence_parallel=tp > 1, recompute="auto", overlap="sm-partition", grad_reduce_in_fp32=False,
         tp_overlap="userbuffers" if tp > 1 else "none",
         ends_as_layers=recipe.ends_as_layers and pp > 1, bf16_moments=recipe.bf16_moments,
+        permute_fusion=moe is not None,
         expert_load=1.0 if recipe.balanced else mock_expert_load(moe.experts, moe.top_k, ep, config.moe_layers),
     )  # fmt: skip
     return Run(job, metric, note="; ".join(notes))

@@ -146,6 +146,7 @@ def job_layout(columns: dict[str, np.ndarray], rows: np.ndarray, net: Transforme
         mtp=stated("mtp", col("mtp_layers")), etp=np.nan_to_num(col("etp")), fp8_dispatch=flag("fp8_dispatch"),
         ep_sms=np.nan_to_num(col("ep_sms")), fp8_param_gather=flag("fp8_param_gather"),
         fp8_activation_input=flag("fp8_activation_input"), bf16_moments=flag("bf16_moments"),
+        permute_fusion=flag("permute_fusion"),
         recompute_modules=per_distinct(module_bits, np.asarray(columns["recompute_modules"])[rows]),
         deepep=np.asarray(columns["dispatcher"])[rows] == "deepep", offload_layers=col("offload_layers"),
     )  # fmt: skip

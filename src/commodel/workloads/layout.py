@@ -65,7 +65,8 @@ class Layout:
     ``recompute_modules``: the sum of the :data:`RECOMPUTE_MODULES` bits recomputed in every layer
     that ``recompute`` does not recompute in full; ``offload_layers``: layers whose activations go to
     CPU memory (Megatron's ``--cpu-offloading-num-layers``; 0: none, or ``auto``'s choice);
-    ``bf16_moments``: Adam's moments kept in BF16 (:func:`~commodel.workloads.memory.optimizer_bytes`).
+    ``bf16_moments``: Adam's moments kept in BF16 (:func:`~commodel.workloads.memory.optimizer_bytes`);
+    ``permute_fusion``: Transformer Engine's fused token permute (Megatron's ``--moe-permute-fusion``).
     """
 
     tp: np.ndarray
@@ -96,6 +97,7 @@ class Layout:
     deepep: np.ndarray
     offload_layers: np.ndarray
     bf16_moments: np.ndarray
+    permute_fusion: np.ndarray
 
     def select(self, mask: np.ndarray) -> Layout:
         """The layouts where ``mask`` is true (fields broadcast to the mask's shape first)."""
@@ -180,6 +182,7 @@ def make_layout(
     deepep: ArrayLike = False,
     offload_layers: ArrayLike = 0,
     bf16_moments: ArrayLike = False,
+    permute_fusion: ArrayLike = False,
 ) -> Layout:
     """Build a :class:`Layout`; ``recompute`` may be a name (none, selective, full) or its code 0-2,
     ``recompute_modules`` names (``layernorm,mla_up_proj``) or their bits."""
@@ -197,6 +200,7 @@ def make_layout(
         "fp8_param_gather",
         "fp8_activation_input",
         "bf16_moments",
+        "permute_fusion",
         "deepep",
     )
     arrays = {

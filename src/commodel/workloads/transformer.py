@@ -242,6 +242,7 @@ def layer_kernels(
     etp: ArrayLike | None = None,
     fp8_dispatch: ArrayLike = False,
     deepep: ArrayLike = False,
+    permute_fusion: ArrayLike = False,
 ) -> LayerKernels:
     """Forward kernels of one layer on one GPU for ``tokens`` = micro_batch x seq / cp local tokens.
 
@@ -259,7 +260,10 @@ def layer_kernels(
     holding several experts each, the received ones sorted by local expert after the dispatch and
     back before the combine, as Megatron's all-to-all dispatcher does; with ``deepep``, Megatron-Core's
     flex dispatcher sends the tokens unpermuted and permutes the received ones into its experts' order
-    and back, whatever their number). With ``fp8_dispatch`` under
+    and back, whatever their number; with ``permute_fusion``, Transformer Engine's fused permute reads
+    each token once and writes its ``top_k`` copies, and its unpermute reads the copies and writes one
+    row: ``1 + top_k`` rows a pass where the unfused one reads and writes ``2 top_k``). With
+    ``fp8_dispatch`` under
     an FP8 recipe the experts' inputs are quantized before the dispatch and their output gradients
     before the combine's backward (DeepSeek-V3 report, section 3.3.2), once per token the GPU holds,
     where the received copies (``top_k`` per token) would each be cast after it. Sliding-window layers
@@ -361,7 +365,8 @@ def layer_kernels(
         # received ones into its experts' order and back (``get_permuted_hidden_states_by_experts``,
         # ``get_restored_hidden_states_by_experts``): the received copies' two passes only.
         deep = np.asarray(deepep, dtype=bool)
-        permute = named(elementwise(sp_tokens * m.top_k * h, high, reads=1, writes=1), "token permute")
+        rows = np.where(np.asarray(permute_fusion, dtype=bool), (1 + m.top_k) / 2, m.top_k)  # read + write
+        permute = named(elementwise(sp_tokens * rows * h, high, reads=1, writes=1), "token permute")
         label = "received-token permute" if deep.all() else "token sort"
         received = named(elementwise(per_expert * local * h, high, reads=1, writes=1), label)
         permutes = moe_share * np.where(deep, 0.0, 2.0)
