@@ -210,16 +210,15 @@ def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
     model's expert tensor parallelism 1 and its tokens permuted by Transformer Engine's fused kernels,
     as Megatron-Bridge's MoE recipes and providers set ``expert_tensor_parallel_size`` and
     ``moe_permute_fusion`` (Qwen3, gpt-oss, DeepSeek-V3), where Megatron-Core's own defaults would be
-    tp and unfused; what
-    :data:`RECIPE_SETTINGS` says the model's recipe sets), distributed optimizer (or FSDP), gradients
-    reduced in BF16 (the benchmark mode of Megatron-Bridge's performance recipes sets
-    ``grad_reduce_in_fp32 = False`` with every precision, ``perf_recipes/_common.py`` in 0.6.2,
+    tp and unfused; what :data:`RECIPE_SETTINGS` says the model's recipe sets), distributed optimizer
+    (or FSDP), gradients reduced in BF16 (the benchmark mode of Megatron-Bridge's performance recipes
+    sets ``grad_reduce_in_fp32 = False`` with every precision, ``perf_recipes/_common.py`` in 0.6.2,
     which says it mirrors ``scripts/performance``; its training recipes keep FP32), communication
-    overlapped, sequence parallelism with tensor parallelism and
-    Transformer Engine's userbuffers overlap of its communication (the recipes' ``tp_comm_overlap``,
-    with NeMo's per-GPU userbuffers configurations), and the recomputation the recipe needs to fit
-    (``auto``: the rows do not state it). A stated ``dp`` or ``ga`` that disagrees with the GPUs and
-    batch sizes is noted; the job is the one the GPUs and batch sizes give."""
+    overlapped, sequence parallelism with tensor parallelism and Transformer Engine's userbuffers
+    overlap of its communication (the recipes' ``tp_comm_overlap``, with NeMo's per-GPU userbuffers
+    configurations), and the recomputation the recipe needs to fit (``auto``: the rows do not state
+    it). A stated ``dp`` or ``ga`` that disagrees with the GPUs and batch sizes is noted; the job is
+    the one the GPUs and batch sizes give."""
     words = description.split()
     if len(words) < 3 or words[0] != "train" or words[2].lower() not in RECIPE_DTYPES:
         raise CommodelError(f"'{description}' is not 'train MODEL DTYPE SIZES...' (DTYPE one of "
