@@ -58,7 +58,7 @@ def stage_split(text: str, pp: int, layers: int) -> StageSplit:
     flat = "".join(chunks)
 
     def fail(reason: str) -> CommodelError:
-        return CommodelError(f"pipeline layout '{text}' on pp {pp}: {reason}")
+        return CommodelError(f"pipeline layout '{text}'{f' on pp {pp}' if pp > 1 else ''}: {reason}")
 
     if len(chunks) % pp:
         raise fail(f"its {len(chunks)} chunks do not divide into pp stages")
