@@ -851,7 +851,7 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     DualPipe, with or without a multi-token prediction module, a lighter last stage or the embedding
     and loss counted as layers, with experts
     split as attention is or whole, recomputing any of the modules the model has, dispatched by NCCL or
-    DeepEP."""
+    DeepEP, permuted by fused kernels or not, with Adam's moments in FP32 or BF16."""
     from commodel.compute import gemm, kernel_time
     from commodel.compute.roofline import peak_flops
     from commodel.workloads.layout import valid
@@ -883,6 +883,7 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
         etp=np.where(sp & (rng.random(n) < 0.3), 1, 0),
         recompute_modules=modules, offload_layers=np.where(offloads, rng.integers(1, net.layers, n), 0),
         deepep=(net.moe is not None) & (rng.random(n) < 0.5), fp8_activation_input=rng.random(n) < 0.3,
+        bf16_moments=rng.random(n) < 0.3, permute_fusion=rng.random(n) < 0.5,
     )  # fmt: skip
     ok = valid(net, x, gpus)
     assert ok.sum() >= 2000, ok.sum()
