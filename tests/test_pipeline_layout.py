@@ -61,6 +61,9 @@ def test_a_job_with_a_layout_takes_its_split_and_refuses_a_second_one():
     assert (job["layout"]["vpp"], job["stage_layers"]) == (4, "16,16,16,13")
     even = train(**DSV3, vpp=4, mtp_layers=1)
     assert even["stage_layers"] == "16,16,16,15" and job["step_time_s"] < even["step_time_s"]
+    assert training_job(**DSV3, pipeline_layout="Et*4|(t*4|)*14tmL").vpp == 4
+    with pytest.raises(CommodelError, match="--pp: Input should be greater than or equal to 1"):
+        train(**DSV3 | {"pp": 0}, pipeline_layout="Et*4|(t*4|)*14tmL")  # pp's own check, not the layout's
     for clash in ({"last_stage_layers": 13}, {"vpp": 2}, {"mtp_layers": 2}, {"ends_as_layers": True}):
         with pytest.raises(CommodelError, match="a pipeline layout states the pipeline split itself"):
             train(**DSV3, pipeline_layout="Et*4|(t*4|)*14tmL", **clash)

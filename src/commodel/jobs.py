@@ -15,6 +15,7 @@ rules, checked vectorized by :func:`commodel.workloads.layout.layout_problems`.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable
 from typing import Any, ClassVar, TypeVar
 
@@ -387,11 +388,11 @@ class TrainingJob(Job):
         from commodel.workloads.catalog import models
         from commodel.workloads.pipeline_layout import stage_split
 
-        config = models().get(data.get("model"))
-        if config is None:
-            return data  # the model's own check names it
+        config, pp = models().get(data.get("model")), data.get("pp") or 1
+        if config is None or not isinstance(pp, numbers.Integral) or pp < 1:
+            return data  # the model's and pp's own checks name them
         try:
-            split = stage_split(text, int(data.get("pp") or 1), config.layers)
+            split = stage_split(text, pp, config.layers)
         except CommodelError as exc:
             raise ValueError(str(exc)) from None
         agree = {"vpp": (1, split.vpp), "mtp_layers": (0, split.mtp), "ends_as_layers": (False,)}
