@@ -239,9 +239,8 @@ def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
         stated = ", ".join(f"{k}{sizes[k]}" for k in off)
         given = ", ".join(f"{k}{v}" for k, v in off.items())
         notes.append(f"states {stated} where its {gpus} GPUs and batch give {given}")
-    if (
-        moe is not None and tp > 1 and "etp" not in sizes
-    ):  # where Megatron-Core's default would split experts tp ways
+    # where Megatron-Core's default would split the experts tp ways
+    if moe is not None and tp > 1 and "etp" not in sizes:
         notes.append("reads etp1, Megatron-Bridge's MoE recipes' expert tensor parallelism")
     vp, ep = sizes.get("vp", 1), sizes.get("ep", 1)
     recipe = next((r for name, r in RECIPE_SETTINGS.items() if get_model(name) is config), RecipeSettings())

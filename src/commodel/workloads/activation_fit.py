@@ -11,8 +11,8 @@ layers (whole layers) that brings the GPU under its usable memory, ``(1 - r) M_n
   ``--recompute-modules``) and fewer layers than the model's (its ``TransformerConfig`` refuses
   the rest, 0.15): those layers' activations are copied to CPU memory while the next layer runs
   its forward and back while the layer after it runs its backward, so a copy of ``A`` bytes over
-  ``B`` bytes/s per direction exposes ``max(0, A / B - t_fwd) + max(0, A / B - t_bwd)`` per layer and micro-batch
-  (:func:`offload_exposed`). It leaves the same HBM as recomputation (a layer's input, or the layer
+  ``B`` bytes/s per direction exposes ``max(0, A / B - t_fwd) + max(0, A / B - t_bwd)`` per layer
+  and micro-batch (:func:`offload_exposed`). It leaves the same HBM as recomputation (a layer's input, or the layer
   in flight) and needs ``r (M_none - M_full)`` of the CPU memory each GPU may use. On a Grace system
   (NVLink-C2C, 450 GB/s per direction shared by two GPUs) the copy usually hides behind the layers;
   over PCIe it rarely does, and recomputation wins.

@@ -59,11 +59,12 @@ from commodel.workloads.layer_work import (
 )
 from commodel.workloads.layout import Layout, has_module, stage_split
 from commodel.workloads.memory import (
-    BF16_MOMENTS_SAVING,
+    OPTIMIZER_BYTES,
     fits,
     gradient_bytes,
     memory_parts,
     memory_with_microbatches,
+    optimizer_bytes,
     usable_memory,
 )
 from commodel.workloads.moe_dispatch import DEEPEP_SMS, DISPATCH_BYTES, high_throughput_s
@@ -274,7 +275,8 @@ def per_microbatch(
 
     # Optimizer on the local (ZeRO-sharded) parameters.
     local = dense / np.where(sharded, x.dp * x.cp, 1) + experts / np.where(sharded, x.expert_dp, 1)
-    optimizer = local * (ADAM_BYTES_PER_PARAM - 2 * BF16_MOMENTS_SAVING * x.bf16_moments) / hbm
+    moments_saved = OPTIMIZER_BYTES - optimizer_bytes(x)  # BF16 moments: each read and written once
+    optimizer = local * (ADAM_BYTES_PER_PARAM - 2 * moments_saved) / hbm
 
     # Offloading this layer's activations to CPU memory (what --recompute auto may choose instead).
     fwd_share = np.divide(full.fwd_s, full.total_s, out=np.zeros_like(full.total_s), where=full.total_s > 0)
