@@ -517,6 +517,10 @@ def test_breakdown_sums_to_the_step():
         ({"offload_layers": 8, "recompute": "full"}, "CPU offloading runs without recomputation"),
         ({"offload_layers": 96}, "offloaded layers must be a whole number below the model's 96"),
         (
+            {"system": "a40-pcie-8", "gpus": 8, "tp": 4, "offload_layers": 8},
+            "a40-pcie-8's record does not state",
+        ),
+        (
             {"pp": 4, "first_stage_layers": 48, "last_stage_layers": 48},
             "an equal whole number (>= 1) of the 96",
         ),

@@ -213,6 +213,10 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
         dp = np.where(np.isnan(dp), np.floor(gpus / (tp * pp * cp)), dp)
         layout = job_layout(columns, rows, net, dp)
         problems += layout_problems(net, layout, gpus)
+        hostless = [c.name for c, _ in fleet if c.host_offload_Bps <= 0]
+        if hostless and np.any(layout.offload_layers):
+            problems.append((layout.offload_layers > 0, f"CPU offloading needs host memory, which {hostless[0]}'s "
+                             "record does not state ([host_memory] in hardware_db/systems)"))  # fmt: skip
         reason = cross_domain_problem(fleet[0][0]) if len(fleet) == 1 and np.any(layout.deepep) else ""
         if reason:  # DeepEP puts from the GPU across domains
             domain = job_domain(gpus, fleet[0][0].domain_gpus)
