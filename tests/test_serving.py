@@ -190,3 +190,13 @@ def test_serve_kernels_prints_each_iteration():
     assert shown.exit_code == 0, shown.output
     assert "an iteration with prompts" in shown.output and "an iteration decode only" in shown.output
     assert "decode attention" in shown.output and "iteration: 32 layers x" in shown.output
+
+
+def test_one_output_token_is_prefill_only():
+    """With one output token (the prefill's), every iteration carries prompts: no decode-only ones,
+    and each request's token costs what its prompt's share of an iteration costs."""
+    job = dict(model="llama3-8b", system="dgx-h100", gpus=1, prompt=1000)
+    one, two = serve(**job, output=1, kernels=True), serve(**job, output=2)
+    assert [it["iteration"] for it in one["kernels"]] == ["with prompts"]
+    assert one["tpot_s"] == one["ttft_s"] and one["requests_per_s"] == one["output_tokens_per_s"]
+    assert one["requests_per_s"] >= two["requests_per_s"]  # no decoding to share iterations with

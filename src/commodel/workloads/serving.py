@@ -311,7 +311,9 @@ def steady_state(
     queries = b * (o - 1) / o
     context = p + o * (1 + np.asarray(output_cv, dtype=float) ** 2) / 2
     mixed = iteration_time(engine, queries, prompts, p, context, prompt_cv)
-    decode = iteration_time(engine, queries, np.zeros_like(b), p, context)
+    # Decode-only iterations occur where requests decode (o > 1); with one output token (no queries)
+    # their share is 0 and one query keeps their kernels defined.
+    decode = iteration_time(engine, np.maximum(queries, 1.0), np.zeros_like(b), p, context)
     mean = share * mixed["time_s"] + (1 - share) * decode["time_s"]
     comm = share * mixed["comm_s"] + (1 - share) * decode["comm_s"]
     host = share * mixed["host_s"] + (1 - share) * decode["host_s"]
