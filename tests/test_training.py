@@ -506,6 +506,7 @@ def test_breakdown_sums_to_the_step():
     [
         ({"model": "llama3-70b", "gpus": 48, "tp": 3}, "heads (64) must be divisible by tp"),
         ({"dp": 5}, "tp x pp x cp x dp must equal the number of GPUs"),
+        ({"tp": 8, "pp": 16}, "tp x pp x cp exceeds the number of GPUs"),
         ({"global_batch": 100}, "global batch must be a multiple"),
         ({"ep": 2}, "needs a mixture-of-experts model"),
         ({"vpp": 2, "pp": 1, "dp": 8}, "need pipeline parallelism"),

@@ -299,11 +299,12 @@ def _rules(x: Layout, model: Transformer, gpus: ArrayLike) -> list[tuple[np.ndar
     experts = model.moe.experts if model.moe else 1
     rules = [
         (
-            (x.tp < 1) | (x.pp < 1) | (x.dp < 1) | (x.cp < 1) | (x.ep < 1) | (x.vpp < 1),
+            (x.tp < 1) | (x.pp < 1) | (x.cp < 1) | (x.ep < 1) | (x.vpp < 1),
             "parallel sizes must be >= 1",
         ),
+        (x.dp < 1, "tp x pp x cp exceeds the number of GPUs"),
         ((x.micro_batch < 1) | (x.global_batch < 1) | (x.seq < 1), "batch sizes and seq must be >= 1"),
-        (x.gpus != np.asarray(gpus), "tp x pp x cp x dp must equal the number of GPUs"),
+        ((x.dp >= 1) & (x.gpus != np.asarray(gpus)), "tp x pp x cp x dp must equal the number of GPUs"),
         (np.mod(heads, x.tp) != 0, f"attention heads ({heads}) must be divisible by tp"),
         (
             (np.mod(kv, x.tp) != 0) & (np.mod(x.tp, kv) != 0),
@@ -341,7 +342,7 @@ def _rules(x: Layout, model: Transformer, gpus: ArrayLike) -> list[tuple[np.ndar
         ),
         ((x.mtp < 0) | (np.mod(x.mtp, 1) != 0), "multi-token prediction modules must be a whole number >= 0"),
         (
-            np.mod(x.global_batch, x.dp * x.micro_batch) != 0,
+            (x.dp >= 1) & (np.mod(x.global_batch, x.dp * x.micro_batch) != 0),
             "global batch must be a multiple of dp x micro batch",
         ),
         (np.mod(x.seq, x.cp) != 0, "seq must be divisible by cp"),
