@@ -1,6 +1,7 @@
 """Training-step model: hand-checkable counts, schedule formulas and the properties it must have."""
 
 import dataclasses
+import itertools
 import re
 
 import numpy as np
@@ -1309,3 +1310,42 @@ def test_fused_permutes_read_each_token_once():
     top_k = model("deepseek-v3").moe.top_k
     assert fused["mb"] / unfused["mb"] == pytest.approx((1 + top_k) / (2 * top_k))
     assert fused["fwd_ms"] < unfused["fwd_ms"]
+
+
+def test_interleaved_chunks_reduce_their_gradients_as_their_work_ends():
+    """Megatron-Core reduces each model chunk's gradients at its last backward: with vpp 1 the whole
+    reduction hides behind the last micro-batch's backward of the stage; with vpp chunks it is the
+    larger of the last chunk's share behind that chunk's pass and all of it behind the passes from
+    the first chunk's end (pp chunk-passes apart). Hidden as well or better, never below zero, and a
+    step with more chunks exposes less of it."""
+    from commodel.overlap import exposed
+    from commodel.workloads.layer_work import repeat
+    from commodel.workloads.training import chunked_exposed
+
+    layer = Window(*(np.array([t]) for t in (0.010, 0.012, 0.001, 1e-4)))  # 10 ms of backward per layer
+    comm, bw, buckets, layers = np.array([0.5]), np.array([4e10]), np.array([40.0]), np.array([8.0])
+    kw = dict(hbm_Bps=3e12, in_network=False)
+    for strategy in STRATEGIES:
+        whole = exposed(strategy, repeat(layer, layers), comm, traffic_Bps=bw, calls=buckets, **kw)
+        x1 = make_layout(pp=np.array([8]), vpp=np.array([1]))
+        assert chunked_exposed(strategy, layer, layers, x1, comm, bw, buckets, **kw) == pytest.approx(whole)
+        chunked = [
+            chunked_exposed(strategy, layer, layers, make_layout(pp=np.array([pp]), vpp=np.array([v])), comm, bw,
+                            buckets, **kw)[0]
+            for pp, v in ((8, 2), (8, 4), (8, 8), (64, 8))
+        ]  # fmt: skip
+        assert all(0 <= c <= whole[0] + 1e-12 for c in chunked)
+        assert all(a >= b - 1e-12 for a, b in itertools.pairwise(chunked))  # more chunks, less exposed
+        if strategy == "serial":  # nothing overlaps: all of it, however chunked
+            assert chunked == [comm[0]] * 4
+            continue
+        last = exposed(strategy, repeat(layer, layers / 8), comm / 8, traffic_Bps=bw, calls=buckets / 8, **kw)
+        assert chunked[-1] >= last[0] - 1e-12  # the last chunk's share is always behind its own pass
+        if strategy == "ideal":  # many chunk-passes apart, nothing else is exposed
+            assert chunked[-1] == pytest.approx(last[0])
+
+    job = dict(
+        model="llama3-70b", system="dgx-h100", gpus=1024, tp=8, pp=8, global_batch=256, overlap="ideal"
+    )
+    dp = [train(**job, vpp=v)["breakdown"]["dp_comm"] for v in (1, 2, 5)]
+    assert dp[0] > dp[1] > dp[2] > 0

@@ -103,6 +103,43 @@ EP_OVERLAP = ("none", "1f1b", "shared-experts")
 _LINEAR = ("step_time_s", *(f"{name}_s" for name in BREAKDOWN))
 
 
+def chunked_exposed(
+    strategy: str | np.ndarray,
+    layer: Window,
+    stage_layers: np.ndarray,
+    x: Layout,
+    comm_s: np.ndarray,
+    traffic_Bps: np.ndarray,
+    buckets: np.ndarray,
+    **kwargs: object,
+) -> np.ndarray:
+    """Seconds a data-parallel collective of ``comm_s`` (the whole stage's parameters, in
+    ``buckets`` launches) adds to a step, each of the ``vpp`` model chunks' share launched as that
+    chunk's work is done.
+
+    Megatron-Core's interleaved schedule reduces a chunk's gradients at its last backward and gathers
+    a chunk's parameters one chunk ahead of its first forward (``schedules.py``, 0.15), and the
+    chunks take their turns ``pp`` chunk-passes apart (``pp L / vpp`` layers of a stage of ``L``).
+    Queued on one stream, chunk ``k``'s share and those after it must fit in ``k`` such gaps and
+    the last chunk's own pass, so the exposure is the larger of two ends (it is linear in ``k``): the
+    last chunk's share ``comm / vpp`` behind its ``L / vpp`` layers, and all of ``comm`` behind
+    ``(1 + (vpp - 1) pp) L / vpp`` layers. Without interleaving (vpp 1) both are ``comm`` behind
+    the stage's ``L`` layers."""
+    chunk = stage_layers / x.vpp
+    last = exposed(
+        strategy,
+        repeat(layer, chunk),
+        comm_s / x.vpp,
+        traffic_Bps=traffic_Bps,
+        calls=buckets / x.vpp,
+        **kwargs,
+    )
+    chain = repeat(layer, chunk * (1 + (x.vpp - 1) * x.pp))
+    return np.maximum(
+        last, exposed(strategy, chain, comm_s, traffic_Bps=traffic_Bps, calls=buckets, **kwargs)
+    )
+
+
 def per_microbatch(
     model: Transformer,
     cluster: Cluster,
@@ -262,15 +299,15 @@ def per_microbatch(
     z3_exposed = exposed(
         strategy, z3_window, z3_comm, traffic_Bps=2 * reduce_bw, calls=3 * stage_layers, **dp_kw
     )
-    # ZeRO 0-2: reduce gradients behind the last micro-batch's backward ...
-    bwd_window = repeat(window(full, dp_part, "bwd"), stage_layers)
+    # ZeRO 0-2: reduce gradients behind the last micro-batches' backward ...
     end_reduce = np.where(zero3, 0.0, reduce_s)
-    dp_exposed = exposed(strategy, bwd_window, end_reduce, traffic_Bps=2 * reduce_bw, calls=buckets, **dp_kw)
-    # ... and with ZeRO 1-2 gather the updated parameters behind the next step's first forward.
-    fwd_window = repeat(window(full, dp_part, "fwd"), stage_layers)
+    dp_exposed = chunked_exposed(
+        strategy, window(full, dp_part, "bwd"), stage_layers, x, end_reduce, 2 * reduce_bw, buckets, **dp_kw
+    )
+    # ... and with ZeRO 1-2 gather the updated parameters behind the next step's first forwards.
     param_gather = np.where(sharded & ~zero3, gather_s, 0.0)
-    dp_exposed = dp_exposed + exposed(
-        strategy, fwd_window, param_gather, traffic_Bps=2 * ag_bw, calls=buckets, **dp_kw
+    dp_exposed = dp_exposed + chunked_exposed(
+        strategy, window(full, dp_part, "fwd"), stage_layers, x, param_gather, 2 * ag_bw, buckets, **dp_kw
     )
 
     # Optimizer on the local (ZeRO-sharded) parameters.
