@@ -85,8 +85,10 @@ from commodel.workloads.transformer import (
 #: momentum, variance and the bf16 copy (14 B), read the gradient again for the norm (4 B).
 ADAM_BYTES_PER_PARAM = 34.0
 
-#: Parameters per data-parallel gradient bucket (Megatron-LM's default bucket of 40 M parameters).
-BUCKET_PARAMS = 40e6
+#: Parameters per data-parallel gradient bucket, and per data-parallel rank: Megatron-Core's default
+#: bucket, ``max(40 M, 1 M x dp)`` (``DistributedDataParallel``, 0.15: larger buckets at large dp
+#: keep NCCL's ring chunks bandwidth-bound).
+BUCKET_PARAMS, BUCKET_PARAMS_PER_RANK = 40e6, 1e6
 
 BREAKDOWN = (
     "compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "offload", "bubble", "optimizer",
@@ -292,7 +294,7 @@ def per_microbatch(
     expert_reduce_s, _, expert_gather_s, _ = gradient_sync(experts, grad_size, gathered, sharded, edp, fab)
     reduce_s, gather_s = reduce_s + expert_reduce_s, gather_s + expert_gather_s
     dp_kw = {"hbm_Bps": hbm, "in_network": in_switch(fab, dp)}
-    buckets = np.ceil((dense + experts) / BUCKET_PARAMS)
+    buckets = np.ceil((dense + experts) / np.maximum(BUCKET_PARAMS, BUCKET_PARAMS_PER_RANK * x.dp))
     # ZeRO-3: gather parameters for forward and backward and reduce-scatter gradients every micro-batch.
     z3_comm = np.where(zero3, 2 * gather_s + reduce_s, 0.0)
     z3_window = repeat(window(full, dp_part, "both"), stage_layers)
