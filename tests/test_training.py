@@ -772,6 +772,28 @@ def test_faster_gpu_is_never_slower():
     assert train_step(net, faster, x)["step_time_s"] < train_step(net, c, x)["step_time_s"]
 
 
+@pytest.mark.parametrize("system", ["dgx-h100", "dgx-b200"])
+def test_a_faster_network_never_makes_a_step_slower(system):
+    """The same layouts over 400G RoCE, 400G InfiniBand (lower latency) and 800G InfiniBand: no
+    step gets slower, under any overlap strategy and ZeRO stage, dense and MoE. A collective that
+    overlaps compute costs its window the HBM bytes it moves, which a faster network moves in less
+    time, not more of."""
+    rng = np.random.default_rng(3)
+    for name in ("llama3-8b", "llama3-70b", "qwen3-30b-a3b"):
+        net, n = model(name), 64
+        tp, pp = rng.choice([1, 2, 4, 8], n), rng.choice([1, 2, 4], n)
+        ep = rng.choice([1, 2, 4, 8], n) if net.moe else np.ones(n, int)
+        vpp = np.where(pp > 1, rng.choice([1, 2], n), 1)
+        x = make_layout(tp=tp, pp=pp, dp=128 // (tp * pp), ep=ep, vpp=vpp, global_batch=512, seq=4096,
+                        zero=rng.choice([0, 1, 3], n), sequence_parallel=tp > 1)  # fmt: skip
+        for strategy in STRATEGIES:
+            steps = [
+                train_step(net, cluster(system, 16, scale_out=fabric), x, strategy=strategy)["step_time_s"]
+                for fabric in ("roce-400g", "ib-ndr", "ib-xdr")
+            ]
+            assert np.all(steps[1] <= steps[0] * (1 + 1e-12)) and np.all(steps[2] <= steps[1] * (1 + 1e-12))
+
+
 def test_every_shipped_model_trains():
     for name, net in models().items():
         tp = max(t for t in (1, 2, 4, 8) if net.heads % t == 0 and net.n_kv_heads % t == 0)

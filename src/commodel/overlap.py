@@ -25,9 +25,11 @@ Strategies (``slow`` and ``M'`` per strategy):
   ``sm-partition``. Collectives the fabric cannot reduce in the network fall back to ``sm-partition``.
 
 HBM interference: a collective moving ``r`` bytes/s reads and writes ``2 r`` (``r`` in the network)
-of the GPU's achievable bandwidth ``B``; memory-bound kernels then get ``B - 2r`` and run
-``B / (B - 2r)`` slower, compute-bound kernels are unaffected. So ``slow_mem = 1 - beta + beta B /
-(B - 2r)`` with beta the memory-bound share of the window's compute time.
+of the GPU's achievable bandwidth ``B``. The bytes it moves while the window runs memory-bound
+kernels (a share beta of its compute time) are bytes those kernels wait for at ``B``;
+compute-bound kernels are unaffected. Over the collective's ``M`` seconds compute loses
+``beta M 2r / B``, so ``slow_mem = 1 / (1 - beta 2r / B)``: the cost follows the bytes moved, and a
+faster network, moving them in less time, costs no more.
 """
 
 from __future__ import annotations
@@ -79,15 +81,18 @@ class Window:
 
 
 def memory_slowdown(window: Window, traffic_Bps: ArrayLike, hbm_Bps: float) -> np.ndarray:
-    """``1 - beta + beta B / (B - traffic)``: memory-bound kernels lose the collective's HBM share."""
+    """``1 / (1 - beta traffic / B)``: while the collective runs, the bytes it moves during the
+    window's memory-bound share ``beta`` are bytes those kernels wait for at ``B``, so compute loses
+    ``beta M traffic / B`` seconds over ``M``: the HBM bytes the collective moves, not its rate (a
+    faster network moves the same bytes in less time and steals no more); at most 0.9 of ``B``."""
     beta = np.divide(
         window.memory_bound_s,
         window.compute_s,
         out=np.zeros_like(window.compute_s),
         where=window.compute_s > 0,
     )
-    left = np.maximum(hbm_Bps - np.asarray(traffic_Bps, dtype=float), 0.1 * hbm_Bps)
-    return 1 - beta + beta * hbm_Bps / left
+    share = np.minimum(np.asarray(traffic_Bps, dtype=float) / hbm_Bps, 0.9)
+    return 1 / (1 - beta * share)
 
 
 def window_time(

@@ -297,9 +297,11 @@ def per_microbatch(
     buckets = np.ceil((dense + experts) / np.maximum(BUCKET_PARAMS, BUCKET_PARAMS_PER_RANK * x.dp))
     # ZeRO-3: gather parameters for forward and backward and reduce-scatter gradients every micro-batch.
     z3_comm = np.where(zero3, 2 * gather_s + reduce_s, 0.0)
+    z3_bytes = 2 * gather_s * ag_bw + reduce_s * reduce_bw  # per GPU: the HBM traffic is twice these
+    z3_traffic = 2 * np.divide(z3_bytes, z3_comm, out=np.zeros_like(z3_comm), where=z3_comm > 0)
     z3_window = repeat(window(full, dp_part, "both"), stage_layers)
     z3_exposed = exposed(
-        strategy, z3_window, z3_comm, traffic_Bps=2 * reduce_bw, calls=3 * stage_layers, **dp_kw
+        strategy, z3_window, z3_comm, traffic_Bps=z3_traffic, calls=3 * stage_layers, **dp_kw
     )
     # ZeRO 0-2: reduce gradients behind the last micro-batches' backward ...
     end_reduce = np.where(zero3, 0.0, reduce_s)
