@@ -20,7 +20,9 @@ model; it derives nothing of its own but the schedule:
   and cool-down that pair no forward with a backward are taken as 1F1B's (``pp - 1`` micro-batches;
   assumed).
 - **Data parallelism**: gradients reduce (allreduce, or reduce-scatter then parameter allgather with
-  ZeRO >= 1) behind the last micro-batch's backward; ZeRO-3 gathers parameters every micro-batch.
+  ZeRO >= 1) behind the last micro-batch's backward and the first one's forward, each interleaved
+  model chunk's share as its work ends (:func:`chunked_exposed`); ZeRO-3 gathers parameters every
+  micro-batch.
 - **Optimizer**: Adam reads and writes :data:`ADAM_BYTES_PER_PARAM` bytes per local parameter, 8 fewer
   with its moments in BF16 (read and written at 2 B instead of 4).
 - **Fitting in memory** (``--recompute auto``): the fewest layers recomputed or offloaded to CPU
