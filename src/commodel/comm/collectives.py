@@ -25,6 +25,7 @@ from commodel.comm import mpi, nccl
 from commodel.comm.fabric import Fabric, fabric_of
 from commodel.comm.mpi import BUSBW_FACTOR, OPS, REDUCING_OPS, Point
 from commodel.comm.p2p import BASE_LATENCY_S, PROTOCOLS
+from commodel.comm.tables import MAX_CHANNELS
 from commodel.errors import CommodelError, unknown
 from commodel.hardware.cluster import Cluster
 from commodel.vectorize import memoized
@@ -312,8 +313,8 @@ def run(
         pairs = [(a, p) for a, p in pairs if p == protocol]
         if not pairs:
             raise CommodelError(f"protocol '{protocol}' is not available for {algo} on {cluster.name}")
-    if channels is not None and channels < 1:
-        raise CommodelError(f"--channels must be at least 1, got {channels}")
+    if channels is not None and not 1 <= channels <= MAX_CHANNELS:
+        raise CommodelError(f"--channels must be 1 to {MAX_CHANNELS} (NCCL's MAXCHANNELS), got {channels}")
     sizes = np.asarray(sizes, dtype=float)
     policy = "best" if algo == "best" or library == "all" else "auto"
     if channels is None:
