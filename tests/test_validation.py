@@ -108,7 +108,6 @@ def test_the_llama3_paper_counts_attention_causally_as_its_three_runs_show(table
     with cp 16) sit within 4 points of one error; counted in full, the 128K run's error would be 40
     points above the 8K ones', its attention being most of its FLOPs. The offset is a level, not a
     layout: the model has what the runs' relative costs are."""
-    from commodel.validate import TRAINING_RUNS
     from commodel.workloads.catalog import model
     from commodel.workloads.transformer import model_flops_per_token
 
