@@ -1,16 +1,20 @@
-"""Fuzzing what users write by hand: sweep specifications and hardware overlays. Whatever the input,
-loading it either works or raises one CommodelError (never another exception)."""
+"""Fuzzing what users write by hand: sweep specifications, hardware overlays, training and serving
+jobs. Whatever the input, it either works (finite numbers) or raises one CommodelError (never another
+exception)."""
 
 from pathlib import Path
 
+import numpy as np
 import tomli_w
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from commodel.errors import CommodelError
 from commodel.explore.spec import load_spec
 from commodel.hardware import default_db
 from commodel.hardware.loader import apply_overlay
+from commodel.workloads.catalog import models
+from commodel.workloads.run import serve, train
 
 SCALARS = st.one_of(
     st.integers(-(2**40), 2**40), st.floats(allow_nan=True, allow_infinity=True), st.booleans(),
@@ -87,3 +91,71 @@ def test_any_hardware_overlay_applies_or_is_one_commodel_error(tmp_path_factory,
         apply_overlay(default_db(), path)
     except CommodelError as exc:
         assert str(exc).strip()
+
+
+POWERS = st.sampled_from([1, 2, 4, 8])
+SYSTEMS = st.sampled_from(["dgx-a100", "dgx-h100", "hgx-h800", "dgx-b200", "gb200-nvl72", "gb300-nvl72", "mi300x-8",
+                           "a40-pcie-8"])  # fmt: skip
+
+
+@st.composite
+def training_jobs(draw: st.DrawFn) -> dict:
+    """Layouts as a user types them: often valid, with the options that interact (offload, vpp,
+    uneven stages, pipeline layouts, MoE dispatch, precisions) drawn freely."""
+    name = draw(st.sampled_from(sorted(models())))
+    tp, pp, cp = draw(POWERS), draw(POWERS), draw(st.sampled_from([1, 2]))
+    job = {"model": name, "system": draw(SYSTEMS), "tp": tp, "pp": pp, "cp": cp,
+           "gpus": tp * pp * cp * draw(st.sampled_from([1, 2, 4, 16])),
+           "global_batch": draw(st.sampled_from([16, 64, 256])), "seq": draw(st.sampled_from([None, 1024, 8192]))}  # fmt: skip
+    optional = {
+        "ep": POWERS, "vpp": st.sampled_from([2, 3, 4]), "micro_batch": st.sampled_from([1, 2]),
+        "recompute": st.sampled_from(["none", "selective", "full", "auto"]), "offload_layers": st.integers(1, 8),
+        "dtype": st.sampled_from(["bf16", "fp8", "mxfp8", "fp8-block"]), "zero": st.integers(0, 3),
+        "first_stage_layers": st.integers(1, 6), "last_stage_layers": st.integers(1, 6), "mtp_layers": st.just(1),
+        "ends_as_layers": st.just(True), "schedule": st.sampled_from(["1f1b", "dualpipe"]),
+        "pipeline_layout": st.sampled_from(["Et*4|(t*4|)*14tmL", "Et|t|tL", "E|t*2|L"]),
+        "dispatcher": st.sampled_from(["alltoall", "deepep"]), "bf16_moments": st.just(True),
+        "permute_fusion": st.just(True), "sequence_parallel": st.just(True), "expert_load": st.floats(1, 3),
+        "overlap": st.sampled_from(["serial", "sm-partition", "occupancy-shaped", "in-network"]),
+        "tp_overlap": st.sampled_from(["none", "userbuffers", "t3", "cais"]),
+    }  # fmt: skip
+    for key in draw(st.lists(st.sampled_from(sorted(optional)), max_size=5, unique=True)):
+        job[key] = draw(optional[key])
+    return job
+
+
+@settings(max_examples=300, deadline=None)
+@given(training_jobs())
+@example({"model": "gpt3-175b", "system": "a40-pcie-8", "tp": 4, "pp": 1, "cp": 1, "gpus": 8, "global_batch": 64,
+          "seq": 2048, "offload_layers": 1})  # fmt: skip
+def test_any_training_job_prices_or_is_one_commodel_error(job):
+    """A job is priced (a finite, positive step within the GPU's peak) or refused with one
+    CommodelError: no other exception, no infinite or NaN step (a stated offload on a system with no
+    host memory once priced an infinite one)."""
+    try:
+        result = train(**job)
+    except CommodelError as exc:
+        assert str(exc).strip()
+        return
+    assert np.isfinite(result["step_time_s"]) and result["step_time_s"] > 0
+    assert 0 < result["mfu"] <= 1 and np.isfinite(result["memory_per_gpu_bytes"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(sorted(models())), SYSTEMS, POWERS, st.sampled_from([1, 2]),
+    st.sampled_from([1, 128, 8192]), st.sampled_from([1, 2, 2048]), st.sampled_from(["bf16", "fp8", "fp4"]),
+    st.sampled_from([{}, {"prompt_cv": 1.0}, {"slo_ttft": 1.0}, {"max_num_tokens": 4}, {"prefill_gpus": 2}]),
+)  # fmt: skip
+def test_any_serving_job_prices_or_is_one_commodel_error(name, system, tp, pp, prompt, output, dtype, extra):
+    """Likewise for serving, with one output token (prefill only, which once failed on an empty
+    decode GEMM) and the engine's limits."""
+    try:
+        result = serve(model=name, system=system, tp=tp, pp=pp, gpus=tp * pp * 2, prompt=prompt, output=output,
+                       dtype=dtype, **extra)  # fmt: skip
+    except CommodelError as exc:
+        assert str(exc).strip()
+        return
+    numbers = {k: v for k, v in result.items() if isinstance(v, float)}
+    assert all(np.isfinite(v) and v >= 0 for v in numbers.values()), numbers
+    assert result["output_tokens_per_s"] > 0
