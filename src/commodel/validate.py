@@ -301,9 +301,9 @@ TRAINING_RUNS: dict[str, Run] = {
         causal=False,
     ),
     # The Llama 3 paper does not say how it counts attention FLOPs; its three runs do. Counted
-    # causally (half the square, as FlashAttention computes it), the model is 24% above all three, at
-    # 8K tokens on 8K and 16K GPUs and at 128K with cp 16; counted in full, 29% above the first two and
-    # 74% above the third, where the full square would be 1.3x the other matmuls (causally 0.67x).
+    # causally (half the square, as FlashAttention computes it), the model misses all three (8K tokens
+    # on 8K and 16K GPUs, 128K with cp 16) by about one level; counted in full, the 128K run would miss
+    # by 40 points more, the full square being 1.3x its other matmuls (causally 0.67x; docs/models.md).
     **{
         name: Run(llama3_405b_run(*sizes), "tflops_per_gpu")
         for name, sizes in (

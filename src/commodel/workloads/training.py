@@ -129,19 +129,14 @@ def chunked_exposed(
     last chunk's share ``comm / vpp`` behind its ``L / vpp`` layers, and all of ``comm`` behind
     ``(1 + (vpp - 1) pp) L / vpp`` layers. Without interleaving (vpp 1) both are ``comm`` behind
     the stage's ``L`` layers."""
+
+    def behind(layers: np.ndarray, share: np.ndarray) -> np.ndarray:
+        """Exposure of ``share`` of the collective behind ``layers`` layers' passes."""
+        comm, calls = share * comm_s, share * buckets
+        return exposed(strategy, repeat(layer, layers), comm, traffic_Bps=traffic_Bps, calls=calls, **kwargs)
+
     chunk = stage_layers / x.vpp
-    last = exposed(
-        strategy,
-        repeat(layer, chunk),
-        comm_s / x.vpp,
-        traffic_Bps=traffic_Bps,
-        calls=buckets / x.vpp,
-        **kwargs,
-    )
-    chain = repeat(layer, chunk * (1 + (x.vpp - 1) * x.pp))
-    return np.maximum(
-        last, exposed(strategy, chain, comm_s, traffic_Bps=traffic_Bps, calls=buckets, **kwargs)
-    )
+    return np.maximum(behind(chunk, 1 / x.vpp), behind(chunk * (1 + (x.vpp - 1) * x.pp), 1.0))
 
 
 def per_microbatch(
