@@ -1,7 +1,7 @@
 """Cost of one training estimate: in-process, inside a batch, and from the shell.
 
 Run: ``python benchmarks/bench_estimate.py`` (results in docs/benchmarks.md). The job is Llama 3 70B
-on 64 H100 (tp 8, pp 4), priced by :func:`commodel.workloads.run.train` (the scalar API, the training
+on 64 H100 (tp 8, pp 4), priced by :func:`commodel.pricing.run.train` (the scalar API, the training
 evaluator on a one-row table), then as one row of a 2,000-job batch (one ``evaluate_columns`` call),
 then by ``commodel train`` in a fresh process (start to table printed).
 """
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from commodel.explore.training_evaluator import evaluate_columns
-from commodel.jobs import training_job
-from commodel.workloads.run import train
+from commodel.pricing.jobs import training_job
+from commodel.pricing.run import train
+from commodel.pricing.training import evaluate_columns
 
 JOB = {"model": "llama3-70b", "system": "dgx-h100", "gpus": 64, "tp": 8, "pp": 4}
 

@@ -395,7 +395,7 @@ def test_bad_sweep_specs_stop_before_any_work_and_leave_nothing(
 
 
 def test_compare_sets_two_designs_side_by_side_from_the_train_model(tmp_path):
-    from commodel.workloads.run import train
+    from commodel.pricing.run import train
 
     common = "model=llama3-8b,gpus=8,global_batch=64,seq=4096"
     result = invoke("compare", "--common", common, "--a", "system=dgx-h100", "--b", "system=dgx-b200",

@@ -4,10 +4,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from commodel.explore.evaluators import evaluator
 from commodel.hardware import cluster
 from commodel.ops.energy import NODE_OTHER_LOAD, energy_costs, gpu_power_W, it_power_W, node_power_W
 from commodel.ops.pooling import BASELINE_PUE, PROPORTIONAL_OVERHEAD, facility_pue
+from commodel.pricing.evaluator import evaluator
 
 H100 = cluster("dgx-h100")
 

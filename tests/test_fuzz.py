@@ -13,8 +13,8 @@ from commodel.errors import CommodelError
 from commodel.explore.spec import load_spec
 from commodel.hardware import default_db
 from commodel.hardware.loader import apply_overlay
+from commodel.pricing.run import serve, train
 from commodel.workloads.catalog import models
-from commodel.workloads.run import serve, train
 
 SCALARS = st.one_of(
     st.integers(-(2**40), 2**40), st.floats(allow_nan=True, allow_infinity=True), st.booleans(),

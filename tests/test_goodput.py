@@ -6,8 +6,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from commodel.ops.goodput import daly_interval, goodput
+from commodel.pricing.run import train
 from commodel.workloads.catalog import failure_model
-from commodel.workloads.run import train
 
 
 def test_the_llama3_failure_data_adds_up():

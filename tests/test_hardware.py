@@ -168,7 +168,7 @@ def test_every_system_trains_and_serves_in_every_precision_its_gpu_has(system):
     recipe whose tensor cores the GPU has (a precision with a peak but no efficiency, or a training
     step needing a peak the record lacks, fails here)."""
     from commodel.compute.precision import RECIPES, SERVING_RECIPES
-    from commodel.workloads.run import serve, train
+    from commodel.pricing.run import serve, train
 
     db = default_db()
     node = db.system(system)
@@ -184,7 +184,7 @@ def test_every_system_trains_and_serves_in_every_precision_its_gpu_has(system):
 
 
 def test_a_missing_precision_names_the_ones_the_gpu_has():
-    from commodel.workloads.run import serve, train
+    from commodel.pricing.run import serve, train
 
     with pytest.raises(CommodelError, match=r"no fp8 tensor cores; use bf16$"):
         serve(model="llama3-8b", system="dgx-a100", dtype="fp8")

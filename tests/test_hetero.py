@@ -71,7 +71,7 @@ def test_recompute_auto_is_refused_across_node_groups():
     """Fitting activations by recomputation or offload is priced for one kind of node: across node
     groups the job must say which recomputation it runs."""
     from commodel.errors import CommodelError
-    from commodel.workloads.run import train
+    from commodel.pricing.run import train
 
     job = {"model": "llama3-8b", "system": "mi300x-8:1,dgx-h100:1", "pp": 2, "global_batch": 64}
     assert train(**job, recompute="full")["fits"]

@@ -73,7 +73,7 @@ def test_moe_dispatch_binds_on_nvlink_in_a_node_and_the_network_beyond_and_proxi
 
 
 def test_a_halo_deeper_than_half_the_subdomain_stops_a_sweep():
-    from commodel.explore.evaluators import evaluator
+    from commodel.pricing.evaluator import evaluator
 
     frame = pd.DataFrame([{"system": "frontier-node", "scheme": "host-driven", "n": 8, "gpus": 8, "halo": 4}])
     with pytest.raises(CommodelError, match="does not fit"):

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from commodel.errors import CommodelError
-from commodel.explore.training_evaluator import evaluate_columns
-from commodel.jobs import training_job
+from commodel.pricing.jobs import training_job
+from commodel.pricing.run import job_columns, train
+from commodel.pricing.training import evaluate_columns
 from commodel.workloads.pipeline_layout import StageSplit, layout_chunks, stage_split
-from commodel.workloads.run import job_columns, train
 
 #: DeepSeek-V3 (61 layers) on 256 GB200, as Megatron-Bridge's pp 4 x vp 4 recipe runs it.
 DSV3 = dict(model="deepseek-v3", system="gb200-nvl72", gpus=256, pp=4, ep=64, etp=1, global_batch=4096)

@@ -58,7 +58,7 @@ def test_bad_rollout_inputs_are_errors(change, message):
     import pandas as pd
 
     from commodel.errors import CommodelError
-    from commodel.explore.rl_rollout_evaluator import INPUTS, evaluate
+    from commodel.pricing.rollout import INPUTS, evaluate
 
     with pytest.raises(CommodelError, match=message):
         evaluate(pd.DataFrame([{**INPUTS, "policy": "fixed", **change}]))

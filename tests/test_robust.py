@@ -203,7 +203,7 @@ def test_a_repeated_table_prices_as_the_evaluator_does_on_every_draw():
     """Monte Carlo draws price one table many times: held as columns, its inputs checked on the first
     call only, the objectives are the frame path's to the last bit, on the default and on a moved
     database; a table whose inputs break a rule stops at the first call."""
-    from commodel.explore.evaluators import evaluator, objective_values
+    from commodel.pricing.evaluator import evaluator, objective_values
 
     frame = pd.DataFrame(
         {"model": "llama3-70b", "system": ["dgx-h100", "dgx-b200", "mi300x-8"], "gpus": 64, "tp": 8, "pp": 2,
@@ -225,7 +225,7 @@ def test_a_repeated_table_prices_as_the_evaluator_does_on_every_draw():
 
 
 def test_a_repeated_serving_table_reads_its_batch_as_the_frame_path_does():
-    from commodel.explore.evaluators import evaluator, objective_values
+    from commodel.pricing.evaluator import evaluator, objective_values
 
     frame = pd.DataFrame({"model": "llama3-8b", "system": "dgx-h100", "gpus": [1, 8], "tp": [1, 8],
                           "prompt": 1000, "output": 200, "batch": ["max", 8], "price_per_gpu_hour": 2.0})  # fmt: skip

@@ -30,7 +30,7 @@ def test_higher_load_lengthens_waits_and_packing_never_waits_longer(name):
 
 
 def test_a_load_at_or_above_capacity_is_an_error():
-    from commodel.explore.scheduling_evaluator import evaluate
+    from commodel.pricing.scheduling import evaluate
 
     with pytest.raises(CommodelError, match="below 1"):
         approximate_waits("exclusive", job_mix("hpc-cpu"), 10, 10 / 2.0)

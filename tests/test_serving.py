@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 from commodel.cli import app
 from commodel.compute.precision import serving_precision
 from commodel.hardware import cluster
+from commodel.pricing.run import serve
 from commodel.workloads.catalog import model
-from commodel.workloads.run import serve
 from commodel.workloads.serving import (
     Engine,
     capacity,

@@ -329,8 +329,8 @@ def test_a_space_without_a_valid_design_says_why(tmp_path):
 def test_a_mechanism_one_system_cannot_run_marks_its_rows_and_prices_the_rest():
     """CAIS needs a switch that reduces (NVLS): on DGX A100 its rows are invalid with that reason,
     while the same batch prices them on DGX H100; one incompatible combination loses nothing else."""
-    from commodel.explore.training_evaluator import evaluate_columns
-    from commodel.jobs import training_job
+    from commodel.pricing.jobs import training_job
+    from commodel.pricing.training import evaluate_columns
 
     jobs = [
         training_job(model="llama3-8b", system=system, tp=8, sequence_parallel=True, tp_overlap="cais")

@@ -12,14 +12,14 @@ from hypothesis import strategies as st
 from commodel.compute.precision import precision
 from commodel.errors import CommodelError
 from commodel.hardware import cluster
-from commodel.jobs import training_job
 from commodel.overlap import STRATEGIES, Window, window_time
+from commodel.pricing.jobs import training_job
+from commodel.pricing.run import job_columns, train
 from commodel.workloads.activation_fit import offload_exposed
 from commodel.workloads.catalog import model, models
 from commodel.workloads.layout import RECOMPUTE_MODULES, make_layout, module_bits, stage_layers_text
 from commodel.workloads.memory import memory_per_gpu, stage_parameters, usable_memory
 from commodel.workloads.moe_dispatch import NVLINK_SHARE, domains_reached, forwarded_copies
-from commodel.workloads.run import job_columns, train
 from commodel.workloads.training import BREAKDOWN, train_step
 from commodel.workloads.transformer import model_flops_per_token, parameters
 
@@ -1252,7 +1252,7 @@ def test_the_kernel_table_adds_up_to_the_layer_the_step_prices(job):
     forward and backward add up to the layer compute the step model prices, recomputation aside (the
     same pricing, itemized), and a compute-bound GEMM never beats its GPU's peak."""
     from commodel.compute.roofline import peak_flops
-    from commodel.explore.training_evaluator import job_layout
+    from commodel.pricing.training import job_layout
     from commodel.workloads.layer_work import layer_work_of
 
     result = train(**job, kernels=True)

@@ -7,6 +7,7 @@ import pytest
 
 from commodel import validate
 from commodel.errors import CommodelError
+from commodel.pricing.run import train
 from commodel.validate import (
     PENDING,
     TRAINING_RUNS,
@@ -17,7 +18,6 @@ from commodel.validate import (
     training_metric,
     validation_table,
 )
-from commodel.workloads.run import train
 
 MiB = 2**20
 

@@ -286,7 +286,7 @@ def calibrate_nccl_tests(
 
 
 def _job_options(schema: type) -> list[inspect.Parameter]:
-    """Typer options for every field of a job declaration (:mod:`commodel.jobs`): one option per field,
+    """Typer options for every field of a job declaration (:mod:`commodel.pricing.jobs`): one option per field,
     its help text, its default (required where the declaration has none), flags for booleans."""
     params = []
     for name, field in schema.model_fields.items():
@@ -369,8 +369,8 @@ def _job_result(
 
 def train(as_json: bool = False, uncertainty: bool = False, kernels: bool = False, **values: object) -> None:
     """Time, throughput, memory, power, energy and the breakdown of one training step."""
+    from commodel.pricing.run import train as run_train
     from commodel.report.tables import kernel_text, training_table
-    from commodel.workloads.run import train as run_train
 
     _job_result(
         "train", run_train, training_table, kernel_text, as_json, uncertainty, kernels, values, advise=True
@@ -379,15 +379,15 @@ def train(as_json: bool = False, uncertainty: bool = False, kernels: bool = Fals
 
 def serve(as_json: bool = False, uncertainty: bool = False, kernels: bool = False, **values: object) -> None:
     """Serving: time to first token and per output token, throughput, KV cache, power and cost per token."""
+    from commodel.pricing.run import serve as run_serve
     from commodel.report.tables import iteration_text, serving_table
-    from commodel.workloads.run import serve as run_serve
 
     _job_result("serve", run_serve, serving_table, iteration_text, as_json, uncertainty, kernels, values)
 
 
 def _register_job_commands() -> None:
     """``train`` and ``serve``, their options generated from the job declarations."""
-    from commodel.jobs import ServingJob, TrainingJob
+    from commodel.pricing.jobs import ServingJob, TrainingJob
 
     flags = [
         inspect.Parameter(

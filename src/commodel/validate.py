@@ -22,12 +22,12 @@ from commodel.compute import gemm, kernel_time
 from commodel.compute.roofline import achievable_bandwidth, peak_flops
 from commodel.errors import CommodelError
 from commodel.hardware import HardwareDB, cluster, default_db
-from commodel.jobs import TrainingJob, training_job
+from commodel.pricing.jobs import TrainingJob, training_job
+from commodel.pricing.run import train
 from commodel.resources import resource_dir
 from commodel.workloads.catalog import model as get_model
 from commodel.workloads.layout import RECOMPUTE, module_bits
 from commodel.workloads.mock_routing import mock_expert_load
-from commodel.workloads.run import train
 from commodel.workloads.transformer import model_flops_per_token, recompute_flops_per_token
 
 MiB = 2**20
@@ -467,7 +467,7 @@ def _latency(row: pd.Series, db: HardwareDB) -> float:
 def _serving(row: pd.Series, db: HardwareDB) -> float:
     """An offline-throughput run (trtllm-bench: every request queued, as many in flight as fit) as its
     description states it (``serve MODEL tpN islP oslO DTYPE``): total output tokens/s over its GPUs."""
-    from commodel.workloads.run import serve
+    from commodel.pricing.run import serve
 
     _, model, *settings = str(row.op).split()
     sizes = {

@@ -10,11 +10,11 @@ from functools import cache
 import numpy as np
 import pandas as pd
 
-from commodel.explore.evaluators import evaluator
 from commodel.explore.expressions import constraint_mask
 from commodel.explore.robust import with_draw_bands
 from commodel.explore.space import complete, design_points, grid_chunk, sample
 from commodel.explore.spec import SweepSpec
+from commodel.pricing.evaluator import evaluator
 
 SAMPLED = ("grid", "sobol", "lhs")
 

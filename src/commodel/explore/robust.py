@@ -43,7 +43,7 @@ def _objectives_per_draw(
 ) -> np.ndarray:
     """Draws x designs x objectives: the spec's objectives priced on each draw's database (NaN where
     a draw makes a design invalid)."""
-    from commodel.explore.evaluators import evaluator
+    from commodel.pricing.evaluator import evaluator
 
     spec = SweepSpec.model_validate_json(spec_json)
     price = evaluator(spec.study.evaluate).repeated(frame, list(spec.objectives))

@@ -77,7 +77,7 @@ def _chunk_objectives(payload: str, index: int) -> pd.DataFrame:
     """The objectives of chunk ``index`` of a sensitivity sample (a picklable task, as a sweep's): the
     variables' columns decoded as a sweep decodes them; each uncertain number's column (if any) a
     factor on it, every point then priced on its own moved database."""
-    from commodel.explore.evaluators import evaluator, objective_values
+    from commodel.pricing.evaluator import evaluator, objective_values
 
     data = json.loads(payload)
     spec = SweepSpec.model_validate_json(data["spec"])

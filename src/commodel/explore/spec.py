@@ -3,7 +3,7 @@
 ```toml
 [study]
 name = "default"
-evaluate = "training"            # an evaluator from commodel.explore.evaluators
+evaluate = "training"            # an evaluator from commodel.pricing.evaluator
 method = "grid"                  # grid | sobol | lhs | nsga2 | nsga3
 budget = 4096                    # samples (sobol, lhs) or evaluations (nsga2, nsga3)
 seed = 1
@@ -215,8 +215,8 @@ def load_spec(path: str | Path) -> SweepSpec:
 def check_names(spec: SweepSpec, path: Path | str) -> None:
     """Every variable, fixed or derived name must be an evaluator input; every objective and
     constraint column an input or an output; each name appears once."""
-    from commodel.explore.evaluators import evaluator
     from commodel.explore.expressions import constraint_column, expression_names
+    from commodel.pricing.evaluator import evaluator
 
     ev = evaluator(spec.study.evaluate)
     inputs = set(ev.inputs)

@@ -42,7 +42,7 @@ def parse_design(text: str, option: str) -> dict[str, str]:
 
 def compare(a: dict[str, Any], b: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     """Price both designs (each over ``common``) and set them side by side."""
-    from commodel.workloads.run import train
+    from commodel.pricing.run import train
 
     results, priced = {}, False
     for label, design in (("a", a), ("b", b)):

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from commodel.explore.rl_rollout_evaluator import rl_setup
 from commodel.ops.rl_rollout import Rollout, load_share, response_lengths, rl_hour
+from commodel.pricing.rollout import rl_setup
 from commodel.studies.base import Claim, StudyResult, study_spec, study_table
 
 

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import brentq
 
-from commodel.explore.scheduling_evaluator import arrivals_per_h
 from commodel.ops.scheduling import approximate_waits, simulate_waits
+from commodel.pricing.scheduling import arrivals_per_h
 from commodel.studies.base import Claim, StudyResult, study_spec, study_table
 from commodel.workloads.catalog import job_mix
 

@@ -49,7 +49,7 @@ from commodel.workloads.transformer import attention_dims, bytes_per, layer_kern
 KV_DTYPES = ("auto", "bf16", "fp8")
 
 #: TensorRT-LLM's KV-cache block (``tokens_per_block``); the engine limits ``max_batch_size``,
-#: ``max_num_tokens`` and ``free_gpu_memory_fraction`` are the job's inputs (:class:`commodel.jobs.ServingJob`)
+#: ``max_num_tokens`` and ``free_gpu_memory_fraction`` are the job's inputs (:class:`commodel.pricing.jobs.ServingJob`)
 #: with TensorRT-LLM's defaults.
 KV_BLOCK_TOKENS = 32
 

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 
 from commodel.errors import CommodelError, unknown
-from commodel.explore.evaluators import Evaluator, blank_outputs
 from commodel.ops.scheduling import POLICIES, approximate_waits, simulate_waits
+from commodel.pricing.evaluator import Evaluator, blank_outputs
 from commodel.workloads.catalog import job_mix
 
 METHODS = ("approximation", "simulation")

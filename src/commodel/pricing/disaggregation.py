@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from commodel.explore.evaluators import Evaluator, blank_outputs, categorical_groups
 from commodel.hardware import cluster as make_cluster
 from commodel.hardware import default_db
 from commodel.ops.energy import node_power_W
 from commodel.ops.pooling import JobMix, facility_pue, pool_utilization, remote_slowdown, scheduling_overhead
+from commodel.pricing.evaluator import Evaluator, blank_outputs, categorical_groups
 from commodel.workloads.catalog import job_mix
 
 INPUTS: dict[str, object] = {

@@ -81,16 +81,16 @@ class Evaluator:
 
 #: The built-in evaluators: name -> "module:factory" (imported when first asked for).
 BUILTIN = {
-    "training": "commodel.explore.training_evaluator:training",
-    "serving": "commodel.explore.serving_evaluator:serving",
-    "collective": "commodel.explore.collective_evaluator:collective",
-    "disaggregation": "commodel.explore.disaggregation_evaluator:disaggregation",
-    "rollout": "commodel.explore.rl_rollout_evaluator:rollout",
-    "scheduling": "commodel.explore.scheduling_evaluator:scheduling",
-    "stream": "commodel.explore.stream_evaluator:stream",
-    "initiation": "commodel.explore.comm_evaluators:initiation",
-    "halo": "commodel.explore.comm_evaluators:halo",
-    "moe_dispatch": "commodel.explore.comm_evaluators:moe_dispatch",
+    "training": "commodel.pricing.training:training",
+    "serving": "commodel.pricing.serving:serving",
+    "collective": "commodel.pricing.collective:collective",
+    "disaggregation": "commodel.pricing.disaggregation:disaggregation",
+    "rollout": "commodel.pricing.rollout:rollout",
+    "scheduling": "commodel.pricing.scheduling:scheduling",
+    "stream": "commodel.pricing.stream:stream",
+    "initiation": "commodel.pricing.initiation:initiation",
+    "halo": "commodel.pricing.initiation:halo",
+    "moe_dispatch": "commodel.pricing.initiation:moe_dispatch",
 }
 
 
@@ -148,9 +148,9 @@ def numbers(values: np.ndarray) -> np.ndarray:
 
 
 def check_inputs(schema: type, columns: Mapping[str, np.ndarray]) -> None:
-    """Every distinct value of every input of a job ``schema`` (:mod:`commodel.jobs`), by the job's own
+    """Every distinct value of every input of a job ``schema`` (:mod:`commodel.pricing.jobs`), by the job's own
     rules: a sweep gets the CLI's bounds and messages."""
-    from commodel.jobs import check_column
+    from commodel.pricing.jobs import check_column
 
     base = {"model": columns["model"][0], "system": columns["system"][0]}
     for name in schema.model_fields:

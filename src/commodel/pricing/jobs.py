@@ -1,9 +1,9 @@
 """One declaration per job kind (DESIGN principle 7): inputs, defaults, units, bounds and help text.
 
 The CLI's options (:func:`commodel.cli` builds ``commodel train`` from :class:`TrainingJob` and
-``commodel serve`` from :class:`ServingJob`), the scalar APIs (:mod:`commodel.workloads.run`) and
-the sweep evaluators' inputs (:mod:`commodel.explore.training_evaluator`,
-:mod:`commodel.explore.serving_evaluator`) are all derived from these classes, and a scalar call is
+``commodel serve`` from :class:`ServingJob`), the scalar APIs (:mod:`commodel.pricing.run`) and
+the sweep evaluators' inputs (:mod:`commodel.pricing.training`,
+:mod:`commodel.pricing.serving`) are all derived from these classes, and a scalar call is
 the evaluator on a one-row table, so every front end gives the same answer for the same job.
 
 Fields whose default is ``None`` are derived: ``gpus`` from ``nodes`` (or the other way round),

@@ -13,8 +13,8 @@ import pandas as pd
 
 from commodel.comm.collectives import run
 from commodel.comm.fabric import fabric_of
-from commodel.explore.evaluators import Evaluator, blank_outputs, categorical_groups
 from commodel.hardware import cluster as make_cluster
+from commodel.pricing.evaluator import Evaluator, blank_outputs, categorical_groups
 
 INPUTS: dict[str, object] = {
     "op": "allreduce",

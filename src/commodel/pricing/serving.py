@@ -1,6 +1,6 @@
 """The ``serving`` evaluator: a serving deployment per row through the serving, power and cost models.
 
-Its inputs are :class:`commodel.jobs.ServingJob`'s fields with their defaults, checked with the CLI's
+Its inputs are :class:`commodel.pricing.jobs.ServingJob`'s fields with their defaults, checked with the CLI's
 rules. Per replica (``tp x pp`` GPUs) the steady state of continuous batching
 (:mod:`commodel.workloads.serving`) at the batch the row asks for: ``max`` (all the KV cache holds
 under the engine's limits), a number, or the largest meeting a latency SLO; totals are over the
@@ -19,7 +19,9 @@ import numpy as np
 
 from commodel.compute.precision import serving_precision
 from commodel.errors import CommodelError
-from commodel.explore.evaluators import (
+from commodel.hardware import cluster as make_cluster
+from commodel.ops.energy import gpu_power_W, it_power_W
+from commodel.pricing.evaluator import (
     Evaluator,
     blank_outputs,
     categorical_groups,
@@ -29,9 +31,7 @@ from commodel.explore.evaluators import (
     numbers,
     problem_messages,
 )
-from commodel.hardware import cluster as make_cluster
-from commodel.jobs import ServingJob
-from commodel.ops.energy import gpu_power_W, it_power_W
+from commodel.pricing.jobs import ServingJob
 from commodel.workloads.catalog import model as get_model
 from commodel.workloads.schema import Transformer
 from commodel.workloads.serving import Engine, capacity, disaggregated, kv_dtype_of, slo_batch, steady_state

@@ -1,6 +1,6 @@
 """The ``training`` evaluator: a training job per row through the training-step, energy and cost models.
 
-Its inputs are :class:`commodel.jobs.TrainingJob`'s fields with their defaults (derived ones are
+Its inputs are :class:`commodel.pricing.jobs.TrainingJob`'s fields with their defaults (derived ones are
 ``None``: gpus from nodes or nodes from gpus, dp from the GPUs, seq from the model), checked with the
 same rules as the CLI. Time to train = ``train_tokens / tokens_per_s``; facility power = IT power x
 PUE; energy, carbon and cost over the whole job (:mod:`commodel.ops.energy`). Rows that break a
@@ -15,7 +15,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from commodel.errors import CommodelError
-from commodel.explore.evaluators import (
+from commodel.hardware import cluster as make_cluster
+from commodel.hardware.cluster import Cluster
+from commodel.ops.energy import energy_costs, gpu_power_W, it_power_W, node_power_W
+from commodel.ops.goodput import STATE_BYTES_PER_PARAM, goodput
+from commodel.pricing.evaluator import (
     Evaluator,
     blank_outputs,
     categorical_groups,
@@ -25,11 +29,7 @@ from commodel.explore.evaluators import (
     numbers,
     problem_messages,
 )
-from commodel.hardware import cluster as make_cluster
-from commodel.hardware.cluster import Cluster
-from commodel.jobs import TrainingJob
-from commodel.ops.energy import energy_costs, gpu_power_W, it_power_W, node_power_W
-from commodel.ops.goodput import STATE_BYTES_PER_PARAM, goodput
+from commodel.pricing.jobs import TrainingJob
 from commodel.vectorize import per_distinct
 from commodel.workloads.catalog import failure_model
 from commodel.workloads.catalog import model as get_model
@@ -169,7 +169,7 @@ def _layout_splits(texts: np.ndarray, pp: np.ndarray, layers: int) -> dict[str, 
 def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> dict[str, np.ndarray]:
     """The evaluator's core on a table held as columns (name -> array of one value per row): the
     output columns, and the resolved ``gpus``, ``nodes`` and ``dp``. ``checked``: the rows are
-    validated jobs already (as from :func:`commodel.workloads.run.train`)."""
+    validated jobs already (as from :func:`commodel.pricing.run.train`)."""
     rows_total = len(columns["model"])
     out = blank_outputs(
         rows_total, OUTPUTS, flags=("fits",), text=("problem", "recompute_used", "stage_layers")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from commodel.explore.evaluators import Evaluator, blank_outputs
 from commodel.ops.streaming import Stream, fault_impacts
+from commodel.pricing.evaluator import Evaluator, blank_outputs
 
 INPUTS: dict[str, object] = {
     "policy": None,

@@ -12,9 +12,9 @@ import pandas as pd
 
 from commodel.comm.initiation import coordination_latency, message_rate, path_of, put_latency
 from commodel.errors import CommodelError
-from commodel.explore.evaluators import Evaluator, blank_outputs
 from commodel.hardware import cluster
 from commodel.hardware.cluster import Cluster
+from commodel.pricing.evaluator import Evaluator, blank_outputs
 from commodel.workloads.catalog import model as get_model
 from commodel.workloads.moe_dispatch import dispatch_combine
 from commodel.workloads.stencil import iteration_time, weak_efficiency

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from commodel.errors import CommodelError
-from commodel.jobs import Job, ServingJob, TrainingJob, serving_job, training_job
+from commodel.pricing.jobs import Job, ServingJob, TrainingJob, serving_job, training_job
 from commodel.workloads.training import BREAKDOWN
 
 #: Outputs a person reads per step (the rest of the evaluator's columns are job totals).
@@ -108,8 +108,8 @@ def _kernel_table(job: TrainingJob, row: SimpleNamespace) -> list[dict[str, obje
     """:func:`~commodel.workloads.layer_work.kernel_table` of the job's layout as the evaluator resolved
     it (its data-parallel size, the model's sequence where the job gives none)."""
     from commodel.compute.precision import precision
-    from commodel.explore.training_evaluator import job_layout
     from commodel.hardware import cluster
+    from commodel.pricing.training import job_layout
     from commodel.workloads.catalog import model
     from commodel.workloads.layer_work import kernel_table
 
@@ -129,7 +129,7 @@ def train(
     (as ``commodel train`` does): also price the changes worth trying (a lighter last stage, recompute
     modules) and name the ones that pay; each costs a batch evaluation more. ``kernels``: also one
     layer's kernels for one micro-batch, each with its roofline (``kernels``, :func:`_kernel_table`)."""
-    from commodel.explore.training_evaluator import evaluate_columns
+    from commodel.pricing.training import evaluate_columns
 
     job = job if job is not None else training_job(**values)
     row = _one_row(evaluate_columns, job, lambda row: _training_layout(job, row))
@@ -299,7 +299,7 @@ def serve(job: ServingJob | None = None, kernels: bool = False, **values: Any) -
     layer's kernels with their rooflines and what the iteration adds up (``kernels``,
     :func:`_iteration_table`)."""
     from commodel.compute.precision import SERVING_RECIPES
-    from commodel.explore.serving_evaluator import OUTPUTS, evaluate_columns
+    from commodel.pricing.serving import OUTPUTS, evaluate_columns
     from commodel.workloads.serving import kv_dtype_of
 
     job = job if job is not None else serving_job(**values)

@@ -4,7 +4,7 @@ over a day of online load (:mod:`commodel.ops.rl_rollout`).
 Every priced piece comes from the other models: an RL replica's time per token at each batch and its
 slots (:mod:`commodel.workloads.serving`, KV for a prompt and the longest response), a serving
 replica's largest batch under the time-per-token SLO and its time per token there, the policy update
-(:func:`commodel.workloads.run.train` on the RL cluster, FSDP, x ``TRAIN_PASSES``), and the weight
+(:func:`commodel.pricing.run.train` on the RL cluster, FSDP, x ``TRAIN_PASSES``), and the weight
 transfers over the cross-cluster link. The day is sampled every ``24 / hours`` hours; each sample is
 one RL step at that hour's load, with its own seeded response lengths. Outputs are day means.
 """
@@ -17,7 +17,6 @@ from functools import cache
 import numpy as np
 import pandas as pd
 
-from commodel.explore.evaluators import Evaluator, blank_outputs
 from commodel.ops.rl_rollout import (
     SPARSE_BYTES,
     SPARSE_SHARE,
@@ -27,6 +26,7 @@ from commodel.ops.rl_rollout import (
     response_lengths,
     rl_hour,
 )
+from commodel.pricing.evaluator import Evaluator, blank_outputs
 
 INPUTS: dict[str, object] = {
     "model": "llama3-8b",
@@ -69,8 +69,8 @@ def rl_setup(
     """The priced pieces of an RL job beside a serving cluster (module docstring)."""
     from commodel.compute.precision import serving_precision
     from commodel.hardware import cluster
+    from commodel.pricing.run import train
     from commodel.workloads.catalog import model as get_model
-    from commodel.workloads.run import train
     from commodel.workloads.serving import Engine, capacity, slo_batch, steady_state
     from commodel.workloads.transformer import parameters
 
