@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from commodel.explore.evaluation import evaluate_all
+from commodel.explore.sweep import evaluate_all
 from commodel.explore.pareto import bounds, hypervolume, objective_matrix, pareto_front
 from commodel.explore.space import grid_size
 from commodel.explore.spec import Choice, IntRange, RealRange, load_spec

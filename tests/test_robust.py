@@ -8,10 +8,9 @@ import pandas as pd
 import pytest
 
 from commodel.errors import CommodelError
-from commodel.explore.evaluation import evaluate_all
 from commodel.explore.robust import drivers, nan_percentiles
 from commodel.explore.spec import load_spec
-from commodel.explore.sweep import run_sweep
+from commodel.explore.sweep import evaluate_all, run_sweep
 from commodel.hardware.loader import OVERLAY_ENV, default_db, using
 from commodel.hardware.schema import Link
 from commodel.hardware.uncertain import ASSUMED_RANGE, draws, moved, uncertain_parameters

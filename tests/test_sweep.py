@@ -15,12 +15,11 @@ from typer.testing import CliRunner
 import commodel.explore.evaluation as evaluation
 import commodel.explore.sweep as sweep_module
 from commodel.errors import CommodelError
-from commodel.explore.evaluation import evaluate_all
 from commodel.explore.expressions import evaluate_expression
 from commodel.explore.pareto import hypervolume, nondominated
 from commodel.explore.space import complete, grid_chunk, grid_size
 from commodel.explore.spec import load_spec
-from commodel.explore.sweep import run_sweep
+from commodel.explore.sweep import evaluate_all, run_sweep
 from commodel.report.sweep_report import write_reports
 
 SMALL = """

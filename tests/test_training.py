@@ -448,10 +448,12 @@ def test_one_layer_chunks_shrink_the_405b_bubble_to_the_papers_loss():
     TFLOP/s, 7% lost): at the paper's one-layer chunks (vpp 8, the embedding and the loss in their
     own) the bubble is (pp - 1) / (vpp m) of the work and the model loses 4-10%; at vpp 2 it loses
     more than twice that."""
-    from commodel.validate import llama3_405b_run
+    from commodel.validate.runs import runs
 
     def loss(**changes):
-        small, large = (train(llama3_405b_run(g).model_copy(update=changes)) for g in (8192, 16384))
+        small, large = (
+            train(runs().training[f"llama3-405b-{g}"].job.model_copy(update=changes)) for g in ("8k", "16k")
+        )
         return 1 - large["tflops_per_gpu"] / small["tflops_per_gpu"], small
 
     chunks, two = loss(), loss(vpp=2, ends_as_layers=False)

@@ -8,8 +8,8 @@ from typer.testing import CliRunner
 
 from commodel.cli import app
 from commodel.errors import CommodelError
-from commodel.uncertainty import band, coverage
 from commodel.validate import validation_table
+from commodel.validate.bands import band, coverage
 
 
 @pytest.fixture(scope="module")
@@ -60,26 +60,26 @@ def test_a_percentile_outside_0_100_is_refused(percentiles):
         band("training", percentiles)
 
 
-def test_the_validation_table_is_kept_under_a_digest_of_what_it_reads(tmp_path, monkeypatch):
+def test_thecached_validation_table_is_kept_under_a_digest_of_what_it_reads(tmp_path, monkeypatch):
     """Bands read ``commodel validate``'s table; the first process computes it and keeps it in the
     cache folder, the next reads it back unchanged without running validate; an overlay (any input)
     changes the digest, so a changed input is never served a stale table."""
     import pandas as pd
 
-    from commodel import uncertainty, validate
     from commodel.hardware.loader import OVERLAY_ENV
+    from commodel.validate import bands as uncertainty
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    uncertainty._validation_table.cache_clear()
-    first = uncertainty._validation_table()
+    uncertainty.cached_validation_table.cache_clear()
+    first = uncertainty.cached_validation_table()
     assert list((tmp_path / "commodel").glob("validation-*.parquet"))
-    uncertainty._validation_table.cache_clear()
-    monkeypatch.setattr(validate, "validation_table", lambda: pytest.fail("validate ran again"))
+    uncertainty.cached_validation_table.cache_clear()
+    monkeypatch.setattr(uncertainty, "validation_table", lambda: pytest.fail("validate ran again"))
     read = ["id", "kind", "role", "metric", "measured", "model", "error_pct"]  # what the bands read
-    pd.testing.assert_frame_equal(uncertainty._validation_table()[read], first[read])
+    pd.testing.assert_frame_equal(uncertainty.cached_validation_table()[read], first[read])
     digest = uncertainty._inputs_digest()
     overlay = tmp_path / "mine.toml"
     overlay.write_text('[gpus.h100-sxm]\ntdp = { value = "650 W", source = "mine" }\n')
     monkeypatch.setenv(OVERLAY_ENV, str(overlay))
     assert uncertainty._inputs_digest() != digest
-    uncertainty._validation_table.cache_clear()
+    uncertainty.cached_validation_table.cache_clear()

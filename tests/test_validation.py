@@ -5,19 +5,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from commodel import validate
 from commodel.errors import CommodelError
 from commodel.pricing.run import train
-from commodel.validate import (
-    PENDING,
-    TRAINING_RUNS,
-    accuracy_gates,
-    load_measurements,
-    recipe_run,
-    summary,
-    training_metric,
-    validation_table,
-)
+from commodel.validate import accuracy_gates, load_measurements, measurements, summary, validation_table
+from commodel.validate.gates import gates
+from commodel.validate.runs import runs
+from commodel.validate.table import GAP_GATE, _case, _note
+from commodel.validate.training import recipe_run, training_metric, training_run
 
 MiB = 2**20
 
@@ -30,7 +24,8 @@ def table():
 def test_every_row_is_reported(table):
     assert len(table) == len(load_measurements())
     unmodelled = table[table.model.isna()]
-    assert all(row.id in PENDING or row.kind in PENDING for row in unmodelled.itertuples())
+    pending = gates().pending
+    assert all(row.id in pending or row.kind in pending for row in unmodelled.itertuples())
     assert (unmodelled.note.str.startswith("not modelled yet")).all()
 
 
@@ -55,13 +50,13 @@ def test_accuracy_gates_hold(table):
 def test_a_row_names_its_known_gap_only_while_it_misses_the_gate(table):
     """Every training row over the gate has its reason beside it, and a reason shows only there."""
     training = table[table.kind == "training"]
-    over = training.error_pct.abs() > validate.GATES["end-to-end training", "max"]
+    over = training.error_pct.abs() > gates().bound(*GAP_GATE)
     assert training[over].note.str.contains("known gap").all()
     assert not training[~over].note.str.contains("known gap").any()
     row = training[training.id == "mb-gb200-qwen3-30b"].iloc[0]
-    series = validate.load_measurements().set_index("id").loc["mb-gb200-qwen3-30b"]
+    series = load_measurements().set_index("id").loc["mb-gb200-qwen3-30b"]
     series["id"] = "mb-gb200-qwen3-30b"
-    assert "known gap" not in validate._note(series, row.measured * 1.1, row.measured)
+    assert "known gap" not in _note(series, _case(series), row.measured * 1.1, row.measured)
 
 
 def test_collectives_hold_on_hardware_no_constant_was_fit_to(table):
@@ -96,7 +91,7 @@ def test_held_out_training_runs_hold(table):
     dense = held_out[~held_out.experts]
     assert len(training) == 24 and len(held_out) == 23 and len(dense) == 12
     assert not dense.id.str.contains("dsv3|deepseek|gptoss|qwen3").any()
-    gapped = dense.id.isin(validate.KNOWN_GAPS)
+    gapped = dense.id.isin(gates().known_gaps())
     assert set(dense[gapped].id) == {"megatron-gpt3-96", *(f"llama3-405b-{k}" for k in ("8k", "16k", "128k"))}
     assert dense[~gapped].error_pct.abs().max() <= 20 and dense[gapped].error_pct.abs().max() <= 30
     assert dense.error_pct.abs().median() <= 10
@@ -111,16 +106,16 @@ def test_the_llama3_paper_counts_attention_causally_as_its_three_runs_show(table
     from commodel.workloads.catalog import model
     from commodel.workloads.transformer import model_flops_per_token
 
-    runs = table.set_index("id").loc[[f"llama3-405b-{k}" for k in ("8k", "16k", "128k")]]
-    assert np.ptp(runs.error_pct) < 4
+    rows = table.set_index("id").loc[[f"llama3-405b-{k}" for k in ("8k", "16k", "128k")]]
+    assert np.ptp(rows.error_pct) < 4
     net = model("llama3-405b")
 
     def in_full(name: str) -> float:
         """The model's TFLOP/s for run ``name`` had it counted the full square."""
-        seq = TRAINING_RUNS[name].job.seq
-        return runs.model[name] * model_flops_per_token(net, seq, False) / model_flops_per_token(net, seq)
+        seq = runs().training[name].job.seq
+        return rows.model[name] * model_flops_per_token(net, seq, False) / model_flops_per_token(net, seq)
 
-    full = {name: 100 * (in_full(name) / runs.measured[name] - 1) for name in runs.index}
+    full = {name: 100 * (in_full(name) / rows.measured[name] - 1) for name in rows.index}
     assert full["llama3-405b-128k"] - full["llama3-405b-8k"] > 40
 
 
@@ -183,7 +178,7 @@ def test_new_recipe_rows_in_the_shared_format_are_modelled(tmp_path, monkeypatch
         + "d-1,dispatch,16xH800,16,2,deepep low-latency dispatch deepseek-v3 tokens128,,,time,118,us,test\n"
         + "d-2,dispatch,16xH800,16,2,deepep dispatch fast,,,time,118,us,test\n"
     )
-    monkeypatch.setattr(validate, "resource_dir", lambda name: tmp_path)
+    monkeypatch.setattr(measurements, "resource_dir", lambda name: tmp_path)
     rows = validation_table().set_index("id")
     targets = ["dgx-b200", "dgx-h100", "dgx-h100", "dgx-h100", "dgx-h100", "b200-sxm", "h100-sxm"]
     targets += ["hgx-h800", "hgx-h800"]
@@ -191,7 +186,7 @@ def test_new_recipe_rows_in_the_shared_format_are_modelled(tmp_path, monkeypatch
     assert (rows.role == "validation").all()
     assert np.isfinite(rows.error_pct[["b2-8b", "h1-70b", "g-1", "d-1"]]).all()
     assert "is not 'deepep MODE" in rows.note["d-2"]
-    assert rows.note["l-1"] == "not modelled yet: no latency setting for row 'l-1' yet (validate.py)"
+    assert rows.note["l-1"] == "not modelled yet: no latency setting for row 'l-1' yet (data/runs.toml)"
     assert rows.note["b2-8b"] == "" and rows.note["h1-70b"] == ""
     assert "unknown model 'nemotron-9z'" in rows.note["x-1"]
     assert "cannot read 'sp2'" in rows.note["x-2"]
@@ -300,7 +295,7 @@ def test_megatrons_strong_scaling_needs_interleaving_and_chunked_gradient_reduct
     interleaving the bubble alone costs far more (the model: 0.66x); the README states no vpp, and
     3 to 8 virtual stages, with each chunk's gradients reduced as Megatron-Core reduces them, bracket
     its ratio."""
-    run = TRAINING_RUNS["megatron-gpt3-96"]
+    run = training_run("megatron-gpt3-96", "", 96, "dgx-h100", "mfu")
     start = training_metric(run, train(run.job))
 
     def ratio(vpp: int) -> float:

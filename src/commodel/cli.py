@@ -121,6 +121,8 @@ def sweep(
     from commodel.explore.sweep import run_sweep
     from commodel.report.sweep_report import write_reports
     from commodel.resources import resource_dir
+    from commodel.validate import standing
+    from commodel.validate.bands import cached_validation_table
 
     spec_path = spec or resource_dir("studies") / "default" / "study.toml"
     loaded = load_spec(spec_path)
@@ -129,7 +131,8 @@ def sweep(
     try:
         summary = run_sweep(
             loaded, out, resume=resume, executor=executor, scheduler=scheduler, write_csv=csv, progress=not quiet,
-            force=force, max_points=max_points, reporter=write_reports,
+            force=force, max_points=max_points,
+            reporter=lambda *done: write_reports(*done, standing=standing(cached_validation_table())),
         )  # fmt: skip
     except KeyboardInterrupt:
         again = " ".join(["commodel sweep", str(spec_path), "-o", out, "--resume"])
@@ -225,7 +228,7 @@ def collective(
 
     frame = priced()
     if uncertainty:
-        from commodel.uncertainty import band, parameter_bands
+        from commodel.validate.bands import band, parameter_bands
 
         b = band("collective")
         frame["time_s_p10"], frame["time_s_p90"] = b.time(frame.time_s)
@@ -321,7 +324,7 @@ def _banded(command: str, result: dict, uncertainty: bool, run: Callable[[], dic
     """``result`` with the model class's band and the band of the hardware's uncertain numbers."""
     if not uncertainty:
         return result
-    from commodel.uncertainty import parameter_bands, with_class_bands
+    from commodel.validate.bands import parameter_bands, with_class_bands
 
     kind, speeds, times = BANDED[command]
     names = [name for v in values.values() if isinstance(v, str) for name in re.split(r"[,:]", v)]
@@ -660,8 +663,8 @@ def validate(
 ) -> None:
     """Model vs every published measurement: errors per row, and median/max error per kind."""
     from commodel.report.tables import markdown_table, plain_table, to_json
-    from commodel.uncertainty import coverage_table
     from commodel.validate import accuracy_gates, summary, validation_table
+    from commodel.validate.bands import coverage_table
 
     table = validation_table()
     stats = summary(table)
@@ -672,7 +675,7 @@ def validate(
     if parameter_draws == 1:
         raise CommodelError("--parameter-draws needs at least 2 draws to make a band")
     if parameter_draws:
-        from commodel.uncertainty import parameter_coverage
+        from commodel.validate.bands import parameter_coverage
 
         drawn = parameter_coverage(parameter_draws).rename(columns={"inside_pct": "inside_pct (parameters)"})
         bands = bands.merge(drawn[["kind", "inside_pct (parameters)"]], on="kind", how="left")

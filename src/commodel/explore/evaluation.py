@@ -69,13 +69,3 @@ def commonest_problem(spec: SweepSpec, rows: int = 1000) -> tuple[str, int, int]
         return None
     counts = problems.value_counts()
     return str(counts.index[0]), int(counts.iloc[0]), len(frame)
-
-
-def evaluate_all(spec: SweepSpec) -> pd.DataFrame:
-    """Every valid point of a specification, evaluated in this process (no files): what studies use."""
-    if spec.study.method not in SAMPLED:
-        from commodel.explore.optimize import optimize  # an optimizer evaluates through finish()
-
-        return optimize(spec)
-    spec_json = spec.model_dump_json()
-    return pd.concat([evaluate_chunk(spec_json, i) for i in range(chunk_count(spec))], ignore_index=True)

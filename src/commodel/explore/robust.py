@@ -29,12 +29,13 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from commodel.explore.spec import SweepSpec
-from commodel.hardware.uncertain import Uncertain, draws, on_draws, uncertain_numbers
+from commodel.hardware.uncertain import Uncertain, draws, drivers, on_draws
+from commodel.validate.bands import hardware_uncertainty
 
 
 def study_parameters(frame: pd.DataFrame) -> list[Uncertain]:
     """The uncertain numbers of every hardware record a table of designs names."""
-    return uncertain_numbers(v for column in frame.columns if pd.api.types.is_string_dtype(frame[column])
+    return hardware_uncertainty(v for column in frame.columns if pd.api.types.is_string_dtype(frame[column])
                              for v in frame[column].unique() if isinstance(v, str))  # fmt: skip
 
 
@@ -82,20 +83,6 @@ def objectives_per_draw(
             return np.concatenate(pending.get(), axis=0)
     finally:
         gc.unfreeze()
-
-
-def drivers(log_factors: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per design: the index of the factor whose logarithm best explains the logarithm of ``values``
-    (draws x designs) and its squared correlation with it (0 where the value does not move)."""
-    x = log_factors - log_factors.mean(axis=0)
-    y = np.log(np.abs(values))
-    y = y - np.nanmean(y, axis=0)
-    y = np.where(np.isfinite(y), y, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        corr = (x.T @ y) / np.sqrt((x**2).sum(axis=0)[:, None] * (y**2).sum(axis=0)[None, :])
-    share = np.nan_to_num(corr**2)
-    best = np.argmax(share, axis=0)
-    return best, share[best, np.arange(share.shape[1])]
 
 
 def nan_percentiles(values: np.ndarray, q: ArrayLike) -> np.ndarray:

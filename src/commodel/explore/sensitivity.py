@@ -24,7 +24,8 @@ import pandas as pd
 from commodel.errors import CommodelError, unknown
 from commodel.explore.space import complete, decode
 from commodel.explore.spec import Choice, SweepSpec
-from commodel.hardware.uncertain import Uncertain, factors_of, on_draws, uncertain_numbers
+from commodel.hardware.uncertain import Uncertain, factors_of, on_draws
+from commodel.validate.bands import hardware_uncertainty
 
 METHODS = ("sobol", "morris")
 
@@ -139,4 +140,4 @@ def study_sensitivity(
 def _study_parameters(spec: SweepSpec) -> list[Uncertain]:
     """The uncertain numbers of the hardware records any design of the space may use."""
     choices = [v for var in spec.variables.values() if isinstance(var, Choice) for v in var.choice]
-    return uncertain_numbers(str(v) for v in [*choices, *spec.fixed.values()])
+    return hardware_uncertainty(str(v) for v in [*choices, *spec.fixed.values()])

@@ -196,6 +196,24 @@ class SweepSpec(Strict):
                 raise ValueError(f"variable '{name}' has an empty choice list; give it at least one value")
         return variables
 
+    def described(self) -> dict[str, Any]:
+        """The specification as plain values, for a sweep's summary and the reports that read it:
+        the design space, constraints, bands and sensitivity method, and the TOML a person reads."""
+        import tomli_w
+
+        u, rules = self.uncertainty, self.derived.items()
+        return {
+            "variables": {name: var.model_dump() for name, var in self.variables.items()},
+            "fixed": dict(self.fixed),
+            "derived": {name: rule if isinstance(rule, str) else rule.model_dump() for name, rule in rules},
+            "constraints": list(self.study.constraints),
+            "uncertainty": None
+            if u is None
+            else {"band": list(u.band), "samples": u.samples, "robust": u.robust},
+            "sensitivity_method": None if self.sensitivity is None else self.sensitivity.method,
+            "specification": tomli_w.dumps(json.loads(self.model_dump_json(exclude_defaults=True))),
+        }
+
     def digest(self) -> str:
         """A stable hash of the specification (what ``--resume`` checks)."""
         text = json.dumps(self.model_dump(mode="json"), sort_keys=True)

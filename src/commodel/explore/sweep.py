@@ -24,6 +24,7 @@ import pandas as pd
 from commodel.errors import CommodelError
 from commodel.explore.evaluation import SAMPLED, chunk_count, evaluate_chunk
 from commodel.explore.executors import execute
+from commodel.explore.optimize import optimize
 from commodel.explore.pareto import bounds, hypervolume, objective_matrix, pareto_front
 from commodel.explore.robust import robust_objectives
 from commodel.explore.space import design_points
@@ -31,8 +32,9 @@ from commodel.explore.spec import SweepSpec
 from commodel.io import atomic_path, write_text
 
 #: What writes a sweep's reports from its results (the caller's choice, e.g.
-#: :func:`commodel.report.sweep_report.write_reports`): (spec, folder, summary, front, plot sample).
-Reporter = Callable[[SweepSpec, Path, dict, pd.DataFrame, pd.DataFrame], None]
+#: :func:`commodel.report.sweep_report.write_reports`): (folder, summary, front, plot sample). The
+#: summary carries the specification as plain values (:meth:`SweepSpec.described`).
+Reporter = Callable[[Path, dict, pd.DataFrame, pd.DataFrame], None]
 
 #: Points a sweep runs without ``--max-points`` (about 8 minutes and 15 GB of results at the measured
 #: 100,000 points/s end to end and ~300 bytes per stored row).
@@ -120,6 +122,15 @@ def run_sweep(
         raise
 
 
+def evaluate_all(spec: SweepSpec) -> pd.DataFrame:
+    """Every valid point of a specification, evaluated in this process (no files): what studies use.
+    A sampled space is evaluated chunk by chunk; an optimizer's evaluations are the points it tried."""
+    if spec.study.method not in SAMPLED:
+        return optimize(spec)
+    spec_json = spec.model_dump_json()
+    return pd.concat([evaluate_chunk(spec_json, i) for i in range(chunk_count(spec))], ignore_index=True)
+
+
 def check_size(spec: SweepSpec, max_points: int) -> None:
     """Refuse a space larger than ``max_points``, saying its size and what it would cost."""
     points = design_points(spec)
@@ -190,8 +201,6 @@ def _run(
                 advance()
         parts = (pd.read_parquet(chunks / f"{i:06d}.parquet") for i in range(n))
     else:
-        from commodel.explore.optimize import optimize
-
         parts = iter([optimize(spec, progress=progress)])
         n, any_valid = 1, True
     # Without a valid design there is nothing to attribute (the command says why none is valid).
@@ -320,6 +329,7 @@ def _write_outputs(
             else {}
         ),
         "objectives": spec.objectives,
+        **spec.described(),
         "hypervolume": hv,
         "ideal": None if collector.lo is None else collector.lo.tolist(),
         "nadir": None if collector.hi is None else collector.hi.tolist(),
@@ -330,5 +340,5 @@ def _write_outputs(
         summary["sensitivity"] = sensitivity
     write_text(out / "summary.json", json.dumps(summary, indent=2, default=str))
     if reporter is not None:
-        reporter(spec, out, summary, front, cloud)
+        reporter(out, summary, front, cloud)
     return summary

@@ -159,12 +159,10 @@ def uncertain_parameters(db: HardwareDB, names: list[str], ratios: Ratios) -> li
     return out
 
 
-def uncertain_numbers(names: Iterable[str], db: HardwareDB | None = None) -> list[Uncertain]:
+def uncertain_numbers(names: Iterable[str], ratios: Ratios, db: HardwareDB | None = None) -> list[Uncertain]:
     """:func:`uncertain_parameters` of the records ``names`` use (strings that name no record are
-    ignored), with ``commodel validate``'s ratios (computed once per process)."""
-    from commodel.uncertainty import validation_ratios  # runs commodel validate: only when asked
-
-    ratios = (validation_ratios(), validation_ratios(held_out=False))
+    ignored), given the validation ratios (:func:`commodel.validate.bands.validation_ratios` gives
+    ``commodel validate``'s own)."""
     return uncertain_parameters(db or default_db(), sorted(set(names)), ratios)
 
 
@@ -194,6 +192,21 @@ def factors_of(parameters: list[Uncertain], unit: np.ndarray) -> np.ndarray:
     low = np.log([p.low for p in parameters])
     high = np.log([p.high for p in parameters])
     return np.exp(low + np.asarray(unit, dtype=float).reshape(-1, len(parameters)) * (high - low))
+
+
+def drivers(log_factors: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per design: the index of the factor whose logarithm best explains the logarithm of ``values``
+    (draws x designs) and its squared correlation with it (0 where the value does not move): the
+    first-order index of a model linear in the logs, as a Latin hypercube estimates it."""
+    x = log_factors - log_factors.mean(axis=0)
+    y = np.log(np.abs(values))
+    y = y - np.nanmean(y, axis=0)
+    y = np.where(np.isfinite(y), y, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        corr = (x.T @ y) / np.sqrt((x**2).sum(axis=0)[:, None] * (y**2).sum(axis=0)[None, :])
+    share = np.nan_to_num(corr**2)
+    best = np.argmax(share, axis=0)
+    return best, share[best, np.arange(share.shape[1])]
 
 
 def on_draws(run: Callable[[int], T], parameters: list[Uncertain], factors: np.ndarray) -> list[T]:

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 from pathlib import Path
 
 import pandas as pd
 
-from commodel.explore.spec import SweepSpec
-from commodel.report.sweep_report import sensitivity_text, uncertainty_table, uncertainty_text
+from commodel.report.sweep_text import sensitivity_text, title, uncertainty_table, uncertainty_text
 
 #: The validation kinds each evaluator's models answer to.
 MODEL_KINDS = {
@@ -87,17 +85,16 @@ def front_table(front: pd.DataFrame, columns: list[str], table_id: str = "front"
     )
 
 
-def validation_section(evaluator: str) -> str:
-    """Accuracy gates and per-kind errors of the models this evaluator uses (``commodel validate``)."""
-    from commodel.validate import accuracy_gates, summary, validation_table
-
+def validation_section(evaluator: str, standing: tuple[pd.DataFrame, pd.DataFrame] | None) -> str:
+    """Accuracy gates and per-kind errors of the models this evaluator uses, from ``standing``:
+    ``commodel validate``'s per-kind summary and its gates (none given: the section says so)."""
     kinds = MODEL_KINDS.get(evaluator)
     if not kinds:
         return "<p>No published measurements bear on this evaluator's models.</p>"
-    table = validation_table()
-    stats = summary(table)
+    if standing is None:
+        return "<p>Not compared with published measurements in this run (see <code>commodel validate</code>).</p>"
+    stats, gates = standing
     stats = stats[stats.kind.isin(kinds)]
-    gates = accuracy_gates(table)
     lines = ["<table><tr><th>model class</th><th>rows</th><th>median error %</th><th>max error %</th></tr>"]
     for row in stats.itertuples():
         lines.append(f"<tr><td>{row.kind}</td><td>{row.rows}</td><td>{row.median_abs_err_pct:.3g}</td>"
@@ -110,33 +107,32 @@ def validation_section(evaluator: str) -> str:
     return "\n".join([*lines, "</ul>"])
 
 
-def report_html(spec: SweepSpec, summary: dict, front: pd.DataFrame, plot: Path) -> str:
+def report_html(
+    summary: dict, front: pd.DataFrame, plot: Path, standing: tuple[pd.DataFrame, pd.DataFrame] | None = None
+) -> str:
     """The whole report as one HTML document."""
-    import tomli_w
-
-    s = spec.study
+    name = title(summary)
     image = _inline(Path(plot))
     breakdown = Path(plot).with_name("breakdown.png")
     bars = f'<h2>Where the step time goes</h2>\n<img alt="breakdown" src="data:image/png;base64,{_inline(breakdown)}">'
 
-    columns = [c for c in [*spec.variables, *spec.objectives] if c in front]
+    columns = [c for c in [*summary["variables"], *summary["objectives"]] if c in front]
     uncertainty = ""
-    if spec.uncertainty is not None and len(front):
-        bands = uncertainty_table(spec, front)
-        uncertainty = (f"<h2>Uncertainty</h2>\n<p>{html.escape(uncertainty_text(spec, summary))}</p>\n"
+    if summary.get("uncertainty") is not None and len(front):
+        bands = uncertainty_table(summary, front)
+        uncertainty = (f"<h2>Uncertainty</h2>\n<p>{html.escape(uncertainty_text(summary))}</p>\n"
                        f"{front_table(bands, list(bands.columns), 'bands')}")  # fmt: skip
     sensitivity_png = Path(plot).with_name("sensitivity.png")
     sensitivity = (
-        f"<h2>Sensitivity to the design choices</h2>\n<p>{html.escape(sensitivity_text(spec))}</p>\n"
+        f"<h2>Sensitivity to the design choices</h2>\n<p>{html.escape(sensitivity_text(summary))}</p>\n"
         f'<img alt="sensitivity" src="data:image/png;base64,{_inline(sensitivity_png)}">'
     )
-    spec_text = tomli_w.dumps(json.loads(spec.model_dump_json(exclude_defaults=True)))
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(s.title or s.name)}</title>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(name)}</title>
 <style>{_STYLE}</style></head>
 <body>
-<h1>{html.escape(s.title or s.name)}</h1>
-<p>Evaluator <code>{s.evaluate}</code>, method <code>{s.method}</code>: {summary["points"]:,} points,
+<h1>{html.escape(name)}</h1>
+<p>Evaluator <code>{summary["evaluator"]}</code>, method <code>{summary["method"]}</code>: {summary["points"]:,} points,
 {summary["valid"]:,} valid, {summary["feasible"]:,} feasible, {summary["pareto"]:,} Pareto-optimal, hypervolume
 {summary["hypervolume"]:.4f}, {summary["elapsed_s"]:.1f} s. Specification hash <code>{summary["spec_hash"]}</code>,
 commodel {summary["commodel_version"]}.</p>
@@ -148,9 +144,9 @@ commodel {summary["commodel_version"]}.</p>
 {sensitivity if sensitivity_png.is_file() else ""}
 {bars if breakdown.is_file() else ""}
 <h2>Where the models stand</h2>
-{validation_section(s.evaluate)}
+{validation_section(summary["evaluator"], standing)}
 <h2>Specification</h2>
-<pre>{html.escape(spec_text)}</pre>
+<pre>{html.escape(summary["specification"])}</pre>
 <script>{_SCRIPT}</script>
 </body></html>
 """

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from commodel.explore.evaluation import evaluate_all
 from commodel.explore.spec import SweepSpec, load_spec
+from commodel.explore.sweep import evaluate_all
 from commodel.resources import resource_dir
 
 

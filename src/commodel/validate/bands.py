@@ -20,13 +20,20 @@ the measurement falls inside; an 80% band should hold about 80% of the rows.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from commodel.errors import CommodelError
+from commodel.hardware.loader import active_overlays, cache_dir, default_db
+from commodel.hardware.uncertain import Uncertain, draws, drivers, on_draws, uncertain_numbers
+from commodel.io import atomic_path, files_digest
+from commodel.resources import resource_dir
+from commodel.validate.table import validation_table
 
 #: Metrics that are times (a larger value is slower); the rest are speeds.
 TIME_METRICS = ("time",)
@@ -77,14 +84,7 @@ def _ratios(table: object, held_out: bool = True) -> dict[str, np.ndarray]:
 def _inputs_digest() -> str:
     """A digest of everything ``commodel validate`` reads: commodel's code, its data, hardware and
     workload files, and the active hardware overlays."""
-    from pathlib import Path
-
-    import commodel
-    from commodel.hardware.loader import active_overlays
-    from commodel.io import files_digest
-    from commodel.resources import resource_dir
-
-    roots = [Path(commodel.__file__).parent, *(resource_dir(n) for n in ("data", "hardware_db", "workloads"))]
+    roots = [Path(__file__).parents[1], *(resource_dir(n) for n in ("data", "hardware_db", "workloads"))]
     files = []
     for root in [*roots, *active_overlays()]:
         found = (
@@ -97,15 +97,9 @@ def _inputs_digest() -> str:
 
 
 @cache
-def _validation_table() -> object:
+def cached_validation_table() -> object:
     """``commodel validate``'s table, kept in the user's cache folder (Parquet) under a digest of its
     inputs (:func:`_inputs_digest`): any change to the code, data or overlays computes it afresh."""
-    import pandas as pd
-
-    from commodel.hardware.loader import cache_dir
-    from commodel.io import atomic_path
-    from commodel.validate import validation_table
-
     cached = cache_dir() / f"validation-{_inputs_digest()}.parquet"
     if cached.is_file():
         try:
@@ -123,7 +117,14 @@ def _validation_table() -> object:
 
 def validation_ratios(held_out: bool = True) -> dict[str, np.ndarray]:
     """:func:`_ratios` of ``commodel validate``'s own table (computed once per process)."""
-    return _ratios(_validation_table(), held_out)
+    return _ratios(cached_validation_table(), held_out)
+
+
+def hardware_uncertainty(names: Iterable[str]) -> list[Uncertain]:
+    """The uncertain numbers of the hardware records ``names`` use, their ranges from ``commodel
+    validate``'s errors (:func:`commodel.hardware.uncertain.uncertain_numbers` given
+    :func:`validation_ratios`: held out, and every scored row)."""
+    return uncertain_numbers(names, (validation_ratios(), validation_ratios(held_out=False)))
 
 
 def band(kind: str, percentiles: tuple[float, float] = BAND) -> Band:
@@ -155,8 +156,6 @@ def coverage(table: object, percentiles: tuple[float, float] = BAND) -> dict[str
 
 def coverage_table(table: object, percentiles: tuple[float, float] = BAND) -> object:
     """:func:`coverage` as a table: model class, rows, band, share of rows inside."""
-    import pandas as pd
-
     return pd.DataFrame(
         [{"kind": kind, "rows": rows, "band": f"p{percentiles[0]:g}-p{percentiles[1]:g}", "inside_pct": 100 * share}
          for kind, (share, rows) in coverage(table, percentiles).items()]
@@ -192,11 +191,8 @@ def parameter_bands(
     the current hardware database: numbers, or arrays of them) over ``samples`` draws of the uncertain
     numbers of the records ``names`` use, ``KEY_params_driver`` (the number the key follows most, with
     its share of the variance) and the source. Scalars in, scalars out."""
-    from commodel.explore.robust import drivers
-    from commodel.hardware.uncertain import draws, on_draws, uncertain_numbers
-
     check_percentiles(*percentiles)
-    parameters = uncertain_numbers(names)
+    parameters = hardware_uncertainty(names)
     factors = draws(parameters, samples, seed)
     results = on_draws(lambda _: run(), parameters, factors)
     result = results[-1]
@@ -223,16 +219,10 @@ def parameter_coverage(samples: int = 32, percentiles: tuple[float, float] = BAN
     ``commodel validate`` row priced on ``samples`` draws of every uncertain number in the database;
     per model class, the share of held-out rows whose measurement lies in the row's band. (A
     calibrated number's range comes from its class's error spread, not from any one row's error.)"""
-    import pandas as pd
-
-    from commodel.hardware.loader import default_db
-    from commodel.hardware.uncertain import draws, on_draws, uncertain_numbers
-    from commodel.validate import validation_table
-
     check_percentiles(*percentiles)
     base = default_db()
-    parameters = uncertain_numbers(n for kind in ("system", "gpu", "link") for n in base.table(kind))
-    table = _validation_table()
+    parameters = hardware_uncertainty(n for kind in ("system", "gpu", "link") for n in base.table(kind))
+    table = cached_validation_table()
     priced = on_draws(lambda _: validation_table().model.to_numpy(dtype=float), parameters,
                       draws(parameters, samples, seed))  # fmt: skip
     with warnings.catch_warnings():  # rows without a model are NaN in every draw

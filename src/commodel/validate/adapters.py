@@ -1,0 +1,209 @@
+"""One adapter per kind of measurement: a row read once into what prices it (a :class:`Case`), by
+the same library functions the CLI uses. A row an adapter cannot read (a model, a size or a setting
+commodel does not know) is a :class:`~commodel.errors.CommodelError` saying why, and the row is
+reported as not modelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pandas as pd
+
+from commodel.comm.collectives import run as run_collective
+from commodel.comm.fabric import fabric_of
+from commodel.comm.initiation import path_of, put_latency
+from commodel.compute import gemm, kernel_time
+from commodel.compute.roofline import achievable_bandwidth, peak_flops
+from commodel.errors import CommodelError
+from commodel.hardware import HardwareDB, cluster
+from commodel.ops.pooling import BASELINE_PUE, PROPORTIONAL_OVERHEAD
+from commodel.pricing.run import serve, train
+from commodel.validate.descriptions import DISPATCH, SERVING, read_sizes
+from commodel.validate.runs import runs
+from commodel.validate.training import training_metric, training_run
+from commodel.workloads.catalog import model as get_model
+from commodel.workloads.moe_dispatch import COMBINE_BYTES, DISPATCH_BYTES, domains_reached, exchange
+
+#: Size used for collective rows that quote an asymptotic figure without a size.
+ASYMPTOTIC_SIZE = 8 * 2**30
+
+
+@dataclass(frozen=True)
+class Case:
+    """A row read: ``price(db)`` gives the model's value in the row's unit; ``note`` is what the row
+    states that the model reads otherwise; ``experts``: the row trains a mixture of experts."""
+
+    price: Callable[[HardwareDB], float]
+    note: str = ""
+    experts: bool = False
+
+
+def _collective(row: pd.Series) -> Case:
+    """nccl-tests' figure for the row's collective: on the row's GPUs, nodes (at least enough nodes to
+    hold the GPUs) and run settings (``model_args``), with NCCL's own choice where the row says
+    ``auto``."""
+    settings = row.settings
+
+    def price(db: HardwareDB) -> float:
+        system = db.system(row.model_target)
+        per_node = int(system.gpus_per_node.value)
+        gpus = int(row.gpus) if pd.notna(row.gpus) else 2 * per_node
+        nodes = max(int(row.nodes) if pd.notna(row.nodes) else 1, -(-gpus // per_node))
+        size = float(row.size_bytes) if pd.notna(row.size_bytes) else ASYMPTOTIC_SIZE
+        partition = int(settings["partition"]) if "partition" in settings else None
+        where = cluster(row.model_target, nodes, db, partition=partition)
+        fab = fabric_of(
+            where, launch=settings.get("launch", "stream"), nvls=settings.get("nvls") != "off",
+            gpus_per_process=int(settings.get("gpus_per_process", 1)),
+        )  # fmt: skip
+        result = run_collective(
+            row.op, where, [size], gpus, algo=settings.get("algo", row.algo), library="nccl", fab=fab
+        )
+        if row.metric == "time":
+            return float(result.time_s.iloc[0]) * 1e6  # us
+        busbw = float(result.busbw_GBps.iloc[0])
+        return busbw / system.scale_out.nics_per_node.value if row.metric == "per_nic_busbw" else busbw
+
+    return Case(price)
+
+
+def _p2p(row: pd.Series) -> Case:
+    """Copy-engine bandwidth: GPU-to-GPU over all of a GPU's links, host-to-device over its host link."""
+
+    def price(db: HardwareDB) -> float:
+        system = db.system(row.model_target)
+        if row.op == "h2d":
+            link = db.link(db.gpu(system.gpu).host_link)
+            return link.bandwidth.value * link.efficiency.value / 1e9
+        link = db.link(system.scale_up.link)
+        return system.scale_up.links_per_gpu.value * link.bandwidth.value * link.efficiency.value / 1e9
+
+    return Case(price)
+
+
+def _gemm(row: pd.Series) -> Case:
+    """Square GEMMs (``gemm DTYPE N^3``) through the roofline; the best shape (MAMF) and a "large
+    GEMM" are the GPU's best-GEMM ceiling (peak x matmul efficiency)."""
+    sizes, words = read_sizes(str(row.op), ("cube",))
+    dtype = next((w for w in words if w not in ("gemm", "large", "best", "shape")), "")
+    if (
+        "gemm" not in words
+        or not dtype
+        or ("cube" not in sizes and "best" not in words and "large" not in words)
+    ):
+        raise CommodelError(f"cannot read GEMM description '{row.op}'")
+
+    def price(db: HardwareDB) -> float:
+        gpu = db.gpu(row.model_target)
+        if "cube" not in sizes:
+            return peak_flops(gpu, dtype) * gpu.efficiency(dtype) / 1e12
+        s = sizes["cube"]
+        return float(kernel_time(gpu, gemm(s, s, s, dtype), launch=False).achieved_flops) / 1e12
+
+    return Case(price)
+
+
+def _memory(row: pd.Series) -> Case:
+    return Case(lambda db: achievable_bandwidth(db.gpu(row.model_target)) / 1e12)
+
+
+def _training(row: pd.Series) -> Case:
+    """End-to-end runs through the training-step model, with the layout each source states."""
+    run = training_run(row.id, str(row.op), float(row.gpus), str(row.model_target), str(row.metric))
+    experts = get_model(run.job.model).moe is not None
+    return Case(lambda db: float(training_metric(run, train(run.job))), run.note, experts)
+
+
+def _power(row: pd.Series) -> Case:
+    """Node power under a training load (kW), or a GPU's idle power (W), from the power model."""
+    load = runs().power.get(row.id)
+    if load is not None:
+        return Case(lambda db: float(train(load.job)["node_power_kW"]))
+    return Case(lambda db: db.gpu(row.model_target).idle_power.value)
+
+
+def _configured(table: dict, row: pd.Series) -> object:
+    """What a row of a kind configured row by row is modelled with (``data/runs.toml``)."""
+    if row.id not in table:
+        raise CommodelError(f"no {row.kind} setting for row '{row.id}' yet (data/runs.toml)")
+    return table[row.id]
+
+
+def _facility(row: pd.Series) -> Case:
+    """The facility PUE constants of the pooling model (:mod:`commodel.ops.pooling`) these rows set."""
+    pue = {"load-proportional": 1 + PROPORTIONAL_OVERHEAD, "baseline": BASELINE_PUE}
+    which = _configured(runs().facility, row)
+    return Case(lambda db: pue[which])
+
+
+def _latency(row: pd.Series) -> Case:
+    """A kernel launch, or a small put (one way or round trip) by the scheme the row measured (us)."""
+    setting = _configured(runs().latency, row)
+
+    def price(db: HardwareDB) -> float:
+        if setting.launch_of:
+            return db.gpu(setting.launch_of).launch_overhead.value * 1e6
+        path = path_of(cluster(setting.system, 2, db))
+        one_way = float(put_latency(setting.scheme, path, 8, setting.after_kernel))
+        return (2 if setting.round_trip else 1) * one_way * 1e6
+
+    return Case(price)
+
+
+def _serving(row: pd.Series) -> Case:
+    """An offline-throughput run (trtllm-bench: every request queued, as many in flight as fit) as its
+    description states it (``serve MODEL tpN islP oslO DTYPE``): total output tokens/s over its GPUs."""
+    s = SERVING.read(str(row.op))
+    job = {
+        "model": s["model"],
+        "gpus": s["tp"],
+        "tp": s["tp"],
+        "prompt": s["isl"],
+        "output": s["osl"],
+        "dtype": s["dtype"],
+    }
+    return Case(lambda db: serve(system=row.model_target, **job)["output_tokens_per_s"])
+
+
+def _dispatch(row: pd.Series) -> Case:
+    """One DeepEP dispatch or combine (``deepep MODE OP MODEL tokensN`` on ``gpus`` expert-parallel
+    GPUs) through :func:`commodel.workloads.moe_dispatch.exchange`: its time (us), or the bandwidth
+    DeepEP's tests print (GB/s): ``nvl_bandwidth`` counts the tokens a GPU receives, once per token
+    with any expert on it, its own included (``N q`` of every GPU's tokens, ``q = 1 - (1 - 1/N)^k``);
+    ``rdma_bandwidth`` each token once per node its experts land on, its own node included
+    (:func:`~commodel.workloads.moe_dispatch.domains_reached`)."""
+    s = DISPATCH.read(str(row.op))
+    net, tokens, ep = get_model(str(s["model"])), float(s["tokens"]), int(row.gpus)
+    element = DISPATCH_BYTES if s["op"] == "dispatch" else COMBINE_BYTES
+
+    def price(db: HardwareDB) -> float:
+        where = cluster(row.model_target, int(row.nodes), db)
+        seconds = exchange(str(s["mode"]), "kernel-initiated", net, where, ep, tokens, element)["time_s"]
+        if row.metric == "time":
+            return seconds * 1e6
+        k = net.moe.top_k
+        counted = (
+            ep * (1 - (1 - 1 / ep) ** k)
+            if row.metric == "nvl_bandwidth"
+            else domains_reached(net.moe, row.nodes)
+        )
+        return float(tokens * counted * net.hidden * element / seconds / 1e9)
+
+    return Case(price)
+
+
+#: The adapter of each kind of measurement.
+ADAPTERS: dict[str, Callable[[pd.Series], Case]] = {
+    "collective": _collective,
+    "p2p": _p2p,
+    "gemm": _gemm,
+    "memory": _memory,
+    "training": _training,
+    "serving": _serving,
+    "latency": _latency,
+    "dispatch": _dispatch,
+    "power": _power,
+    "facility": _facility,
+}
