@@ -224,3 +224,16 @@ def quantize(elements: ArrayLike, bytes_per_element: float, bandwidth_share: flo
         "quantize", 2 * e, bytes_per_element * e, tiles, np.ones_like(e), "bf16", False,
         bandwidth_share=bandwidth_share,
     )  # fmt: skip
+
+
+def example_kernels(seq: int = 4096) -> dict[str, Kernel]:
+    """Typical kernels of a transformer step, for placing on a roofline chart: two large GEMMs (a
+    projection and a square one), a decode GEMM of 16 tokens, flash attention over ``seq`` tokens (4
+    sequences, 32 heads of 128) and an elementwise pass over 256 M elements."""
+    return {
+        "GEMM 8192^3": gemm(8192, 8192, 8192),
+        "GEMM 4096x512x4096": gemm(4096, 512, 4096),
+        "GEMM 16x8192x8192 (decode)": gemm(16, 8192, 8192),
+        f"attention s={seq}": attention(4, 32, seq, 128),
+        "elementwise 256M": elementwise(2**28),
+    }

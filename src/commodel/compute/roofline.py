@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from commodel.compute.kernels import Kernel
+from commodel.compute.kernels import Kernel, gemm
 from commodel.errors import CommodelError
 from commodel.hardware.schema import GPU
 
@@ -165,3 +165,15 @@ def split_k(gpu: GPU, kernel: Kernel, units: ArrayLike | None = None) -> np.ndar
         time = np.maximum(a / s + c, b + np.where(s > 1, d * s, 0.0))
         best, fastest = np.where(time < fastest, s, best), np.minimum(time, fastest)
     return best
+
+
+def gemm_summary(gpu: GPU, m: int, n: int, k: int, dtype: str) -> dict[str, object]:
+    """One GEMM on ``gpu`` as plain values: its roofline time, achieved TFLOP/s, bound, arithmetic
+    intensity and split-K factor (``commodel roofline gemm``)."""
+    kernel = gemm(m, n, k, dtype)
+    result = kernel_time(gpu, kernel)
+    return {
+        "m": m, "n": n, "k": k, "dtype": dtype, "time_s": float(result.time_s),
+        "tflops": float(result.achieved_flops) / 1e12, "bound": str(result.bound),
+        "intensity_flop_per_byte": float(kernel.intensity), "split_k": int(result.split_k),
+    }  # fmt: skip

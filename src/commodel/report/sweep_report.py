@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from commodel.io import write_text
+from commodel.report.frames import markdown_table
 from commodel.report.html_report import report_html
 from commodel.report.plots import breakdown_plot, save_figure, sensitivity_plot
 from commodel.report.sweep_text import (
@@ -21,7 +22,6 @@ from commodel.report.sweep_text import (
     uncertainty_text,
     varying,
 )
-from commodel.report.tables import markdown_table
 from commodel.workloads.training import BREAKDOWN
 
 #: Pareto points labelled with their design (the rest stay unlabelled to keep the plot readable).

@@ -1,16 +1,18 @@
-"""Text tables in the layouts users already read (nccl-tests for collectives)."""
+"""Text tables of results in the layouts users already read: nccl-tests' for collectives, and one per
+job kind (training, serving, kernels, initiation schemes)."""
 
 from __future__ import annotations
 
-import json
-import math
 from itertools import groupby
 from typing import TYPE_CHECKING
 
-from commodel.units import format_bytes
+from pydantic import BaseModel
+
+from commodel.records import Sourced
+from commodel.units import format_bytes, format_quantity
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     import pandas as pd
 
@@ -34,40 +36,6 @@ def nccl_tests_table(frame: pd.DataFrame, system: str, dtype_bytes: int = 4) -> 
         lines.append(
             f"# Avg bus bandwidth for sizes >= {format_bytes(2**20)}: {big.busbw_GBps.mean():.2f} GB/s"
         )
-    return "\n".join(lines)
-
-
-def to_json(frame: pd.DataFrame) -> str:
-    """Records as JSON; numpy scalars become plain numbers, missing values become null."""
-    records = json.loads(frame.to_json(orient="records"))
-    return json.dumps(records, indent=2)
-
-
-def _cell(value: object, floatfmt: str) -> str:
-    import pandas as pd
-
-    if isinstance(value, float):
-        return "" if math.isnan(value) else floatfmt.format(value)
-    return "" if value is None or value is pd.NA else str(value)
-
-
-def _cells(frame: pd.DataFrame, floatfmt: str) -> list[list[str]]:
-    header = [str(c) for c in frame.columns]
-    return [header] + [[_cell(v, floatfmt) for v in row] for row in frame.itertuples(index=False)]
-
-
-def plain_table(frame: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
-    """A left-aligned text table of ``frame`` with floats in ``floatfmt`` and blanks for missing values."""
-    cells = _cells(frame, floatfmt)
-    widths = [max(len(r[i]) for r in cells) for i in range(len(frame.columns))]
-    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells)
-
-
-def markdown_table(frame: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
-    """A GitHub-flavoured Markdown table of ``frame``."""
-    header, *rows = _cells(frame, floatfmt)
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
 
 
@@ -259,3 +227,57 @@ def scheme_text(system: str, records: list[dict]) -> str:
             )
         lines.append(line)
     return "\n".join(lines)
+
+
+def band_lines(result: dict) -> str:
+    """A job result's bands for a person, after its table ("" without bands): the model class's
+    band and the hardware's uncertain numbers' band, with what drives each."""
+    if "band_source" not in result:
+        return ""
+    pairs = [k[: -len("_p10")] for k in result if k.endswith("_p10") and "_params_" not in k]
+    text = "; ".join(f"{k} {result[k + '_p10']:.4g} to {result[k + '_p90']:.4g}" for k in pairs)
+    params = "; ".join(
+        f"{k} {result[k + '_params_p10']:.4g} to {result[k + '_params_p90']:.4g}"
+        + (f", driven by {result[k + '_params_driver']}" if k + "_params_driver" in result else "")
+        for k in pairs
+    )
+    return (f"\n  band (p10-p90, {result['band_source']}): {text}"
+            f"\n  band (p10-p90, {result['params_source']}): {params}")  # fmt: skip
+
+
+def collective_band_note(frame: pd.DataFrame) -> str:
+    """The bands of a collective table (:func:`commodel.validate.bands.collective_bands`) in two
+    comment lines: the class band's factors on time, and the parameter band at the largest size."""
+    fast, slow = frame.attrs["time_factors"]
+    last = frame.iloc[-1]
+    driver = f", driven by {last.busbw_GBps_params_driver}" if "busbw_GBps_params_driver" in frame else ""
+    return (f"# band p10-p90 from {frame.attrs['band_source']}: time x{fast:.3f} to x{slow:.3f}\n"
+            f"# band p10-p90 from {frame.attrs['params_source']}: at {last.size_bytes:.0f} B busbw "
+            f"{last.busbw_GBps_params_p10:.4g} to {last.busbw_GBps_params_p90:.4g} GB/s{driver} "
+            "(every size: --json or --csv)")  # fmt: skip
+
+
+def record_lines(record: object, prefix: str = "") -> Iterator[str]:
+    """A hardware record flattened into ``field = value unit  [source]`` lines, values in human units."""
+    items = (
+        record.items()
+        if isinstance(record, dict)
+        else ((k, getattr(record, k)) for k in type(record).model_fields)
+    )
+    for key, value in items:
+        if isinstance(value, Sourced):
+            yield f"  {prefix}{key} = {format_quantity(value.value, value.KIND)}  [{value.source}]"
+        elif isinstance(value, BaseModel | dict):
+            yield from record_lines(value, f"{prefix}{key}.")
+        elif value is not None:
+            yield f"  {prefix}{key} = {value}"
+
+
+def gemm_text(gpu: str, record: dict) -> str:
+    """One GEMM's roofline (:func:`commodel.compute.roofline.gemm_summary`) in a line."""
+    split = f", split-K {record['split_k']}" if record["split_k"] > 1 else ""
+    return (
+        f"GEMM {record['m']}x{record['n']}x{record['k']} {record['dtype']} on {gpu}: {record['time_s'] * 1e6:.1f} us, "
+        f"{record['tflops']:.1f} TFLOP/s, {record['bound']}-bound "
+        f"(intensity {record['intensity_flop_per_byte']:.0f} FLOP/B{split})"
+    )

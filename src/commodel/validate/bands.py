@@ -19,6 +19,7 @@ the measurement falls inside; an 80% band should hold about 80% of the rows.
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -239,3 +240,34 @@ def parameter_coverage(samples: int = 32, percentiles: tuple[float, float] = BAN
 
 #: Held-out rows a class needs before its coverage is reported.
 MIN_COVERAGE_ROWS = 4
+
+
+#: Predictions each kind of job puts a band around: (speeds, times).
+JOB_KEYS = {
+    "training": (("tokens_per_s",), ("step_time_s", "time_to_train_days")),
+    "serving": (("output_tokens_per_s",), ("ttft_s", "tpot_s")),
+}
+
+
+def job_bands(kind: str, result: dict, run: Callable[[], Mapping], job: Mapping[str, object]) -> dict:
+    """A job's ``result`` (of ``kind``: training or serving) with its model class's band
+    (:func:`with_class_bands`) and the band of the uncertain numbers of the hardware records the job
+    names (:func:`parameter_bands`, ``run`` pricing the job again on each draw)."""
+    speeds, times = JOB_KEYS[kind]
+    names = [name for v in job.values() if isinstance(v, str) for name in re.split(r"[,:]", v)]
+    return {**with_class_bands(result, kind, speeds, times), **parameter_bands(run, names, speeds + times)}
+
+
+def collective_bands(frame: pd.DataFrame, run: Callable[[], pd.DataFrame], system: str) -> pd.DataFrame:
+    """Collective results (``commodel collective``'s table) with the collectives' class band on time
+    and busbw, and the band of the system's uncertain numbers (``run`` pricing the table again on each
+    draw) with what drives it; the bands' sources and the class band's factors on time are in
+    ``attrs``."""
+    b = band("collective")
+    low, high = b.time(frame.time_s)
+    slow, fast = b.speed(frame.busbw_GBps)
+    params = parameter_bands(run, [system], ("time_s", "busbw_GBps"))
+    out = frame.assign(time_s_p10=low, time_s_p90=high, busbw_GBps_p10=slow, busbw_GBps_p90=fast,
+                       **{k: v for k, v in params.items() if k != "params_source"})  # fmt: skip
+    out.attrs = {"band_source": b.source, "time_factors": (1 / b.high, 1 / b.low), "params_source": params["params_source"]}
+    return out

@@ -1,0 +1,88 @@
+"""Command-line interface: parse, call the library, print. No model logic here.
+
+Every user error (unknown name, malformed size, impossible layout) is a :class:`CommodelError`,
+printed as one ``error:`` line on stderr with exit code 2.
+
+Each command lives in a module of this package (:data:`COMMANDS`) that imports what it calls at its
+top and registers on the root app (:mod:`commodel.cli.root`) when imported. :func:`main` imports only
+the module of the command being run, so a command's start pays for its own imports, not for all of
+commodel's (about 1 s with pandas, matplotlib, pymoo and Dask); ``commodel.cli.app`` (tests, a whole
+``--help``) is the app with every command.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import import_module
+
+import typer
+
+from commodel.errors import CommodelError
+
+#: Command (or command group) -> the module of this package that defines it, in the order ``--help``
+#: lists them.
+COMMANDS = {
+    "sweep": "sweep",
+    "train": "jobs",
+    "serve": "jobs",
+    "compare": "compare",
+    "collective": "collective",
+    "sensitivity": "sensitivity",
+    "validate": "validation",
+    "hw": "hardware",
+    "roofline": "roofline",
+    "comm": "comm",
+    "study": "studies",
+    "calibrate": "calibrate",
+}
+
+
+def command_app(command: str | None = None) -> typer.Typer:
+    """The root app with ``command`` registered (with every command when it names none of them)."""
+    modules = [COMMANDS[command]] if command in COMMANDS else COMMANDS.values()
+    for module in dict.fromkeys(modules):
+        import_module(f"commodel.cli.{module}")
+    return import_module("commodel.cli.root").app
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """``app``: the root app with every command."""
+    if name != "app":
+        raise AttributeError(f"module 'commodel.cli' has no attribute {name!r}")
+    return command_app()
+
+
+def _parser_errors() -> object:
+    """The option parser's exception module (typer vendors click from 0.2x on; older ones use click)."""
+    try:
+        from typer._click import exceptions
+    except ImportError:  # pragma: no cover - older typer
+        from click import exceptions
+    return exceptions
+
+
+def main() -> None:
+    """Console entry point: run the command named first, turning user errors (ours, and the option
+    parser's) into one ``error:`` line and exit code 2."""
+    errors = _parser_errors()
+    try:
+        # standalone_mode=False: an Exit(n) a command raised comes back as n
+        code = command_app(sys.argv[1] if len(sys.argv) > 1 else None)(standalone_mode=False)
+    except CommodelError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except errors.NoArgsIsHelpError as exc:  # a bare command group: its help, as usual
+        typer.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        sys.exit(0)
+    except errors.UsageError as exc:
+        where = f" ({exc.ctx.command_path})" if exc.ctx else ""
+        typer.echo(f"error{where}: {exc.format_message()}; see --help", err=True)
+        sys.exit(2)
+    except errors.ClickException as exc:
+        typer.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        typer.echo("interrupted: finished sweep chunks are kept; rerun with --resume to continue", err=True)
+        sys.exit(130)
+    if isinstance(code, int) and code:
+        sys.exit(code)

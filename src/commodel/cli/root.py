@@ -1,0 +1,64 @@
+"""The root Typer app, its command groups and the options several commands share. The commands
+themselves live in the other modules of :mod:`commodel.cli` and register on these apps when imported."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from commodel.errors import CommodelError
+from commodel.hardware.loader import OVERLAY_ENV, default_db
+
+
+def _typer(help: str) -> typer.Typer:
+    """A command group: plain help (every option's whole name, one per line, no box to cut it), and
+    its help when called without a command."""
+    return typer.Typer(help=help, no_args_is_help=True, rich_markup_mode=None)
+
+
+app = typer.Typer(
+    help="commodel: traceable models of communication and computation in multi-GPU systems.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+hw_app = _typer("Browse the hardware database.")
+roofline_app = _typer("Roofline model of kernels on one GPU.")
+comm_app = _typer("Who drives communication: GPU-centric initiation schemes.")
+study_app = _typer("Published systems modelled as studies.")
+calibrate_app = _typer("Fit a system's constants to your own measurements.")
+for name, group in (("hw", hw_app), ("roofline", roofline_app), ("comm", comm_app), ("study", study_app),
+                    ("calibrate", calibrate_app)):  # fmt: skip
+    app.add_typer(group, name=name)
+
+
+@app.callback()
+def options(
+    hardware: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--hardware",
+            help="A hardware overlay (TOML, e.g. from 'commodel calibrate') or a hardware_db-like folder "
+            "applied over the built-in records; repeatable.",
+        ),
+    ] = None,
+) -> None:
+    """commodel: traceable models of communication and computation in multi-GPU systems."""
+    if hardware:
+        os.environ[OVERLAY_ENV] = os.pathsep.join(str(path) for path in hardware)
+        default_db()  # a bad overlay fails here, before any work
+
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+ExecutorOption = Annotated[str, typer.Option(help="local, or dask (a LocalCluster unless --scheduler).")]
+SchedulerOption = Annotated[str | None, typer.Option(help="Dask scheduler address.")]
+
+
+def check_scheduler(executor: str, scheduler: str | None) -> None:
+    """A scheduler address only beside the Dask executor."""
+    if scheduler and executor != "dask":
+        raise CommodelError("--scheduler is a Dask scheduler address: use it with --executor dask")

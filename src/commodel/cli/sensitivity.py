@@ -1,0 +1,48 @@
+"""``commodel sensitivity``: which variables (and uncertain hardware numbers) drive each objective."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from commodel.cli.root import ExecutorOption, JsonFlag, SchedulerOption, app, check_scheduler
+from commodel.explore.sensitivity import study_sensitivity
+from commodel.explore.spec import load_spec
+from commodel.io import write_text
+from commodel.report.frames import plain_table
+from commodel.report.plots import sensitivity_plot
+
+
+@app.command()
+def sensitivity(
+    spec: Annotated[Path, typer.Argument(help="A sweep specification (TOML): its variables and objectives.")],
+    method: Annotated[str, typer.Option(help="sobol (first-order and total indices) or morris.")] = "sobol",
+    samples: Annotated[
+        int, typer.Option(min=8, help="Base samples (Saltelli N, or Morris trajectories).")
+    ] = 256,
+    output: Annotated[str, typer.Option("-o", "--output", help="Folder for sensitivity.csv and .png.")] = "",
+    parameters: Annotated[
+        bool,
+        typer.Option(
+            "--parameters",
+            help="Also the uncertain numbers of the study's hardware (one evaluation "
+            "per point: for small studies).",
+        ),
+    ] = False,
+    executor: ExecutorOption = "local",
+    scheduler: SchedulerOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Which variables drive each objective: Sobol indices or Morris effects, estimated by SALib on the
+    sweep's own evaluation."""
+    loaded = load_spec(spec)
+    check_scheduler(executor, scheduler)
+    table = study_sensitivity(loaded, method, samples, loaded.study.seed, executor, scheduler, parameters)
+    if output:
+        out = Path(output)
+        out.mkdir(parents=True, exist_ok=True)
+        write_text(out / "sensitivity.csv", table.to_csv(index=False))
+        sensitivity_plot(table, str(out / "sensitivity.png"))
+    typer.echo(table.to_json(orient="records", indent=2) if as_json else plain_table(table))
