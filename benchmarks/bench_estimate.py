@@ -2,7 +2,7 @@
 
 Run: ``python benchmarks/bench_estimate.py`` (results in docs/benchmarks.md). The job is Llama 3 70B
 on 64 H100 (tp 8, pp 4), priced by :func:`commodel.pricing.run.train` (the scalar API, the training
-evaluator on a one-row table), then as one row of a 2,000-job batch (one ``evaluate_columns`` call),
+evaluator on a one-row table), then as one row of a 2,000-job batch (one ``price_training`` call),
 then by ``commodel train`` in a fresh process (start to table printed).
 """
 
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from commodel.pricing.jobs import training_job
 from commodel.pricing.run import train
-from commodel.pricing.training import evaluate_columns
+from commodel.pricing.training import price_training
+from commodel.pricing.training_job import training_job
 
 JOB = {"model": "llama3-70b", "system": "dgx-h100", "gpus": 64, "tp": 8, "pp": 4}
 
@@ -42,11 +42,11 @@ def in_batch(jobs: int = 2000, repeats: int = 5) -> float:
     (after one warm-up call, as :func:`in_process`)."""
     rows = [dict(training_job(**JOB, global_batch=64 * (i + 1))) for i in range(jobs)]
     columns = {name: np.array([row[name] for row in rows], dtype=object) for name in rows[0]}
-    evaluate_columns(columns, checked=True)
+    price_training(columns)
     best = np.inf
     for _ in range(repeats):
         start = time.perf_counter()
-        evaluate_columns(columns, checked=True)
+        price_training(columns)
         best = min(best, (time.perf_counter() - start) / jobs)
     return best
 

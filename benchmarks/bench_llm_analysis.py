@@ -16,8 +16,9 @@ import time
 import numpy as np
 
 from commodel.hardware import cluster
+from commodel.pricing.training import job_layouts
 from commodel.workloads.catalog import model
-from commodel.workloads.layout import make_layout, valid
+from commodel.workloads.layout import valid
 from commodel.workloads.training import train_step
 
 
@@ -69,9 +70,11 @@ def run_llm_analysis(configs: list[dict[str, int]]) -> float:
 def run_commodel(configs: list[dict[str, int]], repeats: int = 5) -> tuple[float, int]:
     net, c = model("gpt3-175b"), cluster("dgx-a100")
     cols = {k: np.array([cfg[k] for cfg in configs], dtype=float) for k in configs[0]}
-    x = make_layout(tp=cols["tp"], pp=cols["pp"], dp=cols["dp"], micro_batch=cols["micro_batch"],
-                    global_batch=cols["global_batch"], seq=cols["seq"], recompute=2 * cols["recompute"],
-                    zero=cols["zero"])  # fmt: skip
+    x = job_layouts({
+        "model": "gpt3-175b", "system": "dgx-a100", "gpus": cols["tp"] * cols["pp"] * cols["dp"], "tp": cols["tp"],
+        "pp": cols["pp"], "dp": cols["dp"], "micro_batch": cols["micro_batch"], "global_batch": cols["global_batch"],
+        "seq": cols["seq"], "recompute": np.where(cols["recompute"] > 0, "full", "none"), "zero": cols["zero"],
+    })  # fmt: skip
     x = x.select(valid(net, x, cols["tp"] * cols["pp"] * cols["dp"]))
     best = np.inf
     for _ in range(repeats):

@@ -16,11 +16,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from commodel.explore.sweep import evaluate_all
 from commodel.explore.pareto import bounds, hypervolume, objective_matrix, pareto_front
 from commodel.explore.space import grid_size
 from commodel.explore.spec import Choice, IntRange, RealRange, load_spec
-from commodel.explore.sweep import run_sweep
+from commodel.explore.sweep import evaluate_all, run_sweep
 from commodel.resources import resource_dir
 
 DEFAULT = resource_dir("studies") / "default" / "study.toml"

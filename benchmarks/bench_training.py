@@ -17,8 +17,9 @@ import time
 import numpy as np
 
 from commodel.hardware import cluster
+from commodel.pricing.training import job_layouts
 from commodel.workloads.catalog import model
-from commodel.workloads.layout import make_layout, valid
+from commodel.workloads.layout import RECOMPUTE, valid
 from commodel.workloads.training import train_step
 
 
@@ -55,11 +56,12 @@ def main(points: int = 1_000_000, repeats: int = 3) -> None:
 def measure(p: dict[str, np.ndarray], repeats: int, label: str) -> None:
     net, c = model("llama3-70b"), cluster("dgx-h100")
     gpus = p["nodes"] * 8
-    x = make_layout(
-        tp=p["tp"], pp=p["pp"], cp=p["cp"], dp=np.floor(gpus / (p["tp"] * p["pp"] * p["cp"])), vpp=p["vpp"],
-        micro_batch=p["micro_batch"], global_batch=p["global_batch"], seq=p["seq"], recompute=p["recompute"],
-        sequence_parallel=p["sequence_parallel"].astype(bool), zero=p["zero"],
-    )  # fmt: skip
+    x = job_layouts({
+        "model": "llama3-70b", "system": "dgx-h100", "gpus": gpus, "tp": p["tp"], "pp": p["pp"], "cp": p["cp"],
+        "vpp": p["vpp"], "micro_batch": p["micro_batch"], "global_batch": p["global_batch"], "seq": p["seq"],
+        "recompute": np.asarray(RECOMPUTE)[p["recompute"].astype(int)], "zero": p["zero"],
+        "sequence_parallel": p["sequence_parallel"].astype(bool),
+    })  # fmt: skip
     ok = valid(net, x, gpus)
     x = x.select(ok)
     n = int(ok.sum())

@@ -49,3 +49,24 @@ def make_fabric(**overrides: object) -> Fabric:
 @pytest.fixture
 def toy() -> Fabric:
     return make_fabric()
+
+
+def layouts(model: str = "llama3-8b", system: str = "dgx-h100", **fields: object):
+    """The layouts of training jobs as a user states them (:func:`commodel.pricing.training.job_layouts`):
+    the declaration's defaults for every field not given; ``dp`` as given, or from the GPUs."""
+    from commodel.pricing.training import job_layouts
+
+    return job_layouts({"model": model, "system": system, **fields})
+
+
+def module_texts(bits):
+    """Recompute-module bits (:data:`commodel.workloads.layout.RECOMPUTE_MODULES`) as the names a job
+    states, one text per entry."""
+    import numpy as np
+
+    from commodel.workloads.layout import RECOMPUTE_MODULES
+
+    return np.array(
+        [",".join(n for n, b in RECOMPUTE_MODULES.items() if int(v) & b) for v in np.ravel(bits)],
+        dtype=object,
+    )

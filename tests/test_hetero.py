@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from conftest import layouts
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -9,7 +10,6 @@ from commodel.comm.cross_vendor import cross_vendor_time
 from commodel.hardware import cluster
 from commodel.workloads.catalog import model
 from commodel.workloads.hetero import balanced_layers, hetero_train_step, node_groups
-from commodel.workloads.layout import make_layout
 
 MIXED = "dgx-h100:1,mi300x-8:1"
 
@@ -25,7 +25,7 @@ def test_device_direct_never_loses_to_cpu_forwarding_and_more_nics_narrow_the_ga
     direct = cross_vendor_time("device-direct", size, h100, mi300x, 8, [1, 2, 4, 8])
     forwarded = cross_vendor_time("cpu-forwarding", size, h100, mi300x, 8, [1, 2, 4, 8])
     assert np.all(forwarded > direct) and np.all(np.diff(direct) < 0)
-    x = make_layout(tp=1, pp=2, dp=8, global_batch=256, seq=4096)
+    x = layouts(tp=1, pp=2, dp=8, global_batch=256, seq=4096)
     gaps = [
         1 - tokens_per_s(MIXED, x, "cpu-forwarding", n) / tokens_per_s(MIXED, x, "device-direct", n)
         for n in (1, 2, 4, 8)
@@ -52,7 +52,7 @@ def test_balanced_stages_give_the_slower_gpus_fewer_layers():
 def test_a_mixed_cluster_never_beats_its_faster_homogeneous_counterpart(
     name, micro_batch, tp, nics, transport
 ):
-    x = make_layout(tp=tp, pp=2, dp=8 // tp, micro_batch=micro_batch, global_batch=64 * micro_batch, seq=4096)
+    x = layouts(tp=tp, pp=2, dp=8 // tp, micro_batch=micro_batch, global_batch=64 * micro_batch, seq=4096)
     mixed = tokens_per_s(MIXED, x, transport, nics, name)
     nvidia = tokens_per_s("dgx-h100:1,dgx-h100:1", x, name=name)
     amd = tokens_per_s("mi300x-8:1,mi300x-8:1", x, name=name)
@@ -62,7 +62,7 @@ def test_a_mixed_cluster_never_beats_its_faster_homogeneous_counterpart(
 def test_node_groups_that_do_not_hold_the_pipeline_are_errors():
     from commodel.errors import CommodelError
 
-    x = make_layout(tp=1, pp=4, dp=8, global_batch=64, seq=4096)
+    x = layouts(tp=1, pp=4, dp=8, global_batch=64, seq=4096)
     with pytest.raises(CommodelError, match="hold 2 pipeline stages"):
         tokens_per_s(MIXED, x)
 
@@ -81,7 +81,13 @@ def test_recompute_auto_is_refused_across_node_groups():
 
 @pytest.mark.parametrize(
     "changes",
-    [{"vpp": 2}, {"dualpipe": True}, {"last_layers": 8}, {"ends_as_layers": True}, {"mtp": 1}],
+    [
+        {"vpp": 2},
+        {"schedule": "dualpipe"},
+        {"last_stage_layers": 8},
+        {"ends_as_layers": True},
+        {"mtp_layers": 1},
+    ],
     ids=lambda c: next(iter(c)),
 )
 def test_schedules_and_stage_splits_of_one_kind_of_node_are_refused_across_node_groups(changes):
@@ -89,6 +95,6 @@ def test_schedules_and_stage_splits_of_one_kind_of_node_are_refused_across_node_
     one kind of node; across node groups the layers per stage are given or balanced instead."""
     from commodel.errors import CommodelError
 
-    x = make_layout(tp=1, pp=2, dp=8, global_batch=256, seq=4096, **changes)
+    x = layouts(tp=1, pp=2, dp=8, global_batch=256, seq=4096, **changes)
     with pytest.raises(CommodelError, match="across node groups"):
         tokens_per_s(MIXED, x)

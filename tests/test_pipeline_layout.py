@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 
 from commodel.errors import CommodelError
-from commodel.pricing.jobs import training_job
-from commodel.pricing.run import job_columns, train
-from commodel.pricing.training import evaluate_columns
+from commodel.pricing.run import train
+from commodel.pricing.table import job_columns
+from commodel.pricing.training import price_training
+from commodel.pricing.training_job import training_job
 from commodel.workloads.pipeline_layout import StageSplit, layout_chunks, stage_split
 
 #: DeepSeek-V3 (61 layers) on 256 GB200, as Megatron-Bridge's pp 4 x vp 4 recipe runs it.
@@ -74,7 +75,7 @@ def test_a_sweep_that_varies_the_layout_prices_each_row_as_its_job():
     layouts = ["", "Et*4|(t*4|)*14tmL", "Et*16|t*16|t*16|t*13mL"]
     columns = job_columns(training_job(**DSV3), len(layouts))
     columns["pipeline_layout"] = np.array(layouts, dtype=object)
-    table = evaluate_columns(columns, checked=True)
+    table = price_training(columns)
     alone = [train(**DSV3, pipeline_layout=text) for text in layouts]
     assert list(table["stage_layers"]) == [job["stage_layers"] for job in alone]
     assert table["tokens_per_s"] == pytest.approx([job["tokens_per_s"] for job in alone])

@@ -49,7 +49,7 @@ def test_online_requests_never_miss_the_slo(study):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"link_GBps": -5.0}, "link_GBps"),
+        ({"link_GBps": -5.0}, "--link-GBps: Input should be greater than 0"),
         ({"policy": "rosy"}, "did you mean 'rose'"),
         ({"load_high": 1.2}, "load"),
     ],
@@ -58,7 +58,7 @@ def test_bad_rollout_inputs_are_errors(change, message):
     import pandas as pd
 
     from commodel.errors import CommodelError
-    from commodel.pricing.rollout import INPUTS, evaluate
+    from commodel.pricing.rollout import rollout
 
     with pytest.raises(CommodelError, match=message):
-        evaluate(pd.DataFrame([{**INPUTS, "policy": "fixed", **change}]))
+        rollout()(pd.DataFrame([{"policy": "fixed", **change}]))

@@ -30,12 +30,12 @@ def test_higher_load_lengthens_waits_and_packing_never_waits_longer(name):
 
 
 def test_a_load_at_or_above_capacity_is_an_error():
-    from commodel.pricing.scheduling import evaluate
+    from commodel.pricing.scheduling import scheduling
 
     with pytest.raises(CommodelError, match="below 1"):
         approximate_waits("exclusive", job_mix("hpc-cpu"), 10, 10 / 2.0)
-    with pytest.raises(CommodelError, match="between 0 and 1"):
-        evaluate(pd.DataFrame([{"job_mix": "hpc-cpu", "nodes": 10, "load": 1.0, "policy": "tres",
+    with pytest.raises(CommodelError, match="--load: Input should be less than 1"):
+        scheduling()(pd.DataFrame([{"job_mix": "hpc-cpu", "nodes": 10, "load": 1.0, "policy": "tres",
                                 "method": "approximation", "jobs": 100, "seed": 0}]))  # fmt: skip
 
 

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import layouts
 from typer.testing import CliRunner
 
 from commodel.cli import app
@@ -12,7 +13,6 @@ from commodel.hardware import cluster
 from commodel.studies import STUDIES, run_study
 from commodel.studies.overlap import tail_effect
 from commodel.workloads.catalog import model
-from commodel.workloads.layout import make_layout
 from commodel.workloads.training import train_step
 
 STUDIES_DIR = Path(__file__).parents[1] / "studies"
@@ -75,7 +75,7 @@ def _slower_links(c, factor):
 
 
 def _reduction(c, strategy="occupancy-shaped"):
-    x = make_layout(dp=8, global_batch=32, seq=4096, zero=3, recompute=1)
+    x = layouts(dp=8, global_batch=32, seq=4096, zero=3, recompute="selective")
     net = model("llama3-8b")
     serial = train_step(net, c, x, strategy="serial")["step_time_s"]
     return float(1 - train_step(net, c, x, strategy=strategy)["step_time_s"] / serial)
@@ -97,7 +97,7 @@ def test_shaped_overlap_beats_naive_more_when_collectives_take_more_sms(monkeypa
 
 def test_cais_speedup_grows_with_the_tp_communication_share():
     net = model("llama3-70b")
-    x = make_layout(tp=8, pp=4, dp=2, global_batch=64, seq=4096, sequence_parallel=True, zero=1)
+    x = layouts(tp=8, pp=4, dp=2, global_batch=64, seq=4096, sequence_parallel=True, zero=1)
 
     def speedup(c):
         none = train_step(net, c, x, tp_overlap="none")["step_time_s"]
@@ -110,7 +110,7 @@ def test_cais_speedup_grows_with_the_tp_communication_share():
 def test_cais_needs_an_in_network_switch():
     from commodel.errors import CommodelError
 
-    x = make_layout(tp=8, dp=1, global_batch=8, seq=2048)
+    x = layouts(tp=8, dp=1, global_batch=8, seq=2048)
     with pytest.raises(CommodelError, match="NVLS"):
         train_step(model("llama3-8b"), cluster("dgx-a100"), x, tp_overlap="cais")
 
@@ -118,7 +118,7 @@ def test_cais_needs_an_in_network_switch():
 def test_cais_beyond_the_switch_multicast_arity_stays_finite_and_ahead():
     """NVLS reduce-scatter and allgather stop at 32 ranks; wider TP groups fall back to NCCL's choice."""
     net = model("llama3-405b")
-    x = make_layout(tp=64, pp=2, dp=1, global_batch=16, seq=4096, sequence_parallel=True, zero=1)
+    x = layouts(tp=64, pp=2, dp=1, global_batch=16, seq=4096, sequence_parallel=True, zero=1)
     c = cluster("gb200-nvl72", 2)
     steps = {m: train_step(net, c, x, tp_overlap=m)["step_time_s"] for m in ("none", "cais")}
     assert 0 < steps["cais"] < steps["none"] < float("inf")

@@ -328,15 +328,15 @@ def test_a_space_without_a_valid_design_says_why(tmp_path):
 def test_a_mechanism_one_system_cannot_run_marks_its_rows_and_prices_the_rest():
     """CAIS needs a switch that reduces (NVLS): on DGX A100 its rows are invalid with that reason,
     while the same batch prices them on DGX H100; one incompatible combination loses nothing else."""
-    from commodel.pricing.jobs import training_job
-    from commodel.pricing.training import evaluate_columns
+    from commodel.pricing.training import price_training
+    from commodel.pricing.training_job import training_job
 
     jobs = [
         training_job(model="llama3-8b", system=system, tp=8, sequence_parallel=True, tp_overlap="cais")
         for system in ("dgx-a100", "dgx-h100")
     ]
     columns = {name: np.array([dict(job)[name] for job in jobs], dtype=object) for name, _ in jobs[0]}
-    table = evaluate_columns(columns, checked=True)
+    table = price_training(columns)
     assert list(table["valid"]) == [False, True]
     assert "cais needs a switch that reduces in the network" in table["problem"][0]
     assert np.isfinite(float(table["step_time_s"][1]))

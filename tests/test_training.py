@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 import pytest
+from conftest import layouts, module_texts
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,11 +14,12 @@ from commodel.compute.precision import precision
 from commodel.errors import CommodelError
 from commodel.hardware import cluster
 from commodel.overlap import STRATEGIES, Window, window_time
-from commodel.pricing.jobs import training_job
-from commodel.pricing.run import job_columns, train
+from commodel.pricing.run import train
+from commodel.pricing.table import job_columns
+from commodel.pricing.training_job import training_job
 from commodel.workloads.activation_fit import offload_exposed
 from commodel.workloads.catalog import model, models
-from commodel.workloads.layout import RECOMPUTE_MODULES, make_layout, module_bits, stage_layers_text
+from commodel.workloads.layout import RECOMPUTE_CHOICES, RECOMPUTE_MODULES, module_bits, stage_layers_text
 from commodel.workloads.memory import memory_per_gpu, stage_parameters, usable_memory
 from commodel.workloads.moe_dispatch import NVLINK_SHARE, domains_reached, forwarded_copies
 from commodel.workloads.training import BREAKDOWN, train_step
@@ -59,7 +61,7 @@ def test_memory_of_a_known_configuration():
     """Llama 3 8B, 8-way data parallel, ZeRO-1: 2 + 2 bytes per parameter (BF16 weights and gradient
     buffers) plus 12 / 8 of optimizer."""
     m = model("llama3-8b")
-    x = make_layout(dp=8, global_batch=8, seq=8192, zero=1)
+    x = layouts(dp=8, global_batch=8, seq=8192, zero=1, grad_reduce_in_fp32=False)
     mem = memory_per_gpu(m, x)
     n = parameters(m)["total"]
     assert float(mem["weights"]) == pytest.approx(2 * n)
@@ -85,7 +87,7 @@ def test_recomputation_trades_memory_for_flops(attention):
 
 #: Llama 3 70B under FSDP at micro-batch 2 and 8K tokens (the Megatron-Bridge GB200 recipe): about
 #: 290 GiB of activations per GPU, so recomputation or offload must make room.
-FSDP_70B = make_layout(dp=64, micro_batch=2, global_batch=256, seq=8192, zero=3, recompute="auto")
+FSDP_70B = layouts("llama3-70b", dp=64, micro_batch=2, global_batch=256, seq=8192, zero=3, recompute="auto")
 
 
 def _train_auto(c, layout=FSDP_70B):
@@ -147,19 +149,21 @@ def test_auto_offloads_only_where_megatron_core_can():
     """Megatron-Core 0.15 refuses CPU offloading with pipeline parallelism, beside any recomputation
     (``--recompute-modules`` included) and for every layer: there ``auto`` recomputes instead."""
     c = cluster("gb200-nvl72", 16)
-    layouts = {
+    variants = {
         "pp2": dataclasses.replace(FSDP_70B, pp=np.asarray(2.0), dp=np.asarray(32.0)),
         "modules": dataclasses.replace(
             FSDP_70B, recompute_modules=np.asarray(float(module_bits("layernorm")))
         ),
     }
-    for name, layout in layouts.items():
+    for name, layout in variants.items():
         out = _train_auto(c, layout)
         assert float(out["offload_share"]) == 0 and float(out["recompute_share"]) > 0, name
         assert bool(out["fits"]), name
     assert float(_train_auto(c)["offload_share"]) > 0  # the same job on one stage offloads
     roomy = _with_host_memory(c, capacity=c.system.host_memory.capacity.model_copy(update={"value": 1e13}))
-    every_layer = make_layout(dp=64, micro_batch=6, global_batch=384, seq=16384, zero=3, recompute="auto")
+    every_layer = layouts(
+        "llama3-70b", dp=64, micro_batch=6, global_batch=384, seq=16384, zero=3, recompute="auto"
+    )
     assert float(_train_auto(roomy, every_layer)["recompute_share"]) == 1
 
 
@@ -204,7 +208,7 @@ def _no_logits_model():
 @pytest.mark.parametrize(("pp", "vpp", "m"), [(4, 1, 8), (8, 1, 32), (4, 2, 8), (8, 4, 16)])
 def test_bubble_fraction(pp, vpp, m):
     net = _no_logits_model()
-    x = make_layout(pp=pp, vpp=vpp, global_batch=m, seq=2048)
+    x = layouts(pp=pp, vpp=vpp, dp=1, global_batch=m, seq=2048)
     r = train_step(net, cluster("dgx-h100", pp), x)
     total = r["step_time_s"] - r["optimizer_s"] - r["dp_comm_s"]
     # the one-token logits still cost three kernel launches (~1e-5 s): stages balance to 1e-4
@@ -218,13 +222,13 @@ def test_dualpipe_bubble_and_memory_follow_the_deepseek_v3_report(pp):
     (pp/2 - 1) 2 / ((pp - 1) 3), nothing at pp 2; twice the parameters; pp + 1 micro-batches'
     activations in flight to 1F1B's pp."""
     net, m = _no_logits_model(), 4 * pp
-    layouts = [make_layout(pp=pp, global_batch=m, seq=2048, dualpipe=d) for d in (False, True)]
-    one, dual = (train_step(net, cluster("dgx-h100", pp), x) for x in layouts)
+    pair = [layouts(pp=pp, dp=1, global_batch=m, seq=2048, schedule=s) for s in ("1f1b", "dualpipe")]
+    one, dual = (train_step(net, cluster("dgx-h100", pp), x) for x in pair)
     assert float(dual["bubble_s"] / one["bubble_s"]) == pytest.approx(
         (pp / 2 - 1) * 2 / (3 * (pp - 1)), abs=0.03
     )
     assert float(dual["step_time_s"]) < float(one["step_time_s"])
-    single, double = (memory_per_gpu(net, x) for x in layouts)
+    single, double = (memory_per_gpu(net, x) for x in pair)
     assert float(double["weights"] / single["weights"]) == pytest.approx(2.0)
     assert float(double["activations"] / single["activations"]) == pytest.approx((pp + 1) / pp, rel=1e-5)
 
@@ -233,9 +237,7 @@ def test_a_larger_vocabulary_never_needs_less_memory():
     """The first stage's activations and the last stage's logits are held on different GPUs: a
     larger vocabulary adds logits to the last stage and a table to both, and takes nothing away from
     the first (the first stage's peak once lost the logits' bytes)."""
-    x = make_layout(
-        tp=2, pp=2, dp=32, micro_batch=4, global_batch=1024, seq=8192, zero=1, sequence_parallel=True
-    )
+    x = layouts(tp=2, pp=2, dp=32, micro_batch=4, global_batch=1024, seq=8192, zero=1, sequence_parallel=True)
     net = model("llama3-70b")
     small, large = (memory_per_gpu(net.model_copy(update={"vocab": v}), x) for v in (32000, 256000))
     assert large["total"] > small["total"] and large["activations"] == small["activations"]
@@ -292,7 +294,7 @@ def test_context_parallel_ring_carries_every_heads_key_and_value():
     the exchange grows as d_qk + d_v (it once took hidden / heads = 56 for both)."""
     net = model("deepseek-v3")
     wide = net.model_copy(update={"mla": net.mla.model_copy(update={"v_head_dim": 320})})
-    x = make_layout(ep=8, cp=4, dp=32, global_batch=256, seq=32768, zero=1)
+    x = layouts(ep=8, cp=4, dp=32, global_batch=256, seq=32768, zero=1)
     narrow_s, wide_s = (train_step(m, cluster("dgx-h100", 16), x)["cp_comm_s"] for m in (net, wide))
     assert float(wide_s / narrow_s) == pytest.approx((192 + 320) / (192 + 128), rel=0.01)
 
@@ -333,7 +335,7 @@ def test_recompute_modules_free_their_outputs_and_run_their_kernels_again(dtype)
     everything = sum(RECOMPUTE_MODULES.values())
     assert activation_bytes_per_token(net, 2, modules=everything) == activation_bytes_per_token(net, 2)
 
-    x = make_layout(pp=8, ep=32, dp=32, global_batch=512, seq=4096, zero=1)
+    x = layouts(pp=8, ep=32, dp=32, global_batch=512, seq=4096, zero=1)
     c = cluster("dgx-h100", 32)
     steps = {
         m: train_step(net, c, dataclasses.replace(x, recompute_modules=np.asarray(float(m))), dtype)
@@ -423,24 +425,24 @@ def test_stage_split_follows_megatrons_first_and_last_stage_layers():
     dsv3 = model("deepseek-v3")  # 61 layers
     cases = [
         ({"pp": 16}, (4, 4, 3)),  # as even as they go
-        ({"pp": 16, "last_layers": 1}, (4, 4, 1)),
-        ({"pp": 8, "first_layers": 5}, (5, 8, 8)),
-        ({"pp": 2, "first_layers": 30}, (30, 31, 31)),
+        ({"pp": 16, "last_stage_layers": 1}, (4, 4, 1)),
+        ({"pp": 8, "first_stage_layers": 5}, (5, 8, 8)),
+        ({"pp": 2, "first_stage_layers": 30}, (30, 31, 31)),
         ({"pp": 1}, (61, 61, 61)),
     ]
     for layout, expected in cases:
-        assert tuple(float(v) for v in stage_split(dsv3, make_layout(**layout))) == expected
+        assert tuple(float(v) for v in stage_split(dsv3, layouts("deepseek-v3", **layout))) == expected
     # Llama 3 405B's balanced pipeline: 126 layers and the two ends in 16 stages of 8 places
-    llama = make_layout(pp=16, vpp=8, ends_as_layers=True)
+    llama = layouts("llama3-405b", pp=16, vpp=8, ends_as_layers=True)
     assert tuple(float(v) for v in stage_split(model("llama3-405b"), llama)) == (7, 8, 7)
     # one call over layouts of every kind splits each as it would alone
-    mixed = make_layout(pp=np.array([16, 16, 4]), vpp=np.array([8, 1, 1]), ends_as_layers=np.array([1, 0, 0]),
-                        last_layers=np.array([0, 0, 30]))  # fmt: skip
+    mixed = layouts("llama3-405b", pp=np.array([16, 16, 4]), vpp=np.array([8, 1, 1]),
+                    ends_as_layers=np.array([True, False, False]), last_stage_layers=np.array([np.nan, np.nan, 30]))  # fmt: skip
     split = [[7, 8, 7], [8, 8, 7], [32, 32, 30]]
     assert np.array(stage_split(model("llama3-405b"), mixed)).T.tolist() == split
     texts = stage_layers_text(model("llama3-405b"), mixed).tolist()
     assert texts == [",".join(["7", *["8"] * 14, "7"]), ",".join(["8"] * 15 + ["7"]), "32,32,32,30"]
-    assert stage_layers_text(dsv3, make_layout(pp=1)) == ""
+    assert stage_layers_text(dsv3, layouts("deepseek-v3", pp=1)) == ""
 
 
 def test_one_layer_chunks_shrink_the_405b_bubble_to_the_papers_loss():
@@ -519,7 +521,7 @@ def test_breakdown_sums_to_the_step():
         ({"last_stage_layers": 4}, "first and last stage layers need pipeline parallelism (pp > 1)"),
         ({"pp": 4, "offload_layers": 8}, "CPU offloading needs one pipeline stage"),
         ({"offload_layers": 8, "recompute": "full"}, "CPU offloading runs without recomputation"),
-        ({"offload_layers": 96}, "offloaded layers must be a whole number below the model's 96"),
+        ({"offload_layers": 96}, "offloaded layers must be fewer than the model's 96"),
         (
             {"system": "a40-pcie-8", "gpus": 8, "tp": 4, "offload_layers": 8},
             "a40-pcie-8's record does not state",
@@ -569,7 +571,7 @@ def test_the_llama3_70b_recipe_fits_an_h100_without_recomputation():
     fp8, bf16_grads = train(**recipe, dtype="fp8"), train(**recipe, grad_reduce_in_fp32=False)
     assert fp8["fits"] and bf16_grads["fits"] and bf16_grads["memory_per_gpu_bytes"] > 80e9 * 0.9
     fp32_grads = train(**recipe)["memory_per_gpu_bytes"]
-    held = sum(stage_parameters(model("llama3-70b"), make_layout(tp=4, pp=8, vpp=5)))  # the first stage's
+    held = sum(stage_parameters(model("llama3-70b"), layouts(tp=4, pp=8, vpp=5)))  # the first stage's
     assert fp32_grads - bf16_grads["memory_per_gpu_bytes"] == pytest.approx(2 * held)  # 2 B more each
     assert fp32_grads > usable_memory(80 * 2**30)
 
@@ -668,7 +670,7 @@ def test_more_data_parallel_gpus_never_lower_throughput(name, system, tp, nodes,
     c = cluster(system, 8)
     per_node = c.gpus_per_node // tp
     dps = np.array([1, 2, 4, 8, 16, 32]) * per_node
-    x = make_layout(tp=tp, dp=dps, global_batch=dps * 4, seq=2048, zero=1)
+    x = layouts(tp=tp, dp=dps, global_batch=dps * 4, seq=2048, zero=1)
     tokens = train_step(net, c, x, strategy=strategy)["tokens_per_s"]
     assert np.all(np.diff(tokens) >= -1e-9 * tokens[:-1])
 
@@ -710,9 +712,9 @@ def test_a_strategy_per_layout_prices_each_as_its_strategy_alone():
     rng = np.random.default_rng(3)
     n = 60
     tp, pp = rng.choice([1, 2, 8], n), rng.choice([1, 2], n)
-    x = make_layout(
+    x = layouts(
         tp=tp, pp=pp, dp=16 / (tp * pp), micro_batch=rng.choice([1, 2], n), global_batch=64, seq=4096,
-        recompute=rng.choice([0, 3], n), sequence_parallel=tp > 1, zero=rng.choice([1, 3], n),
+        recompute=rng.choice(["none", "auto"], n), sequence_parallel=tp > 1, zero=rng.choice([1, 3], n),
     )  # fmt: skip
     net, c = model("llama3-8b"), cluster("dgx-h100", 2)
     strategies = np.asarray(STRATEGIES, dtype=object)[rng.integers(0, len(STRATEGIES), n)]
@@ -758,7 +760,7 @@ def test_the_parameter_all_gather_moves_the_recipes_primary_weights():
 
 def test_faster_gpu_is_never_slower():
     c = cluster("dgx-h100", 2)
-    x = make_layout(tp=8, dp=2, global_batch=16, seq=4096, sequence_parallel=True)
+    x = layouts(tp=8, dp=2, global_batch=16, seq=4096, sequence_parallel=True)
     net = model("llama3-70b")
     faster_gpu = c.gpu.model_copy(
         update={
@@ -786,7 +788,7 @@ def test_a_faster_network_never_makes_a_step_slower(system):
         tp, pp = rng.choice([1, 2, 4, 8], n), rng.choice([1, 2, 4], n)
         ep = rng.choice([1, 2, 4, 8], n) if net.moe else np.ones(n, int)
         vpp = np.where(pp > 1, rng.choice([1, 2], n), 1)
-        x = make_layout(tp=tp, pp=pp, dp=128 // (tp * pp), ep=ep, vpp=vpp, global_batch=512, seq=4096,
+        x = layouts(tp=tp, pp=pp, dp=128 // (tp * pp), ep=ep, vpp=vpp, global_batch=512, seq=4096,
                         zero=rng.choice([0, 1, 3], n), sequence_parallel=tp > 1)  # fmt: skip
         for strategy in STRATEGIES:
             steps = [
@@ -826,21 +828,25 @@ def test_a_batch_prices_every_layout_as_it_would_alone(name):
     n = 600
     tp, pp, sp = rng.choice([1, 2, 4], n), rng.choice([1, 2, 4], n), rng.random(n) < 0.5
     cp = np.where(rng.random(n) < 0.2, 2, 1)
-    last_layers = np.where(rng.random(n) < 0.3, 4, 0)
-    x = make_layout(
-        tp=tp, pp=pp, cp=cp, dp=64 / (tp * pp * cp), micro_batch=rng.choice([1, 2], n),
-        global_batch=rng.choice([256, 512], n), seq=rng.choice([2048, 4096], n), recompute=rng.integers(0, 4, n),
-        sequence_parallel=sp,
-        zero=rng.integers(0, 4, n), dualpipe=rng.random(n) < 0.3, mtp=rng.choice([0, 1], n),
-        last_layers=last_layers, ends_as_layers=(pp == 2) & (last_layers == 0) & (rng.random(n) < 0.4),
+    last_layers = np.where(rng.random(n) < 0.3, 4, np.nan)
+    x = layouts(
+        name, tp=tp, pp=pp, cp=cp, dp=64 / (tp * pp * cp), micro_batch=rng.choice([1, 2], n),
+        global_batch=rng.choice([256, 512], n), seq=rng.choice([2048, 4096], n),
+        recompute=np.array(RECOMPUTE_CHOICES)[rng.integers(0, 4, n)], sequence_parallel=sp,
+        zero=rng.integers(0, 4, n), schedule=np.where(rng.random(n) < 0.3, "dualpipe", "1f1b"),
+        mtp_layers=rng.choice([0, 1], n), last_stage_layers=last_layers,
+        ends_as_layers=(pp == 2) & np.isnan(last_layers) & (rng.random(n) < 0.4),
         ep=rng.choice([1, 4] if "qwen" in name else [1], n),
-        etp=np.where(sp & (rng.random(n) < 0.5), 1, 0), fp8_dispatch=rng.random(n) < 0.5,
-        ep_sms=rng.choice([0, 20], n), recompute_modules=rng.choice([0, 1, 3] if "qwen" in name else [0, 1], n),
-        deepep=("qwen" in name) & (rng.random(n) < 0.5),
+        etp=np.where(sp & (rng.random(n) < 0.5), 1, np.nan), fp8_dispatch=rng.random(n) < 0.5,
+        ep_sms=rng.choice([np.nan, 20], n),
+        recompute_modules=module_texts(rng.choice([0, 1, 3] if "qwen" in name else [0, 1], n)),
+        dispatcher=np.where(("qwen" in name) & (rng.random(n) < 0.5), "deepep", "alltoall"),
     )  # fmt: skip
     net, c = model(name), cluster("dgx-h100")
     x = x.select(valid(net, x, 64))
-    assert x.tp.size > 100 and x.dualpipe.any() and (x.last_layers > 0).any() and (x.mtp > 0).any()
+    assert (
+        x.tp.size > 100 and x.dualpipe.any() and (x.last_stage_layers > 0).any() and (x.mtp_layers > 0).any()
+    )
     assert x.ends_as_layers.any()
     assert (x.recompute_modules > 0).any() and (x.recompute == 3).any() and (x.cp > 1).any()
     batch = train_step(net, c, x, strategy="sm-partition", ep_overlap="1f1b")
@@ -855,7 +861,7 @@ def test_a_batch_prices_every_layout_as_it_would_alone(name):
 def test_in_network_overlap_helps_only_where_the_switch_reduces():
     """In-switch collectives take fewer SMs and half the HBM traffic: never slower than naive overlap
     on an NVLS node, and the same as naive overlap where the switch cannot reduce (A100)."""
-    x = make_layout(dp=8, global_batch=32, seq=4096, zero=3, recompute=1)
+    x = layouts(dp=8, global_batch=32, seq=4096, zero=3, recompute="selective")
     net = model("llama3-8b")
 
     def step(system, strategy):
@@ -904,16 +910,16 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
         (pp == 1) & (recompute == 0) & (modules == 0) & (rng.random(n) < 0.3)
     )  # as Megatron-Core allows
     ends_as_layers = (pp > 1) & ~dualpipe & ~lighter_last & places & (rng.random(n) < 0.3)
-    x = make_layout(
-        tp=tp, pp=pp, cp=cp, ep=ep, dp=gpus // (tp * pp * cp), vpp=vpp, micro_batch=mb,
+    x = layouts(
+        name, system, tp=tp, pp=pp, cp=cp, ep=ep, dp=gpus // (tp * pp * cp), vpp=vpp, micro_batch=mb,
         global_batch=gpus // (tp * pp * cp) * mb * rng.choice([1, 4, 16], n), seq=rng.choice([2048, 8192, 131072], n),
-        recompute=recompute, sequence_parallel=sp, zero=rng.integers(0, 4, n),
-        expert_load=rng.choice([1.0, 1.3, 2.0], n), dualpipe=dualpipe, mtp=rng.choice([0, 0, 1], n),
-        last_layers=np.where(lighter_last, 2, 0), ends_as_layers=ends_as_layers,
-        etp=np.where(sp & (rng.random(n) < 0.3), 1, 0),
-        recompute_modules=modules, offload_layers=np.where(offloads, rng.integers(1, net.layers, n), 0),
-        deepep=(net.moe is not None) & (rng.random(n) < 0.5), fp8_activation_input=rng.random(n) < 0.3,
-        bf16_moments=rng.random(n) < 0.3, permute_fusion=rng.random(n) < 0.5,
+        recompute=np.array(RECOMPUTE_CHOICES)[recompute], sequence_parallel=sp, zero=rng.integers(0, 4, n),
+        expert_load=rng.choice([1.0, 1.3, 2.0], n), schedule=np.where(dualpipe, "dualpipe", "1f1b"),
+        mtp_layers=rng.choice([0, 0, 1], n), last_stage_layers=np.where(lighter_last, 2, np.nan),
+        ends_as_layers=ends_as_layers, etp=np.where(sp & (rng.random(n) < 0.3), 1, np.nan),
+        recompute_modules=module_texts(modules), offload_layers=np.where(offloads, rng.integers(1, net.layers, n), 0),
+        dispatcher=np.where((net.moe is not None) & (rng.random(n) < 0.5), "deepep", "alltoall"),
+        fp8_activation_input=rng.random(n) < 0.3, bf16_moments=rng.random(n) < 0.3, permute_fusion=rng.random(n) < 0.5,
     )  # fmt: skip
     ok = valid(net, x, gpus)
     assert ok.sum() >= 2000, ok.sum()
@@ -937,7 +943,7 @@ def test_an_unbalanced_expert_rank_sets_the_pace():
     """The busiest expert-parallel rank's share (``expert_load``) stretches its expert GEMMs and the
     all-to-alls; it changes nothing without expert parallelism or experts."""
     c = cluster("gb200-nvl72", 2)
-    x = make_layout(dp=8, ep=8, micro_batch=4, global_batch=512, seq=4096, zero=1)
+    x = layouts(dp=8, ep=8, micro_batch=4, global_batch=512, seq=4096, zero=1)
 
     def step(name="qwen3-30b-a3b", **changes):
         return train_step(model(name), c, dataclasses.replace(x, **changes), "mxfp8", "sm-partition")
@@ -965,7 +971,7 @@ def test_block_scaled_fp8_pays_for_its_casts(monkeypatch, recipe, system):
     from commodel.compute import precision as recipes
 
     c, net = cluster(system, 2), model("llama3-8b")
-    x = make_layout(dp=c.total_gpus, micro_batch=2, global_batch=128, seq=8192, zero=1)
+    x = layouts(dp=c.total_gpus, micro_batch=2, global_batch=128, seq=8192, zero=1)
 
     def step(dtype, field="step_time_s"):
         return float(train_step(net, c, x, dtype, "sm-partition")[field])
@@ -990,7 +996,9 @@ def test_userbuffers_hides_tensor_parallel_communication_behind_its_gemms():
     net, c = model("llama3-405b"), cluster("gb200-nvl72", 256)
 
     def tp_comm(mechanism, seq=8192, sp=True):
-        x = make_layout(tp=4, pp=16, dp=4, vpp=4, global_batch=64, seq=seq, sequence_parallel=sp, recompute=2)
+        x = layouts(
+            tp=4, pp=16, dp=4, vpp=4, global_batch=64, seq=seq, sequence_parallel=sp, recompute="full"
+        )
         r = train_step(net, c, x, dtype="fp8", strategy="sm-partition", tp_overlap=mechanism)
         return float(r["tp_comm_s"] / r["step_time_s"])
 
@@ -1004,7 +1012,7 @@ def test_with_sequence_parallelism_a_gpu_dispatches_only_its_sequence_shard():
     (here across two nodes) and the TP pair all-gathers them over NVLink: less expert communication
     than sending every token from both TP ranks, and no TP collective at all with tp 1."""
     c = cluster("dgx-h100", 4)
-    x = make_layout(tp=2, dp=16, ep=8, micro_batch=1, global_batch=64, seq=4096, zero=1)
+    x = layouts(tp=2, dp=16, ep=8, micro_batch=1, global_batch=64, seq=4096, zero=1)
 
     def ep_comm(**changes):
         layout = dataclasses.replace(x, **changes)
@@ -1036,7 +1044,7 @@ def test_the_expert_grid_folds_over_the_tensor_parallel_ranks():
     with pytest.raises(CommodelError, match="need sequence parallelism"):
         train(**{**recipe, "sequence_parallel": False}, etp=1)
     net = model("qwen3-235b-a22b")
-    x = make_layout(tp=2, pp=8, dp=16, ep=32, etp=1, global_batch=1024, sequence_parallel=True)
+    x = layouts(tp=2, pp=8, dp=16, ep=32, etp=1, global_batch=1024, sequence_parallel=True)
     _, experts = stage_parameters(net, x)
     assert float(experts) == pytest.approx(np.ceil(94 / 8) * layer_weights(net).moe_experts / 32)
     assert tensor_parallel_mlps(net) == 0 and tensor_parallel_mlps(model("deepseek-v3")) == 1
@@ -1200,7 +1208,7 @@ def test_shared_expert_overlap_hides_the_all_to_alls_behind_the_shared_experts_o
     from commodel.workloads.layer_work import layer_work_of
 
     net, c = model("deepseek-v3"), cluster("gb200-nvl72", 16)
-    x = make_layout(dp=64, ep=64, micro_batch=1, global_batch=512, seq=4096, zero=1)
+    x = layouts(dp=64, ep=64, micro_batch=1, global_batch=512, seq=4096, zero=1)
 
     def step(ep_overlap, strategy="sm-partition", name="deepseek-v3"):
         return train_step(model(name), c, x, "bf16", strategy, ep_overlap=ep_overlap)
@@ -1226,7 +1234,7 @@ def test_overlapped_expert_all_to_alls_hide_under_another_micro_batch():
     net = model("deepseek-v3")
 
     def step(overlap, strategy="sm-partition", batch=256):
-        x = make_layout(pp=8, dp=8, ep=8, micro_batch=1, global_batch=batch, seq=4096, zero=1)
+        x = layouts(pp=8, dp=8, ep=8, micro_batch=1, global_batch=batch, seq=4096, zero=1)
         r = train_step(net, c, x, "bf16", strategy, ep_overlap=overlap)
         return float(r["ep_comm_s"]), float(r["step_time_s"])
 
@@ -1236,7 +1244,7 @@ def test_overlapped_expert_all_to_alls_hide_under_another_micro_batch():
     assert alone == pytest.approx(unhidden, rel=0.005)
     assert step("1f1b", "serial") == pytest.approx(step("none", "serial"))
     with pytest.raises(CommodelError, match="did you mean '1f1b'"):
-        step("1f1c")
+        train(model="deepseek-v3", system="dgx-h100", gpus=64, pp=8, ep=8, ep_overlap="1f1c")
 
 
 @pytest.mark.parametrize(
@@ -1351,10 +1359,10 @@ def test_interleaved_chunks_reduce_their_gradients_as_their_work_ends():
     kw = dict(hbm_Bps=3e12, in_network=False)
     for strategy in STRATEGIES:
         whole = exposed(strategy, repeat(layer, layers), comm, traffic_Bps=bw, calls=buckets, **kw)
-        x1 = make_layout(pp=np.array([8]), vpp=np.array([1]))
+        x1 = layouts(pp=np.array([8]), vpp=np.array([1]))
         assert chunked_exposed(strategy, layer, layers, x1, comm, bw, buckets, **kw) == pytest.approx(whole)
         chunked = [
-            chunked_exposed(strategy, layer, layers, make_layout(pp=np.array([pp]), vpp=np.array([v])), comm, bw,
+            chunked_exposed(strategy, layer, layers, layouts(pp=np.array([pp]), vpp=np.array([v])), comm, bw,
                             buckets, **kw)[0]
             for pp, v in ((8, 2), (8, 4), (8, 8), (64, 8))
         ]  # fmt: skip

@@ -39,8 +39,6 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from commodel.errors import unknown
-
 STRATEGIES = ("serial", "ideal", "sm-partition", "occupancy-shaped", "in-network")
 
 #: CTAs a collective occupies, one per NCCL channel (assumed defaults): 24 on NVLink switches (the
@@ -50,13 +48,6 @@ COMM_CTAS = {"switch": 24, "mesh": 16, "pcie": 4, "network": 8, "p2p": 1}
 
 #: CTAs of an in-switch (NVLS) collective: NVLS issues multimem loads/stores from few SMs (assumed).
 IN_NETWORK_CTAS = 4
-
-
-def check_strategy(strategy: str | ArrayLike) -> None:
-    """Raise for a strategy (or any of an array of them) not in :data:`STRATEGIES`."""
-    for name in dict.fromkeys(np.asarray(strategy, dtype=object).ravel().tolist()):
-        if name not in STRATEGIES:
-            raise unknown("overlap strategy", name, STRATEGIES)
 
 
 def overlapping(strategy: str | ArrayLike) -> np.ndarray:
@@ -111,7 +102,6 @@ def window_time(
     ``calls``: how many collective launches the window holds (each may wait for a running kernel);
     ``in_network``: whether the fabric reduces this collective in the switch.
     """
-    check_strategy(strategy)
     args = (window, comm_s, traffic_Bps, hbm_Bps, calls, in_network)
     if isinstance(strategy, str):
         return _window_time(strategy, *args)

@@ -3,6 +3,7 @@ themselves live in the other modules of :mod:`commodel.cli` and register on thes
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 from typing import Annotated
@@ -11,6 +12,7 @@ import typer
 
 from commodel.errors import CommodelError
 from commodel.hardware.loader import OVERLAY_ENV, default_db
+from commodel.pricing.job import Job
 
 
 def _typer(help: str) -> typer.Typer:
@@ -62,3 +64,30 @@ def check_scheduler(executor: str, scheduler: str | None) -> None:
     """A scheduler address only beside the Dask executor."""
     if scheduler and executor != "dask":
         raise CommodelError("--scheduler is a Dask scheduler address: use it with --executor dask")
+
+
+def job_options(schema: type[Job], skip: tuple[str, ...] = ()) -> list[inspect.Parameter]:
+    """Typer options for the fields of a job declaration (all but ``skip``): one option per field, its
+    help text, its default (required where the declaration has none), flags for booleans."""
+    params = []
+    for name, field in schema.model_fields.items():
+        if name in skip:
+            continue
+        option_name = f"--{name.replace('_', '-')}"
+        if field.annotation is bool:
+            names = (f"{option_name}/--no-{option_name[2:]}",) if field.default else (option_name,)
+            option = typer.Option(*names, help=field.description)
+        else:
+            option = typer.Option(option_name, help=field.description, show_default=field.default is not None)
+        default = inspect.Parameter.empty if field.is_required() else field.default
+        annotation = Annotated[field.annotation, option]
+        params.append(
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+        )
+    return params
+
+
+def flag(name: str, option: str, help: str) -> inspect.Parameter:
+    """A keyword-only flag (off by default) for a command built from a declaration."""
+    annotation = Annotated[bool, typer.Option(option, help=help)]
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=False, annotation=annotation)

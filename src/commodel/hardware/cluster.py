@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from commodel.errors import CommodelError
 from commodel.hardware.loader import HardwareDB, default_db
 from commodel.hardware.schema import GPU, Link, System
@@ -108,3 +110,20 @@ def cluster(
             )
         built = Cluster(**{**built.__dict__, "partition": int(partition)})
     return built
+
+
+def job_size(c: Cluster, gpus: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, list]:
+    """A job's GPUs and nodes on ``c``'s kind of node (NaN: not given): nodes just enough for the GPUs,
+    GPUs every GPU of the nodes; and ``(mask, message)`` for each placement rule a job breaks (its
+    GPUs must fit its nodes, and fill whole nodes beyond one)."""
+    per_node = c.gpus_per_node
+    nodes = np.where(np.isnan(nodes), np.where(np.isnan(gpus), 1, np.ceil(gpus / per_node)), nodes)
+    gpus = np.where(np.isnan(gpus), nodes * per_node, gpus)
+    problems = [
+        (gpus > nodes * per_node, f"the GPUs do not fit in the nodes ({per_node} GPUs per node)"),
+        (
+            (gpus > per_node) & (np.mod(gpus, per_node) != 0),
+            f"the GPUs do not fill whole {c.name} nodes of {per_node} GPUs",
+        ),
+    ]
+    return gpus, nodes, problems

@@ -1,74 +1,109 @@
-"""The ``collective`` evaluator: one collective call per row, as ``commodel collective`` prices it.
+"""The collective job (``commodel collective``'s options, the ``collective`` evaluator's inputs) and
+its table pricing: one collective call per row, as nccl-tests reports it.
 
 Rows give the collective, system, GPUs, size and the choice policy (``auto``: NCCL's own choice;
 ``best``: the fastest; or one algorithm), plus run settings (forced channels, launch mode, NVLS,
 SHARP, partition). Outputs: time, algbw and busbw (nccl-tests conventions), the channels and chunk
-size used, and the chosen algorithm/protocol as text.
+size used, and the chosen algorithm/protocol as text; a choice the system cannot run (an algorithm it
+lacks) makes the row invalid with the reason in ``problem``.
 """
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import numpy as np
-import pandas as pd
+from pydantic import Field
 
-from commodel.comm.collectives import run
-from commodel.comm.fabric import fabric_of
+from commodel.comm.collectives import ALGORITHMS, LIBRARIES, POLICIES, run
+from commodel.comm.fabric import LAUNCH_MODES, fabric_of
+from commodel.comm.mpi import OPS
+from commodel.comm.p2p import PROTOCOLS
+from commodel.comm.tables import MAX_CHANNELS
+from commodel.errors import CommodelError
 from commodel.hardware import cluster as make_cluster
-from commodel.pricing.evaluator import Evaluator, blank_outputs, categorical_groups
-
-INPUTS: dict[str, object] = {
-    "op": "allreduce",
-    "system": None,
-    "nodes": 1,
-    "gpus": 0,
-    "size_bytes": None,
-    "algo": "auto",
-    "protocol": "auto",
-    "channels": 0,
-    "launch": "stream",
-    "nvls": True,
-    "sharp": False,
-    "partition": 0,
-}
-OUTPUTS = ("time_s", "algbw_GBps", "busbw_GBps", "channels_used", "chunk_bytes", "chosen", "valid")
-SETTINGS = [
-    "op",
-    "system",
-    "nodes",
-    "gpus",
-    "algo",
-    "protocol",
-    "channels",
-    "launch",
-    "nvls",
-    "sharp",
-    "partition",
-]
+from commodel.pricing.evaluator import Evaluator
+from commodel.pricing.job import SYSTEM, Choices, Job
+from commodel.pricing.table import Columns, blank_outputs, groups, numbers, take
 
 
-def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
-    out = blank_outputs(len(frame), OUTPUTS, text=("chosen",))
-    for key, rows in categorical_groups(frame, SETTINGS):
-        where = make_cluster(key["system"], int(key["nodes"]), partition=int(key["partition"]) or None)
-        fab = fabric_of(where, sharp=bool(key["sharp"]), launch=key["launch"], nvls=bool(key["nvls"]))
-        sizes = frame["size_bytes"].to_numpy(dtype=float)[rows]
-        result = run(
-            key["op"], where, sizes, int(key["gpus"]) or None, key["algo"], key["protocol"],
-            channels=int(key["channels"]) or None, fab=fab,
-        )  # fmt: skip
+class CollectiveJob(Job):
+    """A collective call as nccl-tests runs it: the operation, where, how large, and how chosen."""
+
+    noun = "collective"
+    op: Annotated[str, Choices("collective", OPS)] = Field(
+        "allreduce", description="allreduce, allgather, reducescatter, broadcast, reduce, alltoall, sendrecv."
+    )
+    system: Annotated[str, SYSTEM] = Field(
+        "dgx-h100", description="System (node) name from the hardware database."
+    )
+    nodes: int = Field(1, ge=1, description="Nodes in the cluster.")
+    gpus: int | None = Field(None, ge=1, description="GPUs taking part (default: all of them).")
+    size_bytes: float = Field(gt=0, le=2**50, description="Bytes per call (nccl-tests' size).")
+    algo: Annotated[str, Choices("algorithm", (*POLICIES, *ALGORITHMS))] = Field(
+        "auto",
+        description="auto (NCCL's own choice), best (the fastest), or one of ring, tree, nvls, nvls-tree, "
+        "collnet-direct, collnet-chain, pat, recursive-doubling, ...",
+    )
+    protocol: Annotated[str, Choices("protocol", ("auto", *PROTOCOLS))] = Field(
+        "auto", description="auto, ll, ll128 or simple."
+    )
+    library: Annotated[str, Choices("library", LIBRARIES)] = Field(
+        "nccl", description="Algorithms to choose from: nccl (what NCCL/RCCL implement) or all."
+    )
+    channels: int | None = Field(
+        None, ge=1, le=MAX_CHANNELS, description="Force this many channels (CTAs), as a tuner plugin may."
+    )
+    launch: Annotated[str, Choices("launch mode", LAUNCH_MODES)] = Field(
+        "stream", description="stream (a kernel launch per call, nccl-tests' default) or graph (CUDA graph)."
+    )
+    gpus_per_process: int = Field(
+        1, ge=1, description="GPUs one process drives (nccl-tests -g); its launches serialize."
+    )
+    partition: int | None = Field(
+        None, ge=1, description="GPUs per NVLink partition of a rack-scale domain (e.g. 4 on NVL72)."
+    )
+    nvls: bool = Field(True, description="Allow NVLink SHARP (NVLS).")
+    sharp: bool = Field(
+        False, description="Let the scale-out switches reduce (CollNet/SHARP) where they can."
+    )
+
+
+OUTPUTS = ("time_s", "algbw_GBps", "busbw_GBps", "channels_used", "chunk_bytes", "chosen", "problem", "valid")
+
+
+def _optional(value: object) -> int | None:
+    return None if value is None or value != value else int(value)
+
+
+def price_collectives(columns: Columns) -> Columns:
+    """The ``collective`` evaluator's pricing: every size of a group of rows that share their settings
+    in one call of the collective model."""
+    out = blank_outputs(len(columns["size_bytes"]), OUTPUTS, text=("chosen", "problem"))
+    settings = [name for name in CollectiveJob.model_fields if name != "size_bytes"]
+    for key, rows in groups(columns, settings):
+        try:
+            where = make_cluster(key["system"], int(key["nodes"]), partition=_optional(key["partition"]))
+            fab = fabric_of(where, sharp=bool(key["sharp"]), launch=key["launch"], nvls=bool(key["nvls"]),
+                            gpus_per_process=int(key["gpus_per_process"]))  # fmt: skip
+            result = run(key["op"], where, numbers(take(columns, "size_bytes", rows)), _optional(key["gpus"]),
+                         key["algo"], key["protocol"], key["library"], _optional(key["channels"]), fab)  # fmt: skip
+        except CommodelError as exc:  # a choice this system cannot run
+            out["problem"][rows] = str(exc)
+            continue
         for name in ("time_s", "algbw_GBps", "busbw_GBps", "chunk_bytes"):
             out[name][rows] = result[name].to_numpy(dtype=float)
         out["channels_used"][rows] = result["channels"].to_numpy(dtype=float)
         out["chosen"][rows] = (result.algo + "/" + result.protocol).to_numpy()
         out["valid"][rows] = np.isfinite(result.time_s.to_numpy())
-    return frame.assign(**out)
+    return out
 
 
 def collective() -> Evaluator:
     return Evaluator(
         "collective",
         "a collective call per row: time, algbw, busbw, channels, chunk and the chosen algorithm",
-        INPUTS,
+        CollectiveJob,
         OUTPUTS,
-        evaluate,
+        price_collectives,
     )

@@ -8,31 +8,42 @@ power, PUE and energy per delivered server-hour of work (:mod:`commodel.ops.pool
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import numpy as np
-import pandas as pd
+from pydantic import Field
 
 from commodel.hardware import cluster as make_cluster
 from commodel.hardware import default_db
 from commodel.ops.energy import node_power_W
 from commodel.ops.pooling import JobMix, facility_pue, pool_utilization, remote_slowdown, scheduling_overhead
-from commodel.pricing.evaluator import Evaluator, blank_outputs, categorical_groups
-from commodel.workloads.catalog import job_mix
+from commodel.pricing.evaluator import Evaluator
+from commodel.pricing.job import LINK, SYSTEM, Choices, Job
+from commodel.pricing.table import Columns, blank_outputs, groups, numbers
+from commodel.workloads.catalog import job_mix, job_mixes
 
-INPUTS: dict[str, object] = {
-    "pool_servers": None,
-    "backfill": 1,
-    "job_mix": "shared-ai",
-    "system": "dgx-h100",
-    "servers_per_chassis": 2,
-    "servers_per_rack": 8,
-    "chassis_fabric": "pcie5",
-    "rack_fabric": "pcie6",
-    "cluster_fabric": "roce-400g",
-    "local_memory_GBps": 614.0,
-    "sensitivity": 0.01,
-    "scan_us": 20.0,
-    "attach_s": 2.0,
-}
+
+class PoolingJob(Job):
+    """A cluster of one system pooled at a granularity, under a scheduler's backfill depth."""
+
+    noun = "disaggregation"
+    pool_servers: int = Field(ge=1, description="Servers per pool (1: server-bound).")
+    backfill: int = Field(1, ge=1, description="Jobs the scheduler looks ahead of the first waiting one.")
+    job_mix: Annotated[str, Choices("job mix", job_mixes)] = Field(
+        "shared-ai", description="Job mix (workloads/job_mixes/)."
+    )
+    system: Annotated[str, SYSTEM] = Field("dgx-h100", description="System (node) name of the servers.")
+    servers_per_chassis: int = Field(2, ge=1, description="Servers a chassis fabric joins.")
+    servers_per_rack: int = Field(8, ge=1, description="Servers a rack fabric joins.")
+    chassis_fabric: Annotated[str, LINK] = Field("pcie5", description="Link inside a chassis.")
+    rack_fabric: Annotated[str, LINK] = Field("pcie6", description="Link inside a rack.")
+    cluster_fabric: Annotated[str, LINK] = Field("roce-400g", description="Link across racks.")
+    local_memory_GBps: float = Field(614.0, gt=0, description="A server's own memory bandwidth, GB/s.")
+    sensitivity: float = Field(0.01, ge=0, description="Slowdown per unit of remote-access deficit.")
+    scan_us: float = Field(20.0, ge=0, description="Scheduler time per candidate device, us.")
+    attach_s: float = Field(2.0, ge=0, description="Seconds to attach pooled devices to a job.")
+
+
 OUTPUTS = (
     "level", "util_gpus", "util_cores", "util_memory", "util_mean", "util_gain_pct", "sched_overhead_pct",
     "remote_slowdown_pct", "server_power_kW", "it_load", "pue", "pue_delta", "energy_kWh_per_work", "valid",
@@ -44,20 +55,19 @@ def _level(pool: np.ndarray, chassis: np.ndarray, rack: np.ndarray) -> np.ndarra
     return np.select([pool <= 1, pool <= chassis, pool <= rack], list(LEVELS[:3]), LEVELS[3])
 
 
-def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
-    out = blank_outputs(len(frame), OUTPUTS, text=("level",))
+def price_pooling(columns: Columns) -> Columns:
+    """The ``disaggregation`` evaluator's pricing of a table of pooled clusters held as columns."""
+    out = blank_outputs(len(columns["pool_servers"]), OUTPUTS, text=("level",))
     db = default_db()
-    for key, rows in categorical_groups(
-        frame, ["job_mix", "system", "chassis_fabric", "rack_fabric", "cluster_fabric"]
-    ):
+    for key, rows in groups(columns, PoolingJob.group_keys()):
         spec = job_mix(key["job_mix"])
         mix = JobMix(np.array([c.share for c in spec.classes]), np.array([c.demand for c in spec.classes]))
         c = make_cluster(key["system"])
         full = float(node_power_W(c, 1.0))
         gpu_column = spec.resources.index("gpus") if "gpus" in spec.resources else None
-        sub = frame.iloc[rows]
-        pool = sub["pool_servers"].to_numpy(dtype=float)
-        backfill = sub["backfill"].to_numpy(dtype=float)
+        sub = {name: np.asarray(values)[rows] for name, values in columns.items()}
+        pool = numbers(sub["pool_servers"])
+        backfill = numbers(sub["backfill"])
         util = np.array(
             [pool_utilization(p, b, spec.server, mix) for p, b in zip(pool, backfill, strict=True)]
         )
@@ -65,7 +75,7 @@ def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
         busy, base_busy = (
             u[:, gpu_column] if gpu_column is not None else u.mean(axis=1) for u in (util, base)
         )
-        level = _level(pool, sub["servers_per_chassis"].to_numpy(), sub["servers_per_rack"].to_numpy())
+        level = _level(pool, numbers(sub["servers_per_chassis"]), numbers(sub["servers_per_rack"]))
         fabrics = {name: db.link(key[f"{name}_fabric"]) for name in ("chassis", "rack", "cluster")}
         by_level = {"chassis": fabrics["chassis"], "rack": fabrics["rack"], "multi-rack": fabrics["cluster"]}
         fabric_Bps = np.array(
@@ -78,13 +88,13 @@ def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
         ports = spec.server[gpu_column] + 2 if gpu_column is not None else 2
         slowdown = remote_slowdown(
             pool,
-            sub["sensitivity"].to_numpy(dtype=float),
-            sub["local_memory_GBps"].to_numpy(dtype=float) * 1e9,
+            numbers(sub["sensitivity"]),
+            numbers(sub["local_memory_GBps"]) * 1e9,
             fabric_Bps,
         )
         overhead = scheduling_overhead(
-            pool, backfill, spec.devices_per_job, sub["scan_us"].to_numpy(dtype=float) * 1e-6,
-            sub["attach_s"].to_numpy(dtype=float), spec.job_hours * 3600,
+            pool, backfill, spec.devices_per_job, numbers(sub["scan_us"]) * 1e-6,
+            numbers(sub["attach_s"]), spec.job_hours * 3600,
         )  # fmt: skip
         power = node_power_W(c, busy) + ports * port_W
         base_power = node_power_W(c, base_busy)
@@ -110,14 +120,14 @@ def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
         }
         for name, value in values.items():
             out[name][rows] = value
-    return frame.assign(**out)
+    return out
 
 
 def disaggregation() -> Evaluator:
     return Evaluator(
         "disaggregation",
         "a cluster pooled at a granularity: utilization, scheduling overhead, remote access, PUE, energy",
-        INPUTS,
+        PoolingJob,
         OUTPUTS,
-        evaluate,
+        price_pooling,
     )

@@ -1,38 +1,74 @@
 """Evaluators of GPU-initiated communication (:mod:`commodel.comm.initiation`): one message per scheme
 and fabric (``initiation``), a stencil's halo exchange (``halo``, :mod:`commodel.workloads.stencil`) and
-a MoE layer's dispatch and combine (``moe-dispatch``, :mod:`commodel.workloads.moe_dispatch`). A scheme
+a MoE layer's dispatch and combine (``moe_dispatch``, :mod:`commodel.workloads.moe_dispatch`). A scheme
 a fabric's NIC cannot run is a row with ``valid = False`` and the reason in ``problem``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Annotated
 
-import pandas as pd
+from pydantic import Field, model_validator
 
-from commodel.comm.initiation import coordination_latency, message_rate, path_of, put_latency
-from commodel.errors import CommodelError
+from commodel.comm.initiation import SCHEMES, coordination_latency, message_rate, path_of, put_latency
 from commodel.hardware import cluster
 from commodel.hardware.cluster import Cluster
-from commodel.pricing.evaluator import Evaluator, blank_outputs
+from commodel.pricing.evaluator import Evaluator
+from commodel.pricing.job import MODEL, SYSTEM, Choices, Job
+from commodel.pricing.table import price_rows
+from commodel.workloads import stencil
 from commodel.workloads.catalog import model as get_model
-from commodel.workloads.moe_dispatch import dispatch_combine
+from commodel.workloads.moe_dispatch import MODES, dispatch_combine
 from commodel.workloads.stencil import iteration_time, weak_efficiency
 
 
-def _rows(frame: pd.DataFrame, outputs: tuple[str, ...], price: Callable[[object], dict]) -> pd.DataFrame:
-    """``price`` each row; a :class:`CommodelError` makes the row invalid with its message."""
-    out = blank_outputs(len(frame), outputs, text=tuple(n for n in ("problem", "binding") if n in outputs))
-    for i, row in enumerate(frame.itertuples(index=False)):
-        try:
-            values = price(row)
-        except CommodelError as exc:
-            out["problem"][i] = str(exc)
-            continue
-        for name, value in values.items():
-            out[name][i] = value
-        out["valid"][i] = True
-    return frame.assign(**out)
+class MessageJob(Job):
+    """One message between two nodes of a system, by one initiation scheme."""
+
+    noun = "initiation"
+    system: Annotated[str, SYSTEM] = Field("dgx-h100", description="System (node) name.")
+    scheme: Annotated[str, Choices("initiation scheme", SCHEMES)] = Field(
+        description="Who drives the message."
+    )
+    size_bytes: float = Field(8, gt=0, description="Message size, bytes.")
+
+
+class HaloJob(Job):
+    """One iteration of a 3-D stencil's halo exchange, weak scaling."""
+
+    noun = "halo"
+    together = ("n", "halo")
+    system: Annotated[str, SYSTEM] = Field("frontier-node", description="System (node) name.")
+    scheme: Annotated[str, Choices("halo-exchange scheme", stencil.SCHEMES)] = Field(
+        description="Who drives the exchange."
+    )
+    n: int = Field(128, ge=1, description="Cells per side of each GPU's subdomain.")
+    gpus: int = Field(ge=1, description="GPUs, one subdomain each.")
+    halo: int = Field(1, ge=1, description="Halo depth, cells.")
+
+    @model_validator(mode="after")
+    def _fits(self) -> HaloJob:
+        if 2 * self.halo >= self.n:
+            raise ValueError(
+                f"a halo of {self.halo} cells does not fit a subdomain of {self.n} cells per side"
+            )
+        return self
+
+
+class DispatchJob(Job):
+    """A MoE layer's DeepEP-style dispatch and combine on each GPU of an expert-parallel group."""
+
+    noun = "moe_dispatch"
+    model: Annotated[str, MODEL] = Field("deepseek-v3", description="A mixture-of-experts model.")
+    system: Annotated[str, SYSTEM] = Field("dgx-h100", description="System (node) name.")
+    scheme: Annotated[str, Choices("initiation scheme", SCHEMES)] = Field(
+        description="Who drives the messages."
+    )
+    mode: Annotated[str, Choices("DeepEP mode", MODES)] = Field(
+        "low-latency", description="DeepEP's kernels."
+    )
+    ep: int = Field(ge=1, description="Expert-parallel GPUs.")
+    tokens: float = Field(128, gt=0, description="Tokens per GPU per call.")
 
 
 def _cluster_of(system: str, gpus: int) -> Cluster:
@@ -49,15 +85,6 @@ def _message(row: object) -> dict:
     }
 
 
-def _halo_rows(frame: pd.DataFrame, outputs: tuple[str, ...]) -> pd.DataFrame:
-    """Halo rows; a halo too deep for its subdomain is an input error, not an infeasible design."""
-    bad = frame[2 * frame.halo.astype(int) >= frame.n.astype(int)]
-    if len(bad):
-        row = bad.iloc[0]
-        raise CommodelError(f"a halo of {row.halo} cells does not fit a subdomain of {row.n} cells per side")
-    return _rows(frame, outputs, _halo)
-
-
 def _halo(row: object) -> dict:
     c = _cluster_of(row.system, int(row.gpus))
     r = iteration_time(row.scheme, c, int(row.n), int(row.gpus), int(row.halo))
@@ -72,41 +99,36 @@ def _moe(row: object) -> dict:
             "binding": r["binding"]}  # fmt: skip
 
 
+MESSAGE_OUTPUTS = ("put_us", "coordination_us", "messages_per_s", "problem", "valid")
+HALO_OUTPUTS = ("iteration_us", "comm_us", "compute_us", "efficiency", "problem", "valid")
+DISPATCH_OUTPUTS = ("dispatch_us", "combine_us", "total_us", "binding", "problem", "valid")
+
+
 def initiation() -> Evaluator:
-    outputs = ("put_us", "coordination_us", "messages_per_s", "problem", "valid")
     return Evaluator(
         "initiation",
         "one message between two nodes by an initiation scheme: put and coordination latency, message rate",
-        {"system": "dgx-h100", "scheme": None, "size_bytes": 8},
-        outputs,
-        lambda frame: _rows(frame, outputs, _message),
+        MessageJob,
+        MESSAGE_OUTPUTS,
+        lambda columns: price_rows(columns, MESSAGE_OUTPUTS, _message, ("problem",)),
     )
 
 
 def halo() -> Evaluator:
-    outputs = ("iteration_us", "comm_us", "compute_us", "efficiency", "problem", "valid")
     return Evaluator(
         "halo",
         "a 3-D stencil's halo exchange per iteration (weak scaling): time, communication, efficiency",
-        {"system": "frontier-node", "scheme": None, "n": 128, "gpus": None, "halo": 1},
-        outputs,
-        lambda frame: _halo_rows(frame, outputs),
+        HaloJob,
+        HALO_OUTPUTS,
+        lambda columns: price_rows(columns, HALO_OUTPUTS, _halo, ("problem",)),
     )
 
 
 def moe_dispatch() -> Evaluator:
-    outputs = ("dispatch_us", "combine_us", "total_us", "binding", "problem", "valid")
     return Evaluator(
         "moe_dispatch",
         "a MoE layer's DeepEP-style dispatch and combine per GPU over an initiation scheme",
-        {
-            "model": "deepseek-v3",
-            "system": "dgx-h100",
-            "scheme": None,
-            "mode": "low-latency",
-            "ep": None,
-            "tokens": 128,
-        },
-        outputs,
-        lambda frame: _rows(frame, outputs, _moe),
+        DispatchJob,
+        DISPATCH_OUTPUTS,
+        lambda columns: price_rows(columns, DISPATCH_OUTPUTS, _moe, ("problem", "binding")),
     )

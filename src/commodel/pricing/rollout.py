@@ -13,11 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
+from typing import Annotated
 
 import numpy as np
-import pandas as pd
+from pydantic import Field, model_validator
 
+from commodel.compute.precision import serving_precision
+from commodel.hardware import cluster
 from commodel.ops.rl_rollout import (
+    POLICIES,
     SPARSE_BYTES,
     SPARSE_SHARE,
     TRAIN_PASSES,
@@ -26,29 +30,53 @@ from commodel.ops.rl_rollout import (
     response_lengths,
     rl_hour,
 )
-from commodel.pricing.evaluator import Evaluator, blank_outputs
+from commodel.pricing.evaluator import Evaluator
+from commodel.pricing.job import MODEL, SYSTEM, Choices, Job
+from commodel.pricing.run import train
+from commodel.pricing.table import price_rows
+from commodel.workloads.catalog import model as get_model
+from commodel.workloads.serving import Engine, capacity, slo_batch, steady_state
+from commodel.workloads.transformer import parameters
 
-INPUTS: dict[str, object] = {
-    "model": "llama3-8b",
-    "system": "dgx-h100",
-    "policy": None,
-    "rl_gpus": 32,
-    "serve_gpus": 64,
-    "tp": 1,
-    "samples": 512,
-    "prompt": 512,
-    "median_response": 1024,
-    "tail_sigma": 1.0,
-    "longest": 16384,
-    "online_prompt": 1024,
-    "online_output": 256,
-    "slo_tpot": 0.05,
-    "load_low": 0.3,
-    "load_high": 0.9,
-    "link_GBps": 50.0,
-    "hours": 8,
-    "seed": 0,
-}
+
+class RolloutJob(Job):
+    """An RL post-training job beside a serving cluster, its rollouts run by one policy."""
+
+    noun = "rollout"
+    together = ("load_low", "load_high")
+    model: Annotated[str, MODEL] = Field("llama3-8b", description="The policy model.")
+    system: Annotated[str, SYSTEM] = Field("dgx-h100", description="System (node) name of both clusters.")
+    policy: Annotated[str, Choices("RL rollout policy", POLICIES)] = Field(
+        description="fixed, elastic or rose."
+    )
+    rl_gpus: int = Field(32, ge=1, description="GPUs of the RL cluster.")
+    serve_gpus: int = Field(64, ge=1, description="GPUs of the serving cluster.")
+    tp: int = Field(1, ge=1, description="Tensor-parallel size of a replica.")
+    samples: int = Field(512, ge=1, description="Rollouts per RL step.")
+    prompt: int = Field(512, ge=1, description="Prompt tokens per rollout.")
+    median_response: float = Field(1024, gt=0, description="Median response tokens.")
+    tail_sigma: float = Field(1.0, gt=0, description="Lognormal spread of response lengths.")
+    longest: int = Field(16384, ge=1, description="Longest response, tokens.")
+    online_prompt: int = Field(1024, ge=1, description="Prompt tokens of an online request.")
+    online_output: int = Field(256, ge=1, description="Output tokens of an online request.")
+    slo_tpot: float = Field(0.05, gt=0, description="Serving's time-per-output-token SLO, seconds.")
+    load_low: float = Field(
+        0.3, gt=0, lt=1, description="Lowest online load of the day, a share of SLO capacity."
+    )
+    load_high: float = Field(
+        0.9, gt=0, lt=1, description="Highest online load of the day, a share of SLO capacity."
+    )
+    link_GBps: float = Field(50.0, gt=0, description="Cross-cluster link for weights, GB/s.")
+    hours: int = Field(8, ge=1, description="Samples of the day (one RL step each).")
+    seed: int = Field(0, ge=0, description="Seed of the response lengths.")
+
+    @model_validator(mode="after")
+    def _loads(self) -> RolloutJob:
+        if self.load_low > self.load_high:
+            raise ValueError("rollout load shares need load_low <= load_high (shares of the SLO capacity)")
+        return self
+
+
 OUTPUTS = (
     "samples_per_hour",
     "step_s",
@@ -67,13 +95,6 @@ def rl_setup(
     median: int, sigma: float, longest: int, online_prompt: int, online_output: int, slo_tpot: float, link_GBps: float,
 ) -> Setup:  # fmt: skip
     """The priced pieces of an RL job beside a serving cluster (module docstring)."""
-    from commodel.compute.precision import serving_precision
-    from commodel.hardware import cluster
-    from commodel.pricing.run import train
-    from commodel.workloads.catalog import model as get_model
-    from commodel.workloads.serving import Engine, capacity, slo_batch, steady_state
-    from commodel.workloads.transformer import parameters
-
     net, c = get_model(model), cluster(system)
 
     def engine(replicas: int = 1) -> Engine:
@@ -109,7 +130,7 @@ def rl_setup(
     )
 
 
-def day(row: pd.Series) -> dict[str, float]:
+def day(row: object) -> dict[str, float]:
     """Day means of one policy's RL steps (module docstring)."""
     setup = rl_setup(
         row.model, row.system, int(row.rl_gpus), int(row.serve_gpus), int(row.tp), int(row.samples),
@@ -148,46 +169,11 @@ def day(row: pd.Series) -> dict[str, float]:
     }
 
 
-def check(frame: pd.DataFrame) -> None:
-    """Inputs a day cannot be simulated with: an unknown policy, a non-positive size, rate or time,
-    load shares outside 0 <= low <= high < 1."""
-    from commodel.errors import CommodelError, unknown
-    from commodel.ops.rl_rollout import POLICIES
-
-    for policy in set(frame.policy):
-        if policy not in POLICIES:
-            raise unknown("RL rollout policy", policy, POLICIES)
-    numeric = [
-        name for name, default in INPUTS.items() if isinstance(default, int | float) and name != "seed"
-    ]
-    for name in numeric:
-        values = pd.to_numeric(frame[name], errors="coerce")
-        if not (values > 0).all() or not np.isfinite(values).all():
-            raise CommodelError(
-                f"rollout input '{name}' must be a positive number; got {list(frame[name].unique())}"
-            )
-    low, high = frame.load_low.astype(float), frame.load_high.astype(float)
-    if not ((low <= high) & (high < 1)).all():
-        raise CommodelError(
-            "rollout load shares need 0 < load_low <= load_high < 1 (shares of the SLO capacity)"
-        )
-
-
-def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
-    check(frame)
-    out = blank_outputs(len(frame), OUTPUTS)
-    for i, row in enumerate(frame.itertuples(index=False)):
-        for name, value in day(row).items():
-            out[name][i] = value
-        out["valid"][i] = True
-    return frame.assign(**out)
-
-
 def rollout() -> Evaluator:
     return Evaluator(
         "rollout",
         "an RL post-training job beside a serving cluster, per rollout policy: samples per hour over a day",
-        INPUTS,
+        RolloutJob,
         OUTPUTS,
-        evaluate,
+        lambda columns: price_rows(columns, OUTPUTS, day),
     )

@@ -8,67 +8,63 @@ policies see the same arrivals, so packing lowers its own utilization. Outputs i
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import Annotated
 
-from commodel.errors import CommodelError, unknown
+import numpy as np
+from pydantic import Field
+
 from commodel.ops.scheduling import POLICIES, approximate_waits, simulate_waits
-from commodel.pricing.evaluator import Evaluator, blank_outputs
-from commodel.workloads.catalog import job_mix
+from commodel.pricing.evaluator import Evaluator
+from commodel.pricing.job import Choices, Job
+from commodel.pricing.table import price_rows
+from commodel.workloads.catalog import job_mix, job_mixes
 
 METHODS = ("approximation", "simulation")
-INPUTS: dict[str, object] = {
-    "job_mix": "hpc-cpu",
-    "nodes": 100,
-    "load": None,
-    "policy": None,
-    "method": "approximation",
-    "jobs": 10000,
-    "seed": 0,
-}
+
+
+class SchedulingJob(Job):
+    """A batch partition under one allocation policy and an offered load."""
+
+    noun = "scheduling"
+    job_mix: Annotated[str, Choices("job mix", job_mixes)] = Field(
+        "hpc-cpu", description="Job mix (workloads/job_mixes/)."
+    )
+    nodes: int = Field(100, ge=1, description="Nodes in the partition.")
+    load: float = Field(gt=0, lt=1, description="Offered load, a share of the node-exclusive capacity.")
+    policy: Annotated[str, Choices("scheduling policy", POLICIES)] = Field(
+        description="exclusive or tres (packing)."
+    )
+    method: Annotated[str, Choices("queue-wait method", METHODS)] = Field(
+        "approximation", description="The M/G/c approximation or the seeded simulation."
+    )
+    jobs: int = Field(10000, ge=1, description="Jobs the simulation runs.")
+    seed: int = Field(0, ge=0, description="The simulation's seed.")
+
+
 OUTPUTS = ("mean_wait_min", "median_wait_min", "wait_probability", "utilization", "valid")
 
 
 def arrivals_per_h(mix_name: str, nodes: float, load: float) -> float:
     """Arrivals per hour that offer ``load`` of the node-exclusive capacity."""
-    if not 0 < load < 1:
-        raise CommodelError(
-            f"load must be between 0 and 1 (a share of the node-exclusive capacity), got {load}"
-        )
-    if nodes < 1:
-        raise CommodelError(f"a partition needs at least one node, got {nodes}")
     return load * nodes / job_mix(mix_name).job_hours
 
 
-def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
-    out = blank_outputs(len(frame), OUTPUTS)
-    for i, row in enumerate(frame.itertuples(index=False)):
-        if row.policy not in POLICIES:
-            raise unknown("scheduling policy", row.policy, POLICIES)
-        if row.method not in METHODS:
-            raise unknown("queue-wait method", row.method, METHODS)
-        mix = job_mix(row.job_mix)
-        rate = arrivals_per_h(row.job_mix, float(row.nodes), float(row.load))
-        if row.method == "approximation":
-            r = {
-                k: float(np.asarray(v))
-                for k, v in approximate_waits(row.policy, mix, row.nodes, rate).items()
-            }
-        else:
-            r = simulate_waits(row.policy, mix, int(row.nodes), rate, int(row.jobs), int(row.seed))
-        out["mean_wait_min"][i] = 60 * r["mean_wait_h"]
-        out["median_wait_min"][i] = 60 * r["median_wait_h"]
-        out["wait_probability"][i] = r.get("wait_probability", np.nan)
-        out["utilization"][i] = r["utilization"]
-        out["valid"][i] = True
-    return frame.assign(**out)
+def _waits(row: object) -> dict:
+    """One partition's waits, in minutes, by the row's method."""
+    mix, rate = job_mix(row.job_mix), arrivals_per_h(row.job_mix, float(row.nodes), float(row.load))
+    if row.method == "approximation":
+        r = {k: float(np.asarray(v)) for k, v in approximate_waits(row.policy, mix, row.nodes, rate).items()}
+    else:
+        r = simulate_waits(row.policy, mix, int(row.nodes), rate, int(row.jobs), int(row.seed))
+    return {"mean_wait_min": 60 * r["mean_wait_h"], "median_wait_min": 60 * r["median_wait_h"],
+            "wait_probability": r.get("wait_probability", np.nan), "utilization": r["utilization"]}  # fmt: skip
 
 
 def scheduling() -> Evaluator:
     return Evaluator(
         "scheduling",
         "a batch partition's queue waits under node-exclusive or packed (TRES) allocation",
-        INPUTS,
+        SchedulingJob,
         OUTPUTS,
-        evaluate,
+        lambda columns: price_rows(columns, OUTPUTS, _waits),
     )

@@ -1,6 +1,6 @@
 """The ``serving`` evaluator: a serving deployment per row through the serving, power and cost models.
 
-Its inputs are :class:`commodel.pricing.jobs.ServingJob`'s fields with their defaults, checked with the CLI's
+Its inputs are :class:`commodel.pricing.serving_job.ServingJob`'s fields with their defaults, checked with the CLI's
 rules. Per replica (``tp x pp`` GPUs) the steady state of continuous batching
 (:mod:`commodel.workloads.serving`) at the batch the row asks for: ``max`` (all the KV cache holds
 under the engine's limits), a number, or the largest meeting a latency SLO; totals are over the
@@ -21,25 +21,23 @@ from commodel.compute.precision import serving_precision
 from commodel.errors import CommodelError
 from commodel.hardware import cluster as make_cluster
 from commodel.ops.energy import gpu_power_W, it_power_W
-from commodel.pricing.evaluator import (
-    Evaluator,
-    blank_outputs,
-    categorical_groups,
-    check_inputs,
-    evaluate_frame,
-    job_inputs,
-    numbers,
-    problem_messages,
-)
-from commodel.pricing.jobs import ServingJob
+from commodel.pricing.evaluator import Evaluator
+from commodel.pricing.serving_job import ServingJob
+from commodel.pricing.table import Columns, blank_outputs, groups, numbers, problem_messages, take
 from commodel.workloads.catalog import model as get_model
-from commodel.workloads.schema import Transformer
-from commodel.workloads.serving import Engine, capacity, disaggregated, kv_dtype_of, slo_batch, steady_state
+from commodel.workloads.serving import (
+    Engine,
+    capacity,
+    disaggregated,
+    kv_dtype_of,
+    replica_problems,
+    slo_batch,
+    steady_state,
+)
 
 if TYPE_CHECKING:
-    import pandas as pd
+    pass
 
-INPUTS, REQUIRED = job_inputs(ServingJob)
 OUTPUTS = (
     "ttft_s",
     "tpot_s",
@@ -61,56 +59,33 @@ OUTPUTS = (
     "problem",
     "valid",
 )
-CATEGORICAL = ["model", "system", "dtype", "kv_dtype"]
 
 
-def layout_problems(
-    net: Transformer, tp: np.ndarray, pp: np.ndarray, ep: np.ndarray, gpus: np.ndarray
-) -> list:
-    """(mask, message) for each rule a replica layout breaks."""
-    problems = [
-        (np.mod(gpus, tp * pp) != 0, "the GPUs are not whole replicas of tp x pp"),
-        (np.mod(net.heads, tp) != 0, f"attention heads ({net.heads}) must be divisible by tp"),
-        (pp > net.layers, f"pp cannot exceed the layers ({net.layers})"),
-    ]
-    if net.moe is None:
-        problems.append((ep > 1, "ep > 1 needs a mixture-of-experts model"))
-    else:
-        problems.append(
-            (
-                (np.mod(tp, ep) != 0) | (np.mod(net.moe.experts, ep) != 0),
-                f"ep must divide tp and the experts ({net.moe.experts})",
-            )
-        )
-    return problems
-
-
-def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> dict[str, np.ndarray]:
-    """The evaluator's core on a table held as columns (name -> array of one value per row): the
-    output columns and the resolved ``gpus``. ``checked``: the rows are validated jobs already."""
+def price_serving(columns: Columns) -> Columns:
+    """The ``serving`` evaluator's pricing of a table of checked deployments held as columns: the
+    output columns (:data:`OUTPUTS`) and the resolved ``gpus``."""
     rows_total = len(columns["model"])
     out = blank_outputs(rows_total, OUTPUTS, flags=("fits",), text=("problem",))
-    gpus_all = numbers(columns["gpus"])
-    if rows_total and not checked:
-        check_inputs(ServingJob, columns)
-    for key, rows in categorical_groups(columns, CATEGORICAL):
+    gpus_all = np.array(columns["gpus"], dtype=float)
+    batches = np.asarray(columns["batch"]).astype(str)  # a number of requests, or max
+    for key, rows in groups(columns, ServingJob.group_keys()):
         net = get_model(key["model"])
         c = make_cluster(key["system"])
 
         def col(name: str, rows: np.ndarray = rows) -> np.ndarray:
-            return numbers(np.asarray(columns[name])[rows])
+            return numbers(take(columns, name, rows))
 
         tp, pp, ep = col("tp"), col("pp"), col("ep")
         gpus = np.where(np.isnan(col("gpus")), tp * pp, col("gpus"))
         gpus_all[rows] = gpus
-        problems = layout_problems(net, tp, pp, ep, gpus)
+        problems = replica_problems(net, tp, pp, ep, gpus)
         prefill = col("prefill_gpus")
         split = prefill > 0
         slo = ~np.isnan(col("slo_ttft")) | ~np.isnan(col("slo_tpot"))
         problems += [
             (split & ((np.mod(prefill, tp * pp) != 0) | (prefill >= gpus)),
              "prefill GPUs must be whole replicas of tp x pp and leave some for decode"),
-            (split & (slo | (np.asarray(columns["batch"])[rows] != "max")),
+            (split & (slo | (batches[rows] != "max")),
              "disaggregated pools size their own batches: give neither a batch nor an SLO"),
         ]  # fmt: skip
         try:
@@ -126,11 +101,11 @@ def evaluate_columns(columns: dict[str, np.ndarray], checked: bool = False) -> d
                 col("max_batch_size")[ok], col("max_num_tokens")[ok], col("kv_fraction")[ok],
             )  # fmt: skip
             messages[ok] = _price(engine, {n: col(n)[ok] for n in ("prompt", "output", "prompt_cv", "output_cv", "slo_ttft", "slo_tpot", "prefill_gpus")},
-                                  _batches(np.asarray(columns["batch"])[rows][ok]), gpus[ok], rows[ok], out,
+                                  _batches(batches[rows][ok]), gpus[ok], rows[ok], out,
                                   c, col("pue")[ok], col("price_per_gpu_hour")[ok])  # fmt: skip
         out["problem"][rows] = messages
         out["valid"][rows] = messages == ""
-    return {**out, "gpus": gpus_all}
+    return {**out, "gpus": gpus_all, "batch": batches.astype(object)}
 
 
 def _spread(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -216,27 +191,13 @@ def _price(
     return problems
 
 
-def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
-    """The evaluator on a DataFrame (:func:`evaluate_columns`; gpus resolved, ``batch`` as text: a
-    number or ``max``)."""
-    return evaluate_frame(frame.assign(batch=frame["batch"].astype(str)), evaluate_columns, ("gpus",))
-
-
-def _text_batch_columns(columns: dict[str, np.ndarray], checked: bool = False) -> dict[str, np.ndarray]:
-    """:func:`evaluate_columns` with ``batch`` as text, as :func:`evaluate` gives it."""
-    return evaluate_columns(
-        {**columns, "batch": np.asarray(columns["batch"]).astype(str).astype(object)}, checked
-    )
-
-
 def serving() -> Evaluator:
     return Evaluator(
         "serving",
         "a serving deployment per row: time to first token and per output token, output tokens/s, "
         "KV cache, power, energy and cost per token",
-        INPUTS,
+        ServingJob,
         OUTPUTS,
-        evaluate,
-        REQUIRED,
-        _text_batch_columns,
+        price_serving,
+        ("gpus", "batch"),
     )

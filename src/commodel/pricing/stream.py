@@ -3,29 +3,42 @@ and policy (:mod:`commodel.ops.streaming`), over a seeded horizon of faults."""
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import Annotated
 
-from commodel.ops.streaming import Stream, fault_impacts
-from commodel.pricing.evaluator import Evaluator, blank_outputs
+from pydantic import Field
 
-INPUTS: dict[str, object] = {
-    "policy": None,
-    "workers": 16,
-    "headroom": 0.25,
-    "state_GB": 4.0,
-    "storage_GBps": 1.0,
-    "memory_GBps": 20.0,
-    "restart_s": 60.0,
-    "detect_s": 30.0,
-    "mtbf_hours": 12.0,
-    "slowdowns_per_day": 0.0,
-    "slowdown": 4.0,
-    "slowdown_s": 300.0,
-    "distribution": "exponential",
-    "shape": 1.0,
-    "horizon_days": 7.0,
-    "seed": 0,
-}
+from commodel.ops.streaming import DISTRIBUTIONS, POLICIES, Stream, fault_impacts
+from commodel.pricing.evaluator import Evaluator
+from commodel.pricing.job import Choices, Job
+from commodel.pricing.table import price_rows
+
+
+class StreamJob(Job):
+    """A real-time stream pipeline under faults, checkpointed and recovered by one policy."""
+
+    noun = "stream"
+    policy: Annotated[str, Choices("stream policy", POLICIES)] = Field(
+        description="sync or async checkpoints."
+    )
+    workers: int = Field(16, ge=1, description="Workers the stream runs on.")
+    headroom: float = Field(0.25, ge=0, description="Spare capacity over the stream's rate, a share.")
+    state_GB: float = Field(4.0, gt=0, description="State per worker, GB.")
+    storage_GBps: float = Field(1.0, gt=0, description="Checkpoint storage bandwidth per worker, GB/s.")
+    memory_GBps: float = Field(20.0, gt=0, description="Memory bandwidth per worker for snapshots, GB/s.")
+    restart_s: float = Field(60.0, ge=0, description="Seconds to restart a worker.")
+    detect_s: float = Field(30.0, ge=0, description="Seconds to detect a failure.")
+    mtbf_hours: float = Field(12.0, gt=0, description="Mean time between a worker's failures, hours.")
+    slowdowns_per_day: float = Field(0.0, ge=0, description="Slow-node episodes per worker per day.")
+    slowdown: float = Field(4.0, ge=1, description="How many times slower a slow node runs.")
+    slowdown_s: float = Field(300.0, ge=0, description="Seconds a slow-node episode lasts.")
+    distribution: Annotated[str, Choices("failure distribution", DISTRIBUTIONS)] = Field(
+        "exponential", description="Failure inter-arrival times: exponential or weibull."
+    )
+    shape: float = Field(1.0, gt=0, description="Weibull shape.")
+    horizon_days: float = Field(7.0, gt=0, description="Days simulated.")
+    seed: int = Field(0, ge=0, description="The simulation's seed.")
+
+
 OUTPUTS = ("overhead_pct", "impact_pct", "crashes", "slowdowns", "interval_s", "valid")
 
 
@@ -40,33 +53,18 @@ def stream_of(row: object) -> Stream:
     )  # fmt: skip
 
 
-def evaluate(frame: pd.DataFrame) -> pd.DataFrame:
-    out = blank_outputs(len(frame), OUTPUTS)
-    for i, row in enumerate(frame.itertuples(index=False)):
-        r = fault_impacts(
-            row.policy,
-            stream_of(row),
-            86400 * float(row.horizon_days),
-            row.distribution,
-            float(row.shape),
-            int(row.seed),
-        )
-        out["overhead_pct"][i] = 100 * r["overhead"]
-        out["impact_pct"][i] = 100 * r["impact_share"]
-        out["crashes"][i], out["slowdowns"][i], out["interval_s"][i] = (
-            r["crashes"],
-            r["slowdowns"],
-            r["interval_s"],
-        )
-        out["valid"][i] = True
-    return frame.assign(**out)
+def _impact(row: object) -> dict:
+    r = fault_impacts(row.policy, stream_of(row), 86400 * float(row.horizon_days), row.distribution,
+                      float(row.shape), int(row.seed))  # fmt: skip
+    return {"overhead_pct": 100 * r["overhead"], "impact_pct": 100 * r["impact_share"], "crashes": r["crashes"],
+            "slowdowns": r["slowdowns"], "interval_s": r["interval_s"]}  # fmt: skip
 
 
 def stream() -> Evaluator:
     return Evaluator(
         "stream",
         "a real-time stream pipeline under faults: checkpoint overhead and time behind real time, per policy",
-        INPUTS,
+        StreamJob,
         OUTPUTS,
-        evaluate,
+        lambda columns: price_rows(columns, OUTPUTS, _impact),
     )

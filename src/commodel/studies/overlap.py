@@ -17,11 +17,11 @@ from commodel.explore.spec import SweepSpec
 from commodel.hardware import cluster as make_cluster
 from commodel.hardware import default_db
 from commodel.overlap import COMM_CTAS, window_time
+from commodel.pricing.training import job_layouts
 from commodel.studies.base import Claim, StudyResult, study_spec, study_table
 from commodel.units import parse_sizes
 from commodel.workloads.catalog import model as get_model
 from commodel.workloads.layer_work import layer_window
-from commodel.workloads.layout import make_layout, recompute_code
 
 #: What identifies one workload of the study (the strategies are compared within it).
 WORKLOAD = ["system", "model", "gpus", "micro_batch"]
@@ -61,14 +61,15 @@ def tail_effect(gpu_name: str, comm_ctas: int, k: int, waves: int = 1) -> float:
 def by_message_size(spec: SweepSpec) -> pd.DataFrame:
     """Reduction of one layer's window time vs serial when it overlaps an all-gather of each size."""
     f = spec.fixed
-    net = get_model(str(spec.parameters["message_model"]))
+    name = str(spec.parameters["message_model"])
+    net = get_model(name)
     gpus = 8
     sizes = parse_sizes(",".join(map(str, spec.parameters["message_sizes"])))
-    x = make_layout(dp=gpus, global_batch=gpus, micro_batch=1, seq=f["seq"],
-                    zero=f["zero"], recompute=recompute_code(str(f["recompute"])))  # fmt: skip
     rows = []
     for system in spec.variables["system"].choice:
         c = make_cluster(system)
+        x = job_layouts({"model": name, "system": system, "gpus": gpus, "global_batch": gpus, "micro_batch": 1,
+                         **{k: f[k] for k in ("seq", "zero", "recompute")}})  # fmt: skip
         window = layer_window(net, c, x, COMM_CTAS[c.system.scale_up.topology])
         hbm = c.gpu.memory_bandwidth.value * c.gpu.memory_efficiency.value
         ag = run_collective("allgather", c, sizes, gpus)

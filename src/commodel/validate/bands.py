@@ -269,5 +269,9 @@ def collective_bands(frame: pd.DataFrame, run: Callable[[], pd.DataFrame], syste
     params = parameter_bands(run, [system], ("time_s", "busbw_GBps"))
     out = frame.assign(time_s_p10=low, time_s_p90=high, busbw_GBps_p10=slow, busbw_GBps_p90=fast,
                        **{k: v for k, v in params.items() if k != "params_source"})  # fmt: skip
-    out.attrs = {"band_source": b.source, "time_factors": (1 / b.high, 1 / b.low), "params_source": params["params_source"]}
+    out.attrs = {
+        "band_source": b.source,
+        "time_factors": (1 / b.high, 1 / b.low),
+        "params_source": params["params_source"],
+    }
     return out

@@ -3,7 +3,7 @@ end-to-end training row and power load ran, what each latency row measured, whic
 sets, and what Megatron-Bridge's recipes set beyond the layout their performance tables state.
 
 Read once per process and checked strictly: an unknown key, a bad value or a job the training
-declaration (:class:`~commodel.pricing.jobs.TrainingJob`) refuses is an error naming the file and the
+declaration (:class:`~commodel.pricing.training_job.TrainingJob`) refuses is an error naming the file and the
 field.
 """
 
@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from commodel.pricing.jobs import TrainingJob
+from commodel.pricing.training_job import TrainingJob
 from commodel.records import Strict, read_toml, validate_record
 from commodel.resources import resource_dir
 

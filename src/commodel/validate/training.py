@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from commodel.compute.roofline import peak_flops
 from commodel.errors import CommodelError
 from commodel.hardware import default_db
-from commodel.pricing.jobs import TrainingJob, training_job
+from commodel.pricing.training_job import TrainingJob, training_job
 from commodel.validate.descriptions import RECIPE
 from commodel.validate.runs import RecipeSettings, runs
 from commodel.workloads.catalog import model as get_model

@@ -32,7 +32,20 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
+    from commodel.hardware.cluster import Cluster
     from commodel.workloads.layout import Layout
+
+
+def offload_problem(clusters: list[Cluster], x: Layout) -> tuple[np.ndarray, str]:
+    """``(mask, message)``: layouts that state CPU offloading on a system without CPU memory to offload
+    to (the first such system of ``clusters`` is named)."""
+    hostless = [c.name for c in clusters if c.host_offload_Bps <= 0]
+    if not hostless or not np.any(x.offload_layers):
+        return np.zeros(np.shape(x.offload_layers), dtype=bool), ""
+    return x.offload_layers > 0, (
+        f"CPU offloading needs host memory, which {hostless[0]}'s record does not state ([host_memory] in "
+        "hardware_db/systems)"
+    )
 
 
 def offload_exposed(

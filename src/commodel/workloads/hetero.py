@@ -30,7 +30,7 @@ from commodel.comm.cross_vendor import cross_vendor_time
 from commodel.compute.precision import precision
 from commodel.errors import CommodelError
 from commodel.hardware.cluster import Cluster, cluster
-from commodel.workloads.layout import Layout
+from commodel.workloads.layout import AUTO, Layout
 from commodel.workloads.memory import fits, memory_with_microbatches
 from commodel.workloads.schema import Transformer
 from commodel.workloads.training import per_microbatch
@@ -57,6 +57,27 @@ def parse_node_groups(text: str) -> list[tuple[str, int]]:
             )
         groups.append((match.group(1), int(match.group(2))))
     return groups
+
+
+def groups_size(
+    groups: list[tuple[Cluster, int]], gpus: np.ndarray, nodes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, list]:
+    """A job's GPUs and nodes on node groups (``(cluster, nodes)`` each): the groups' own; a job that
+    states others breaks a rule, ``(mask, message)``."""
+    own_nodes = sum(n for _, n in groups)
+    own_gpus = sum(c.gpus_per_node * n for c, n in groups)
+    stated = (~np.isnan(nodes) & (nodes != own_nodes)) | (~np.isnan(gpus) & (gpus != own_gpus))
+    problem = (stated, f"the node groups are {own_nodes} nodes of {own_gpus} GPUs")
+    return np.full(len(gpus), float(own_gpus)), np.full(len(gpus), float(own_nodes)), [problem]
+
+
+def group_rules(node_groups: bool, x: Layout, stage_layers: np.ndarray) -> list:
+    """``(mask, message)`` for each rule of stating layers per stage and of recomputing across node
+    groups: stage layers apply to node groups only; auto recomputation needs one kind of node."""
+    if not node_groups:
+        return [(stage_layers != "", "stage layers apply to node groups (SYSTEM:NODES,...)")]
+    return [(x.recompute == AUTO, "recompute auto needs one kind of node; across node groups choose "
+             "none, selective or full")]  # fmt: skip
 
 
 def node_groups(text: str) -> list[Cluster]:
@@ -120,7 +141,7 @@ def hetero_train_step(
     """One training step of the one-row layout ``x`` on node ``groups`` (module docstring): the keys of
     :func:`commodel.workloads.training.train_step`, and ``cross_vendor_s`` per boundary transfer."""
     x = dataclasses.replace(x, **{f.name: np.atleast_1d(getattr(x, f.name)) for f in dataclasses.fields(x)})
-    one_kind_only = ("dualpipe", "first_layers", "last_layers", "ends_as_layers", "mtp")
+    one_kind_only = ("dualpipe", "first_stage_layers", "last_stage_layers", "ends_as_layers", "mtp_layers")
     if int(x.vpp[0]) > 1 or any(getattr(x, name)[0] for name in one_kind_only):
         raise CommodelError(
             "across node groups, interleaving (vpp > 1), DualPipe, first and last stage layers, the "

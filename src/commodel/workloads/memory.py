@@ -54,8 +54,8 @@ def optimizer_bytes(x: Layout) -> np.ndarray:
 
 def gradient_bytes(x: Layout) -> np.ndarray:
     """Bytes per gradient, held and reduced: 4 where the layout accumulates and reduces them in FP32
-    (``fp32_grads``), else 2 (BF16)."""
-    return np.where(x.fp32_grads, 4.0, 2.0)
+    (``grad_reduce_in_fp32``), else 2 (BF16)."""
+    return np.where(x.grad_reduce_in_fp32, 4.0, 2.0)
 
 
 def _stage_loads(
@@ -70,7 +70,7 @@ def _stage_loads(
     where the position holds the logits and the multi-token prediction modules' projections.
     ``split``: :func:`stage_split`'s result, where the caller has it."""
     first, middle, last = stage_split(model, x) if split is None else split
-    last = last + x.mtp
+    last = last + x.mtp_layers
     both_tables = 1 if model.tied_embeddings else 2
     dual = x.dualpipe
     return [
@@ -93,7 +93,7 @@ def stage_parameters(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndar
     best_dense = best_experts = np.zeros(np.shape(x.pp))
     for valid, layers, tables, end in _stage_loads(model, x):
         held = copies * layers
-        dense = (held * (per_layer + 2 * h) + tables * model.vocab * h + end * x.mtp * 2 * h**2) / x.tp
+        dense = (held * (per_layer + 2 * h) + tables * model.vocab * h + end * x.mtp_layers * 2 * h**2) / x.tp
         experts = held * moe_share * w.moe_experts / (x.expert_tp * x.ep)
         larger = valid & (dense + experts > best_dense + best_experts)
         best_dense, best_experts = (
@@ -142,7 +142,7 @@ def memory_parts(
         "gradients": sharded(gradient_bytes(x), 2),
         "optimizer": sharded(optimizer_bytes(x), 1),
         "layer_activations": x.tokens * split,
-        "logits": (1 + x.mtp) * 4.0 * x.tokens * model.vocab / x.tp,
+        "logits": (1 + x.mtp_layers) * 4.0 * x.tokens * model.vocab / x.tp,
     }
 
 

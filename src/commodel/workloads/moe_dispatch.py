@@ -27,7 +27,8 @@ from commodel.comm.fabric import Fabric, fabric_of
 from commodel.comm.initiation import available, message_rate, path_of, put_latency
 from commodel.errors import CommodelError, unknown
 from commodel.hardware.cluster import Cluster
-from commodel.workloads.groups import Group, group, shared_nics
+from commodel.workloads.groups import Group, group, job_domain, shared_nics
+from commodel.workloads.layout import Layout
 from commodel.workloads.schema import MoE, Transformer
 from commodel.workloads.transformer import routed_copies
 
@@ -99,6 +100,15 @@ def cross_domain_problem(c: Cluster) -> str:
     return (
         f"the deepep dispatcher needs GPU-initiated RDMA across nodes, which {c.scale_out.description} lacks"
     )
+
+
+def deepep_problem(c: Cluster, x: Layout, gpus: np.ndarray) -> tuple[np.ndarray, str]:
+    """``(mask, message)``: layouts whose expert groups DeepEP would dispatch across scale-up domains
+    of ``c`` where it cannot (:func:`cross_domain_problem`)."""
+    reason = cross_domain_problem(c) if np.any(x.deepep) else ""
+    if not reason:
+        return np.zeros(np.shape(gpus), dtype=bool), ""
+    return x.deepep & group(x.ep, x.expert_tp, job_domain(gpus, c.domain_gpus)).spans_nodes, reason
 
 
 #: Share of a GPU's achievable NVLink rate DeepEP's high-throughput kernels sustain: their SMs copy

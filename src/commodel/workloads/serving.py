@@ -41,6 +41,7 @@ from commodel.compute.precision import Precision
 from commodel.hardware.cluster import Cluster
 from commodel.workloads.groups import Group, collective, group
 from commodel.workloads.layer_work import first_design, kernel_row, timed
+from commodel.workloads.layout import heads_problem
 from commodel.workloads.schema import Transformer
 from commodel.workloads.transformer import attention_dims, bytes_per, layer_kernels, layer_weights
 
@@ -49,7 +50,7 @@ from commodel.workloads.transformer import attention_dims, bytes_per, layer_kern
 KV_DTYPES = ("auto", "bf16", "fp8")
 
 #: TensorRT-LLM's KV-cache block (``tokens_per_block``); the engine limits ``max_batch_size``,
-#: ``max_num_tokens`` and ``free_gpu_memory_fraction`` are the job's inputs (:class:`commodel.pricing.jobs.ServingJob`)
+#: ``max_num_tokens`` and ``free_gpu_memory_fraction`` are the job's inputs (:class:`commodel.pricing.serving_job.ServingJob`)
 #: with TensorRT-LLM's defaults.
 KV_BLOCK_TOKENS = 32
 
@@ -106,6 +107,23 @@ class Engine:
     @property
     def tp_group(self) -> Group:
         return group(self.tp, 1, self.cluster.domain_gpus)
+
+
+def replica_problems(
+    model: Transformer, tp: ArrayLike, pp: ArrayLike, ep: ArrayLike, gpus: ArrayLike
+) -> list:
+    """``(mask, message)`` for each rule a serving replica layout breaks: whole replicas of tp x pp,
+    heads split by tp, at most one layer per stage, experts over ep dividing tp and the experts."""
+    tp, pp, ep, gpus = (np.asarray(v, dtype=float) for v in (tp, pp, ep, gpus))
+    problems = [
+        (np.mod(gpus, tp * pp) != 0, "the GPUs are not whole replicas of tp x pp"),
+        heads_problem(model, tp),
+        (pp > model.layers, f"pp cannot exceed the layers ({model.layers})"),
+    ]
+    if model.moe is None:
+        return [*problems, (ep > 1, "ep > 1 needs a mixture-of-experts model")]
+    divides = (np.mod(tp, ep) == 0) & (np.mod(model.moe.experts, ep) == 0)
+    return [*problems, (~divides, f"ep must divide tp and the experts ({model.moe.experts})")]
 
 
 def kv_bytes_per_token_layer(model: Transformer, tp: ArrayLike, kv_dtype: str) -> np.ndarray:

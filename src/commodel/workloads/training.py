@@ -44,9 +44,8 @@ from commodel.comm.fabric import Fabric, fabric_of
 from commodel.compute.kernels import gemm, gemm_backward
 from commodel.compute.precision import Precision, precision
 from commodel.compute.roofline import peak_flops
-from commodel.errors import unknown
 from commodel.hardware.cluster import Cluster
-from commodel.overlap import STRATEGIES, Window, check_strategy, ctas, exposed, overlapping
+from commodel.overlap import STRATEGIES, Window, ctas, exposed, overlapping
 from commodel.vectorize import on_unique, per_distinct
 from commodel.workloads.activation_fit import fit_activations, offload_exposed
 from commodel.workloads.groups import Group, collective, domain, group, in_switch, job_domain, shared_nics
@@ -59,7 +58,7 @@ from commodel.workloads.layer_work import (
     timed,
     window,
 )
-from commodel.workloads.layout import Layout, has_module, stage_split
+from commodel.workloads.layout import AUTO, Layout, has_module, stage_split
 from commodel.workloads.memory import (
     OPTIMIZER_BYTES,
     fits,
@@ -263,17 +262,17 @@ def per_microbatch(
     logits_s = sum(timed(gpu, k, None)[0] for k in (logits, *gemm_backward(logits)))
     logits_s = logits_s + 3 * T * model.vocab / x.tp * 4 / hbm
     end_s = logits_s
-    if np.any(x.mtp > 0):
+    if np.any(x.mtp_layers > 0):
         projection = gemm(T, h / x.tp, 2 * h, recipe.gemm)
         projection_s = sum(timed(gpu, k, None)[0] for k in (projection, *gemm_backward(projection)))
-        end_s = end_s + x.mtp * (logits_s + projection_s)
+        end_s = end_s + x.mtp_layers * (logits_s + projection_s)
 
     # Pipeline point-to-point: one activation forward, one gradient backward per micro-batch and chunk;
     # each tensor-parallel rank sends its 1/tp slice (sequence parallelism, or Megatron's scatter-gather).
     p2p, p2p_bw = collective("sendrecv", np.where(x.pp > 1, act / x.tp, 0.0), pp, fab)
     p2p_comm = np.where(x.pp > 1, 2 * x.vpp * p2p, 0.0)
     first, middle, last = stage_split(model, x)
-    stage_layers = np.maximum(np.maximum(first, middle), last + x.mtp)  # the largest stage's
+    stage_layers = np.maximum(np.maximum(first, middle), last + x.mtp_layers)  # the largest stage's
     p2p_part = partitioned(np.full_like(T, ctas(strategy, "p2p")))
     mb_window = repeat(window(full, p2p_part, "both"), stage_layers)
     pp_exposed = exposed(strategy, mb_window, p2p_comm, traffic_Bps=2 * p2p_bw, hbm_Bps=hbm, calls=2 * x.vpp)
@@ -399,11 +398,8 @@ def train_step(
     ``strategy`` is one overlap strategy (:data:`~commodel.overlap.STRATEGIES`) or one per layout.
     Layouts that differ only in global batch share one :func:`per_microbatch` evaluation.
     """
-    check_strategy(strategy)
-    if ep_overlap not in EP_OVERLAP:
-        raise unknown("expert-parallel overlap", ep_overlap, EP_OVERLAP)
     software = (attention_impl, tp_overlap, ep_overlap)
-    auto = np.asarray(x.recompute) == 3
+    auto = np.asarray(x.recompute) == AUTO
     mixed = auto | (np.asarray(x.offload_layers) > 0)
     if np.any(mixed):  # priced without and with full recomputation in one pass, then mixed
         shape = np.broadcast_shapes(x.shape, mixed.shape)
@@ -438,8 +434,8 @@ def _schedule(
     """
     first, middle, last = split
     end_s, per_mb = p["end_s"], p["pp_exposed_s"] + p["z3_exposed_s"]
-    layers = model.layers + x.mtp
-    lead_layers, end_layers, end_extra = np.maximum(first, middle), last + x.mtp, end_s
+    layers = model.layers + x.mtp_layers
+    lead_layers, end_layers, end_extra = np.maximum(first, middle), last + x.mtp_layers, end_s
     idle, chunk_extra = (x.pp - 1) / x.vpp, 0.0
     if np.any(x.dualpipe):
         ends = (first + end_layers) / 2
@@ -508,7 +504,7 @@ def _train_step(
     step = m * slowest + bubble + dp_exposed + optimizer + unpaired
 
     tokens = x.global_batch * x.seq
-    model_flops = tokens * model_flops_per_token(model, x.seq, mtp=x.mtp)
+    model_flops = tokens * model_flops_per_token(model, x.seq, mtp=x.mtp_layers)
     hw_flops = model_flops + tokens * recompute_flops_per_token(
         model, x.seq, x.recompute, modules=x.recompute_modules
     )

@@ -1,154 +1,55 @@
-"""One declaration per job kind (DESIGN principle 7): inputs, defaults, units, bounds and help text.
-
-The CLI's options (:func:`commodel.cli` builds ``commodel train`` from :class:`TrainingJob` and
-``commodel serve`` from :class:`ServingJob`), the scalar APIs (:mod:`commodel.pricing.run`) and
-the sweep evaluators' inputs (:mod:`commodel.pricing.training`,
-:mod:`commodel.pricing.serving`) are all derived from these classes, and a scalar call is
-the evaluator on a one-row table, so every front end gives the same answer for the same job.
-
-Fields whose default is ``None`` are derived: ``gpus`` from ``nodes`` (or the other way round),
-``dp`` from the GPUs and the model-parallel sizes, ``seq`` from the model's training sequence.
-Cross-field rules (a layout that does not divide the GPUs, heads not divisible by tp) are layout
-rules, checked vectorized by :func:`commodel.workloads.layout.layout_problems`.
-"""
+"""The training job as a user states it (:class:`TrainingJob`): model, system, parallel layout,
+batch, software settings, and the facility and price figures its energy and cost use. ``commodel
+train``'s options, :func:`commodel.pricing.run.train` and the ``training`` evaluator's inputs are its
+fields; cross-field rules of a layout are the model's (:func:`commodel.workloads.layout.layout_problems`)."""
 
 from __future__ import annotations
 
-import math
 import numbers
-from collections.abc import Iterable
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from commodel.errors import CommodelError, suggest
-
-#: Largest global batch (sequences) and sequence length a job may state: beyond, products of them
-#: leave the range where float64 token counts are exact.
-MAX_GLOBAL_BATCH = 2**40
-MAX_SEQ = 2**25
-
-J = TypeVar("J", bound="Job")
-
-
-def _choices(kind: str) -> Iterable[str]:
-    """The names a categorical input of ``kind`` may take (looked up when validated, not at import)."""
-    if kind == "model":
-        from commodel.workloads.catalog import models
-
-        return models()
-    if kind in ("system", "scale-out fabric"):
-        from commodel.hardware import default_db
-
-        db = default_db()
-        return (
-            db.systems
-            if kind == "system"
-            else ["", *(n for n, link in db.links.items() if link.endpoint_power)]
-        )
-    if kind == "training precision":
-        from commodel.compute.precision import PRECISIONS
-
-        return PRECISIONS
-    if kind == "serving precision":
-        from commodel.compute.precision import SERVING_RECIPES
-
-        return SERVING_RECIPES
-    if kind == "KV-cache dtype":
-        from commodel.workloads.serving import KV_DTYPES
-
-        return KV_DTYPES
-    if kind == "failure model":
-        from commodel.workloads.catalog import failure_models
-
-        return ["", *failure_models()]
-    if kind == "checkpoint mode":
-        from commodel.ops.goodput import CHECKPOINT_MODES
-
-        return CHECKPOINT_MODES
-    if kind == "cross-vendor transport":
-        from commodel.comm.cross_vendor import TRANSPORTS
-
-        return TRANSPORTS
-    if kind == "overlap strategy":
-        from commodel.overlap import STRATEGIES
-
-        return STRATEGIES
-    if kind == "tensor-parallel overlap":
-        from commodel.workloads.tensor_parallel import TP_OVERLAP
-
-        return TP_OVERLAP
-    if kind == "expert-parallel overlap":
-        from commodel.workloads.training import EP_OVERLAP
-
-        return EP_OVERLAP
-    if kind == "attention implementation":
-        from commodel.workloads.transformer import ATTENTION_IMPLEMENTATIONS
-
-        return ATTENTION_IMPLEMENTATIONS
-    if kind == "recompute module":
-        from commodel.workloads.layout import RECOMPUTE_MODULES
-
-        return RECOMPUTE_MODULES
-    if kind == "pipeline schedule":
-        from commodel.workloads.layout import SCHEDULES
-
-        return SCHEDULES
-    if kind == "expert dispatcher":
-        from commodel.workloads.layout import DISPATCHERS
-
-        return DISPATCHERS
-    from commodel.workloads.layout import RECOMPUTE
-
-    return (*RECOMPUTE, "auto")
+from commodel.comm.cross_vendor import TRANSPORTS
+from commodel.compute.precision import PRECISIONS
+from commodel.errors import CommodelError
+from commodel.hardware import default_db
+from commodel.ops.goodput import CHECKPOINT_MODES
+from commodel.overlap import STRATEGIES
+from commodel.pricing.job import MAX_GLOBAL_BATCH, MAX_SEQ, Choices, Job, Pue, make_job
+from commodel.workloads.catalog import failure_models, models
+from commodel.workloads.hetero import parse_node_groups
+from commodel.workloads.layout import (
+    DISPATCHERS,
+    RECOMPUTE,
+    RECOMPUTE_MODULES,
+    SCHEDULES,
+    module_bits,
+    module_names,
+)
+from commodel.workloads.pipeline_layout import stage_split
+from commodel.workloads.tensor_parallel import TP_OVERLAP
+from commodel.workloads.training import EP_OVERLAP
+from commodel.workloads.transformer import ATTENTION_IMPLEMENTATIONS
 
 
-def _names(kind: str, value: str) -> list[str]:
-    """The names a categorical value holds: a system may be node groups (``mi300x-8:2,dgx-h100:2``),
-    recompute modules a comma-separated list (``layernorm,mla_up_proj``)."""
-    if kind == "recompute module":
-        from commodel.workloads.layout import module_names
-
-        return module_names(value)
-    if kind == "system" and ":" in value:
-        from commodel.workloads.hetero import parse_node_groups
-
-        try:
-            return [name for name, _ in parse_node_groups(value)]
-        except CommodelError as exc:
-            raise ValueError(str(exc)) from None
-    return [value]
+def _systems() -> list[str]:
+    """The systems of the hardware database in use (an overlay may add some)."""
+    return list(default_db().systems)
 
 
-class Job(BaseModel):
-    """What every job declaration shares: no unknown fields, categorical inputs checked against their
-    names (``categories``: field -> what it is called), finite numbers, a PUE of at least 1."""
+def _fabrics() -> list[str]:
+    """The links a system's scale-out may be replaced with ("" keeps its own)."""
+    return ["", *(name for name, link in default_db().links.items() if link.endpoint_power)]
 
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
-    #: What the job's inputs are called in messages ("not a training input").
-    noun: ClassVar[str] = "job"
-    categories: ClassVar[dict[str, str]] = {}
+def _failure_models() -> list[str]:
+    return ["", *failure_models()]
 
-    @field_validator("*")
-    @classmethod
-    def _known(cls, value: Any, info: Any) -> Any:
-        kind = cls.categories.get(info.field_name)
-        if kind is not None:
-            choices = list(_choices(kind))
-            for name in _names(kind, value):
-                if name not in choices:
-                    shown = (
-                        ", ".join(c for c in sorted(choices) if c)
-                        if len(choices) <= 40
-                        else f"{len(choices)} names"
-                    )
-                    raise ValueError(f"unknown {kind} '{name}'{suggest(name, choices)}; known: {shown}")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"must be a finite number, got {value}")
-        if info.field_name == "pue" and value < 1:
-            raise ValueError(f"PUE is facility energy over IT energy, so at least 1; got {value}")
-        return value
+
+def _node_group_names(value: str) -> list[str]:
+    """The systems a ``system`` input names: one, or node groups (``mi300x-8:2,dgx-h100:2``)."""
+    return [name for name, _ in parse_node_groups(value)] if ":" in value else [value]
 
 
 class TrainingJob(Job):
@@ -156,32 +57,22 @@ class TrainingJob(Job):
     and the facility and price figures its energy and cost use."""
 
     noun: ClassVar[str] = "training"
-    categories: ClassVar[dict[str, str]] = {
-        "model": "model",
-        "system": "system",
-        "fabric": "scale-out fabric",
-        "dtype": "training precision",
-        "overlap": "overlap strategy",
-        "tp_overlap": "tensor-parallel overlap",
-        "ep_overlap": "expert-parallel overlap",
-        "attention": "attention implementation",
-        "recompute": "recompute mode",
-        "recompute_modules": "recompute module",
-        "schedule": "pipeline schedule",
-        "dispatcher": "expert dispatcher",
-        "transport": "cross-vendor transport",
-        "failures": "failure model",
-        "checkpoint": "checkpoint mode",
-    }
+    together: ClassVar[tuple[str, ...]] = (
+        "model", "pp", "pipeline_layout", "vpp", "mtp_layers", "ends_as_layers", "first_stage_layers", "last_stage_layers",
+    )  # fmt: skip
 
-    model: str = Field(description="Model name (workloads/): llama3-70b, deepseek-v3, qwen3-30b-a3b, ...")
-    system: str = Field(
+    model: Annotated[str, Choices("model", models)] = Field(
+        description="Model name (workloads/): llama3-70b, deepseek-v3, qwen3-30b-a3b, ..."
+    )
+    system: Annotated[str, Choices("system", _systems, split=_node_group_names)] = Field(
         description="System (node) name from the hardware database, or node groups SYSTEM:NODES,... "
         "(pipeline stages across unlike nodes, e.g. mi300x-8:1,dgx-h100:1)."
     )
     gpus: int | None = Field(None, ge=1, description="Total GPUs (default: nodes x GPUs per node).")
     nodes: int | None = Field(None, ge=1, description="Nodes (default: just enough for the GPUs).")
-    fabric: str = Field("", description="Scale-out fabric instead of the system's own (a link name).")
+    fabric: Annotated[str, Choices("scale-out fabric", _fabrics)] = Field(
+        "", description="Scale-out fabric instead of the system's own (a link name)."
+    )
     tp: int = Field(1, ge=1, description="Tensor-parallel size.")
     pp: int = Field(1, ge=1, description="Pipeline-parallel size.")
     dp: int | None = Field(None, ge=1, description="Data-parallel size (default: gpus / (tp pp cp)).")
@@ -194,7 +85,7 @@ class TrainingJob(Job):
         "The expert grid etp x ep folds over the tp x cp x dp ranks, so ep may span tensor-parallel ranks.",
     )
     vpp: int = Field(1, ge=1, description="Virtual pipeline stages per GPU (interleaved 1F1B).")
-    schedule: str = Field(
+    schedule: Annotated[str, Choices("pipeline schedule", SCHEDULES, group=False)] = Field(
         "1f1b",
         description="Pipeline schedule: 1f1b (interleaved with vpp > 1), or dualpipe (DeepSeek-V3: two "
         "stages per GPU, even pp, micro-batches even and at least 2 x pp).",
@@ -247,7 +138,7 @@ class TrainingJob(Job):
     global_batch: int = Field(1024, ge=1, le=MAX_GLOBAL_BATCH, description="Sequences per step.")
     micro_batch: int = Field(1, ge=1, le=MAX_GLOBAL_BATCH, description="Sequences per micro-batch.")
     seq: int | None = Field(None, ge=1, le=MAX_SEQ, description="Sequence length (default: the model's).")
-    recompute: str = Field(
+    recompute: Annotated[str, Choices("recompute mode", (*RECOMPUTE, "auto"), group=False)] = Field(
         "none",
         description="Activation recomputation: none, selective (the attention core: saves memory with "
         "unfused attention only), full, or auto (the cheapest way to fit: recompute, or offload to CPU "
@@ -262,7 +153,9 @@ class TrainingJob(Job):
         "--cpu-offloading-num-layers; Megatron-Core: one pipeline stage, no recomputation, fewer than all "
         "layers). recompute auto chooses its own.",
     )
-    recompute_modules: str = Field(
+    recompute_modules: Annotated[
+        str, Choices("recompute module", RECOMPUTE_MODULES, module_names, False, module_bits)
+    ] = Field(
         "",
         description="Parts of every layer not recomputed in full that run their forward again in the backward "
         "(Megatron's --recompute-modules, comma-separated; its core_attn is --recompute selective): layernorm, "
@@ -278,7 +171,7 @@ class TrainingJob(Job):
         "DeepEP's (Megatron's --moe-deepep-num-sms; DeepSeek-V3: 20); default: NCCL's CTAs, or 20 with "
         "--dispatcher deepep.",
     )
-    dispatcher: str = Field(
+    dispatcher: Annotated[str, Choices("expert dispatcher", DISPATCHERS, group=False)] = Field(
         "alltoall",
         description="Expert token dispatcher: alltoall (Megatron's, over NCCL: every routed copy to its "
         "expert's GPU) or deepep (Megatron's flex dispatcher with DeepEP: a token crosses the network once "
@@ -315,28 +208,30 @@ class TrainingJob(Job):
         "beside their FP8 copies (4 B per parameter). No effect in BF16.",
     )
     zero: int = Field(1, ge=0, le=3, description="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP).")
-    dtype: str = Field(
+    dtype: Annotated[str, Choices("training precision", PRECISIONS)] = Field(
         "bf16",
         description="Training precision: bf16, fp16, fp8 (TE current scaling), mxfp8, fp8-block (TE blockwise, DeepSeek-V3's).",
     )
-    overlap: str = Field(
+    overlap: Annotated[str, Choices("overlap strategy", STRATEGIES, group=False)] = Field(
         "serial",
         description="Compute/communication overlap: serial, ideal, sm-partition, occupancy-shaped, in-network.",
     )
-    tp_overlap: str = Field(
+    tp_overlap: Annotated[str, Choices("tensor-parallel overlap", TP_OVERLAP)] = Field(
         "none",
         description="Tensor-parallel communication: none, t3 (fused GEMM+RS), cais, "
         "userbuffers (Transformer Engine's comm+GEMM overlap; needs --sequence-parallel).",
     )
-    ep_overlap: str = Field(
+    ep_overlap: Annotated[str, Choices("expert-parallel overlap", EP_OVERLAP)] = Field(
         "none",
         description="Expert all-to-alls: none (on the critical path, Megatron's default), 1f1b (one "
         "micro-batch's dispatch and combine under another's compute, Megatron's "
         "--overlap-moe-expert-parallel-comm) or shared-experts (beside the layer's own shared experts, "
         "Megatron's --moe-shared-expert-overlap).",
     )
-    attention: str = Field("flash", description="Attention kernel: flash or unfused.")
-    transport: str = Field(
+    attention: Annotated[str, Choices("attention implementation", ATTENTION_IMPLEMENTATIONS)] = Field(
+        "flash", description="Attention kernel: flash or unfused."
+    )
+    transport: Annotated[str, Choices("cross-vendor transport", TRANSPORTS, group=False)] = Field(
         "device-direct",
         description="Across node groups of different vendors: device-direct (GPUDirect RDMA) or cpu-forwarding.",
     )
@@ -347,13 +242,13 @@ class TrainingJob(Job):
         "",
         description="Layers per pipeline stage across node groups, e.g. 18,14 (default: balanced by speed).",
     )
-    failures: str = Field(
+    failures: Annotated[str, Choices("failure model", _failure_models)] = Field(
         "", description="Failure model (workloads/failures/): llama3-h100; empty: no failures, goodput 1."
     )
     mtbf_gpu_hours: float | None = Field(
         None, gt=0, description="MTBF of one GPU's share of the cluster, hours (instead of a failure model)."
     )
-    checkpoint: str = Field(
+    checkpoint: Annotated[str, Choices("checkpoint mode", CHECKPOINT_MODES)] = Field(
         "sync", description="Checkpoints: sync (training stops) or async (background write)."
     )
     checkpoint_interval_min: float | None = Field(
@@ -369,7 +264,7 @@ class TrainingJob(Job):
         True, description="Hot spare nodes replace failed ones (else repairs stall the job)."
     )
     repair_hours: float = Field(4.0, ge=0, description="Hours to repair a node when no spare is at hand.")
-    pue: float = Field(1.0, description="Facility PUE for energy (1.0: IT energy only).")
+    pue: Pue = Field(1.0, description="Facility PUE for energy (1.0: IT energy only).")
     carbon_g_per_kWh: float = Field(0.0, ge=0, description="Grid carbon intensity (g CO2 per kWh).")
     price_per_gpu_hour: float = Field(0.0, ge=0, description="Price per GPU-hour (USD).")
     train_tokens: float = Field(
@@ -385,9 +280,6 @@ class TrainingJob(Job):
         text = data.get("pipeline_layout") if isinstance(data, dict) else None
         if not text:
             return data
-        from commodel.workloads.catalog import models
-        from commodel.workloads.pipeline_layout import stage_split
-
         config, pp = models().get(data.get("model")), data.get("pp") or 1
         if config is None or not isinstance(pp, numbers.Integral) or pp < 1:
             return data  # the model's and pp's own checks name them
@@ -411,121 +303,12 @@ class TrainingJob(Job):
         ``core_attn`` is ``--recompute selective`` here."""
         if not isinstance(value, str):
             return value
-        from commodel.workloads.layout import module_names
-
         names = module_names(value)
         if "core_attn" in names:
             raise ValueError("core_attn is --recompute selective here (the attention core), not a module")
         return ",".join(dict.fromkeys(names))
 
 
-class ServingJob(Job):
-    """A serving deployment as a user states it: model, system, GPUs and their parallel layout per
-    replica, precision, the request shape, how many requests are in flight (or the latency SLO that
-    decides it), the engine's limits, and the facility and price figures."""
-
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, coerce_numbers_to_str=True, defer_build=True
-    )  # batch = 8 or "8"
-    noun: ClassVar[str] = "serving"
-    categories: ClassVar[dict[str, str]] = {
-        "model": "model",
-        "system": "system",
-        "dtype": "serving precision",
-        "kv_dtype": "KV-cache dtype",
-    }
-
-    model: str = Field(description="Model name (workloads/): llama3-70b, qwen3-30b-a3b, ...")
-    system: str = Field(description="System (node) name from the hardware database.")
-    gpus: int | None = Field(
-        None, ge=1, description="Total GPUs, in replicas of tp x pp (default: one replica)."
-    )
-    tp: int = Field(1, ge=1, description="Tensor-parallel size of a replica.")
-    pp: int = Field(1, ge=1, description="Pipeline-parallel size of a replica.")
-    ep: int = Field(
-        1, ge=1, description="Expert-parallel size (MoE; divides tp: experts over ep, tp / ep each)."
-    )
-    dtype: str = Field("bf16", description="Linear layers' weights and activations: bf16, fp8, fp4 (NVFP4).")
-    kv_dtype: str = Field("auto", description="KV cache: bf16, fp8, or auto (fp8 with fp8/fp4 weights).")
-    prompt: int = Field(1024, ge=1, le=MAX_SEQ, description="Prompt (input) tokens per request.")
-    output: int = Field(1024, ge=1, le=MAX_SEQ, description="Output tokens per request.")
-    prompt_cv: float = Field(
-        0.0, ge=0, le=10, description="Spread of prompt lengths (coefficient of variation)."
-    )
-    output_cv: float = Field(
-        0.0, ge=0, le=10, description="Spread of output lengths (coefficient of variation)."
-    )
-    batch: str = Field(
-        "max",
-        description="Requests in flight: a number, or max (all the KV cache holds: trtllm-bench's offline run).",
-    )
-    slo_ttft: float | None = Field(
-        None, gt=0, description="Time-to-first-token SLO (s): the largest batch meeting it."
-    )
-    slo_tpot: float | None = Field(
-        None, gt=0, description="Time-per-output-token SLO (s): the largest batch meeting it."
-    )
-    prefill_gpus: int = Field(
-        0,
-        ge=0,
-        description="GPUs serving prompts only (prefill/decode disaggregation); 0: every replica does both.",
-    )
-    max_batch_size: int = Field(
-        2048, ge=1, le=MAX_GLOBAL_BATCH, description="Engine limit on requests in flight."
-    )
-    max_num_tokens: int = Field(8192, ge=1, le=MAX_SEQ, description="Engine limit on tokens per iteration.")
-    kv_fraction: float = Field(0.9, gt=0, le=1, description="Share of free HBM given to the KV cache.")
-    pue: float = Field(1.0, description="Facility PUE for energy (1.0: IT energy only).")
-    price_per_gpu_hour: float = Field(0.0, ge=0, description="Price per GPU-hour (USD), for cost per token.")
-
-    @field_validator("batch")
-    @classmethod
-    def _batch(cls, value: str) -> str:
-        if value != "max" and not (value.isdigit() and 0 < int(value) <= MAX_GLOBAL_BATCH):
-            raise ValueError(f"a number of requests (1 to {MAX_GLOBAL_BATCH}) or max; got '{value}'")
-        return value
-
-    @model_validator(mode="after")
-    def _batch_or_slo(self) -> ServingJob:
-        if self.batch != "max" and (self.slo_ttft is not None or self.slo_tpot is not None):
-            raise ValueError("give a batch or a latency SLO, not both (the SLO chooses the batch)")
-        return self
-
-
-def job_error(exc: ValidationError, schema: type[Job]) -> CommodelError:
-    """A job's validation errors as one :class:`CommodelError` line per field, in the CLI's terms."""
-    lines = []
-    for err in exc.errors():
-        field = ".".join(str(p) for p in err["loc"])
-        message = str(err["msg"]).removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            message = f"not a {schema.noun} input{suggest(field, schema.model_fields)}"
-        lines.append(f"--{field.replace('_', '-')}: {message}" if field else message)
-    return CommodelError("; ".join(lines))
-
-
-def make_job(schema: type[J], **values: Any) -> J:
-    """A validated job of ``schema``; bad values are a :class:`CommodelError` naming the option."""
-    try:
-        return schema(**values)
-    except ValidationError as exc:
-        raise job_error(exc, schema) from None
-
-
 def training_job(**values: Any) -> TrainingJob:
     """A validated :class:`TrainingJob`."""
     return make_job(TrainingJob, **values)
-
-
-def serving_job(**values: Any) -> ServingJob:
-    """A validated :class:`ServingJob`."""
-    return make_job(ServingJob, **values)
-
-
-def check_column(schema: type[Job], name: str, values: Iterable[Any], base: dict[str, Any]) -> None:
-    """Check every distinct value a sweep gives input ``name`` with the same rules as the CLI
-    (``base``: a valid job to vary one field of)."""
-    for value in values:
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            continue
-        make_job(schema, **{**base, name: value})

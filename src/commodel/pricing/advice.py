@@ -1,0 +1,112 @@
+"""What ``commodel train`` suggests beside its answer: the changes worth trying on a job (a lighter
+last pipeline stage, recompute modules, DeepEP's dispatcher), each priced as one batch of variants of
+the job through the same table pricing (:func:`~commodel.pricing.training.price_training`), and
+named only where it pays."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from commodel.compute.precision import precision
+from commodel.pricing.table import Columns, job_columns
+from commodel.pricing.training import price_training
+from commodel.pricing.training_job import TrainingJob
+from commodel.workloads.catalog import model
+from commodel.workloads.layout import COVERED_BY, RECOMPUTE_MODULES, module_names
+from commodel.workloads.transformer import activation_bytes_per_token
+
+#: Stage imbalance (slowest stage over the mean) above which a lighter last stage is looked for, and
+#: the gain that makes a change worth a note.
+IMBALANCE_WORTH_A_LOOK, GAIN_WORTH_A_NOTE = 0.05, 0.02
+
+
+def variants(job: TrainingJob, field: str, choices: list[Any]) -> Columns:
+    """The priced table of ``job`` with ``field`` set to each of ``choices``, one batch."""
+    columns = job_columns(job, len(choices))
+    columns[field] = np.array(choices, dtype=object)
+    return price_training(columns)
+
+
+def _saves(faster: float, now: float) -> bool:
+    return faster < (1 - GAIN_WORTH_A_NOTE) * now
+
+
+def lighter_last_stage(job: TrainingJob, row: SimpleNamespace) -> str:
+    """Where the last stage (its logits, multi-token prediction modules) sets a pipeline's pace: the
+    fewer layers there (Megatron's ``--decoder-last-pipeline-num-layers``, or under virtual stages its
+    pipeline layout) that make the step the shortest, if that saves at least
+    :data:`GAIN_WORTH_A_NOTE` and still fits where the job does; else no note."""
+    if job.pp < 2 or job.last_stage_layers is not None or ":" in job.system:
+        return ""
+    if float(row.stage_imbalance) < IMBALANCE_WORTH_A_LOOK:
+        return ""
+    choices = list(range(1, -(-model(job.model).layers // job.pp)))
+    table = variants(job, "last_stage_layers", choices)
+    step = np.where(table["valid"] & (table["fits"] | ~row.fits), table["step_time_s"].astype(float), np.inf)
+    best, now = int(np.argmin(step)), float(row.step_time_s)
+    if not _saves(step[best], now):
+        return ""
+    chunks = " over its chunks" if job.vpp > 1 else ""
+    return (
+        f"the last stage sets the pace ({100 * float(row.stage_imbalance):.0f}% above the mean): "
+        f"--last-stage-layers {choices[best]}{chunks} balances it ({now:.4g} -> {step[best]:.4g} s per step)"
+    )
+
+
+def deepep_to_try(job: TrainingJob, row: SimpleNamespace) -> str:
+    """Where NCCL's all-to-all dispatches a MoE job's tokens: DeepEP's dispatch priced instead (one
+    network copy per remote domain and one NVLink copy per GPU holding the token's experts,
+    :func:`~commodel.workloads.moe_dispatch.forwarded_copies`), named if it saves at least
+    :data:`GAIN_WORTH_A_NOTE` and fits where the job does; else no note."""
+    if job.dispatcher != "alltoall" or job.ep < 2 or float(row.ep_comm_s) <= 0 or ":" in job.system:
+        return ""
+    table = variants(job, "dispatcher", ["deepep"])
+    faster, now = float(table["step_time_s"][0]), float(row.step_time_s)
+    if not (table["valid"][0] and (table["fits"][0] or not row.fits)) or not _saves(faster, now):
+        return ""
+    return (
+        f"--dispatcher deepep sends a token across the network once per node its experts are on: expert "
+        f"all-to-alls {float(row.ep_comm_s):.4g} -> {float(table['ep_comm_s'][0]):.4g} s ({now:.4g} -> "
+        f"{faster:.4g} s per step)"
+    )
+
+
+def recompute_modules_to_try(job: TrainingJob, row: SimpleNamespace) -> str:
+    """Where a job fits only by recomputing or offloading whole layers (``--recompute auto``), or does
+    not fit: the recompute modules it does not use yet that free memory for its model and precision
+    (:func:`~commodel.workloads.transformer.activation_bytes_per_token` says which), each alone and all
+    together, priced as one batch; the fastest that fits is named if it saves at least
+    :data:`GAIN_WORTH_A_NOTE` or makes the job fit; else no note."""
+    pressed = not row.fits or (
+        job.recompute == "auto" and (float(row.recompute_share) > 0 or float(row.offload_share) > 0)
+    )
+    if not pressed or ":" in job.system:
+        return ""
+    net, recipe = model(job.model), precision(job.dtype)
+    used = set(module_names(job.recompute_modules))
+    stored = activation_bytes_per_token(net, 0, recipe=recipe)
+    new = [name for name, bit in RECOMPUTE_MODULES.items()
+           if name not in used and activation_bytes_per_token(net, 0, recipe=recipe, modules=bit) < stored]  # fmt: skip
+    if not new:
+        return ""
+    together = used | set(new)
+    together -= {name for name in together if COVERED_BY.get(name) in together}  # moe covers moe_act
+    choices = [",".join(sorted(used | {name})) for name in new]
+    choices += [",".join(sorted(together))] if len(new) > 1 else []
+    table = variants(job, "recompute_modules", choices)
+    step = np.where(table["valid"] & table["fits"], table["step_time_s"].astype(float), np.inf)
+    best, now = int(np.argmin(step)), float(row.step_time_s)
+    if not (_saves(step[best], now) or (np.isfinite(step[best]) and not row.fits)):
+        return ""
+    fits = "" if row.fits else "fits, "
+    return (
+        f"--recompute-modules {choices[best]} frees activations: {fits}recompute "
+        f"{table['recompute_used'][best]} ({now:.4g} -> {step[best]:.4g} s per step)"
+    )
+
+
+#: The changes ``train(advise=True)`` prices, in the order their notes appear.
+ADVICE = (lighter_last_stage, recompute_modules_to_try, deepep_to_try)

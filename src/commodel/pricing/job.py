@@ -1,0 +1,240 @@
+"""What every job declaration shares (DESIGN principle 7): a pydantic model whose fields are the job's
+inputs, each with its default, bounds and help text, and whose categorical fields say where their
+names come from (:class:`Choices`). The CLI's options, the scalar API and the table evaluators'
+inputs, defaults, checks and group keys are all read from a declaration, never listed again.
+
+Fields whose default is ``None`` are derived by the pricing function (a job's GPUs from its nodes, its
+data-parallel size from its GPUs, its sequence from its model).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Annotated, Any, ClassVar, TypeVar
+
+import numpy as np
+import pandas as pd
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator
+
+from commodel.errors import CommodelError, suggest
+from commodel.hardware import default_db
+from commodel.workloads.catalog import models
+
+#: Largest global batch (sequences) and sequence length a job may state: beyond, products of them
+#: leave the range where float64 token counts are exact.
+MAX_GLOBAL_BATCH = 2**40
+MAX_SEQ = 2**25
+
+J = TypeVar("J", bound="Job")
+
+
+@dataclass(frozen=True)
+class Choices:
+    """A categorical input: what it is called in messages (``kind``), the names it may take (a
+    collection, or a function that gives them when a value is checked: hardware names change with an
+    overlay), how one value holds several names (``split``: module lists, node groups), whether rows
+    that differ in it are priced apart (``group``: a group key; otherwise it is priced per row), and
+    its number in a layout (``encode``; default: its position among the names)."""
+
+    kind: str
+    names: Collection[str] | Callable[[], Collection[str]]
+    split: Callable[[str], list[str]] | None = None
+    group: bool = True
+    encode: Callable[[str], float] | None = None
+
+    def known(self) -> list[str]:
+        return list(self.names() if callable(self.names) else self.names)
+
+    def code(self, value: str) -> float:
+        """The value's number in a layout."""
+        return self.encode(value) if self.encode else float(self.known().index(value))
+
+    def check(self, value: str) -> str:
+        """``value``, or a ValueError naming the first unknown name in it and the closest known one."""
+        known = self.known()
+        try:
+            names = self.split(value) if self.split else [value]
+        except CommodelError as exc:
+            raise ValueError(str(exc)) from None
+        for name in names:
+            if name not in known:
+                shown = (
+                    ", ".join(c for c in sorted(known) if c) if len(known) <= 40 else f"{len(known)} names"
+                )
+                raise ValueError(f"unknown {self.kind} '{name}'{suggest(name, known)}; known: {shown}")
+        return value
+
+
+#: The inputs most jobs name: a model of ``workloads/``, a system of the hardware database in use (an
+#: overlay may add some), a link of it.
+MODEL = Choices("model", models)
+SYSTEM = Choices("system", lambda: list(default_db().systems))
+LINK = Choices("link", lambda: list(default_db().links))
+
+
+def _at_least_one(value: float) -> float:
+    if value < 1:
+        raise ValueError(f"PUE is facility energy over IT energy, so at least 1; got {value}")
+    return value
+
+
+#: A facility PUE: facility energy over IT energy.
+Pue = Annotated[float, AfterValidator(_at_least_one)]
+
+
+class Job(BaseModel):
+    """What every job declaration shares: no unknown fields, categorical inputs checked against their
+    names (:class:`Choices` in a field's annotation), finite numbers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+
+    #: What the job's inputs are called in messages ("not a training input").
+    noun: ClassVar[str] = "job"
+    #: Fields a cross-field rule of the declaration reads together: a table's distinct combinations
+    #: of them are checked as whole jobs (every other field is checked value by value).
+    together: ClassVar[tuple[str, ...]] = ()
+
+    @field_validator("*")
+    @classmethod
+    def _known(cls, value: Any, info: Any) -> Any:
+        choices = choices_of(cls, info.field_name)
+        if choices is not None and isinstance(value, str):
+            choices.check(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"must be a finite number, got {value}")
+        return value
+
+    @classmethod
+    def inputs(cls) -> dict[str, object]:
+        """Every field with its default (``None`` for required or derived ones)."""
+        return {name: None if f.is_required() else f.default for name, f in cls.model_fields.items()}
+
+    @classmethod
+    def required(cls) -> tuple[str, ...]:
+        return tuple(name for name, f in cls.model_fields.items() if f.is_required())
+
+    @classmethod
+    def group_keys(cls) -> list[str]:
+        """The categorical fields whose rows are priced apart (the rest are priced per row)."""
+        return [name for name in cls.model_fields if (c := choices_of(cls, name)) is not None and c.group]
+
+
+def choices_of(schema: type[Job], name: str) -> Choices | None:
+    """The :class:`Choices` of field ``name``, if it is categorical."""
+    field = schema.model_fields.get(name)
+    return next((m for m in field.metadata if isinstance(m, Choices)), None) if field else None
+
+
+def job_error(exc: ValidationError, schema: type[Job]) -> CommodelError:
+    """A job's validation errors as one :class:`CommodelError` line per field, in the CLI's terms."""
+    lines = []
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"])
+        message = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = f"not a {schema.noun} input{suggest(field, schema.model_fields)}"
+        lines.append(f"--{field.replace('_', '-')}: {message}" if field else message)
+    return CommodelError("; ".join(lines))
+
+
+def make_job(schema: type[J], **values: Any) -> J:
+    """A validated job of ``schema``; bad values are a :class:`CommodelError` naming the option."""
+    try:
+        return schema(**values)
+    except ValidationError as exc:
+        raise job_error(exc, schema) from None
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values of a column (one for a value broadcast: a default)."""
+    array = np.asarray(values)
+    if array.ndim == 1 and len(array) and array.strides == (0,):
+        return array[:1]
+    return pd.unique(array.ravel())
+
+
+#: The bounds a number's field may state, vectorized.
+_BOUNDS = {"ge": np.greater_equal, "gt": np.greater, "le": np.less_equal, "lt": np.less}
+
+
+@cache
+def _bounds_only(schema: type[Job], name: str) -> bool:
+    """Whether a field's rules are a number's: finite, whole for an int, within its stated bounds
+    (and no validator of its own): then they are checked on a column at once."""
+    field = schema.model_fields[name]
+    own = any(name in d.info.fields for d in schema.__pydantic_decorators__.field_validators.values())
+    numeric = field.annotation in (int, float, int | None, float | None)
+    return numeric and not own and all(any(hasattr(m, k) for k in _BOUNDS) for m in field.metadata)
+
+
+def _first_broken(schema: type[Job], name: str, values: np.ndarray) -> Any | None:
+    """The first of a numeric column's distinct ``values`` that breaks its field's rules, or None."""
+    field = schema.model_fields[name]
+    numbers = values.astype(float)
+    given = (
+        ~np.isnan(numbers) if field.annotation in (int | None, float | None) else np.ones(len(values), bool)
+    )
+    broken = given & ~np.isfinite(numbers)
+    if field.annotation in (int, int | None):
+        broken |= given & np.isfinite(numbers) & (numbers != np.round(numbers))
+    for bound in field.metadata:
+        for key, within in _BOUNDS.items():
+            if hasattr(bound, key):
+                broken |= given & ~within(numbers, getattr(bound, key))
+    return values[np.argmax(broken)].item() if broken.any() else None
+
+
+def check_columns(schema: type[Job], columns: Mapping[str, np.ndarray]) -> None:
+    """Every distinct value of every input of a table of jobs, by the declaration's own rules: a sweep
+    gets the CLI's bounds and messages. A number whose field states only bounds is checked against them
+    at once; any other value in a job that varies that one field of the first row's required fields;
+    the fields a cross-field rule reads (``together``), by their distinct combinations. A broken value
+    is reported as the declaration words it."""
+    base = {name: np.asarray(columns[name]).flat[0] for name in schema.required()}
+    defaults = schema.inputs()
+    distinct = {name: _distinct(columns[name]) for name in schema.model_fields}
+    for name, values in distinct.items():
+        if len(values) == 1 and _same(values[0], defaults[name]):
+            continue  # the declaration's own default
+        if values.dtype.kind in "fiu" and _bounds_only(schema, name):
+            broken = _first_broken(schema, name, values)
+            values = [] if broken is None else [broken]
+        for value in values:
+            if not _missing(value):
+                make_job(schema, **{**base, name: value.item() if isinstance(value, np.generic) else value})
+    if schema.together:
+        _check_together(schema, columns, base, distinct)
+
+
+def _check_together(
+    schema: type[Job],
+    columns: Mapping[str, np.ndarray],
+    base: dict[str, Any],
+    distinct: dict[str, np.ndarray],
+) -> None:
+    """The distinct combinations of the fields a cross-field rule reads, each as a whole job."""
+    varying = [name for name in schema.together if len(distinct[name]) > 1]
+    held = {name: distinct[name][0] for name in schema.together if name not in varying}
+    if len(varying) > 1:
+        frame = pd.DataFrame({name: columns[name] for name in varying}).drop_duplicates()
+        combinations = frame.astype(object).to_dict("records")
+    else:
+        combinations = [{name: value} for name in varying for value in distinct[name]] or [{}]
+    for values in combinations:
+        together = {k: v.item() if isinstance(v, np.generic) else v for k, v in {**held, **values}.items()}
+        make_job(schema, **{**base, **{k: v for k, v in together.items() if not _missing(v)}})
+
+
+def _same(value: Any, default: Any) -> bool:
+    return (
+        value is default
+        or (value is None and default is None)
+        or (type(value) is type(default) and value == default)
+    )
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))

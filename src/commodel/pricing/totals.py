@@ -1,0 +1,95 @@
+"""A training job's totals beyond its step: power, goodput under failures and checkpoints, and the
+energy, carbon, cost and time to train the job's tokens (:mod:`commodel.ops.energy`,
+:mod:`commodel.ops.goodput`). Read from the job's own fields, per row."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from commodel.hardware.cluster import Cluster
+from commodel.ops.energy import energy_costs, gpu_power_W, it_power_W, node_power_W
+from commodel.ops.goodput import STATE_BYTES_PER_PARAM, goodput
+from commodel.pricing.table import Columns, flags, numbers, take
+from commodel.workloads.catalog import failure_model
+from commodel.workloads.schema import Transformer
+from commodel.workloads.transformer import parameters
+
+JOB_OUTPUTS = (
+    "goodput",
+    "job_mtbf_h",
+    "checkpoint_interval_min",
+    "gpu_power_W",
+    "node_power_kW",
+    "it_power_kW",
+    "power_kW",
+    "energy_per_token_J",
+    "time_to_train_days",
+    "gpu_hours",
+    "energy_MWh",
+    "co2_t",
+    "cost_usd",
+)
+
+
+def _failures(
+    columns: Columns, rows: np.ndarray, net: Transformer, key: dict, gpus: np.ndarray, fleet: list
+) -> dict[str, np.ndarray]:
+    """Goodput of each row under its failure model or per-GPU MTBF (:mod:`commodel.ops.goodput`):
+    the model state checkpointed, the storage bandwidth, each GPU's PCIe link for async snapshots,
+    and a restart that waits for a repair when a hardware failure finds no spare."""
+
+    def col(name: str) -> np.ndarray:
+        return numbers(take(columns, name, rows))
+
+    model = failure_model(key["failures"]) if key["failures"] else None
+    mtbf = col("mtbf_gpu_hours")
+    rate = np.where(
+        np.isnan(mtbf), model.rate_per_gpu_hour() if model else 0.0, 1 / np.where(np.isnan(mtbf), 1, mtbf)
+    )
+    hardware = model.hardware_share if model else 1.0
+    spares = flags(take(columns, "spares", rows))
+    restart = 60 * col("restart_min") + np.where(spares, 0.0, hardware * 3600 * col("repair_hours"))
+    pcie = min(c.host_link_Bps for c, _ in fleet)
+    return goodput(
+        key["checkpoint"], rate, gpus, parameters(net)["total"] * STATE_BYTES_PER_PARAM,
+        col("storage_GBps") * 1e9, pcie, restart, 60 * col("checkpoint_interval_min"),
+    )  # fmt: skip
+
+
+def job_totals(
+    columns: Columns,
+    rows: np.ndarray,
+    net: Transformer,
+    key: dict,
+    result: dict[str, np.ndarray],
+    fleet: list[tuple[Cluster, np.ndarray]],
+    gpus: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """The :data:`JOB_OUTPUTS` of the table's ``rows`` from their step ``result``, over the nodes of
+    ``fleet`` ((cluster, nodes) per group): GPUs busy for the step's compute share, the rest of each
+    node and the switch ports it uses (:mod:`commodel.ops.energy`); failures stretch the time to train
+    by 1 / goodput, at the same power."""
+
+    def col(name: str) -> np.ndarray:
+        return numbers(take(columns, name, rows))
+
+    failures = _failures(columns, rows, net, key, gpus, fleet)
+    busy = result["compute_s"] / result["step_time_s"]
+    it_power = sum(it_power_W(c, busy, n) for c, n in fleet)
+    pue = col("pue")
+    seconds = col("train_tokens") / result["tokens_per_s"] / failures["goodput"]
+    costs = energy_costs(it_power, seconds, gpus, pue, col("carbon_g_per_kWh"), col("price_per_gpu_hour"))
+    nodes = sum(n for _, n in fleet)
+    return {
+        "goodput": failures["goodput"],
+        "job_mtbf_h": failures["job_mtbf_s"] / 3600,
+        "checkpoint_interval_min": failures["interval_s"] / 60,
+        "gpu_power_W": sum(gpu_power_W(c, busy) * c.gpus_per_node * n for c, n in fleet) / gpus,
+        "node_power_kW": sum(node_power_W(c, busy) * n for c, n in fleet) / nodes / 1e3,
+        "it_power_kW": it_power / 1e3,
+        "power_kW": it_power * pue / 1e3,
+        "energy_per_token_J": it_power * pue / result["tokens_per_s"],
+        "time_to_train_days": seconds / 86400,
+        "gpu_hours": gpus * seconds / 3600,
+        **{name: costs[name] for name in ("energy_MWh", "co2_t", "cost_usd")},
+    }
