@@ -118,9 +118,18 @@ def test_validate_prints_errors_and_gates():
         ),
         (["collective", "allreduce", "--system", "gb200-nvl72", "--partition", "5"], "does not divide"),
         (["collective", "allreduce", "--launch", "grpah"], "did you mean 'graph'"),
-        (["collective", "allreduce", "--channels", "0"], "--channels: Input should be greater than or equal to 1"),
-        (["collective", "allreduce", "--channels", "65"], "--channels: Input should be less than or equal to 64"),
-        (["collective", "allreduce", "--gpus-per-process", "0"], "--gpus-per-process: Input should be greater than or equal to 1"),
+        (
+            ["collective", "allreduce", "--channels", "0"],
+            "--channels: Input should be greater than or equal to 1",
+        ),
+        (
+            ["collective", "allreduce", "--channels", "65"],
+            "--channels: Input should be less than or equal to 64",
+        ),
+        (
+            ["collective", "allreduce", "--gpus-per-process", "0"],
+            "--gpus-per-process: Input should be greater than or equal to 1",
+        ),
         (["collective", "allreduce", "--system", "gb200-nvl72", "--nodes", "20"], "do not fill whole"),
         (["collective", "allreduce", "--algo", "collnet-direct", "--nodes", "2"], "SHARP"),
         (["collective", "allreduce", "--algo", "rign"], "did you mean 'ring'"),
