@@ -1,0 +1,93 @@
+"""One declaration per job kind: the CLI, the scalar API and a one-row sweep read the same inputs,
+with the same defaults, and give the same answer for the same job."""
+
+import inspect
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from commodel.cli import app, command_app
+from commodel.pricing.evaluator import evaluator
+from commodel.pricing.run import serve, train
+from commodel.pricing.serving_job import ServingJob
+from commodel.pricing.training_job import TrainingJob
+
+GIVEN = {"model": "llama3-8b", "system": "dgx-h100"}
+
+
+def _cli_defaults(command: str) -> dict[str, object]:
+    """The defaults of a command's options, by the field each option sets."""
+    callback = next(c.callback for c in command_app(command).registered_commands if c.name == command)
+    return {name: p.default for name, p in inspect.signature(callback).parameters.items()}
+
+
+@pytest.mark.parametrize(
+    ("command", "kind", "schema"), [("train", "training", TrainingJob), ("serve", "serving", ServingJob)]
+)
+def test_the_cli_the_scalar_api_and_the_sweep_read_one_set_of_defaults(command, kind, schema):
+    declared = schema.inputs()
+    cli = _cli_defaults(command)
+    assert {name: cli[name] for name in declared if name not in schema.required()} == {
+        name: value for name, value in declared.items() if name not in schema.required()
+    }
+    assert evaluator(kind).inputs == declared
+    job = schema(**GIVEN)
+    assert {name: getattr(job, name) for name in declared} == {**declared, **GIVEN}
+
+
+def test_a_training_job_with_no_options_prices_the_same_through_every_front_end():
+    """``commodel train`` with only a model and a system, ``train()`` with the same, and a one-row
+    table into the training evaluator: the same resolved layout and the same numbers, exactly."""
+    result = CliRunner().invoke(
+        app, ["train", "--model", GIVEN["model"], "--system", GIVEN["system"], "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    cli, scalar = json.loads(result.output), train(**GIVEN)
+    row = evaluator("training")(pd.DataFrame([GIVEN])).iloc[0]
+    assert (cli["gpus"], cli["nodes"], cli["layout"]["dp"]) == (
+        scalar["gpus"],
+        scalar["nodes"],
+        scalar["layout"]["dp"],
+    )
+    assert (int(row.gpus), int(row.nodes), int(row.dp)) == (
+        scalar["gpus"],
+        scalar["nodes"],
+        scalar["layout"]["dp"],
+    )
+    for name in (
+        "step_time_s",
+        "tokens_per_s",
+        "mfu",
+        "memory_per_gpu_bytes",
+        "gpu_power_W",
+        "time_to_train_days",
+    ):
+        assert cli[name] == scalar[name] == float(row[name]), name
+    assert cli["breakdown"] == scalar["breakdown"] == {k: float(row[f"{k}_s"]) for k in scalar["breakdown"]}
+
+
+def test_a_serving_job_with_no_options_prices_the_same_through_every_front_end():
+    result = CliRunner().invoke(
+        app, ["serve", "--model", GIVEN["model"], "--system", GIVEN["system"], "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    cli, scalar = json.loads(result.output), serve(**GIVEN)
+    row = evaluator("serving")(pd.DataFrame([GIVEN])).iloc[0]
+    for name in ("ttft_s", "tpot_s", "output_tokens_per_s", "kv_cache_bytes_per_gpu", "power_kW"):
+        assert cli[name] == scalar[name] == float(row[name]), name
+    assert cli["batch_in_flight"] == scalar["batch_in_flight"] == int(row.batch_in_flight)
+
+
+def test_a_collective_call_prices_the_same_from_the_cli_and_a_one_row_sweep():
+    """``commodel collective`` and the collective evaluator read one declaration: the same defaults
+    (DGX H100, NCCL's own choice) give the same time."""
+    result = CliRunner().invoke(app, ["collective", "allreduce", "--size", "1GiB", "--json"])
+    assert result.exit_code == 0, result.output
+    cli = json.loads(result.output)[0]
+    row = evaluator("collective")(pd.DataFrame([{"size_bytes": 2**30}])).iloc[0]
+    assert cli["time_s"] == pytest.approx(float(row.time_s), rel=1e-9)  # (nccl-tests' JSON rounds)
+    assert row.chosen == f"{cli['algo']}/{cli['protocol']}"
+    assert np.isfinite(row.busbw_GBps) and row.busbw_GBps == pytest.approx(cli["busbw_GBps"])
