@@ -9,8 +9,9 @@ import pandas as pd
 
 
 def to_json(frame: pd.DataFrame) -> str:
-    """Records as JSON; numpy scalars become plain numbers, missing values become null."""
-    records = json.loads(frame.to_json(orient="records"))
+    """Records as JSON; numpy scalars become plain numbers (to 15 digits: a microsecond time keeps
+    its precision), missing values become null."""
+    records = json.loads(frame.to_json(orient="records", double_precision=15))
     return json.dumps(records, indent=2)
 
 
