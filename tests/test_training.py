@@ -736,7 +736,7 @@ def test_the_parameter_all_gather_moves_the_recipes_primary_weights():
     FP8 parameters than without, in less memory; BF16 ignores the setting."""
     from commodel.comm.fabric import fabric_of
     from commodel.workloads.groups import collective, group
-    from commodel.workloads.training import gradient_sync
+    from commodel.workloads.microbatch import gradient_sync
 
     c = cluster("gb200-nvl72", 16)
     fab = fabric_of(c)
@@ -1352,7 +1352,7 @@ def test_interleaved_chunks_reduce_their_gradients_as_their_work_ends():
     step with more chunks exposes less of it."""
     from commodel.overlap import exposed
     from commodel.workloads.layer_work import repeat
-    from commodel.workloads.training import chunked_exposed
+    from commodel.workloads.microbatch import chunked_exposed
 
     layer = Window(*(np.array([t]) for t in (0.010, 0.012, 0.001, 1e-4)))  # 10 ms of backward per layer
     comm, bw, buckets, layers = np.array([0.5]), np.array([4e10]), np.array([40.0]), np.array([8.0])

@@ -4,7 +4,7 @@ stay inside one group, each on its vendor's own library.
 
 A cluster is written ``SYSTEM:NODES,SYSTEM:NODES`` (:func:`node_groups`); the pipeline's stages fill
 the groups in that order, ``gpus_g / (tp cp dp)`` stages each. Every group prices a layer and
-micro-batch with its own GPU and fabric (:func:`commodel.workloads.training.per_microbatch`). Layers
+micro-batch with its own GPU and fabric (:func:`commodel.workloads.microbatch.per_microbatch`). Layers
 per stage are given, or balanced so every stage takes the same time: stage ``s`` of group ``g`` gets
 ``l_s = (T - e_s) / t_g`` layers with ``t_g`` its layer time, ``e_s`` its extra work (the logits on the
 last stage) and ``T`` such that they sum to the model's layers, rounded to whole layers by largest
@@ -32,8 +32,8 @@ from commodel.errors import CommodelError
 from commodel.hardware.cluster import Cluster, cluster
 from commodel.workloads.layout import AUTO, Layout
 from commodel.workloads.memory import fits, memory_with_microbatches
+from commodel.workloads.microbatch import per_microbatch
 from commodel.workloads.schema import Transformer
-from commodel.workloads.training import per_microbatch
 from commodel.workloads.transformer import model_flops_per_token, recompute_flops_per_token
 
 _GROUP = re.compile(r"\s*([A-Za-z0-9._-]+)\s*:\s*(\d+)\s*")

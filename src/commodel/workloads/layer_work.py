@@ -1,6 +1,6 @@
 """Compute of one transformer layer and micro-batch on a GPU, and the overlap windows it offers.
 
-A layer's forward kernels come from :func:`commodel.workloads.transformer.layer_kernels`; each is
+A layer's forward kernels come from :func:`commodel.workloads.layer_kernels.layer_kernels`; each is
 priced by the roofline (:func:`commodel.compute.roofline.kernel_time`) and takes at least the GPU's
 launch overhead (the host issues kernels no faster than that). A GEMM's backward is its
 input-gradient and weight-gradient GEMMs, flash attention's is :data:`ATTENTION_BACKWARD` times its
@@ -23,9 +23,9 @@ from commodel.hardware.cluster import Cluster
 from commodel.hardware.schema import GPU
 from commodel.overlap import Window
 from commodel.vectorize import on_unique
+from commodel.workloads.layer_kernels import LayerKernels, layer_kernels
 from commodel.workloads.layout import Layout, has_module
 from commodel.workloads.schema import Transformer
-from commodel.workloads.transformer import LayerKernels, layer_kernels
 
 #: Flash-attention backward runs five matmuls to the forward's two (Dao 2023): 2.5x the forward's
 #: tensor FLOPs, and recomputes the softmax (one exponential per score again).

@@ -3,7 +3,7 @@ latency of continuous batching, from the same kernels, roofline and collectives 
 
 **An iteration** (one forward pass of the engine, TensorRT-LLM's in-flight batching, vLLM's scheduler
 step) carries ``G`` decode queries and ``c`` whole prompts of ``p`` tokens. Its linear layers are one
-GEMM over the ``G + c p`` tokens (:func:`commodel.workloads.transformer.layer_kernels`: weights read
+GEMM over the ``G + c p`` tokens (:func:`commodel.workloads.layer_kernels.layer_kernels`: weights read
 once, so decode alone is bound by the weights and the KV cache, prefill by compute); attention is
 two kernels, causal flash attention over the prompts and :func:`commodel.compute.kernels.decode_attention`
 over each decode query's cached context; tensor parallelism adds two allreduces per layer, expert
@@ -40,10 +40,11 @@ from commodel.compute.kernels import Kernel, attention, decode_attention, gemm, 
 from commodel.compute.precision import Precision
 from commodel.hardware.cluster import Cluster
 from commodel.workloads.groups import Group, collective, group
+from commodel.workloads.layer_kernels import layer_kernels
 from commodel.workloads.layer_work import first_design, kernel_row, timed
 from commodel.workloads.layout import heads_problem
 from commodel.workloads.schema import Transformer
-from commodel.workloads.transformer import attention_dims, bytes_per, layer_kernels, layer_weights
+from commodel.workloads.transformer import attention_dims, bytes_per, layer_weights
 
 #: KV-cache dtypes; ``auto`` is FP8 when the linear layers run in FP8 or FP4 (as ModelOpt checkpoints
 #: ship), else BF16.

@@ -1,0 +1,372 @@
+"""One micro-batch of a training step, vectorized over layouts (:func:`per_microbatch`): a layer's
+compute and the communication each kind of parallelism exposes beside it (tensor, expert, context,
+pipeline, data), the last stage's extra work, the optimizer, and the memory parts. Everything here
+is independent of the number of micro-batches; :mod:`commodel.workloads.training` schedules it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from commodel.comm.fabric import Fabric, fabric_of
+from commodel.compute.kernels import gemm, gemm_backward
+from commodel.compute.precision import Precision
+from commodel.hardware.cluster import Cluster
+from commodel.overlap import Window, ctas, exposed, overlapping
+from commodel.workloads.activation_fit import offload_exposed
+from commodel.workloads.groups import Group, collective, domain, group, in_switch, job_domain, shared_nics
+from commodel.workloads.layer_work import (
+    ATTENTION_BACKWARD,
+    Work,
+    either,
+    layer_work_of,
+    repeat,
+    timed,
+    window,
+)
+from commodel.workloads.layout import Layout, has_module, stage_split
+from commodel.workloads.memory import OPTIMIZER_BYTES, gradient_bytes, memory_parts, optimizer_bytes
+from commodel.workloads.moe_dispatch import DEEPEP_SMS, DISPATCH_BYTES, high_throughput_s
+from commodel.workloads.schema import Transformer
+from commodel.workloads.tensor_parallel import tensor_parallel_exposed
+from commodel.workloads.transformer import (
+    attention_dims,
+    bytes_per,
+    dispatched_tokens,
+    recomputed_pairs,
+    routed_copies,
+    tensor_parallel_mlps,
+)
+
+#: Adam with fp32 master weights: read master, gradient, momentum, variance (16 B), write master,
+#: momentum, variance and the bf16 copy (14 B), read the gradient again for the norm (4 B).
+ADAM_BYTES_PER_PARAM = 34.0
+
+#: Parameters per data-parallel gradient bucket, and per data-parallel rank: Megatron-Core's default
+#: bucket, ``max(40 M, 1 M x dp)`` (``DistributedDataParallel``, 0.15: larger buckets at large dp
+#: keep NCCL's ring chunks bandwidth-bound).
+BUCKET_PARAMS, BUCKET_PARAMS_PER_RANK = 40e6, 1e6
+
+
+@dataclass
+class MicroBatch:
+    """What every part of a micro-batch's pricing shares: the layouts, the fabric and its groups
+    (ranks tp-first, the expert grid folded over the same ranks), a layer's work on all SMs, and
+    the layer's work on the SMs a collective leaves where the strategy partitions them."""
+
+    model: Transformer
+    cluster: Cluster
+    x: Layout
+    recipe: Precision
+    strategy: str | np.ndarray
+    attention_impl: str
+    fab: Fabric = field(init=False)
+    full: Work = field(init=False)
+    _on_sms: dict[bytes, Work] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.fab = shared_nics(fabric_of(self.cluster))
+        self.full = layer_work_of(self.model, self.gpu, self.x, self.recipe, self.attention_impl)
+        self.partitioning = overlapping(self.strategy)
+        x, gpn = self.x, job_domain(self.x.gpus, self.fab.domain)
+        self.tp, self.cp, self.dp = group(x.tp, 1, gpn), group(x.cp, x.tp, gpn), group(x.dp * x.cp, x.tp, gpn)
+        self.etp, self.ep = group(x.expert_tp, 1, gpn), group(x.ep, x.expert_tp, gpn)
+        self.edp = group(x.expert_dp, x.expert_tp * x.ep, gpn)
+        pp_nodes = np.where(x.tp * x.cp * x.dp >= gpn, 2.0, 1.0)
+        self.pp = Group(np.full_like(pp_nodes, 2.0), 2.0 / pp_nodes)
+
+    @property
+    def gpu(self) -> object:
+        return self.cluster.gpu
+
+    @property
+    def size(self) -> float:
+        """Bytes per element of activations and gradients on the wire (BF16)."""
+        return bytes_per(self.recipe.other)
+
+    @property
+    def hbm(self) -> float:
+        return self.gpu.memory_bandwidth.value * self.gpu.memory_efficiency.value
+
+    @property
+    def units(self) -> float:
+        return self.gpu.compute_units.value
+
+    def partitioned(self, k: np.ndarray) -> Work:
+        """The layer's compute on the SMs a collective of ``k`` CTAs leaves where the strategy
+        partitions them (priced once per ``k``), on all SMs elsewhere."""
+        if not np.any(self.partitioning):
+            return self.full
+        key = np.asarray(k, dtype=float).tobytes()
+        if key not in self._on_sms:
+            m = self
+            self._on_sms[key] = layer_work_of(m.model, m.gpu, m.x, m.recipe, m.attention_impl, m.units - k)
+        return either(self.partitioning, self._on_sms[key], self.full)
+
+    def exposed(self, layer: Window, comm_s: np.ndarray, **kwargs: object) -> np.ndarray:
+        return exposed(self.strategy, layer, comm_s, hbm_Bps=self.hbm, **kwargs)
+
+
+def gradient_sync(
+    params: np.ndarray,
+    grad_bytes: ArrayLike,
+    gathered_bytes: ArrayLike,
+    sharded: np.ndarray,
+    where: Group,
+    fab: Fabric,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(reduce seconds, its per-GPU bytes/s, parameter gather seconds, its bytes/s) of the gradients
+    of ``params`` parameters (``grad_bytes`` each) over a data-parallel group: an allreduce, or with a
+    sharded optimizer (ZeRO >= 1) a reduce-scatter and an allgather of the updated parameters,
+    ``gathered_bytes`` each (:attr:`~commodel.compute.precision.Precision.gathered_bytes` under FP8
+    with ``fp8_param_gather``). Only what a layout runs is priced."""
+    nbytes = params * grad_bytes
+    rs, rs_bw = collective("reducescatter", np.where(sharded, nbytes, 0.0), where, fab)
+    ar, ar_bw = collective("allreduce", np.where(sharded, 0.0, nbytes), where, fab)
+    ag, ag_bw = collective("allgather", np.where(sharded, params * gathered_bytes, 0.0), where, fab)
+    return np.where(sharded, rs, ar), np.where(sharded, rs_bw, ar_bw), ag, ag_bw
+
+
+def chunked_exposed(
+    strategy: str | np.ndarray,
+    layer: Window,
+    stage_layers: np.ndarray,
+    x: Layout,
+    comm_s: np.ndarray,
+    traffic_Bps: np.ndarray,
+    buckets: np.ndarray,
+    **kwargs: object,
+) -> np.ndarray:
+    """Seconds a data-parallel collective of ``comm_s`` (the whole stage's parameters, in
+    ``buckets`` launches) adds to a step, each of the ``vpp`` model chunks' share launched as that
+    chunk's work is done.
+
+    Megatron-Core's interleaved schedule reduces a chunk's gradients at its last backward and gathers
+    a chunk's parameters one chunk ahead of its first forward (``schedules.py``, 0.15), and the
+    chunks take their turns ``pp`` chunk-passes apart (``pp L / vpp`` layers of a stage of ``L``).
+    Queued on one stream, chunk ``k``'s share and those after it must fit in ``k`` such gaps and
+    the last chunk's own pass, so the exposure is the larger of two ends (it is linear in ``k``): the
+    last chunk's share ``comm / vpp`` behind its ``L / vpp`` layers, and all of ``comm`` behind
+    ``(1 + (vpp - 1) pp) L / vpp`` layers. Without interleaving (vpp 1) both are ``comm`` behind
+    the stage's ``L`` layers."""
+
+    def behind(layers: np.ndarray, share: np.ndarray) -> np.ndarray:
+        """Exposure of ``share`` of the collective behind ``layers`` layers' passes."""
+        comm, calls = share * comm_s, share * buckets
+        return exposed(strategy, repeat(layer, layers), comm, traffic_Bps=traffic_Bps, calls=calls, **kwargs)
+
+    chunk = stage_layers / x.vpp
+    return np.maximum(behind(chunk, 1 / x.vpp), behind(chunk * (1 + (x.vpp - 1) * x.pp), 1.0))
+
+
+def _expert_comm(m: MicroBatch, ep_overlap: str, tp_comm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds of expert all-to-alls a micro-batch exposes per layer where another micro-batch pairs
+    with it, and where none does (pipeline warm-up and cool-down).
+
+    Dispatch and combine per MoE layer and pass, as long as the busiest rank's share takes. Each GPU
+    dispatches the tokens it holds (its sequence shard with sequence parallelism); with expert tensor
+    parallelism (etp > 1) Megatron's dispatcher all-gathers the received tokens over the etp group
+    after the dispatch and reduce-scatters them before the combine (the backward the reverse). With
+    FP8 dispatch (DeepSeek-V3 report, section 3.3.2) the all-to-alls towards the experts (the forward
+    dispatch, the gradient of the combine) carry FP8 with per-128 scales; combines stay BF16. DeepEP
+    sends one copy per remote domain, forwarded over NVLink (:mod:`commodel.workloads.moe_dispatch`).
+    Recomputing the MoE layer (in full, or ``--recompute-modules moe``) dispatches and combines its
+    forward again. With 1F1B overlap the all-to-alls run beside another micro-batch's layer on the SMs
+    they leave; with shared-expert overlap beside the layer's own shared experts, in every micro-batch."""
+    x, model, fab, size = m.x, m.model, m.fab, m.size
+    moe_share = model.moe_layers / model.layers
+    held = dispatched_tokens(x.tokens, x.tp, x.sequence_parallel)
+    routed = routed_copies(model, held) * x.busiest_expert_rank * model.hidden  # elements
+    a2a, a2a_bw = collective("alltoall", routed * size, m.ep, fab)
+    towards = a2a
+    if np.any(x.fp8_dispatch):
+        fp8, _ = collective("alltoall", np.where(x.fp8_dispatch, routed * DISPATCH_BYTES, 0.0), m.ep, fab)
+        towards = np.where(x.fp8_dispatch, fp8, a2a)
+    if np.any(x.deepep):
+        tokens = held * x.busiest_expert_rank
+        by_deepep = [
+            high_throughput_s(model, m.cluster, fab, m.ep, tokens, np.where(in_fp8, DISPATCH_BYTES, size))
+            for in_fp8 in (False, x.fp8_dispatch)
+        ]
+        a2a, towards = (
+            np.where(x.deepep, fast, nccl) for fast, nccl in zip(by_deepep, (a2a, towards), strict=True)
+        )
+    gathered = np.where(x.sequence_parallel & (x.expert_tp > 1), routed * size * x.expert_tp, 0.0)
+    tp_gather, _ = collective("allgather", gathered, m.etp, fab)
+    tp_scatter, _ = collective("reducescatter", gathered, m.etp, fab)
+    ep_passes = 2 + ((x.recompute == 2) | has_module(x.recompute_modules, "moe"))
+    ep_comm = moe_share * ep_passes * ((a2a + towards) + (tp_gather + tp_scatter))
+    ideal = np.asarray(m.strategy, dtype=object) == "ideal"
+    ep_exposed = np.where(
+        ideal, np.maximum(ep_comm - np.maximum(m.full.total_s - tp_comm, 0.0), 0.0), ep_comm
+    )
+    if ep_overlap == "none":
+        return ep_exposed, ep_exposed
+    # the all-to-all kernels hold the library's CTAs, or the SMs stated
+    sms = np.where(
+        x.ep_sms > 0, x.ep_sms, np.where(x.deepep, DEEPEP_SMS, ctas(m.strategy, domain(fab, m.ep)))
+    )
+    kwargs = {"traffic_Bps": 2 * a2a_bw, "calls": 2 * ep_passes * moe_share}
+    if ep_overlap == "1f1b":  # beside another micro-batch's layer
+        beside = window(m.full, m.partitioned(sms), "both")
+    else:  # beside this layer's shared experts, which every micro-batch has
+        shared = layer_work_of(model, m.gpu, x, m.recipe, m.attention_impl, shared_experts=True)
+        shared_part = shared
+        if np.any(m.partitioning):
+            on_fewer = layer_work_of(model, m.gpu, x, m.recipe, m.attention_impl, m.units - sms, True)
+            shared_part = either(m.partitioning, on_fewer, shared)
+        beside = window(shared, shared_part, "both")
+    paired = np.minimum(m.exposed(beside, ep_comm, **kwargs), ep_exposed)
+    return paired, paired if ep_overlap == "shared-experts" else ep_exposed
+
+
+def _context_comm(m: MicroBatch) -> np.ndarray:
+    """Seconds context parallelism's ring attention exposes per layer: K and V exchanged in ``cp - 1``
+    steps forward, dK and dV backward, beside the attention they feed."""
+    x, full = m.x, m.full
+    if not np.any(x.cp > 1):
+        return np.zeros_like(full.total_s)
+    kv = x.tokens * np.maximum(m.model.n_kv_heads / x.tp, 1) * sum(attention_dims(m.model)) * m.size
+    ring, ring_bw = collective("sendrecv", kv, m.cp, m.fab)
+    ring = np.where(x.cp > 1, ring, 0.0)
+    cp_part = m.partitioned(np.full_like(x.tokens, ctas(m.strategy, "p2p")))
+    attn_window = Window(full.attention_fwd_s, cp_part.attention_fwd_s, 0 * x.tokens, full.attention_fwd_s)
+    kwargs = {"traffic_Bps": 2 * ring_bw, "calls": x.cp - 1}
+    forward = m.exposed(attn_window, (x.cp - 1) * ring, **kwargs)
+    return forward + m.exposed(repeat(attn_window, ATTENTION_BACKWARD), 2 * (x.cp - 1) * ring, **kwargs)
+
+
+def _last_stage_extra(m: MicroBatch) -> np.ndarray:
+    """The last stage's work besides its layers: the logits (output GEMM forward and backward plus an
+    fp32 cross-entropy pass), again for each multi-token prediction module with its 2h -> h
+    projection (DeepSeek-V3 report, section 2.2; its transformer layer counts as a layer)."""
+    x, T, h, model = m.x, m.x.tokens, m.model.hidden, m.model
+    logits = gemm(T, model.vocab / x.tp, h, m.recipe.other)
+    logits_s = sum(timed(m.gpu, k, None)[0] for k in (logits, *gemm_backward(logits)))
+    logits_s = logits_s + 3 * T * model.vocab / x.tp * 4 / m.hbm
+    if not np.any(x.mtp_layers > 0):
+        return logits_s
+    projection = gemm(T, h / x.tp, 2 * h, m.recipe.gemm)
+    projection_s = sum(timed(m.gpu, k, None)[0] for k in (projection, *gemm_backward(projection)))
+    return logits_s + x.mtp_layers * (logits_s + projection_s)
+
+
+def _pipeline_comm(m: MicroBatch, stage_layers: np.ndarray) -> np.ndarray:
+    """Seconds the pipeline's point-to-point sends expose per micro-batch: one activation forward, one
+    gradient backward per micro-batch and chunk; each tensor-parallel rank sends its 1/tp slice
+    (sequence parallelism, or Megatron's scatter-gather), beside the stage's layers."""
+    x = m.x
+    act = x.tokens * m.model.hidden * m.size
+    p2p, p2p_bw = collective("sendrecv", np.where(x.pp > 1, act / x.tp, 0.0), m.pp, m.fab)
+    p2p_comm = np.where(x.pp > 1, 2 * x.vpp * p2p, 0.0)
+    p2p_part = m.partitioned(np.full_like(x.tokens, ctas(m.strategy, "p2p")))
+    mb_window = repeat(window(m.full, p2p_part, "both"), stage_layers)
+    return m.exposed(mb_window, p2p_comm, traffic_Bps=2 * p2p_bw, calls=2 * x.vpp)
+
+
+def _data_parallel(
+    m: MicroBatch, stage_layers: np.ndarray, dense: np.ndarray, experts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Data parallelism and ZeRO: the seconds ZeRO-3's gathers and reduce-scatters expose per
+    micro-batch, the seconds the end-of-step gradient reduction and parameter gather expose, and the
+    optimizer's on the local (ZeRO-sharded) parameters."""
+    x, fab, size = m.x, m.fab, m.size
+    dp_part = m.partitioned(ctas(m.strategy, domain(fab, m.dp), in_switch(fab, m.dp)))
+    zero3, sharded = x.zero == 3, x.zero >= 1
+    gathered = np.where(x.fp8_param_gather, m.recipe.gathered_bytes, size)  # bytes per parameter
+    grad_size = gradient_bytes(x)
+    reduce_s, reduce_bw, gather_s, ag_bw = gradient_sync(dense, grad_size, gathered, sharded, m.dp, fab)
+    expert_reduce_s, _, expert_gather_s, _ = gradient_sync(experts, grad_size, gathered, sharded, m.edp, fab)
+    reduce_s, gather_s = reduce_s + expert_reduce_s, gather_s + expert_gather_s
+    dp_kw = {"hbm_Bps": m.hbm, "in_network": in_switch(fab, m.dp)}
+    buckets = np.ceil((dense + experts) / np.maximum(BUCKET_PARAMS, BUCKET_PARAMS_PER_RANK * x.dp))
+    # ZeRO-3: gather parameters for forward and backward and reduce-scatter gradients every micro-batch.
+    z3_comm = np.where(zero3, 2 * gather_s + reduce_s, 0.0)
+    z3_bytes = 2 * gather_s * ag_bw + reduce_s * reduce_bw  # per GPU: the HBM traffic is twice these
+    z3_traffic = 2 * np.divide(z3_bytes, z3_comm, out=np.zeros_like(z3_comm), where=z3_comm > 0)
+    z3_window = repeat(window(m.full, dp_part, "both"), stage_layers)
+    z3_exposed = exposed(
+        m.strategy, z3_window, z3_comm, traffic_Bps=z3_traffic, calls=3 * stage_layers, **dp_kw
+    )
+    # ZeRO 0-2: reduce gradients behind the last micro-batches' backward ...
+    end_reduce = np.where(zero3, 0.0, reduce_s)
+    dp_exposed = chunked_exposed(
+        m.strategy,
+        window(m.full, dp_part, "bwd"),
+        stage_layers,
+        x,
+        end_reduce,
+        2 * reduce_bw,
+        buckets,
+        **dp_kw,
+    )
+    # ... and with ZeRO 1-2 gather the updated parameters behind the next step's first forwards.
+    param_gather = np.where(sharded & ~zero3, gather_s, 0.0)
+    dp_exposed = dp_exposed + chunked_exposed(
+        m.strategy, window(m.full, dp_part, "fwd"), stage_layers, x, param_gather, 2 * ag_bw, buckets, **dp_kw
+    )
+    local = dense / np.where(sharded, x.dp * x.cp, 1) + experts / np.where(sharded, x.expert_dp, 1)
+    moments_saved = OPTIMIZER_BYTES - optimizer_bytes(x)  # BF16 moments: each read and written once
+    return z3_exposed, dp_exposed, local * (ADAM_BYTES_PER_PARAM - 2 * moments_saved) / m.hbm
+
+
+def per_microbatch(
+    model: Transformer,
+    cluster: Cluster,
+    x: Layout,
+    recipe: Precision,
+    strategy: str | np.ndarray,
+    attention_impl: str,
+    tp_overlap: str,
+    ep_overlap: str = "none",
+) -> dict[str, np.ndarray]:
+    """Everything that does not depend on the number of micro-batches: per-layer and per-stage times
+    of one micro-batch, the end-of-step data-parallel and optimizer times, and memory parts."""
+    m = MicroBatch(model, cluster, x, recipe, strategy, attention_impl)
+    full = m.full
+    # Tensor parallelism: its mechanism decides what is exposed; ideal overlap hides it behind the layer.
+    act = x.tokens * model.hidden * m.size
+    pairs = 1 + tensor_parallel_mlps(model)
+    again = recomputed_pairs(model, x.recompute, x.recompute_modules)
+    tp_comm = tensor_parallel_exposed(tp_overlap, full, act, m.tp, m.fab, x, m.hbm, m.units, pairs, again)
+    ideal = np.asarray(strategy, dtype=object) == "ideal"
+    tp_exposed = np.where(ideal, np.maximum(tp_comm - full.total_s, 0.0), tp_comm)
+    paired, unpaired = _expert_comm(m, ep_overlap, tp_comm)
+    cp_exposed = _context_comm(m)
+    layer_time = full.total_s + tp_exposed + paired + cp_exposed
+    first, middle, last = stage_split(model, x)
+    stage_layers = np.maximum(np.maximum(first, middle), last + x.mtp_layers)  # the largest stage's
+    memory = memory_parts(model, x, attention_impl, recipe)
+    dense, experts = memory.pop("dense_parameters"), memory.pop("expert_parameters")
+    z3_exposed, dp_exposed, optimizer = _data_parallel(m, stage_layers, dense, experts)
+    # Offloading this layer's activations to CPU memory (what --recompute auto may choose instead).
+    fwd_share = np.divide(full.fwd_s, full.total_s, out=np.zeros_like(full.total_s), where=full.total_s > 0)
+    offload = offload_exposed(
+        memory["layer_activations"],
+        fwd_share * layer_time,
+        (1 - fwd_share) * layer_time,
+        cluster.host_offload_Bps,
+    )
+    return {
+        "layer_s": layer_time,
+        "layer_compute_s": full.total_s,
+        # DualPipe's idle chunk is F&B + B - 3W (DeepSeek-V3 report, Table 2): F&B, a forward and a
+        # backward chunk overlapped, as long as the two; B the full backward (with recomputation); W
+        # the weight-gradient GEMMs, which the schedule defers into the bubble. Per layer, B - 3W:
+        "dualpipe_extra_s": np.maximum(full.bwd_s - 3 * full.wgrad_s, -full.total_s),
+        "tp_exposed_s": tp_exposed,
+        "cp_exposed_s": cp_exposed,
+        "ep_exposed_s": paired,
+        "ep_unpaired_s": unpaired - paired,
+        "end_s": _last_stage_extra(m),
+        "pp_exposed_s": _pipeline_comm(m, stage_layers),
+        "z3_exposed_s": z3_exposed,
+        "dp_exposed_s": dp_exposed,
+        "optimizer_s": optimizer,
+        "tp_domains": m.tp.nodes,
+        "offload_layer_s": offload,
+        **memory,  # bytes: weights, gradients, optimizer, ...
+    }
