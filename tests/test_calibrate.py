@@ -6,7 +6,7 @@ import pytest
 
 from commodel.cli import main
 from commodel.comm.calibrate import calibrate
-from commodel.comm.collectives import run
+from commodel.comm.calls import run
 from commodel.comm.fabric import fabric_of
 from commodel.comm.nccl_tests import read
 from commodel.hardware import cluster

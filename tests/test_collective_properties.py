@@ -6,9 +6,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commodel.comm.collectives import BUSBW_FACTOR, candidates, pair_time, run, tune
+from commodel.comm.calls import run
+from commodel.comm.collectives import candidates, pair_time, tune
 from commodel.comm.fabric import fabric_of
-from commodel.comm.mpi import OPS
+from commodel.comm.mpi import BUSBW_FACTOR, OPS
 from commodel.hardware import cluster, default_db
 
 SYSTEMS = sorted(default_db().systems)

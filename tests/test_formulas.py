@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from conftest import make_fabric
 
-from commodel.comm import nccl
-from commodel.comm.collectives import collective_time, run
+from commodel.comm import nccl, nccl_physical
+from commodel.comm.calls import run
+from commodel.comm.collectives import collective_time
 from commodel.comm.fabric import fabric_of
 from commodel.comm.graph import nvls_graph, ring_graph
 from commodel.comm.p2p import BASE_LATENCY_S, hockney, loggp
@@ -45,9 +46,9 @@ def test_ring_allgather_and_ll_protocol(toy):
 
 def test_tree_traffic_follows_nccls_double_binary_tree():
     # A domain sends n per byte of allreduce across 2 domains, 1.5 n across 3, 2 n from 4 on.
-    assert [nccl.tree_traffic(d) for d in (1, 2, 3, 4, 5, 16, 17)] == [0, 1, 1.5, 2, 2, 2, 2]
+    assert [nccl_physical.tree_traffic(d) for d in (1, 2, 3, 4, 5, 16, 17)] == [0, 1, 1.5, 2, 2, 2, 2]
     # NCCL's ncclGetBtree for 4 ranks: 0 is the root with child 2; 2 has children 1 and 3.
-    assert [nccl.btree(4, r) for r in range(4)] == [(-1, -1, 2), (2, -1, -1), (0, 1, 3), (2, -1, -1)]
+    assert [nccl_physical.btree(4, r) for r in range(4)] == [(-1, -1, 2), (2, -1, -1), (0, 1, 3), (2, -1, -1)]
 
 
 def test_tree_across_three_domains_beats_the_ring_bound():
@@ -55,10 +56,14 @@ def test_tree_across_three_domains_beats_the_ring_bound():
     # so algbw = 100 / 1.5 GB/s and busbw = 2 (p-1)/p x that = 122 GB/s.
     fab = make_fabric(domain=4, nics_per_domain=4, link_Bps=400e9)  # the NVLink chain is not the bound
     tree = float(
-        nccl.bandwidth_time("allreduce", "tree", "simple", np.array(N), np.array(12.0), np.array(3.0), fab)
+        nccl_physical.bandwidth_time(
+            "allreduce", "tree", "simple", np.array(N), np.array(12.0), np.array(3.0), fab
+        )
     )
     ring = float(
-        nccl.bandwidth_time("allreduce", "ring", "simple", np.array(N), np.array(12.0), np.array(3.0), fab)
+        nccl_physical.bandwidth_time(
+            "allreduce", "ring", "simple", np.array(N), np.array(12.0), np.array(3.0), fab
+        )
     )
     assert tree == pytest.approx(1.5 * N / 100e9)
     assert ring == pytest.approx(2 * 11 / 12 * N / 100e9)
@@ -67,7 +72,9 @@ def test_tree_across_three_domains_beats_the_ring_bound():
 def test_nvls_allreduce_moves_n_one_plus_one_over_g():
     fab = make_fabric(nvls_Bps=300e9)
     bytes_s = float(
-        nccl.bandwidth_time("allreduce", "nvls", "simple", np.array(N), np.array(8.0), np.array(1.0), fab)
+        nccl_physical.bandwidth_time(
+            "allreduce", "nvls", "simple", np.array(N), np.array(8.0), np.array(1.0), fab
+        )
     )
     assert bytes_s == pytest.approx(N * (1 + 1 / 8) / 300e9)
 
@@ -129,14 +136,14 @@ def test_auto_is_nccls_own_choice_on_dgx_h100():
 
 def test_small_messages_use_fewer_channels():
     # Ring Simple takes one channel per 32 KiB (512 threads x 64 B): 64 KiB -> 2 channels.
-    used = nccl.used_channels("ring", "simple", np.array(65536.0), np.array(8.0), np.array(24.0))
+    used = nccl_physical.used_channels("ring", "simple", np.array(65536.0), np.array(8.0), np.array(24.0))
     assert np.floor(used) == 2
 
 
 def test_nvls_chunk_regimes_shrink_with_size():
     # ops = channels x heads = 16 x 8; 128 KiB default, 64 KiB below 64 x ops x 128 KiB (1 GiB), ...
     sizes = np.array([2.0**31, 2.0**29, 2.0**25, 2.0**21])
-    chunk = nccl.chunk_bytes(
+    chunk = nccl_physical.chunk_bytes(
         "allreduce", "nvls", "simple", sizes, np.array(8.0), np.array(1.0), np.array(16.0)
     )
     assert list(chunk / 1024) == [128, 64, 32, 16]

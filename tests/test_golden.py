@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from commodel.comm.collectives import run
+from commodel.comm.calls import run
 from commodel.compute import attention, gemm, kernel_time
 from commodel.hardware import cluster, default_db
 from commodel.validate import validation_table

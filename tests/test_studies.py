@@ -178,7 +178,7 @@ def test_t3_falls_behind_only_a_baseline_that_overlaps_too():
 def test_ncclbpf_gain_comes_from_nvls_mid_size_weakness():
     """With a better Blackwell multimem efficiency NVLS holds its own and the policy gains less; the
     decision share grows with the map operations a policy makes."""
-    from commodel.comm.collectives import run
+    from commodel.comm.calls import run
     from commodel.comm.fabric import fabric_of
     from commodel.ops.policy_plugin import PluginCost, overhead_share
 

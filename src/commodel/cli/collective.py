@@ -11,7 +11,7 @@ import pandas as pd
 import typer
 
 from commodel.cli.root import app, flag, job_options
-from commodel.comm.collectives import run
+from commodel.comm.calls import run
 from commodel.comm.fabric import fabric_of
 from commodel.errors import CommodelError
 from commodel.hardware import cluster

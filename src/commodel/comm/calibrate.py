@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from commodel.comm.collectives import resolve_layout, run
+from commodel.comm.calls import resolve_layout, run
 from commodel.comm.fabric import Fabric, fabric_of
 from commodel.comm.nccl_tests import NcclTestsLog
 from commodel.errors import CommodelError

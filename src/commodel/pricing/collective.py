@@ -15,7 +15,8 @@ from typing import Annotated
 import numpy as np
 from pydantic import Field
 
-from commodel.comm.collectives import ALGORITHMS, LIBRARIES, POLICIES, run
+from commodel.comm.calls import run
+from commodel.comm.collectives import ALGORITHMS, LIBRARIES, POLICIES
 from commodel.comm.fabric import LAUNCH_MODES, fabric_of
 from commodel.comm.mpi import OPS
 from commodel.comm.p2p import PROTOCOLS

@@ -35,7 +35,8 @@ from commodel.pricing.job import MODEL, SYSTEM, Choices, Job
 from commodel.pricing.run import train
 from commodel.pricing.table import price_rows
 from commodel.workloads.catalog import model as get_model
-from commodel.workloads.serving import Engine, capacity, slo_batch, steady_state
+from commodel.workloads.serving import Engine, capacity, steady_state
+from commodel.workloads.serving_batch import slo_batch
 from commodel.workloads.transformer import parameters
 
 

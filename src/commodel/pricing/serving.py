@@ -13,8 +13,6 @@ output tokens = price per GPU-hour x GPUs / (3600 x tokens per second) x 1e6. Ro
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from commodel.compute.precision import serving_precision
@@ -25,18 +23,8 @@ from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.serving_job import ServingJob
 from commodel.pricing.table import Columns, blank_outputs, groups, numbers, problem_messages, take
 from commodel.workloads.catalog import model as get_model
-from commodel.workloads.serving import (
-    Engine,
-    capacity,
-    disaggregated,
-    kv_dtype_of,
-    replica_problems,
-    slo_batch,
-    steady_state,
-)
-
-if TYPE_CHECKING:
-    pass
+from commodel.workloads.serving import Engine, capacity, kv_dtype_of, replica_problems, steady_state
+from commodel.workloads.serving_batch import disaggregated, slo_batch
 
 OUTPUTS = (
     "ttft_s",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from commodel.comm.collectives import run as run_collective
+from commodel.comm.calls import run as run_collective
 from commodel.compute import gemm, kernel_time
 from commodel.explore.spec import SweepSpec
 from commodel.hardware import cluster as make_cluster

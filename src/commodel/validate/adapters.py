@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from commodel.comm.collectives import run as run_collective
+from commodel.comm.calls import run as run_collective
 from commodel.comm.fabric import fabric_of
 from commodel.comm.initiation import path_of, put_latency
 from commodel.compute import gemm, kernel_time

@@ -127,6 +127,41 @@ def parse_stage_layers(text: str, layers: int, stages: int) -> np.ndarray:
     return given
 
 
+def _sends(
+    model: Transformer,
+    groups: list[Cluster],
+    plan: list[int],
+    x: Layout,
+    parts: list[dict],
+    transport: str,
+    nics: int | None,
+) -> tuple[np.ndarray, float]:
+    """Each stage's pipeline sends per micro-batch: within a group by the group's library, across
+    groups by the chosen ``transport`` (a forward and a backward each), and one crossing's seconds."""
+    act = x.tokens[0] * model.hidden * 2 / x.tp[0]
+    vendor = [groups[g].gpu.vendor for g in plan]
+    boundary = np.array([vendor[s] != vendor[s + 1] for s in range(len(plan) - 1)] + [False])
+    crossing = [
+        float(cross_vendor_time(transport, act, groups[plan[s]], groups[plan[s + 1]], groups[plan[s]].gpus_per_node,
+                                nics or groups[plan[s]].system.scale_out.nics_per_node.value))
+        for s in np.flatnonzero(boundary)
+    ]  # fmt: skip
+    cross = max(crossing, default=0.0)
+    sends = np.array([float(parts[g]["pp_exposed_s"][0]) for g in plan])
+    return np.where(boundary | np.concatenate([[False], boundary[:-1]]), 2 * cross, sends), cross
+
+
+def _one_kind_only(x: Layout) -> None:
+    """Refuse what is priced for one kind of node only."""
+    one_kind = ("dualpipe", "first_stage_layers", "last_stage_layers", "ends_as_layers", "mtp_layers")
+    if int(x.vpp[0]) > 1 or any(getattr(x, name)[0] for name in one_kind):
+        raise CommodelError(
+            "across node groups, interleaving (vpp > 1), DualPipe, first and last stage layers, the "
+            "embedding and loss as layers and multi-token prediction are not modelled; give the layers "
+            "per stage with --stage-layers"
+        )
+
+
 def hetero_train_step(
     model: Transformer,
     groups: list[Cluster],
@@ -141,13 +176,7 @@ def hetero_train_step(
     """One training step of the one-row layout ``x`` on node ``groups`` (module docstring): the keys of
     :func:`commodel.workloads.training.train_step`, and ``cross_vendor_s`` per boundary transfer."""
     x = dataclasses.replace(x, **{f.name: np.atleast_1d(getattr(x, f.name)) for f in dataclasses.fields(x)})
-    one_kind_only = ("dualpipe", "first_stage_layers", "last_stage_layers", "ends_as_layers", "mtp_layers")
-    if int(x.vpp[0]) > 1 or any(getattr(x, name)[0] for name in one_kind_only):
-        raise CommodelError(
-            "across node groups, interleaving (vpp > 1), DualPipe, first and last stage layers, the "
-            "embedding and loss as layers and multi-token prediction are not modelled; give the layers "
-            "per stage with --stage-layers"
-        )
+    _one_kind_only(x)
     plan = stage_plan(groups, x)
     parts = [
         per_microbatch(model, c, x, precision(dtype, c.gpu), strategy, attention_impl, "none") for c in groups
@@ -159,19 +188,8 @@ def hetero_train_step(
         layers = parse_stage_layers(stage_layers, model.layers, len(plan))
     else:
         layers = balanced_layers(model.layers, layer_s, extra_s)
-    # Per micro-batch and stage: its layers, its extra work, and its pipeline sends: within a group by
-    # the group's library, across groups by the chosen transport (a forward and a backward each).
-    act = x.tokens[0] * model.hidden * 2 / x.tp[0]
-    vendor = [groups[g].gpu.vendor for g in plan]
-    boundary = np.array([vendor[s] != vendor[s + 1] for s in range(len(plan) - 1)] + [False])
-    crossing = [
-        float(cross_vendor_time(transport, act, groups[plan[s]], groups[plan[s + 1]], groups[plan[s]].gpus_per_node,
-                                nics or groups[plan[s]].system.scale_out.nics_per_node.value))
-        for s in np.flatnonzero(boundary)
-    ]  # fmt: skip
-    cross = max(crossing, default=0.0)
-    sends = np.array([float(parts[g]["pp_exposed_s"][0]) for g in plan])
-    sends = np.where(boundary | np.concatenate([[False], boundary[:-1]]), 2 * cross, sends)
+    # Per micro-batch and stage: its layers, its extra work, and its pipeline sends.
+    sends, cross = _sends(model, groups, plan, x, parts, transport, nics)
     other = np.array([float(parts[g]["z3_exposed_s"][0]) for g in plan])
     stage = layers * layer_s + extra_s + sends + other
     m = float(x.microbatches[0])

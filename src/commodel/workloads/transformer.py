@@ -216,13 +216,12 @@ def activation_bytes_per_token(
     MLA's query and key-value latents (their norms' inputs and the up-projections' inputs), the FC1
     output, the shared experts' (an MLP of ``shared x f`` beside the routed ones: its FC1 output, its
     activation output and, under FP8, its own copy of the norm output), the two norms' inputs, and
-    1-byte dropout masks where the model uses dropout. Under FP8
-    the linear layers keep their quantized inputs (1 B) for the backward pass; everything else is
-    BF16 (2 B), the MoE router's input (the MLP's norm output: the router GEMM runs in BF16) too.
-    Unfused attention adds Korthikanti's ``5 n_h s`` for scores, softmax output and dropout mask.
-    With ``fp8_activation_input`` the activation functions keep their inputs (the FC1 outputs) in FP8,
-    1 B per element (Megatron's ``--activation-func-fp8-input-store``, DeepSeek-V3 report section
-    3.3.3), whatever the recipe.
+    1-byte dropout masks where the model uses dropout. Under FP8 the linear layers keep their quantized
+    inputs (1 B) for the backward pass; everything else is BF16 (2 B), the MoE router's input (the MLP's
+    norm output: the router GEMM runs in BF16) too. Unfused attention adds Korthikanti's ``5 n_h s`` for
+    scores, softmax output and dropout mask. With ``fp8_activation_input`` the activation functions keep
+    their inputs (the FC1 outputs) in FP8, 1 B per element (Megatron's ``--activation-func-fp8-input-
+    store``, DeepSeek-V3 report section 3.3.3), whatever the recipe.
 
     recompute 0 = none, 1 = selective (Megatron's checkpointed attention core: its inputs Q, K, V are
     kept, and what the core stores itself is dropped: the unfused scores, softmax and dropout mask;
@@ -246,7 +245,6 @@ def activation_bytes_per_token(
     moe = model.moe
     up = 2 if model.gated_mlp else 1  # FC1 widths: gate and up projections in a gated MLP
     linear = 1.0 if recipe is not None and recipe.quantized else 2.0
-    bf16 = float(linear == 2.0)  # the linear layers hold their inputs themselves, not FP8 copies
     mask = 1.0 if model.dropout else 0.0
     attention_out = linear * model.heads * d_v  # input of the output projection
     qkv_heads = 2 * (model.heads * d_qk + model.n_kv_heads * (d_qk + d_v))
@@ -265,30 +263,41 @@ def activation_bytes_per_token(
     # BF16 (the router's input), the experts' permuted copies and their insides, the shared experts'
     # insides and, under FP8, their own copy of the norm output. Averaged by the layers of each kind.
     moe_share = model.moe_layers / model.layers
-    dense_mlp = linear * h + inside(model.ffn_hidden)
+    dense_inside = inside(model.ffn_hidden)
     shared = 0.0
     if moe is not None and moe.shared_experts:
         shared = inside(moe.shared_experts * moe.expert_ffn_hidden) + (2.0 - linear) * h
     routed = 0.0 if moe is None else moe.top_k * (linear * h + inside(moe.expert_ffn_hidden))
     moe_mlp = 2.0 * h + routed + shared
-    mlp_part = (1 - moe_share) * dense_mlp + moe_share * moe_mlp + mask * h
+    mlp_part = (1 - moe_share) * (linear * h + dense_inside) + moe_share * moe_mlp + mask * h
     none = attention_part + mlp_part + 4 * h
     scores = 5.0 * model.heads * np.asarray(seq, dtype=float) if attention_impl == "unfused" else 0.0
-    freed = 0.0
-    if np.any(modules):
-        mlp_norm_held = moe_share + (1 - moe_share) * bf16  # a MoE router holds it in BF16
-        act = 0.0 if moe is None else moe.top_k * 2 * moe.expert_ffn_hidden
-        freed = (
-            has_module(modules, "layernorm") * (bf16 + mlp_norm_held) * 2 * h
-            + has_module(modules, "moe_act") * moe_share * bf16 * act
-            + has_module(modules, "mla_up_proj") * (model.mla is not None) * qkv_heads
-            # The dense MLP's checkpoint keeps its input in BF16 where FC1 kept an FP8 copy.
-            + has_module(modules, "mlp") * (1 - moe_share) * (inside(model.ffn_hidden) - (2.0 - linear) * h)
-            + has_module(modules, "moe") * moe_share * (routed + shared)
-            + has_module(modules, "shared_experts") * moe_share * shared
-        )
+    freed = (
+        _freed(model, modules, linear, qkv_heads, dense_inside, routed, shared) if np.any(modules) else 0.0
+    )
     code = np.asarray(recompute)
     return np.where(code == 2, 2.0 * h, np.where(code == 1, none, none + scores) - freed)
+
+
+def _freed(model: Transformer, modules: ArrayLike, linear: float, qkv_heads: float, dense_inside: np.ndarray,
+           routed: np.ndarray | float, shared: np.ndarray | float) -> np.ndarray:  # fmt: skip
+    """Bytes per token and layer the recompute ``modules`` free (:func:`activation_bytes_per_token`
+    says which and why), given a layer's parts: the Q, K, V heads, the dense MLP's inside, the routed
+    experts' copies and insides, the shared experts' part."""
+    h, moe = model.hidden, model.moe
+    moe_share = model.moe_layers / model.layers
+    bf16 = float(linear == 2.0)  # the linear layers hold their inputs themselves, not FP8 copies
+    mlp_norm_held = moe_share + (1 - moe_share) * bf16  # a MoE router holds it in BF16
+    act = 0.0 if moe is None else moe.top_k * 2 * moe.expert_ffn_hidden
+    return (
+        has_module(modules, "layernorm") * (bf16 + mlp_norm_held) * 2 * h
+        + has_module(modules, "moe_act") * moe_share * bf16 * act
+        + has_module(modules, "mla_up_proj") * (model.mla is not None) * qkv_heads
+        # The dense MLP's checkpoint keeps its input in BF16 where FC1 kept an FP8 copy.
+        + has_module(modules, "mlp") * (1 - moe_share) * (dense_inside - (2.0 - linear) * h)
+        + has_module(modules, "moe") * moe_share * (routed + shared)
+        + has_module(modules, "shared_experts") * moe_share * shared
+    )
 
 
 def bytes_per(dtype: str) -> float:

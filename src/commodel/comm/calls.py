@@ -1,0 +1,194 @@
+"""A collective call as nccl-tests runs it (:func:`run`): ``op`` over a range of sizes on some GPUs of
+a cluster, the algorithm and protocol chosen as the library chooses them (``auto``), the fastest
+(``best``) or one forced, with a forced channel count where a tuner plugin sets one; the results as
+nccl-tests prints them (size, time, algbw, busbw, with the algorithm, protocol, channels and chunk).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from numpy.typing import ArrayLike
+
+from commodel.comm.collectives import (
+    ALGORITHMS,
+    POLICIES,
+    Choice,
+    candidates,
+    check_op,
+    collective_time,
+    library_algorithms,
+    pair_time,
+    protocols_for,
+    tune,
+)
+from commodel.comm.fabric import Fabric, fabric_of
+from commodel.comm.mpi import BUSBW_FACTOR
+from commodel.comm.p2p import PROTOCOLS
+from commodel.comm.tables import MAX_CHANNELS
+from commodel.errors import CommodelError, unknown
+from commodel.hardware.cluster import Cluster
+
+COLUMNS = [
+    "op",
+    "algo",
+    "protocol",
+    "size_bytes",
+    "gpus",
+    "nodes",
+    "domains",
+    "channels",
+    "chunk_bytes",
+    "time_s",
+    "algbw_GBps",
+    "busbw_GBps",
+]
+
+
+def resolve_layout(cluster: Cluster, gpus: int | None) -> tuple[int, int, int]:
+    """(ranks, nodes, scale-up domains) for ``gpus`` GPUs spread evenly over the cluster's nodes
+    (default: all GPUs)."""
+    total, nodes = cluster.total_gpus, cluster.nodes
+    gpus = total if gpus is None else gpus
+    if gpus < 1:
+        raise CommodelError(f"--gpus must be at least 1, got {gpus}")
+    if gpus > total:
+        raise CommodelError(
+            f"{gpus} GPUs requested but {nodes} node(s) of {cluster.name} have {total}; "
+            f"raise --nodes to at least {-(-gpus // cluster.gpus_per_node)}"
+        )
+    if gpus % nodes:
+        raise CommodelError(f"{gpus} GPUs do not spread evenly over {nodes} nodes; use a multiple of {nodes}")
+    return gpus, nodes, domains_of(cluster, nodes)
+
+
+def domains_of(cluster: Cluster, nodes: int) -> int:
+    """Scale-up domains ``nodes`` nodes fill (a domain may span several nodes, as in NVL72)."""
+    per_domain = max(cluster.domain_gpus // cluster.gpus_per_node, 1)
+    if nodes <= per_domain:
+        return 1
+    if nodes % per_domain:
+        raise CommodelError(
+            f"{nodes} nodes of {cluster.name} do not fill whole {cluster.domain_gpus}-GPU scale-up domains "
+            f"of {per_domain} nodes; use a multiple of {per_domain}"
+        )
+    return nodes // per_domain
+
+
+def run(
+    op: str,
+    cluster: Cluster,
+    sizes: ArrayLike,
+    gpus: int | None = None,
+    algo: str = "auto",
+    protocol: str = "auto",
+    library: str = "nccl",
+    channels: int | None = None,
+    fab: Fabric | None = None,
+) -> pd.DataFrame:
+    """nccl-tests-like table of ``op`` over ``sizes`` on ``gpus`` GPUs of ``cluster``.
+
+    ``algo``: ``auto`` (the library's own choice), ``best`` (the fastest) or one algorithm;
+    ``protocol``: ``auto`` or one protocol; ``channels`` forces a channel count (as a tuner plugin
+    may). Raises :class:`CommodelError` if the request cannot run here.
+    """
+    check_op(op)
+    fab = fab or fabric_of(cluster)
+    ranks, nodes, domains = resolve_layout(cluster, gpus)
+    algos = _requested_algos(op, algo, fab, ranks, domains, cluster, library)
+    pairs = candidates(op, fab, algos)
+    if protocol != "auto":
+        if protocol not in PROTOCOLS:
+            raise unknown("protocol", protocol, PROTOCOLS)
+        pairs = [(a, p) for a, p in pairs if p == protocol]
+        if not pairs:
+            raise CommodelError(f"protocol '{protocol}' is not available for {algo} on {cluster.name}")
+    if channels is not None and not 1 <= channels <= MAX_CHANNELS:
+        raise CommodelError(f"--channels must be 1 to {MAX_CHANNELS} (NCCL's MAXCHANNELS), got {channels}")
+    sizes = np.asarray(sizes, dtype=float)
+    policy = "best" if algo == "best" or library == "all" else "auto"
+    if channels is None:
+        choice = tune(op, sizes, ranks, domains, fab, pairs, policy)
+    else:
+        choice = _forced_channels(op, sizes, ranks, domains, fab, pairs, channels)
+    return results_frame(op, sizes, ranks, nodes, domains, choice)
+
+
+def _forced_channels(
+    op: str, sizes: np.ndarray, ranks: int, domains: int, fab: Fabric, pairs: list, channels: int
+) -> Choice:
+    """The fastest pair when every call runs ``channels`` channels."""
+    results = [pair_time(op, a, pr, sizes, ranks, domains, fab, channels) for a, pr in pairs]
+    times = np.stack([r[0] for r in results])
+    best = np.argmin(times, axis=0)
+    pick = lambda stack: np.take_along_axis(stack, best[None], axis=0)[0]  # noqa: E731
+    return Choice(
+        pick(times),
+        np.array([a for a, _ in pairs])[best],
+        np.array([pr for _, pr in pairs])[best],
+        pick(np.stack([r[1] for r in results])),
+        pick(np.stack([r[2] for r in results])),
+    )
+
+
+def results_frame(
+    op: str, sizes: np.ndarray, ranks: int, nodes: int, domains: int, choice: Choice
+) -> pd.DataFrame:
+    """Assemble the nccl-tests columns; a single rank moves nothing (time, algbw, busbw all 0)."""
+    import pandas as pd
+
+    time = choice.time_s
+    moved = time > 0
+    algbw = np.divide(sizes, time, out=np.zeros_like(sizes), where=moved) / 1e9
+    busbw = algbw * BUSBW_FACTOR[op](np.float64(ranks))
+    return pd.DataFrame(
+        {
+            "op": op,
+            "algo": choice.algo,
+            "protocol": choice.protocol,
+            "size_bytes": sizes.astype(np.int64),
+            "gpus": ranks,
+            "nodes": nodes,
+            "domains": domains,
+            "channels": choice.channels.astype(np.int64),
+            "chunk_bytes": choice.chunk_bytes.astype(np.int64),
+            "time_s": time,
+            "algbw_GBps": algbw,
+            "busbw_GBps": busbw,
+        },
+        columns=COLUMNS,
+    )
+
+
+def _requested_algos(
+    op: str, algo: str, fab: Fabric, ranks: int, domains: int, cluster: Cluster, library: str
+) -> tuple[str, ...]:
+    offered = library_algorithms(op, library)
+    if algo in POLICIES:
+        return offered
+    if algo not in ALGORITHMS:
+        raise unknown("algorithm", algo, (*POLICIES, *ALGORITHMS))
+    every = library_algorithms(op, "all")
+    if algo not in every:
+        raise CommodelError(f"{op} has no '{algo}' algorithm; choose from: auto, best, {', '.join(every)}")
+    time = collective_time(op, algo, protocols_for(algo, fab)[-1], 2**20, ranks, domains, fab)
+    if not np.all(np.isfinite(time)):
+        raise CommodelError(
+            f"'{algo}' cannot run {op} on {ranks} GPUs of {cluster.name} here: {_why(algo, fab, domains)}"
+        )
+    return (algo,)
+
+
+def _why(algo: str, fab: Fabric, domains: int) -> str:
+    """Why an algorithm is unavailable, in the user's terms."""
+    reasons = {
+        "nvls": "NVLS needs an NVLink switch that reduces (NVLink SHARP) and one scale-up domain"
+        + ("; across domains use nvls-tree" if domains > 1 else ""),
+        "nvls-tree": "NVLS-tree needs NVLink SHARP inside each domain and more than one domain",
+        "collnet-direct": "CollNet needs a scale-out network that reduces (SHARP, --sharp) and several domains",
+        "collnet-chain": "CollNet needs a scale-out network that reduces (SHARP, --sharp) and several domains",
+        "pat": "PAT runs with one GPU per node across several nodes",
+        "hierarchical": "the two-level algorithm needs more than one domain",
+        "tree": "RCCL does not use its tree inside one MI300X node",
+    }
+    return reasons.get(algo, f"{fab.library.upper()} has no such path here")
