@@ -10,7 +10,7 @@ def __getattr__(name: str) -> str:
     start about 20 ms."""
     if name != "__version__":
         raise AttributeError(f"module 'commodel' has no attribute {name!r}")
-    from importlib.metadata import PackageNotFoundError, version
+    from importlib.metadata import PackageNotFoundError, version  # slow: read on first use only
 
     try:
         return version("commodel")

@@ -35,7 +35,7 @@ DESCRIPTIONS = {
 @cache
 def _registry():
     """pint's registry, with its parsed definitions cached on disk (0.03 s instead of 1 s to build)."""
-    import pint
+    import pint  # slow: pint (0.2 s), only where a TOML quantity needs parsing
 
     try:
         ureg = pint.UnitRegistry(cache_folder=":auto:")

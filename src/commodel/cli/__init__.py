@@ -55,9 +55,9 @@ def __getattr__(name: str) -> typer.Typer:
 def _parser_errors() -> object:
     """The option parser's exception module (typer vendors click from 0.2x on; older ones use click)."""
     try:
-        from typer._click import exceptions
+        from typer._click import exceptions  # optional: typer 0.2x vendors click
     except ImportError:  # pragma: no cover - older typer
-        from click import exceptions
+        from click import exceptions  # optional: older typer depends on click
     return exceptions
 
 

@@ -135,8 +135,6 @@ def results_frame(
     op: str, sizes: np.ndarray, ranks: int, nodes: int, domains: int, choice: Choice
 ) -> pd.DataFrame:
     """Assemble the nccl-tests columns; a single rank moves nothing (time, algbw, busbw all 0)."""
-    import pandas as pd
-
     time = choice.time_s
     moved = time > 0
     algbw = np.divide(sizes, time, out=np.zeros_like(sizes), where=moved) / 1e9

@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from commodel.comm import tables
+from commodel.errors import CommodelError, unknown
 from commodel.hardware.cluster import Cluster
 
 #: How calls reach the GPU (a software setting of the run, not hardware): ``stream`` launches every
@@ -149,13 +150,9 @@ def fabric_of(
     GPUs one process drives (nccl-tests ``-g``; 1 with one process per GPU); ``nvls=False`` disables
     NVLink SHARP (``NCCL_NVLS_ENABLE=0``).
     """
-    from commodel.errors import unknown
-
     if launch not in LAUNCH_MODES:
         raise unknown("launch mode", launch, LAUNCH_MODES)
     if gpus_per_process < 1:
-        from commodel.errors import CommodelError
-
         raise CommodelError(f"GPUs per process must be at least 1, got {gpus_per_process}")
     up, out, gpu = cluster.scale_up, cluster.scale_out, cluster.gpu
     system = cluster.system

@@ -41,6 +41,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from commodel.errors import CommodelError, unknown
+from commodel.hardware import default_db
 from commodel.hardware.cluster import Cluster
 
 SCHEMES = ("host-driven", "stream-triggered", "kernel-triggered", "kernel-initiated", "proxy")
@@ -91,8 +92,6 @@ def path_of(c: Cluster, scope: str = "network") -> Path:
     link), or inside a node, where the scale-up fabric is both network and NIC: one hop at its latency,
     no PCIe, GPU threads storing directly (load/store; no work request, no doorbell), the host path
     a copy the host starts at a kernel boundary, no host-staged triggers."""
-    from commodel.hardware import default_db
-
     if scope not in SCOPES:
         raise unknown("message scope", scope, SCOPES)
     if scope == "node":

@@ -28,7 +28,7 @@ def run_local(fn: ChunkFunction, spec_json: str, indices: list[int]) -> Iterator
 @contextmanager
 def dask_client(scheduler: str | None):
     """A client for ``scheduler`` (an address), or for a LocalCluster started (and stopped) here."""
-    from dask.distributed import Client, LocalCluster
+    from dask.distributed import Client, LocalCluster  # optional and slow: Dask only with --executor dask
 
     if scheduler:
         try:
@@ -52,7 +52,7 @@ def dask_client(scheduler: str | None):
 def run_dask(
     fn: ChunkFunction, spec_json: str, indices: list[int], scheduler: str | None
 ) -> Iterator[tuple[int, pd.DataFrame]]:
-    from dask.distributed import as_completed
+    from dask.distributed import as_completed  # optional and slow: Dask only with --executor dask
 
     with dask_client(scheduler) as client:
         futures = {client.submit(fn, spec_json, i, pure=False): i for i in indices}

@@ -12,8 +12,8 @@ import pandas as pd
 
 from commodel.explore.evaluation import finish
 from commodel.explore.pareto import objective_matrix
-from commodel.explore.space import complete, decode
-from commodel.explore.spec import SweepSpec
+from commodel.explore.space import complete, decode, grid_values
+from commodel.explore.spec import RealRange, SweepSpec
 
 #: Population size, capped by a tenth of the budget so at least ten generations run.
 POPULATION = 32
@@ -25,9 +25,6 @@ MUTATION_RATE = 0.25
 def snap(spec: SweepSpec, x: np.ndarray) -> np.ndarray:
     """Move discrete variables (choices, integer ranges) to the centre of their cell of the unit
     interval, so two encodings of one design are equal and pymoo's duplicate elimination drops them."""
-    from commodel.explore.space import grid_values
-    from commodel.explore.spec import RealRange
-
     x = np.array(x, dtype=float, copy=True)
     for column, var in enumerate(spec.variables.values()):
         if not isinstance(var, RealRange):
@@ -38,6 +35,7 @@ def snap(spec: SweepSpec, x: np.ndarray) -> np.ndarray:
 
 def optimize(spec: SweepSpec, progress: bool = False) -> pd.DataFrame:
     """Run the spec's optimizer for ``budget`` evaluations; return every valid design among them."""
+    # slow: pymoo (0.3 s), for optimizer runs only
     from pymoo.algorithms.moo.nsga2 import NSGA2
     from pymoo.algorithms.moo.nsga3 import NSGA3
     from pymoo.core.problem import Problem

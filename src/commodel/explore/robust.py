@@ -30,6 +30,7 @@ from numpy.typing import ArrayLike
 
 from commodel.explore.spec import SweepSpec
 from commodel.hardware.uncertain import Uncertain, draws, drivers, on_draws
+from commodel.pricing.evaluator import evaluator
 from commodel.validate.bands import hardware_uncertainty
 
 
@@ -44,8 +45,6 @@ def _objectives_per_draw(
 ) -> np.ndarray:
     """Draws x designs x objectives: the spec's objectives priced on each draw's database (NaN where
     a draw makes a design invalid)."""
-    from commodel.pricing.evaluator import evaluator
-
     spec = SweepSpec.model_validate_json(spec_json)
     price = evaluator(spec.study.evaluate).repeated(frame, list(spec.objectives))
     results = on_draws(lambda _: price(), parameters, factors)

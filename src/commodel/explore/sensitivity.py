@@ -22,9 +22,11 @@ import numpy as np
 import pandas as pd
 
 from commodel.errors import CommodelError, unknown
+from commodel.explore.executors import execute
 from commodel.explore.space import complete, decode
 from commodel.explore.spec import Choice, SweepSpec
 from commodel.hardware.uncertain import Uncertain, factors_of, on_draws
+from commodel.pricing.evaluator import evaluator, objective_values
 from commodel.validate.bands import hardware_uncertainty
 
 METHODS = ("sobol", "morris")
@@ -40,6 +42,7 @@ def indices(
     """Sensitivity of each output of ``function`` (unit-cube points, one column per name -> outputs) to
     each name: one row per (output, name) with ``S1``, ``ST`` and their 95% confidence half-widths
     (Sobol), or ``mu_star`` and ``sigma`` (Morris); ``invalid_share`` of points replaced by the mean."""
+    # slow: SALib (0.8 s with scipy.stats), for sensitivity runs only
     from SALib.analyze import morris as morris_analyze
     from SALib.analyze import sobol as sobol_analyze
     from SALib.sample import morris as morris_sample
@@ -78,8 +81,6 @@ def _chunk_objectives(payload: str, index: int) -> pd.DataFrame:
     """The objectives of chunk ``index`` of a sensitivity sample (a picklable task, as a sweep's): the
     variables' columns decoded as a sweep decodes them; each uncertain number's column (if any) a
     factor on it, every point then priced on its own moved database."""
-    from commodel.pricing.evaluator import evaluator, objective_values
-
     data = json.loads(payload)
     spec = SweepSpec.model_validate_json(data["spec"])
     size, d = spec.study.chunk_size, len(spec.variables)
@@ -105,7 +106,6 @@ def study_function(
     """Unit-cube points (the variables, then ``parameters``) -> the spec's objectives, through the
     sweep's encoding, evaluator, chunks and executors (a Dask cluster evaluates the chunks as it
     does a sweep's)."""
-    from commodel.explore.executors import execute
 
     def objectives(x: np.ndarray) -> dict[str, np.ndarray]:
         payload = json.dumps({"spec": spec.model_dump_json(), "x": x.tolist(),

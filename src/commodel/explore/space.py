@@ -90,7 +90,7 @@ def decode(spec: SweepSpec, unit: np.ndarray, first_point: int = 0) -> pd.DataFr
 def sample(spec: SweepSpec) -> pd.DataFrame:
     """``budget`` quasi-random points: scrambled Sobol (the first ``budget`` of the next power of two)
     or Latin hypercube (scipy.stats.qmc), seeded."""
-    from scipy.stats import qmc
+    from scipy.stats import qmc  # slow: scipy.stats (0.6 s), for sampled spaces only
 
     d = max(len(spec.variables), 1)
     engine = (

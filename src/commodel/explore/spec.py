@@ -45,9 +45,12 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import tomli_w
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from commodel.errors import CommodelError, suggest
+from commodel.explore.expressions import constraint_column, expression_names
+from commodel.pricing.evaluator import evaluator
 from commodel.records import Strict, load_record
 
 METHODS = ("grid", "sobol", "lhs", "nsga2", "nsga3")
@@ -199,8 +202,6 @@ class SweepSpec(Strict):
     def described(self) -> dict[str, Any]:
         """The specification as plain values, for a sweep's summary and the reports that read it:
         the design space, constraints, bands and sensitivity method, and the TOML a person reads."""
-        import tomli_w
-
         u, rules = self.uncertainty, self.derived.items()
         return {
             "variables": {name: var.model_dump() for name, var in self.variables.items()},
@@ -233,9 +234,6 @@ def load_spec(path: str | Path) -> SweepSpec:
 def check_names(spec: SweepSpec, path: Path | str) -> None:
     """Every variable, fixed or derived name must be an evaluator input; every objective and
     constraint column an input or an output; each name appears once."""
-    from commodel.explore.expressions import constraint_column, expression_names
-    from commodel.pricing.evaluator import evaluator
-
     ev = evaluator(spec.study.evaluate)
     inputs = set(ev.inputs)
     columns = inputs | set(ev.outputs)

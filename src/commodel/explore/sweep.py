@@ -20,13 +20,18 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
+import commodel
 from commodel.errors import CommodelError
 from commodel.explore.evaluation import SAMPLED, chunk_count, evaluate_chunk
 from commodel.explore.executors import execute
 from commodel.explore.optimize import optimize
 from commodel.explore.pareto import bounds, hypervolume, objective_matrix, pareto_front
 from commodel.explore.robust import robust_objectives
+from commodel.explore.sensitivity import study_sensitivity
 from commodel.explore.space import design_points
 from commodel.explore.spec import SweepSpec
 from commodel.io import atomic_path, write_text
@@ -66,9 +71,6 @@ class Collector:
         self.schema = None
 
     def add(self, frame: pd.DataFrame) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         self.valid += len(frame)
         if len(frame) == 0:
             return
@@ -214,7 +216,6 @@ def _sensitivity(spec: SweepSpec, out: Path, executor: str, scheduler: str | Non
     """With a ``[sensitivity]`` section: its indices in ``sensitivity.csv``, and their main columns."""
     if spec.sensitivity is None:
         return None
-    from commodel.explore.sensitivity import study_sensitivity
 
     section = spec.sensitivity
     table = study_sensitivity(spec, section.method, section.samples, spec.study.seed, executor, scheduler)
@@ -245,7 +246,6 @@ class _ChunkProgress:
     def __enter__(self):
         if not self.enabled:
             return lambda: None
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
         self.bar = Progress(
             "[progress.description]{task.description}",
@@ -280,8 +280,6 @@ def _write_outputs(
     reporter: Reporter | None,
     sensitivity: list[dict] | None = None,
 ) -> dict:
-    from commodel import __version__
-
     keep_every = max(design_points(spec) // PLOT_SAMPLE, 1)
     with atomic_path(out / "results.parquet") as tmp:
         collector = Collector(spec, tmp, keep_every)
@@ -317,7 +315,7 @@ def _write_outputs(
         "evaluator": spec.study.evaluate,
         "method": spec.study.method,
         "spec_hash": spec.digest(),
-        "commodel_version": __version__,
+        "commodel_version": commodel.__version__,
         "points": design_points(spec),
         "chunks": n_chunks,
         "valid": collector.valid,

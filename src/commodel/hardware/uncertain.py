@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import numpy as np
 from pydantic import BaseModel
 
-from commodel.hardware.loader import HardwareDB, default_db
+from commodel.hardware.loader import HardwareDB, default_db, using
 from commodel.records import ByteSize, Count, Fraction, Sourced
 
 T = TypeVar("T")
@@ -212,8 +212,6 @@ def drivers(log_factors: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np
 def on_draws(run: Callable[[int], T], parameters: list[Uncertain], factors: np.ndarray) -> list[T]:
     """``run(i)`` for each row ``i`` of ``factors``, on the default database with the parameters
     moved by that row (:func:`moved`, :func:`commodel.hardware.loader.using`)."""
-    from commodel.hardware.loader import using
-
     base = default_db()
     results = []
     for i, row in enumerate(factors):
@@ -224,7 +222,7 @@ def on_draws(run: Callable[[int], T], parameters: list[Uncertain], factors: np.n
 
 def draws(parameters: list[Uncertain], samples: int, seed: int = 0) -> np.ndarray:
     """``samples`` x parameters factors: a Latin hypercube over the parameters' ranges."""
-    from scipy.stats import qmc
+    from scipy.stats import qmc  # slow: scipy.stats (0.6 s), for uncertainty bands only
 
     if not parameters:
         return np.ones((samples, 0))

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from commodel.errors import CommodelError
+
 
 @dataclass(frozen=True)
 class PluginCost:
@@ -30,8 +32,6 @@ class PluginCost:
         """Seconds one decision takes with ``lookups`` map lookups and ``updates`` map updates."""
         lookups, updates = np.asarray(lookups, dtype=float), np.asarray(updates, dtype=float)
         if np.any(lookups < 0) or np.any(updates < 0):
-            from commodel.errors import CommodelError
-
             raise CommodelError("map lookups and updates per decision cannot be negative")
         return self.dispatch_s + lookups * self.lookup_s + updates * self.update_s
 

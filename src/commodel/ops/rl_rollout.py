@@ -44,6 +44,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from commodel.errors import unknown
+
 POLICIES = ("fixed", "elastic", "rose")
 
 #: GRPO per step: a policy update (forward and backward: 3 units) and two forward passes (old and
@@ -203,8 +205,6 @@ def pools_for(policy: str, setup: Setup, load: float) -> list[Pool]:
 def rl_hour(policy: str, setup: Setup, lengths: np.ndarray, load: float) -> tuple[float, Rollout]:
     """One RL step at online load share ``load``: its seconds and its rollout."""
     if policy not in POLICIES:
-        from commodel.errors import unknown
-
         raise unknown("RL rollout policy", policy, POLICIES)
     rollout = simulate_rollout(lengths, pools_for(policy, setup, load), steal=policy == "rose")
     return rollout.t_last + setup.train_s, rollout

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Generator
 
 import numpy as np
+import simpy
 from numpy.typing import ArrayLike
 
 from commodel.errors import CommodelError, unknown
@@ -95,8 +96,6 @@ def simulate_waits(
     policy: str, mix: JobMixSpec, nodes: int, arrivals_per_h: float, jobs: int = 4000, seed: int = 0
 ) -> dict[str, float]:
     """Mean and median wait (hours) and utilization of the job slots from a SimPy simulation."""
-    import simpy
-
     if policy not in POLICIES:
         raise unknown("scheduling policy", policy, POLICIES)
     rng = np.random.default_rng(seed)

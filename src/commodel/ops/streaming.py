@@ -28,6 +28,7 @@ as a Poisson process per worker; over a horizon, seeded (:func:`fault_impacts`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import gamma
 
 import numpy as np
 
@@ -136,7 +137,6 @@ def _lifetimes(rng: np.random.Generator, distribution: str, shape: float, mean: 
         raise unknown("failure distribution", distribution, DISTRIBUTIONS)
     if shape <= 0:
         raise CommodelError(f"a Weibull shape must be positive, got {shape}")
-    from math import gamma
 
     return mean / gamma(1 + 1 / shape) * rng.weibull(shape, n)
 

@@ -7,6 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from commodel.errors import CommodelError
+from commodel.pricing.run import train
+from commodel.records import read_toml
+from commodel.report.plots import breakdown_plot
 
 #: Headline metrics: result key, label, unit, scale.
 METRICS = (
@@ -24,8 +27,6 @@ METRICS = (
 def parse_design(text: str, option: str) -> dict[str, str]:
     """``"system=dgx-h100,tp=8"`` as fields (typed by the job declaration later), or a TOML file of them."""
     if text.endswith(".toml"):
-        from commodel.records import read_toml
-
         return dict(read_toml(Path(text)))
     fields = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
@@ -42,8 +43,6 @@ def parse_design(text: str, option: str) -> dict[str, str]:
 
 def compare(a: dict[str, Any], b: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
     """Price both designs (each over ``common``) and set them side by side."""
-    from commodel.pricing.run import train
-
     results, priced = {}, False
     for label, design in (("a", a), ("b", b)):
         try:
@@ -90,8 +89,6 @@ def compare_text(result: dict[str, Any]) -> str:
 
 def compare_plot(result: dict[str, Any], path: str | Path) -> Path:
     """Stacked bars of each design's step time by component."""
-    from commodel.report.plots import breakdown_plot
-
     bars = {
         label: {r["component"]: r[f"{label.lower()}_s"] for r in result["breakdown"]} for label in ("A", "B")
     }

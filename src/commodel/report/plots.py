@@ -9,6 +9,7 @@ import pandas as pd
 
 from commodel.compute.kernels import Kernel
 from commodel.compute.roofline import achievable_bandwidth, kernel_time
+from commodel.errors import CommodelError
 from commodel.hardware.schema import GPU
 from commodel.io import atomic_path
 
@@ -19,7 +20,7 @@ def roofline_plot(gpu: GPU, name: str, kernels: dict[str, Kernel], path: Path) -
     Kernels are placed at (arithmetic intensity, achieved FLOP/s) from :func:`kernel_time`. The file is
     written atomically.
     """
-    from matplotlib.figure import Figure  # no pyplot: leaves the caller's backend (a notebook's) alone
+    from matplotlib.figure import Figure  # slow: matplotlib (0.3 s); no pyplot: a notebook keeps its backend
 
     fig = Figure(figsize=(7.5, 5))
     ax = fig.subplots()
@@ -61,8 +62,6 @@ def roofline_plot(gpu: GPU, name: str, kernels: dict[str, Kernel], path: Path) -
 def save_figure(fig: object, path: str | Path, dpi: int = 120) -> Path:
     """Write a matplotlib figure atomically, in the format its extension names; a directory, a
     missing folder or a format matplotlib cannot write is a :class:`CommodelError`."""
-    from commodel.errors import CommodelError
-
     target = Path(path)
     kind = target.suffix.lstrip(".").lower()
     formats = fig.canvas.get_supported_filetypes()  # type: ignore[attr-defined]
@@ -83,7 +82,7 @@ def breakdown_plot(
     bars: dict[str, dict[str, float]], path: str | Path, title: str = "where the step's time goes"
 ) -> Path:
     """Stacked bars, one per design (label -> component -> seconds), components in a shared order."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # slow: matplotlib (0.3 s), where a plot is written
 
     labels = list(bars)
     components = list(dict.fromkeys(c for parts in bars.values() for c in parts))
@@ -109,7 +108,7 @@ SENSITIVITY_BARS = 12
 def sensitivity_plot(table: pd.DataFrame, path: str | Path) -> Path:
     """Horizontal bars of each output's indices per input (total and first-order, or mu*), the
     :data:`SENSITIVITY_BARS` largest, largest on top."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # slow: matplotlib (0.3 s), where a plot is written
 
     outputs = list(dict.fromkeys(table.output))
     size = "ST" if "ST" in table else "mu_star"

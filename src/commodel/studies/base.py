@@ -3,6 +3,7 @@ same models the CLI uses, and claims that set the paper's figure beside the mode
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,8 +40,6 @@ class StudyResult:
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
-        import json
-
         return {
             "study": self.study,
             "title": self.title,

@@ -26,7 +26,7 @@ import numpy as np
 from commodel.comm.initiation import Path, check_scheme, path_of, put_latency
 from commodel.compute.kernels import elementwise
 from commodel.compute.roofline import kernel_time
-from commodel.errors import CommodelError
+from commodel.errors import CommodelError, unknown
 from commodel.hardware.cluster import Cluster
 
 SCHEMES = ("host-driven", "kernel-triggered")
@@ -65,8 +65,6 @@ def iteration_time(scheme: str, c: Cluster, n: int, gpus: int, halo: int = 1) ->
     each and faces ``halo`` cells deep, its ``compute_s`` and the communication time it spends
     (``comm_s``: what is not compute)."""
     if scheme not in SCHEMES:
-        from commodel.errors import unknown
-
         raise unknown("halo-exchange scheme", scheme, SCHEMES)
     if halo < 1 or 2 * halo >= n:
         raise CommodelError(
