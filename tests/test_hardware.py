@@ -148,6 +148,18 @@ def _edit(path: Path, old: str, new: str) -> None:
             'source = ""',
             r"a40.toml: field 'compute_units.source'",
         ),
+        (  # a generation NCCL's tables commodel carries do not cover is refused, not priced as another
+            "gpus/h100-sxm.toml",
+            'architecture = "hopper"',
+            'architecture = "rubin"',
+            r"h100-sxm.toml: field '\(top level\)': unknown architecture 'rubin' for an nvidia GPU; known: volta",
+        ),
+        (
+            "gpus/mi300x.toml",
+            'architecture = "cdna3"',
+            'architecture = "cdna4"',
+            r"mi300x.toml: .*'cdna4'.*\(did you mean 'cdna3'\?\)",
+        ),
     ],
 )
 def test_strict_loading_names_file_and_field(db_copy, file, old, new, message):

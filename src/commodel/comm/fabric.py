@@ -80,8 +80,9 @@ class Fabric:
 
     @property
     def arch_index(self) -> int:
-        """NCCL's architecture index (0 Volta .. 3 Blackwell); AMD GPUs take Ampere's row."""
-        return tables.ARCHS.index(self.arch) if self.arch in tables.ARCHS else 1
+        """NCCL's architecture index (0 Volta .. 3 Blackwell); AMD GPUs (RCCL keeps NCCL's tables with
+        CDNA in Ampere's row) take 1."""
+        return tables.ARCHS.index(self.arch) if self.library == "nccl" else 1
 
     @property
     def speed_family(self) -> str:

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from commodel.hardware.schema import ARCHITECTURES
+
 ALGOS = ("tree", "ring", "collnet-direct", "collnet-chain", "nvls", "nvls-tree", "pat")
 PROTOCOLS = ("ll", "ll128", "simple")
-ARCHS = ("volta", "ampere", "hopper", "blackwell")
+ARCHS = ARCHITECTURES["nvidia"]
 LINK_CLASSES = ("nvlink", "pci", "net")
 
 # --- 2.1 base latency baseLat[algo][proto] (us) --------------------------------------------------

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import field_validator, model_validator
 
+from commodel.errors import suggest
 from commodel.records import (
     Bandwidth,
     ByteSize,
@@ -23,6 +24,11 @@ from commodel.records import (
 )
 
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
+
+#: The GPU architectures the collective library's tables know, per vendor: NCCL's rows (its index from
+#: the compute capability, :mod:`commodel.comm.tables`) and RCCL's xGMI generations. A GPU of another
+#: architecture would be priced with some other generation's constants, so it is refused instead.
+ARCHITECTURES = {"nvidia": ("volta", "ampere", "hopper", "blackwell"), "amd": ("cdna2", "cdna3")}
 
 
 class GPU(Strict):
@@ -48,6 +54,16 @@ class GPU(Strict):
     memory_efficiency: Fraction
     launch_overhead: Duration
     exp_rate: Rate | None = None
+
+    @model_validator(mode="after")
+    def _known_architecture(self) -> GPU:
+        known = ARCHITECTURES[self.vendor]
+        if self.architecture not in known:
+            raise ValueError(
+                f"unknown architecture '{self.architecture}' for an {self.vendor} GPU{suggest(self.architecture, known)}; "
+                f"known: {', '.join(known)} (the generations whose collective-library tables commodel carries)"
+            )
+        return self
 
     @field_validator("peak_flops", "matmul_efficiency")
     @classmethod
