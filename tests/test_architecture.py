@@ -110,3 +110,20 @@ def test_an_import_inside_a_function_says_why(path):
                     row -= 1
                 above = lines[row - 1].strip() if row else ""
                 assert "#" in lines[node.lineno - 1] or above.startswith("#"), lines[node.lineno - 1]
+
+
+def test_one_estimate_from_the_shell_loads_no_heavy_library():
+    """``commodel train`` pays for its own imports only: none of pandas,
+    scipy, matplotlib, pymoo or Dask, which sweeps and plots need (docs/benchmarks.md times it)."""
+    script = (
+        "import sys, io, contextlib\n"
+        "from commodel.cli import main\n"
+        "sys.argv = ['commodel', *sys.argv[1:]]\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main()\n"
+        "heavy = ('pandas', 'scipy', 'matplotlib', 'pymoo', 'dask')\n"
+        "print(','.join(m for m in heavy if m in sys.modules))\n"
+    )
+    train = ["train", "--model", "llama3-8b", "--system", "dgx-h100"]
+    run = subprocess.run([sys.executable, "-c", script, *train], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == ""

@@ -6,8 +6,9 @@ nccl-tests prints them (size, time, algbw, busbw, with the algorithm, protocol, 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 from numpy.typing import ArrayLike
 
 from commodel.comm.collectives import (
@@ -28,6 +29,9 @@ from commodel.comm.p2p import PROTOCOLS
 from commodel.comm.tables import MAX_CHANNELS
 from commodel.errors import CommodelError, unknown
 from commodel.hardware.cluster import Cluster
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 COLUMNS = [
     "op",
@@ -139,6 +143,8 @@ def results_frame(
     moved = time > 0
     algbw = np.divide(sizes, time, out=np.zeros_like(sizes), where=moved) / 1e9
     busbw = algbw * BUSBW_FACTOR[op](np.float64(ranks))
+    import pandas as pd  # slow: pandas (0.2 s), for this table only (a training step needs none)
+
     return pd.DataFrame(
         {
             "op": op,

@@ -12,13 +12,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from commodel.errors import pick
 from commodel.pricing.job import Job, check_columns
 from commodel.pricing.table import Columns, columns_of, with_outputs
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ from functools import cache
 from typing import Annotated, Any, ClassVar, TypeVar
 
 import numpy as np
-import pandas as pd
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator
 
 from commodel.errors import CommodelError, suggest
@@ -153,6 +152,8 @@ def _distinct(values: np.ndarray) -> np.ndarray:
     array = np.asarray(values)
     if array.ndim == 1 and len(array) and array.strides == (0,):
         return array[:1]
+    import pandas as pd  # slow: pandas (0.2 s), which one job does not need
+
     return pd.unique(array.ravel())
 
 
@@ -219,6 +220,8 @@ def _check_together(
     varying = [name for name in schema.together if len(distinct[name]) > 1]
     held = {name: distinct[name][0] for name in schema.together if name not in varying}
     if len(varying) > 1:
+        import pandas as pd  # slow: pandas (0.2 s), which one job does not need
+
         frame = pd.DataFrame({name: columns[name] for name in varying}).drop_duplicates()
         combinations = frame.astype(object).to_dict("records")
     else:

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from commodel.errors import CommodelError
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 Columns = dict[str, np.ndarray]
+
+#: Rows from which a column's values are coded by hashing (pandas) rather than one by one.
+FACTORIZE_FROM = 256
 
 
 def columns_of(frame: pd.DataFrame, defaults: Mapping[str, object], required: tuple[str, ...]) -> Columns:
@@ -83,6 +88,8 @@ def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     value: a broadcast default, or a constant)."""
     if _one_value(values) or (len(values) and bool(np.all(values == values[0]))):
         return np.zeros(len(values), dtype=np.intp), values[:1]
+    import pandas as pd  # slow: pandas (0.2 s), which one job does not need
+
     return pd.factorize(values, sort=True)
 
 
@@ -185,6 +192,8 @@ def problem_messages(problems: list[tuple[np.ndarray, str]], rows: int) -> np.nd
 def with_outputs(frame: pd.DataFrame, out: Columns, resolved: tuple[str, ...] = ()) -> pd.DataFrame:
     """``frame`` with the output columns added, and the inputs the pricing ``resolved`` replaced in
     place: derived counts (gpus from nodes) as nullable integers, a text input as the text it read."""
+    import pandas as pd  # slow: pandas (0.2 s), which one job does not need
+
     counts = {
         name: pd.array(out[name], dtype="Int64") if np.asarray(out[name]).dtype.kind in "fiu" else out[name]
         for name in resolved
@@ -202,5 +211,10 @@ def coded(fn: Callable[[Any], Any], values: np.ndarray, dtype: Any = float) -> n
     values = np.asarray(values)
     if _one_value(values):
         return np.full(len(values), fn(values[0]), dtype=dtype)
+    if values.size < FACTORIZE_FROM:  # a few rows: fewer calls than factorizing them
+        results = {value: fn(value) for value in dict.fromkeys(values.ravel().tolist())}
+        return np.array([results[v] for v in values.ravel().tolist()], dtype=dtype).reshape(values.shape)
+    import pandas as pd  # slow: pandas (0.2 s), which one job does not need
+
     codes, distinct = pd.factorize(values.ravel(), use_na_sentinel=False)
     return np.array([fn(v) for v in distinct], dtype=dtype)[codes].reshape(values.shape)
