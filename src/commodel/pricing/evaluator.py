@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from importlib import import_module
 from typing import TYPE_CHECKING
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from commodel.errors import pick
 from commodel.pricing.job import Job, check_columns
-from commodel.pricing.table import Columns, columns_of, with_outputs
+from commodel.pricing.table import Columns, columns_of, price_rows, with_outputs
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -35,6 +36,17 @@ class Evaluator:
     outputs: tuple[str, ...]
     price: Callable[[Columns], Columns]
     resolved: tuple[str, ...] = ()
+
+    @classmethod
+    def row_by_row(
+        cls, name: str, description: str, job: type[Job], outputs: tuple[str, ...],
+        price_row: Callable[[object], dict], text: tuple[str, ...] = (),
+    ) -> Evaluator:  # fmt: skip
+        """An evaluator that prices one job at a time (a simulation, a search): ``price_row(row)``
+        gives a row's outputs (:func:`commodel.pricing.table.price_rows`)."""
+        return cls(
+            name, description, job, outputs, partial(price_rows, outputs=outputs, price=price_row, text=text)
+        )
 
     @property
     def inputs(self) -> dict[str, object]:

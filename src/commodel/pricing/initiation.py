@@ -15,7 +15,6 @@ from commodel.hardware import cluster
 from commodel.hardware.cluster import Cluster
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.job import MODEL, SYSTEM, Choices, Job
-from commodel.pricing.table import price_rows
 from commodel.workloads import stencil
 from commodel.workloads.catalog import model as get_model
 from commodel.workloads.moe_dispatch import MODES, dispatch_combine
@@ -105,30 +104,24 @@ DISPATCH_OUTPUTS = ("dispatch_us", "combine_us", "total_us", "binding", "problem
 
 
 def initiation() -> Evaluator:
-    return Evaluator(
+    return Evaluator.row_by_row(
         "initiation",
         "one message between two nodes by an initiation scheme: put and coordination latency, message rate",
-        MessageJob,
-        MESSAGE_OUTPUTS,
-        lambda columns: price_rows(columns, MESSAGE_OUTPUTS, _message, ("problem",)),
-    )
+        MessageJob, MESSAGE_OUTPUTS, _message, ("problem",),
+    )  # fmt: skip
 
 
 def halo() -> Evaluator:
-    return Evaluator(
+    return Evaluator.row_by_row(
         "halo",
         "a 3-D stencil's halo exchange per iteration (weak scaling): time, communication, efficiency",
-        HaloJob,
-        HALO_OUTPUTS,
-        lambda columns: price_rows(columns, HALO_OUTPUTS, _halo, ("problem",)),
-    )
+        HaloJob, HALO_OUTPUTS, _halo, ("problem",),
+    )  # fmt: skip
 
 
 def moe_dispatch() -> Evaluator:
-    return Evaluator(
+    return Evaluator.row_by_row(
         "moe_dispatch",
         "a MoE layer's DeepEP-style dispatch and combine per GPU over an initiation scheme",
-        DispatchJob,
-        DISPATCH_OUTPUTS,
-        lambda columns: price_rows(columns, DISPATCH_OUTPUTS, _moe, ("problem", "binding")),
-    )
+        DispatchJob, DISPATCH_OUTPUTS, _moe, ("problem", "binding"),
+    )  # fmt: skip

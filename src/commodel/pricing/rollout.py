@@ -33,7 +33,6 @@ from commodel.ops.rl_rollout import (
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.job import MODEL, SYSTEM, Choices, Job
 from commodel.pricing.run import train
-from commodel.pricing.table import price_rows
 from commodel.workloads.catalog import model as get_model
 from commodel.workloads.serving import Engine, capacity, steady_state
 from commodel.workloads.serving_batch import slo_batch
@@ -171,10 +170,10 @@ def day(row: object) -> dict[str, float]:
 
 
 def rollout() -> Evaluator:
-    return Evaluator(
+    return Evaluator.row_by_row(
         "rollout",
         "an RL post-training job beside a serving cluster, per rollout policy: samples per hour over a day",
         RolloutJob,
         OUTPUTS,
-        lambda columns: price_rows(columns, OUTPUTS, day),
+        day,
     )

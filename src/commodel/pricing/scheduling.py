@@ -16,7 +16,6 @@ from pydantic import Field
 from commodel.ops.scheduling import POLICIES, approximate_waits, simulate_waits
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.job import Choices, Job
-from commodel.pricing.table import price_rows
 from commodel.workloads.catalog import job_mix, job_mixes
 
 METHODS = ("approximation", "simulation")
@@ -61,10 +60,10 @@ def _waits(row: object) -> dict:
 
 
 def scheduling() -> Evaluator:
-    return Evaluator(
+    return Evaluator.row_by_row(
         "scheduling",
         "a batch partition's queue waits under node-exclusive or packed (TRES) allocation",
         SchedulingJob,
         OUTPUTS,
-        lambda columns: price_rows(columns, OUTPUTS, _waits),
+        _waits,
     )

@@ -10,7 +10,6 @@ from pydantic import Field
 from commodel.ops.streaming import DISTRIBUTIONS, POLICIES, Stream, fault_impacts
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.job import Choices, Job
-from commodel.pricing.table import price_rows
 
 
 class StreamJob(Job):
@@ -61,10 +60,10 @@ def _impact(row: object) -> dict:
 
 
 def stream() -> Evaluator:
-    return Evaluator(
+    return Evaluator.row_by_row(
         "stream",
         "a real-time stream pipeline under faults: checkpoint overhead and time behind real time, per policy",
         StreamJob,
         OUTPUTS,
-        lambda columns: price_rows(columns, OUTPUTS, _impact),
+        _impact,
     )
