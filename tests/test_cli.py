@@ -7,22 +7,9 @@ import pytest
 from typer.testing import CliRunner
 
 from commodel.cli import app, main
+from commodel.comm.calls import COLUMNS
 
 runner = CliRunner()
-JSON_KEYS = {
-    "op",
-    "algo",
-    "protocol",
-    "size_bytes",
-    "gpus",
-    "nodes",
-    "domains",
-    "channels",
-    "chunk_bytes",
-    "time_s",
-    "algbw_GBps",
-    "busbw_GBps",
-}
 
 
 def invoke(*args: str):
@@ -44,7 +31,7 @@ def test_collective_json_contract():
     assert result.exit_code == 0, result.output
     records = json.loads(result.output)
     assert len(records) == 3
-    assert set(records[0]) == JSON_KEYS
+    assert list(records[0]) == COLUMNS
     assert records[0]["gpus"] == 16 and records[0]["nodes"] == 2
     assert records[2]["busbw_GBps"] == pytest.approx(records[2]["algbw_GBps"] * 15 / 16)
 
