@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import tomli_w
-from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import Discriminator, Field, JsonValue, Tag, field_validator, model_validator
 
 from commodel.errors import CommodelError, suggest
 from commodel.explore.expressions import constraint_column, expression_names
@@ -179,10 +179,10 @@ class SensitivitySection(Strict):
 
 class SweepSpec(Strict):
     """A design space, its objectives and constraints; ``parameters`` holds inputs a study module
-    reads beyond the sweep itself (the sweep ignores them)."""
+    reads beyond the sweep itself (any TOML value: the sweep ignores them, the study checks them)."""
 
     study: StudySection
-    parameters: dict[str, Scalar | list[Scalar]] = {}
+    parameters: dict[str, JsonValue] = {}
     fixed: dict[str, Scalar] = {}
     variables: dict[str, Variable] = {}
     derived: dict[str, str | Lookup] = {}

@@ -31,13 +31,26 @@ DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 ARCHITECTURES = {"nvidia": ("volta", "ampere", "hopper", "blackwell"), "amd": ("cdna2", "cdna3")}
 
 
+class Multiprocessor(Strict):
+    """What one SM (CU on AMD) can hold at once, as the occupancy calculator counts it: resident
+    ``threads``, ``blocks`` (work-groups), ``shared_memory`` (LDS on AMD) and 32-bit ``registers``;
+    and ``memory_latency``, how long a load from HBM takes to return (what resident blocks hide)."""
+
+    threads: Count
+    blocks: Count
+    shared_memory: ByteSize
+    registers: Count
+    memory_latency: Duration
+
+
 class GPU(Strict):
     """One accelerator (or one GCD of a multi-die package, as the runtime sees it).
 
     ``matmul_efficiency``: the share of the datasheet peak the best GEMM shape reaches, per dtype
     (MAMF-style measurements; a dtype without an entry takes bf16's). ``exp_rate``: exponentials per
     second the special-function units deliver at the datasheet clock (they bound softmax in fused
-    attention); absent: no such bound is applied.
+    attention); absent: no such bound is applied. ``multiprocessor``: one SM's resident limits
+    (:class:`Multiprocessor`); absent: kernels sharing the GPU cannot be placed block by block.
     """
 
     description: str
@@ -54,6 +67,7 @@ class GPU(Strict):
     memory_efficiency: Fraction
     launch_overhead: Duration
     exp_rate: Rate | None = None
+    multiprocessor: Multiprocessor | None = None
 
     @model_validator(mode="after")
     def _known_architecture(self) -> GPU:

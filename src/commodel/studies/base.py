@@ -7,30 +7,67 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from commodel.explore.spec import SweepSpec, load_spec
 from commodel.explore.sweep import evaluate_all
 from commodel.resources import resource_dir
 
+#: How far a model's figure may sit from the paper's and still reproduce it (a share of the figure).
+TOLERANCE = 0.25
+
+#: A paper figure that is a direction only: the compared quantity is positive, or negative.
+SIGNS = {">0": 1.0, "<0": -1.0}
+
 
 @dataclass(frozen=True)
 class Claim:
-    """One headline: the paper's figure (a number, or a (low, high) range) and commodel's."""
+    """One headline: what it compares (``claim``), the paper's figure and commodel's.
+
+    ``paper`` is a number, a ``(low, high)`` range the paper reports (a model range is then compared
+    end to end), or a sign (``">0"``, ``"<0"``) where the paper states a direction only. A claim
+    ``holds`` when the model is within :data:`TOLERANCE` of the paper's figure (of each end of a range),
+    or has the paper's sign. ``definition``: the paper's definition of the compared quantity.
+    ``reason``: where the model misses, why, in one sentence grounded in the paper's setup.
+    """
 
     claim: str
-    paper: float | tuple[float, float]
-    model: float
+    paper: float | tuple[float, float] | str
+    model: float | tuple[float, float]
     unit: str
+    definition: str = ""
+    reason: str = ""
+
+    @property
+    def holds(self) -> bool:
+        """The model's figure reproduces the paper's: within :data:`TOLERANCE` of a number; inside a
+        range widened by it (a model range: each end within it of the paper's); or of its sign."""
+        if isinstance(self.paper, str):
+            return bool(np.sign(self.model) == SIGNS[self.paper])
+        if isinstance(self.paper, tuple) and not isinstance(self.model, tuple):
+            low, high = sorted(self.paper)
+            return low - TOLERANCE * abs(low) <= self.model <= high + TOLERANCE * abs(high)
+        papers = np.atleast_1d(np.asarray(self.paper, dtype=float))
+        models = np.broadcast_to(np.asarray(self.model, dtype=float), papers.shape)
+        return bool(np.all(np.abs(models - papers) <= TOLERANCE * np.abs(papers)))
 
     def as_dict(self) -> dict[str, object]:
-        paper = list(self.paper) if isinstance(self.paper, tuple) else self.paper
-        return {"claim": self.claim, "paper": paper, "model": self.model, "unit": self.unit}
+        def plain(value: object) -> object:
+            return list(value) if isinstance(value, tuple) else value
+
+        fields = {"claim": self.claim, "paper": plain(self.paper), "model": plain(self.model)}
+        fields |= {"unit": self.unit, "definition": self.definition, "holds": self.holds}
+        return fields | ({"reason": self.reason} if self.reason else {})
 
 
 @dataclass(frozen=True)
 class StudyResult:
-    """A study's claims and its table (one row per design point it evaluated)."""
+    """A study's claims, its setup beside the paper's, and its table (one row per design point).
+
+    ``setup``: the paper's evaluation setup and the study's own (``{"paper": ..., "model": ...}``),
+    each a short text; what the paper does not say, the study's text states as its assumption.
+    """
 
     study: str
     title: str
@@ -38,12 +75,22 @@ class StudyResult:
     claims: list[Claim]
     table: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    setup: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, spec: SweepSpec, claims: list[Claim], table: pd.DataFrame, notes: list[str]) -> StudyResult:
+        """A study's result, its name, title, paper and setup read from its specification
+        (``[parameters]`` ``paper``, ``paper_setup`` and ``model_setup``)."""
+        p = spec.parameters
+        setup = {"paper": str(p["paper_setup"]), "model": str(p["model_setup"])}
+        return cls(spec.study.name, spec.study.title, str(p["paper"]), claims, table, notes, setup)
 
     def as_dict(self) -> dict[str, object]:
         return {
             "study": self.study,
             "title": self.title,
             "paper": self.paper,
+            "setup": self.setup,
             "claims": [c.as_dict() for c in self.claims],
             "notes": self.notes,
             "table": json.loads(self.table.to_json(orient="records")),

@@ -66,4 +66,4 @@ def run() -> StudyResult:
         f"{reference.cais_vs_userbuffers:.2f}x over the baseline (paper 1.38x). No baseline the paper names, on "
         "the mechanisms it states, gives both figures; its cycle-accurate simulator's workloads are not stated",
     ]
-    return StudyResult("cais", spec.study.title, str(p["paper"]), claims, table, notes)
+    return StudyResult.of(spec, claims, table, notes)

@@ -45,4 +45,4 @@ def run() -> StudyResult:
         f"Pareto front (utilization, energy, scheduling overhead): {len(front)} of {len(table)} designs, pools of "
         f"{int(front.pool_servers.min())} to {int(front.pool_servers.max())} servers",
     ]
-    return StudyResult("disaggregation", spec.study.title, str(p["paper"]), claims, table, notes)
+    return StudyResult.of(spec, claims, table, notes)

@@ -55,4 +55,4 @@ def run() -> StudyResult:
         "a larger subdomain (or halo) shrinks GICC's gain: the fixed host costs it removes weigh less against "
         "the bytes both move",
     ]
-    return StudyResult("gicc", spec.study.title, str(p["paper"]), claims, table, notes)
+    return StudyResult.of(spec, claims, table, notes)

@@ -37,4 +37,4 @@ def run() -> StudyResult:
         "high-throughput mode is bound by NVLink inside one node and by the network beyond (each token crosses "
         "the network once per remote node its experts land on)",
     ]
-    return StudyResult("gin", spec.study.title, str(spec.parameters["paper"]), claims, table, notes)
+    return StudyResult.of(spec, claims, table, notes)

@@ -56,4 +56,4 @@ def run() -> StudyResult:
         for r in device.itertuples()
     ] + ["kernel-triggered needs host-staged triggered operations (Slingshot CXI); kernel-initiated needs "
          "GPU-initiated work requests (IBGDA/GDAKI on ConnectX): each fabric lists only what its NIC runs"]  # fmt: skip
-    return StudyResult("gpu-centric", spec.study.title, str(spec.parameters["paper"]), claims, table, notes)
+    return StudyResult.of(spec, claims, table, notes)

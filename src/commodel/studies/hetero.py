@@ -84,4 +84,4 @@ def run() -> StudyResult:
         f"CPU-forwarding's gap to device-direct: {gap_1:.1f}% with one NIC per node, "
         f"{100 - lower:.1f}% with {p['reference_nics']} (host streams bound it; more NICs, more streams)",
     ]
-    return StudyResult("hetero", spec.study.title, str(p["paper"]), claims, table, notes)
+    return StudyResult.of(spec, claims, table, notes)

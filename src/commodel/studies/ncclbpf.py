@@ -76,4 +76,4 @@ def run() -> StudyResult:
         f"{table.decision_share_pct.iloc[0]:.2f}% of a {format_bytes(table.size_bytes.iloc[0])} call and "
         f"{large.decision_share_pct.max():.4f}% or less from {p['gain_from']}",
     ]
-    return StudyResult("ncclbpf", spec.study.title, str(p["paper"]), claims, table, notes)
+    return StudyResult.of(spec, claims, table, notes)

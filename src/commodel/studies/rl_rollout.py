@@ -66,4 +66,4 @@ def run() -> StudyResult:
         "(draining online requests, restarting engines as load moves, a safety margin for bursts), which the "
         "paper's summary does not quantify",
     ]
-    return StudyResult("rl-rollout", spec.study.title, str(spec.parameters["paper"]), claims, table, notes)
+    return StudyResult.of(spec, claims, table, notes)

@@ -60,4 +60,4 @@ def run() -> StudyResult:
         "Daly's interval minimizes lost work for a batch job; a stream also pays to drain the backlog a rollback "
         "leaves (1 / headroom times the lost time), so its best interval is shorter (see the notebook's trade-off)",
     ]
-    return StudyResult("streamguard", spec.study.title, str(spec.parameters["paper"]), claims, table, notes)
+    return StudyResult.of(spec, claims, table, notes)

@@ -89,4 +89,4 @@ def run() -> StudyResult:
         "slowly; both give no wait under packing",
     ]
     result_table = table.merge(check, how="outer", on=["job_mix", "policy", "load"])
-    return StudyResult("tres", spec.study.title, str(p["paper"]), claims, result_table, notes)
+    return StudyResult.of(spec, claims, result_table, notes)
