@@ -47,10 +47,11 @@ def write_log(path, frame, binary="all_reduce", ranks=8, hosts=1, extra=(), root
 
 @pytest.fixture
 def truth():
-    """A DGX H100 whose NVLink delivers 85% (not 80%) and whose NVLS is 72% (not 68.4%) efficient."""
+    """A DGX H100 whose NVLink delivers 85% (not 80%) and whose NVLS channels move 20.5 GB/s each
+    (not 19.3)."""
     c = cluster("dgx-h100")
     fab = fabric_of(c)
-    return c, dataclasses.replace(fab, link_Bps=fab.link_line_Bps * 0.85, nvls_Bps=18 * 25e9 * 0.72)
+    return c, dataclasses.replace(fab, link_Bps=fab.link_line_Bps * 0.85, nvls_Bps=16 * 20.5e9)
 
 
 SIZES = [2**k for k in range(3, 34, 2)]
@@ -76,7 +77,7 @@ def test_fit_recovers_the_constants_that_made_the_log(tmp_path, truth):
     )
     fit = calibrate([read(auto), read(forced)], "dgx-h100")
     assert fit.fitted["NVLink payload efficiency"] == pytest.approx(0.85, rel=0.01)
-    assert fit.fitted["NVLS multimem efficiency"] == pytest.approx(0.72, rel=0.01)
+    assert fit.fitted["NVLS channel rate"] == pytest.approx(20.5e9, rel=0.01)
     # One node, stream launches: nothing in these logs crosses a NIC or replays a CUDA graph.
     assert fit.fitted["NIC efficiency"] is None and fit.fitted["NVLS zero-copy latency"] is None
     assert fit.rows.error_after_pct.abs().max() < 1.0 < fit.rows.error_before_pct.abs().max()
@@ -91,7 +92,7 @@ def test_overlay_changes_only_the_calibrated_system(tmp_path, truth, monkeypatch
         ["commodel", "calibrate", "nccl-tests", str(log), "--system", "dgx-h100", "-o", str(overlay)],
     )
     main()  # success returns; an error would exit 2
-    assert "NVLS multimem efficiency" in capsys.readouterr().out
+    assert "NVLS channel rate" in capsys.readouterr().out
     before = {s: run("allreduce", cluster(s), [2**33]).busbw_GBps.iloc[0] for s in ("dgx-h100", "hgx-h200")}
     monkeypatch.setenv(OVERLAY_ENV, str(overlay))
     after = {s: run("allreduce", cluster(s), [2**33]).busbw_GBps.iloc[0] for s in ("dgx-h100", "hgx-h200")}
@@ -104,10 +105,10 @@ def test_overlay_changes_only_the_calibrated_system(tmp_path, truth, monkeypatch
     from commodel.hardware.loader import default_db
     from commodel.hardware.uncertain import uncertain_parameters
 
-    fitted = default_db().link("dgx-h100-scale-up").reduction_efficiency
+    fitted = default_db().link("dgx-h100-scale-up").nvls_channel_bandwidth
     assert fitted.range is not None and fitted.range[0] <= fitted.value <= fitted.range[1]
     found = {p.label: p for p in uncertain_parameters(default_db(), ["dgx-h100"], ({}, {}))}
-    assert found["dgx-h100-scale-up.reduction_efficiency"].source.startswith(
+    assert found["dgx-h100-scale-up.nvls_channel_bandwidth"].source.startswith(
         "stated range (calibrated: commodel"
     )
 

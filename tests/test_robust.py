@@ -42,7 +42,7 @@ def test_each_uncertain_number_names_its_source_and_facts_never_move():
     db = default_db()
     found = {p.label: p for p in uncertain_parameters(db, ["dgx-h100"], RATIOS)}
     # calibrated on one NVLS row: it varies as the collective class's held-out errors
-    nvls = found["nvlink4.reduction_efficiency"]
+    nvls = found["nvlink4.nvls_channel_bandwidth"]
     assert "4 held-out collective rows" in nvls.source
     assert (nvls.low, nvls.high) == pytest.approx(tuple(np.percentile(RATIOS[0]["collective"], (10, 90))))
     # calibrated where the class has too few held-out rows: residuals and held-out errors together

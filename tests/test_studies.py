@@ -172,34 +172,3 @@ def test_t3_falls_behind_only_a_baseline_that_overlaps_too():
     assert (table.cais_vs_userbuffers < table.cais_vs_t3).all() and (
         table.cais_vs_t3 < table.cais_vs_nvls
     ).all()
-
-
-def test_ncclbpf_gain_comes_from_nvls_mid_size_weakness():
-    """With a better Blackwell multimem efficiency NVLS holds its own and the policy gains less; the
-    decision share grows with the map operations a policy makes."""
-    from commodel.comm.calls import run
-    from commodel.comm.fabric import fabric_of
-    from commodel.ops.policy_plugin import PluginCost, overhead_share
-
-    c = cluster("dgx-b300")
-    sizes = [2**k for k in range(22, 28)]  # 4-128 MiB
-
-    def best_gain(efficiency):
-        fab = fabric_of(c)
-        fab = dataclasses.replace(fab, nvls_Bps=18 * 50e9 * efficiency)
-        auto = run("allreduce", c, sizes, fab=fab).time_s
-        best = run("allreduce", c, sizes, algo="best", fab=fab).time_s
-        return float((auto / best - 1).max())
-
-    assert best_gain(0.506) > best_gain(0.8) >= 0
-    cost = PluginCost(60e-9, 20e-9, 30e-9)
-    assert overhead_share(cost.decision_s(4, 4), 50e-6) > overhead_share(cost.decision_s(1, 1), 50e-6)
-
-
-def test_ncclbpf_claims_follow_the_model():
-    result = run_study("ncclbpf")
-    claims = {c.claim.split(",")[0]: c.model for c in result.claims}
-    assert 80 <= claims["per-decision cost of the size-aware policy"] <= 130
-    table = result.table
-    assert (table.gain_pct >= -1e-9).all()  # the fastest choice is never slower than NCCL's
-    assert table[table.size_bytes >= 2**22].nccl_choice.str.startswith("nvls").all()

@@ -2,16 +2,16 @@
 
 Only the constants the project documents as calibrated (docs/models.md) are fit, each with bounds:
 
-==========================  =====================================  ==================
-parameter                   record field                           what determines it
-==========================  =====================================  ==================
-NVLink payload efficiency   scale-up link ``efficiency``           large in-domain rings and trees
-NVLS multimem efficiency    scale-up link ``reduction_efficiency`` large NVLS calls
-Simple ring step latency    scale-up link ``ring_step_latency``    mid-size ring calls
-NVLS zero-copy latency      scale-up link ``nvls_latency``         small NVLS calls in CUDA graphs
-NIC efficiency              scale-out link ``efficiency``          large multi-domain calls
-net plugin latency          scale-out link ``net_plugin_latency``  small multi-domain calls
-==========================  =====================================  ==================
+==========================  =======================================  ==================
+parameter                   record field                             what determines it
+==========================  =======================================  ==================
+NVLink payload efficiency   scale-up link ``efficiency``             large in-domain rings and trees
+NVLS channel rate           scale-up link ``nvls_channel_bandwidth``  large NVLS calls
+Simple ring step latency    scale-up link ``ring_step_latency``      mid-size ring calls
+NVLS zero-copy latency      scale-up link ``nvls_latency``           small NVLS calls in CUDA graphs
+NIC efficiency              scale-out link ``efficiency``            large multi-domain calls
+net plugin latency          scale-out link ``net_plugin_latency``    small multi-domain calls
+==========================  =======================================  ==================
 
 The fit minimizes the squared log-time errors of every row (scipy ``least_squares`` with bounds). A
 parameter the data cannot determine (a 1% change moves no row's time by 0.01%) is not fit: it keeps
@@ -33,7 +33,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from commodel.comm.calls import resolve_layout, run
-from commodel.comm.fabric import Fabric, fabric_of
+from commodel.comm.fabric import Fabric, fabric_of, nvls_rate
 from commodel.comm.nccl_tests import NcclTestsLog
 from commodel.errors import CommodelError
 from commodel.hardware.cluster import Cluster, cluster
@@ -70,11 +70,11 @@ def parameters(where: Cluster, fab: Fabric) -> list[Parameter]:
         Parameter("net plugin latency", "scale_out", "net_plugin_latency",
                   max(fab.net_latency_s, 0.1e-6), (0.01e-6, 500e-6), lambda f, v: replace(f, net_latency_s=v)),
     ]  # fmt: skip
-    if fab.nvls_Bps is not None and up.reduction_efficiency is not None:
+    if fab.nvls_Bps is not None and up.nvls_channel_bandwidth is not None:
         params += [
-            Parameter("NVLS multimem efficiency", "scale_up", "reduction_efficiency",
-                      up.reduction_efficiency.value, (0.1, 1.0),
-                      lambda f, v: replace(f, nvls_Bps=links * up.bandwidth.value * v)),
+            Parameter("NVLS channel rate", "scale_up", "nvls_channel_bandwidth",
+                      up.nvls_channel_bandwidth.value, (1e9, 100e9),
+                      lambda f, v: replace(f, nvls_Bps=nvls_rate(v, f.arch, links * up.bandwidth.value))),
             Parameter("NVLS zero-copy latency", "scale_up", "nvls_latency",
                       up.nvls_latency.value if up.nvls_latency else 5e-6, (0.5e-6, 100e-6),
                       lambda f, v: replace(f, nvls_latency_s=v if f.nvls_latency_s is not None else None)),

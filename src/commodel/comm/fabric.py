@@ -137,6 +137,13 @@ class Fabric:
         return self.nic_line_Bps / 1e9
 
 
+def nvls_rate(channel_Bps: float, arch: str, links_Bps: float) -> float:
+    """A GPU's NVLS (multimem) bytes/s in one NVLink domain: the channels NCCL gives NVLS there (16 on
+    Hopper, 24 on Blackwell: ``nvls.cc``) times one channel's rate, at most its links' line rate."""
+    channels = tables.NVLS_CHANNELS["blackwell_single" if arch == "blackwell" else "hopper"]
+    return min(channels * channel_Bps, links_Bps)
+
+
 def fabric_of(
     cluster: Cluster,
     sharp: bool = False,
@@ -158,8 +165,12 @@ def fabric_of(
     up, out, gpu = cluster.scale_up, cluster.scale_out, cluster.gpu
     system = cluster.system
     multimem = None
-    if up.in_network_reduction and up.reduction_efficiency is not None:
-        multimem = system.scale_up.links_per_gpu.value * up.bandwidth.value * up.reduction_efficiency.value
+    if up.in_network_reduction and up.nvls_channel_bandwidth is not None:
+        multimem = nvls_rate(
+            up.nvls_channel_bandwidth.value,
+            gpu.architecture,
+            system.scale_up.links_per_gpu.value * up.bandwidth.value,
+        )
     nodes_per_domain = cluster.domain_gpus / cluster.gpus_per_node
     start = gpu.launch_overhead.value if launch == "stream" else GRAPH_NODE_S
     off_rail = 0.0 if system.scale_out.rail_optimized else OFF_RAIL_HOPS * out.latency.value

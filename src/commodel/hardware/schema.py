@@ -141,6 +141,10 @@ class Link(Strict):
     the values NCCL's tuner tables assume (the tables still choose the algorithm; these price it).
     NCCL's per-step latencies per protocol come from its tuner tables (:mod:`commodel.comm.tables`)
     by the link's class: NVLink and xGMI, PCIe, or network.
+    ``nvls_channel_bandwidth`` (a switch that reduces, ``in_network_reduction``): the bytes one NVLS
+    channel (a CTA issuing multimem loads and stores) moves per second through the switch, what its
+    requests in flight carry over their round trip; a GPU's multimem rate is that times the channels
+    NCCL gives NVLS, at most its links' rate.
     """
 
     description: str
@@ -151,7 +155,7 @@ class Link(Strict):
     switch: str = ""
     endpoint_power: Power | None = None
     in_network_reduction: bool = False
-    reduction_efficiency: Fraction | None = None
+    nvls_channel_bandwidth: Bandwidth | None = None
     net_plugin_latency: Duration | None = None
     device_unpack: bool = False
     ring_step_latency: Duration | None = None
@@ -159,9 +163,9 @@ class Link(Strict):
     initiation: NicInitiation | None = None
 
     @model_validator(mode="after")
-    def _reduction_needs_efficiency(self) -> Link:
-        if self.in_network_reduction and self.reduction_efficiency is None:
-            raise ValueError("in_network_reduction = true needs a reduction_efficiency")
+    def _reduction_needs_a_channel_rate(self) -> Link:
+        if self.in_network_reduction and self.nvls_channel_bandwidth is None:
+            raise ValueError("in_network_reduction = true needs an nvls_channel_bandwidth")
         return self
 
 

@@ -45,7 +45,7 @@ FEEDS = {
     "matmul_efficiency": "gemm",
     "memory_efficiency": "memory",
     "efficiency": "collective",
-    "reduction_efficiency": "collective",
+    "nvls_channel_bandwidth": "collective",
     "nvls_latency": "collective",
     "ring_step_latency": "collective",
     "latency": "collective",

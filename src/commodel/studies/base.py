@@ -29,7 +29,8 @@ class Claim:
     end to end), or a sign (``">0"``, ``"<0"``) where the paper states a direction only. A claim
     ``holds`` when the model is within :data:`TOLERANCE` of the paper's figure (of each end of a range),
     or has the paper's sign. ``definition``: the paper's definition of the compared quantity.
-    ``reason``: where the model misses, why, in one sentence grounded in the paper's setup.
+    ``reason``: where the model misses, why, in one sentence grounded in the paper's setup (reported
+    only while the claim misses).
     """
 
     claim: str
@@ -58,7 +59,7 @@ class Claim:
 
         fields = {"claim": self.claim, "paper": plain(self.paper), "model": plain(self.model)}
         fields |= {"unit": self.unit, "definition": self.definition, "holds": self.holds}
-        return fields | ({"reason": self.reason} if self.reason else {})
+        return fields | ({"reason": self.reason} if self.reason and not self.holds else {})
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,63 @@
+"""NVLS from its channels, and the ncclbpf study's claims moving with the inputs that drive them."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from commodel.comm.calls import run
+from commodel.comm.fabric import fabric_of, nvls_rate
+from commodel.hardware import cluster, default_db
+from commodel.ops.policy_plugin import PluginCost
+from commodel.studies import ncclbpf
+from commodel.studies.base import study_spec
+
+PARAMETERS = study_spec("ncclbpf").parameters
+SIZES = np.array([2**k for k in range(22, 34)], dtype=float)
+
+
+def test_nvls_moves_what_its_channels_carry_and_never_more_than_the_links():
+    link = default_db().link("nvlink5")
+    channel = link.nvls_channel_bandwidth.value
+    assert nvls_rate(channel, "blackwell", 18 * 50e9) == pytest.approx(24 * channel)
+    assert nvls_rate(channel, "hopper", 18 * 50e9) == pytest.approx(16 * channel)
+    assert nvls_rate(1e12, "blackwell", 18 * 50e9) == 18 * 50e9
+    busbw = run("allreduce", cluster("dgx-b300"), [2**33], algo="nvls").busbw_GBps.iloc[0]
+    assert busbw * 1e9 <= 2 * 7 / 8 * 18 * 50e9 / (1 + 1 / 8)  # at most the links, even reduced in the switch
+
+
+def _gain_with(fab_change, size=2**33):
+    c = cluster("dgx-b300")
+    fab = dataclasses.replace(fabric_of(c), **fab_change(fabric_of(c)))
+    nvls = run("allreduce", c, [size], algo="nvls", fab=fab).time_s.iloc[0]
+    ring = run("allreduce", c, [size], algo="ring", fab=fab).time_s.iloc[0]
+    return nvls / ring - 1
+
+
+def test_ring_is_slower_at_8gib_once_nvls_channels_outrun_the_ring_links():
+    """The claim the model misses moves the way the mechanism says: faster NVLS channels, or a ring
+    reaching less of NVLink 5, make Ring slower at 8 GiB, as the paper measured."""
+    base = _gain_with(lambda f: {})
+    assert _gain_with(lambda f: {"nvls_Bps": f.nvls_Bps * 1.25}) < 0 < base + 1e-9
+    assert _gain_with(lambda f: {"link_Bps": f.link_Bps * 0.85}) < 0
+
+
+def test_ring_gains_less_as_the_domain_grows():
+    """NVLS is one multimem pass whatever the GPU count; Ring's 2(p-1) steps grow with it."""
+    gains = [ncclbpf.ring_gain("gb300-nvl72", g, SIZES[:4]).max() for g in (8, 16, 32)]
+    assert gains[0] > gains[1] > gains[2]
+
+
+def test_a_decision_costs_more_with_every_map_operation():
+    cost = PluginCost(80e-9, 30e-9, 10e-9)
+    claims = {c.claim.split(" (")[0]: c.model for c in ncclbpf.decision_claims(PARAMETERS)}
+    assert claims["decision cost of noop"] < claims["decision cost of lookup_only"]
+    assert claims["decision cost of lookup_update"] < claims["decision cost of slo_enforcer"]
+    assert float(cost.decision_s(2, 0)) > float(cost.decision_s(1, 1)) > float(cost.decision_s(1, 0))
+
+
+def test_the_policy_changes_only_the_sizes_it_names():
+    table = ncclbpf.by_size(PARAMETERS)
+    changed = table[table.policy != "default"]
+    assert changed.size_bytes.min() == 4 * 2**20 and changed.size_bytes.max() == 128 * 2**20
+    assert (table.loc[table.policy == "default", "policy_gain_pct"] == 0).all()
