@@ -7,12 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from commodel.comm.initiation import SCHEMES, available, coordination_latency, path_of, put_latency
+from commodel.comm.initiation import SCHEMES, available, coordination_latency, handoff, path_of, put_latency
 from commodel.errors import CommodelError
 from commodel.hardware import cluster
 from commodel.workloads.catalog import model
 from commodel.workloads.moe_dispatch import dispatch_combine
-from commodel.workloads.stencil import iteration_time, strong_efficiency, weak_efficiency
+from commodel.workloads.stencil import Stencil, iteration_time, strong_efficiency, weak_efficiency
 
 IB, SLINGSHOT = (path_of(cluster(s, 2)) for s in ("dgx-h100", "frontier-node"))
 
@@ -45,21 +45,22 @@ def test_a_scheme_the_nic_lacks_is_an_error():
     with pytest.raises(CommodelError, match="GPU-initiated work requests"):
         put_latency("kernel-initiated", SLINGSHOT)
     with pytest.raises(CommodelError, match="triggered operations"):
-        put_latency("kernel-triggered", IB)
+        put_latency("kernel-triggered", dataclasses.replace(IB, triggered_ops=False))
 
 
 def test_a_larger_halo_or_subdomain_shrinks_the_gicc_gain():
     c = cluster("frontier-node", 8)
 
     def gain(n, halo=1):
-        return weak_efficiency("kernel-triggered", c, n, 64, halo) - weak_efficiency(
-            "host-driven", c, n, 64, halo
+        kernel = Stencil(halo=halo)
+        return weak_efficiency("kernel-triggered", c, n, 64, kernel) - weak_efficiency(
+            "host-driven", c, n, 64, kernel
         )
 
     assert gain(64) > gain(128) > gain(256) > 0
     assert gain(128, 1) > gain(128, 4)
     with pytest.raises(CommodelError, match="does not fit"):
-        iteration_time("host-driven", c, 8, 64, halo=4)
+        iteration_time("host-driven", c, 8, 64, Stencil(halo=4))
 
 
 def test_moe_dispatch_binds_on_nvlink_in_a_node_and_the_network_beyond_and_proxies_issue_slowly():
@@ -98,3 +99,34 @@ def test_strong_scaling_loses_efficiency_as_subdomains_shrink_and_gicc_loses_les
     gicc = [strong_efficiency("kernel-triggered", c, 512, g) for g in (8, 64)]
     assert host[0] > host[1] and gicc[0] > gicc[1]
     assert gicc[1] > host[1]
+
+
+def test_gicc_removes_the_host_so_its_coordination_ignores_host_costs():
+    slow_host = dataclasses.replace(
+        SLINGSHOT, host_sync=SLINGSHOT.host_sync * 3, progress=SLINGSHOT.progress * 3
+    )
+    assert handoff("host-driven", slow_host) > handoff("host-driven", SLINGSHOT)
+    assert handoff("kernel-triggered", slow_host) == handoff("kernel-triggered", SLINGSHOT)
+    assert (
+        handoff("kernel-triggered", SLINGSHOT)
+        < handoff("stream-triggered", SLINGSHOT)
+        < handoff("host-driven", SLINGSHOT)
+    )
+
+
+def test_nvshmems_put_falls_behind_gicc_by_its_proxy_and_its_shared_channel():
+    maple = path_of(cluster("gh200-ib", 2))
+    shared = put_latency("proxy", maple, 8, shared_queue=True) / put_latency("kernel-triggered", maple, 8)
+    private = put_latency("proxy", maple, 8) / put_latency("kernel-triggered", maple, 8)
+    assert shared > private > 1
+
+
+def test_gicc_study_gains_shrink_as_the_subdomain_grows():
+    from commodel.studies.base import study_spec
+    from commodel.studies.gicc import scaling_table
+
+    table = scaling_table(study_spec("gicc").parameters)
+    for _, bench in table.groupby("benchmark"):
+        gain = bench["kernel-triggered_efficiency_pct"] - bench["host-driven_efficiency_pct"]
+        assert (gain.diff().dropna() < 0).all() and (gain > 0).all()
+        assert (bench.mpi_extra_comm_pct.diff().dropna() < 0).all()

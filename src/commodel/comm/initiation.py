@@ -14,18 +14,22 @@ One put, sender's decision to payload visible to the receiver:
 
 - ``host-driven`` (GPU-aware MPI at a kernel boundary): the host wakes on the kernel's end, calls the
   library, rings the NIC (``p``), the NIC reads the request from host memory and the payload from the
-  GPU (``2p`` each), ``N``, writes the payload (``p``), the receiving host polls the completion.
+  GPU (``2p`` each), ``N``, writes the payload (``p``), the receiving host's progress engine sees it.
 - ``stream-triggered``: operations queued on the stream beforehand; at the kernel boundary the GPU's
   front end triggers the NIC (a stream memory operation), the NIC reads the payload (``2p``), ``N``,
   writes it (``p``), and a stream wait-value operation releases the receiver.
-- ``kernel-triggered`` (GICC on libfabric CXI): inside the kernel a GPU thread writes the trigger of an
-  operation the host pre-staged (the GPU's doorbell write), the NIC reads the payload (``2p``), ``N``,
+- ``kernel-triggered`` (GICC on libfabric CXI; GPUDirect Async's pre-built work requests on
+  ConnectX): inside the kernel a GPU thread fences and stores the trigger of an operation the host
+  pre-staged, the store crosses PCIe (the doorbell write), the NIC reads the payload (``2p``), ``N``,
   writes payload and completion (``p``), a GPU thread polls it.
 - ``kernel-initiated`` (NVSHMEM IBGDA, NCCL GIN GDAKI): a GPU thread builds the work request and rings
   the doorbell, the NIC reads request and payload from GPU memory (``2p`` each), ``N``, writes (``p``),
   a GPU thread polls.
 - ``proxy`` (NVSHMEM and NCCL GIN proxy): a GPU thread posts to a host queue (``p``), a proxy thread
   picks it up and posts to the NIC like the host path, the receiving GPU polls.
+
+Where GPU threads share one send queue or proxy channel (NVSHMEM), each put first reserves a slot
+with an atomic and orders it with a system-scope fence (``queue_lock``).
 
 A **coordination** (signal a peer and wait for its answer) is a round trip of 8-byte puts, plus, where
 a kernel boundary is needed on each side (host-driven, stream-triggered), ending and relaunching the
@@ -71,6 +75,10 @@ class Path:
     device_poll: float
     wqe_build: float
     doorbell: float
+    progress: float
+    reclaim: float
+    trigger_store: float
+    queue_lock: float
     pcie: float
     nic: float
     nic_rate: float
@@ -100,7 +108,9 @@ def path_of(c: Cluster, scope: str = "network") -> Path:
         return Path(
             launch=c.gpu.launch_overhead.value, host_sync=host.host_sync.value, host_call=host.host_call.value,
             proxy_poll=host.proxy_poll.value, stream_memop=host.stream_memop.value,
-            device_poll=host.device_poll.value, wqe_build=0.0, doorbell=0.0, pcie=0.0, nic=0.0,
+            device_poll=host.device_poll.value, wqe_build=0.0, doorbell=0.0, progress=host.progress.value,
+            reclaim=host.reclaim.value, trigger_store=host.trigger_store.value, queue_lock=host.queue_lock.value,
+            pcie=0.0, nic=0.0,
             nic_rate=np.inf, hops=1.0, hop=up.latency.value,
             bandwidth=up.bandwidth.value * up.efficiency.value * c.system.scale_up.links_per_gpu.value,
             triggered_ops=False, device_initiated=True, scope="node",
@@ -120,6 +130,10 @@ def path_of(c: Cluster, scope: str = "network") -> Path:
         device_poll=host.device_poll.value,
         wqe_build=host.wqe_build.value,
         doorbell=host.doorbell.value,
+        progress=host.progress.value,
+        reclaim=host.reclaim.value,
+        trigger_store=host.trigger_store.value,
+        queue_lock=host.queue_lock.value,
         pcie=default_db().link(c.gpu.host_link).latency.value,
         nic=nic.processing.value,
         nic_rate=nic.message_rate.value if nic.message_rate else 1 / nic.processing.value,
@@ -148,24 +162,46 @@ def available(scheme: str, path: Path) -> bool:
     return need is None or bool(getattr(path, need))
 
 
-def put_latency(scheme: str, path: Path, size: ArrayLike = 8, after_kernel: bool = True) -> np.ndarray:
+def put_latency(
+    scheme: str, path: Path, size: ArrayLike = 8, after_kernel: bool = True, shared_queue: bool = False
+) -> np.ndarray:
     """Seconds from the sender's decision to ``size`` bytes visible to the receiver (module docstring).
-    ``after_kernel=False``: a host program's own put, with no kernel end to wait for (host-driven)."""
+    ``after_kernel=False``: a host program's own put, with no kernel end to wait for (host-driven).
+    ``shared_queue``: GPU threads share one send queue or proxy channel (NVSHMEM), so each put first
+    reserves a slot and orders it (``queue_lock``)."""
     check_scheme(scheme, path)
     n = np.asarray(size, dtype=float)
     p = path.pcie
     network = 2 * path.nic + path.hops * path.hop + n / path.bandwidth
     land = network + p  # the receiving NIC writes the payload into GPU memory
+    lock = path.queue_lock if shared_queue else 0.0
     if scheme == "host-driven":
         wake = path.host_sync if after_kernel else 0.0
-        return wake + path.host_call + p + 2 * p + 2 * p + land + path.host_call
+        return wake + path.host_call + p + 2 * p + 2 * p + land + path.progress
     if scheme == "stream-triggered":
         return path.stream_memop + 2 * p + land + path.stream_memop
     if scheme == "kernel-triggered":
-        return path.doorbell + 2 * p + land + path.device_poll
+        return path.trigger_store + path.doorbell + 2 * p + land + path.device_poll
     if scheme == "kernel-initiated":
-        return path.wqe_build + path.doorbell + 2 * p + 2 * p + land + path.device_poll
-    return p + path.proxy_poll + path.host_call + p + 2 * p + 2 * p + land + path.device_poll
+        return lock + path.wqe_build + path.doorbell + 2 * p + 2 * p + land + path.device_poll
+    return lock + p + path.proxy_poll + path.host_call + p + 2 * p + 2 * p + land + path.device_poll
+
+
+def handoff(scheme: str, path: Path) -> float:
+    """Seconds the initiator spends handing one operation to the NIC, the wire excluded (GICC's
+    "coordination"): host-driven, the host sees the kernel end, calls the library, runs its progress
+    engine, reclaims the NIC resources of what completed and relaunches the kernel; kernel-triggered,
+    a GPU thread's store into a trigger the host pre-staged (the host reclaims off the critical path);
+    stream-triggered, a stream memory operation; kernel-initiated, building the work request and
+    ringing the doorbell; proxy, a queue post the proxy thread picks up and posts."""
+    check_scheme(scheme, path)
+    return {
+        "host-driven": path.host_sync + path.host_call + path.progress + path.reclaim + path.launch,
+        "stream-triggered": path.stream_memop,
+        "kernel-triggered": path.trigger_store,
+        "kernel-initiated": path.wqe_build + path.doorbell,
+        "proxy": path.pcie + path.proxy_poll + path.host_call,
+    }[scheme]
 
 
 def coordination_latency(scheme: str, path: Path) -> np.ndarray:

@@ -125,6 +125,18 @@ class HostCosts(Strict):
     doorbell: Duration = _assumed(
         1.0, "a GPU's uncached write to a NIC register crosses PCIe (as a PCIe transaction)"
     )
+    progress: Duration = _assumed(
+        1.0, "a pass of the library's progress engine: poll the completion queue, match, post the next"
+    )
+    reclaim: Duration = _assumed(
+        1.0, "returning a completed operation's NIC resources (event-queue entries, counters) to the pool"
+    )
+    trigger_store: Duration = _assumed(
+        0.2, "a GPU thread's release fence and posted store into a pre-staged operation's trigger counter"
+    )
+    queue_lock: Duration = _assumed(
+        1.0, "GPU threads sharing a send queue: an atomic reserving a slot and a system-scope fence"
+    )
 
 
 class Link(Strict):

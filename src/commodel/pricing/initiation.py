@@ -6,6 +6,7 @@ a fabric's NIC cannot run is a row with ``valid = False`` and the reason in ``pr
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 from pydantic import Field, model_validator
@@ -18,7 +19,7 @@ from commodel.pricing.job import MODEL, SYSTEM, Choices, Job
 from commodel.workloads import stencil
 from commodel.workloads.catalog import model as get_model
 from commodel.workloads.moe_dispatch import MODES, dispatch_combine
-from commodel.workloads.stencil import iteration_time, weak_efficiency
+from commodel.workloads.stencil import SEVEN_POINT, iteration_time, weak_efficiency
 
 
 class MessageJob(Job):
@@ -86,9 +87,10 @@ def _message(row: object) -> dict:
 
 def _halo(row: object) -> dict:
     c = _cluster_of(row.system, int(row.gpus))
-    r = iteration_time(row.scheme, c, int(row.n), int(row.gpus), int(row.halo))
+    kernel = dataclasses.replace(SEVEN_POINT, halo=int(row.halo))
+    r = iteration_time(row.scheme, c, int(row.n), int(row.gpus), kernel)
     return {"iteration_us": 1e6 * r["time_s"], "comm_us": 1e6 * r["comm_s"], "compute_us": 1e6 * r["compute_s"],
-            "efficiency": weak_efficiency(row.scheme, c, int(row.n), int(row.gpus), int(row.halo))}  # fmt: skip
+            "efficiency": weak_efficiency(row.scheme, c, int(row.n), int(row.gpus), kernel)}  # fmt: skip
 
 
 def _moe(row: object) -> dict:

@@ -17,18 +17,15 @@ from commodel.resources import resource_dir
 #: How far a model's figure may sit from the paper's and still reproduce it (a share of the figure).
 TOLERANCE = 0.25
 
-#: A paper figure that is a direction only: the compared quantity is positive, or negative.
-SIGNS = {">0": 1.0, "<0": -1.0}
-
 
 @dataclass(frozen=True)
 class Claim:
     """One headline: what it compares (``claim``), the paper's figure and commodel's.
 
     ``paper`` is a number, a ``(low, high)`` range the paper reports (a model range is then compared
-    end to end), or a sign (``">0"``, ``"<0"``) where the paper states a direction only. A claim
-    ``holds`` when the model is within :data:`TOLERANCE` of the paper's figure (of each end of a range),
-    or has the paper's sign. ``definition``: the paper's definition of the compared quantity.
+    end to end), or a bound (``">52"``, ``"<0"``) where the paper states one side only (``">0"``: a
+    direction). A claim ``holds`` when the model is within :data:`TOLERANCE` of the paper's figure (of
+    each end of a range), or on the bound's side of it (a sign exactly). ``definition``: the paper's definition of the compared quantity.
     ``reason``: where the model misses, why, in one sentence grounded in the paper's setup (reported
     only while the claim misses).
     """
@@ -43,9 +40,11 @@ class Claim:
     @property
     def holds(self) -> bool:
         """The model's figure reproduces the paper's: within :data:`TOLERANCE` of a number; inside a
-        range widened by it (a model range: each end within it of the paper's); or of its sign."""
+        range widened by it (a model range: each end within it of the paper's); or on a bound's side."""
         if isinstance(self.paper, str):
-            return bool(np.sign(self.model) == SIGNS[self.paper])
+            side, bound = self.paper[0], float(self.paper[1:])
+            slack = TOLERANCE * abs(bound)
+            return bool(self.model > bound - slack if side == ">" else self.model < bound + slack)
         if isinstance(self.paper, tuple) and not isinstance(self.model, tuple):
             low, high = sorted(self.paper)
             return low - TOLERANCE * abs(low) <= self.model <= high + TOLERANCE * abs(high)

@@ -1,12 +1,14 @@
-"""A 3-D 7-point stencil with halo exchange (the GICC stencil proxy, Shan et al., arXiv:2604.22126):
-per iteration, each GPU updates its ``n^3`` subdomain of doubles and swaps one face with each neighbour.
+"""A stencil with halo exchange (GICC's benchmarks, Shan et al., arXiv:2604.22126): per iteration,
+each GPU updates its subdomain of ``n`` cells per side and swaps one face with each neighbour.
 
-- **Decomposition**: ``P`` GPUs as the most cubic ``px x py x pz`` grid; a GPU has, per dimension,
-  ``min(p_d - 1, 2)`` neighbours (the busiest GPU sets the pace). A node's GPUs form a compact block
-  (2 x 2 x 2 for 8), so per dimension at most one face stays inside the node and the rest cross its
-  NICs, which all its GPUs share.
-- **Compute**: a memory-bound sweep, read and write ``n^3`` doubles (the roofline of an elementwise
-  kernel, 8 FLOPs per cell).
+- **The kernel** (:class:`Stencil`): 2-D (a 5-point Jacobi) or 3-D (a 7-point stencil, or an
+  8th-order finite-difference wave kernel such as Minimod's, whose faces are 4 cells deep); the bytes
+  of a cell and the arrays a sweep reads and writes.
+- **Decomposition**: ``P`` GPUs as the most square or cubic grid; a GPU has, per dimension,
+  ``min(p_d - 1, 2)`` neighbours (the busiest GPU sets the pace). A node's GPUs form a compact block,
+  so per dimension at most one face stays inside the node and the rest cross its NICs, which all its
+  GPUs share.
+- **Compute**: a memory-bound sweep (the roofline of an elementwise kernel over the subdomain).
 - **Host-driven** (GPU-aware MPI at kernel boundaries): kernel, host wake-up, one library call per
   face, the faces in flight together (each the host-driven put of its size, the node's NIC bandwidth
   shared), the completions, the next kernel launch; nothing overlaps.
@@ -16,25 +18,50 @@ per iteration, each GPU updates its ``n^3`` subdomain of doubles and swaps one f
   claim to overlap).
 
 Weak scaling: parallel efficiency ``E(P) = t(1) / t(P)`` with ``t(1)`` the sweep alone; strong scaling
-divides a fixed ``N^3`` domain: ``E(P) = t(1, N) / (P t(P, N / P^(1/3)))``.
+divides a fixed ``N^d`` domain: ``E(P) = t(1, N) / (P t(P, N / P^(1/d)))``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from commodel.comm.initiation import Path, check_scheme, path_of, put_latency
-from commodel.compute.kernels import elementwise
+from commodel.compute.kernels import DTYPE_BYTES, elementwise
 from commodel.compute.roofline import kernel_time
 from commodel.errors import CommodelError, unknown
 from commodel.hardware.cluster import Cluster
 
 SCHEMES = ("host-driven", "kernel-triggered")
-CELL_BYTES = 8.0
 
 
-def process_grid(gpus: int) -> tuple[int, int, int]:
-    """The most cubic factorization ``px >= py >= pz`` of ``gpus``."""
+@dataclass(frozen=True)
+class Stencil:
+    """A stencil kernel: ``dims`` (2 or 3), faces ``halo`` cells deep, cells of ``dtype``, and per
+    cell the arrays a sweep ``reads`` and ``writes`` and the ``flops`` it does."""
+
+    dims: int = 3
+    halo: int = 1
+    dtype: str = "fp64"
+    reads: int = 1
+    writes: int = 1
+    flops: float = 8.0
+
+    @property
+    def cell_bytes(self) -> float:
+        return DTYPE_BYTES[self.dtype]
+
+
+#: GICC's 3-D stencil proxy in its simplest form: 7 points, doubles, one-cell halo.
+SEVEN_POINT = Stencil()
+
+
+def process_grid(gpus: int, dims: int = 3) -> tuple[int, ...]:
+    """The most square (``dims`` = 2) or cubic (3) factorization of ``gpus``, largest first."""
+    if dims == 2:
+        side = max(d for d in range(1, int(gpus**0.5) + 1) if gpus % d == 0)
+        return (gpus // side, side)
     best = (gpus, 1, 1)
     for pz in range(1, round(gpus ** (1 / 3)) + 2):
         if gpus % pz:
@@ -46,36 +73,41 @@ def process_grid(gpus: int) -> tuple[int, int, int]:
     return best
 
 
-def faces(gpus: int, per_node: int) -> tuple[int, int]:
+def faces(gpus: int, per_node: int, dims: int = 3) -> tuple[int, int]:
     """(intra-node, inter-node) neighbour faces of the busiest GPU."""
-    grid = process_grid(gpus)
+    grid = process_grid(gpus, dims)
     total = sum(min(p - 1, 2) for p in grid)
     inside = sum(1 for p in grid if p > 1) if per_node > 1 and gpus > 1 else 0
     inside = min(inside, total, int(np.log2(per_node)) if per_node > 1 else 0)
     return inside, total - inside
 
 
-def _sweep_s(c: Cluster, cells: float) -> float:
-    kernel = elementwise(cells, "fp64", reads=1, writes=1, flops_per_element=8)
-    return float(kernel_time(c.gpu, kernel, launch=False).time_s)
+def sweep_s(c: Cluster, cells: float, kernel: Stencil = SEVEN_POINT) -> float:
+    """Seconds one sweep over ``cells`` takes: the roofline of its reads, writes and FLOPs."""
+    work = elementwise(
+        cells, kernel.dtype, reads=kernel.reads, writes=kernel.writes, flops_per_element=kernel.flops
+    )
+    return float(kernel_time(c.gpu, work, launch=False).time_s)
 
 
-def iteration_time(scheme: str, c: Cluster, n: int, gpus: int, halo: int = 1) -> dict[str, float]:
-    """Seconds per iteration (``time_s``) on ``gpus`` GPUs of cluster ``c`` with an ``n^3`` subdomain
-    each and faces ``halo`` cells deep, its ``compute_s`` and the communication time it spends
-    (``comm_s``: what is not compute)."""
+def iteration_time(
+    scheme: str, c: Cluster, n: int, gpus: int, kernel: Stencil = SEVEN_POINT
+) -> dict[str, float]:
+    """Seconds per iteration (``time_s``) on ``gpus`` GPUs of cluster ``c`` with a subdomain of ``n``
+    cells per side each, its ``compute_s`` and the communication time it spends (``comm_s``: what
+    is not compute)."""
     if scheme not in SCHEMES:
         raise unknown("halo-exchange scheme", scheme, SCHEMES)
-    if halo < 1 or 2 * halo >= n:
+    if kernel.halo < 1 or 2 * kernel.halo >= n:
         raise CommodelError(
-            f"a halo of {halo} cells does not fit a subdomain of {n} cells per side (it needs 2 x halo < n)"
+            f"a halo of {kernel.halo} cells does not fit a subdomain of {n} cells per side (it needs 2 x halo < n)"
         )
     path: Path = path_of(c)
     check_scheme(scheme, path)
     per_node = min(c.gpus_per_node, gpus)
-    inside, outside = faces(gpus, per_node)
-    face = halo * n * n * CELL_BYTES
-    compute = _sweep_s(c, float(n) ** 3)
+    inside, outside = faces(gpus, per_node, kernel.dims)
+    face = kernel.halo * float(n) ** (kernel.dims - 1) * kernel.cell_bytes
+    compute = sweep_s(c, float(n) ** kernel.dims, kernel)
     if inside + outside == 0:
         return {"time_s": compute + c.gpu.launch_overhead.value, "compute_s": compute, "comm_s": 0.0}
     # Inter-node faces of every GPU in the node share its NICs; intra-node ones use the scale-up links.
@@ -88,20 +120,22 @@ def iteration_time(scheme: str, c: Cluster, n: int, gpus: int, halo: int = 1) ->
     if scheme == "host-driven":
         calls = (inside + outside) * path.host_call
         comm = exchange + calls + c.gpu.launch_overhead.value
-        return {"time_s": compute + comm, "compute_s": compute, "comm_s": comm}
-    comm = exchange + path.device_poll
+    else:
+        comm = exchange + path.device_poll
     return {"time_s": compute + comm, "compute_s": compute, "comm_s": comm}
 
 
-def weak_efficiency(scheme: str, c: Cluster, n: int, gpus: int, halo: int = 1) -> float:
+def weak_efficiency(scheme: str, c: Cluster, n: int, gpus: int, kernel: Stencil = SEVEN_POINT) -> float:
     """Weak-scaling parallel efficiency at ``gpus`` GPUs: one GPU's iteration over this one's."""
-    alone = _sweep_s(c, float(n) ** 3) + c.gpu.launch_overhead.value
-    return alone / iteration_time(scheme, c, n, gpus, halo)["time_s"]
+    alone = sweep_s(c, float(n) ** kernel.dims, kernel) + c.gpu.launch_overhead.value
+    return alone / iteration_time(scheme, c, n, gpus, kernel)["time_s"]
 
 
-def strong_efficiency(scheme: str, c: Cluster, domain: int, gpus: int, halo: int = 1) -> float:
-    """Strong-scaling parallel efficiency at ``gpus`` GPUs on a fixed ``domain^3`` grid, each GPU
-    taking a ``domain / gpus^(1/3)`` cube: one GPU's iteration over ``gpus`` times this one's."""
-    alone = _sweep_s(c, float(domain) ** 3) + c.gpu.launch_overhead.value
-    n = max(round(domain / gpus ** (1 / 3)), 2 * halo + 1)
-    return alone / (gpus * iteration_time(scheme, c, n, gpus, halo)["time_s"])
+def strong_efficiency(
+    scheme: str, c: Cluster, domain: int, gpus: int, kernel: Stencil = SEVEN_POINT
+) -> float:
+    """Strong-scaling parallel efficiency at ``gpus`` GPUs on a fixed grid of ``domain`` cells per side,
+    each GPU taking ``domain / gpus^(1/d)`` per side: one GPU's iteration over ``gpus`` times this one's."""
+    alone = sweep_s(c, float(domain) ** kernel.dims, kernel) + c.gpu.launch_overhead.value
+    n = max(round(domain / gpus ** (1 / kernel.dims)), 2 * kernel.halo + 1)
+    return alone / (gpus * iteration_time(scheme, c, n, gpus, kernel)["time_s"])
