@@ -130,3 +130,48 @@ def test_gicc_study_gains_shrink_as_the_subdomain_grows():
         gain = bench["kernel-triggered_efficiency_pct"] - bench["host-driven_efficiency_pct"]
         assert (gain.diff().dropna() < 0).all() and (gain > 0).all()
         assert (bench.mpi_extra_comm_pct.diff().dropna() < 0).all()
+
+
+def _with_host_costs(c, **costs):
+    """Cluster ``c`` whose system states these host costs (seconds)."""
+    initiation = c.system.initiation
+    updated = initiation.model_copy(
+        update={k: getattr(initiation, k).model_copy(update={"value": v}) for k, v in costs.items()}
+    )
+    return dataclasses.replace(c, system=c.system.model_copy(update={"initiation": updated}))
+
+
+def test_gin_and_nvshmem_part_only_where_reserving_a_queue_slot_stops_being_small():
+    """GIN GDAKI and NVSHMEM IBGDA differ by NVSHMEM's slot reservation per put: a microsecond
+    against DeepEP calls bound by their bytes; a reservation ten times dearer would part them."""
+    net = model("deepseek-v3")
+
+    def gap(c):
+        gin = dispatch_combine("low-latency", "kernel-initiated", net, c, 16, 128)["time_s"]
+        nvshmem = dispatch_combine("low-latency", "kernel-initiated", net, c, 16, 128, shared_queue=True)[
+            "time_s"
+        ]
+        return nvshmem / gin - 1
+
+    c = cluster("dgx-h100", 2)
+    assert 0 < gap(c) < 0.05 < gap(_with_host_costs(c, queue_lock=20e-6))
+
+
+def test_the_proxy_round_trip_follows_its_host_thread():
+    c = cluster("dgx-h100", 2)
+    slow = _with_host_costs(c, proxy_poll=5e-6)
+    extra = put_latency("proxy", path_of(c), 8) - put_latency("kernel-initiated", path_of(c), 8)
+    assert (
+        put_latency("proxy", path_of(slow), 8) - put_latency("kernel-initiated", path_of(slow), 8) > extra > 0
+    )
+
+
+def test_the_host_path_catches_up_later_when_its_fixed_cost_grows():
+    """Where a GPU-driven put stops beating the host path: the host's fixed cost over the bytes it
+    takes to hide it, so a dearer host call moves the crossover to larger messages."""
+    from commodel.comm.initiation import host_competitive_above
+
+    c = cluster("dgx-h100", 2)
+    dear = _with_host_costs(c, host_call=4e-6)
+    for scheme in ("kernel-triggered", "kernel-initiated"):
+        assert host_competitive_above(scheme, path_of(dear)) > host_competitive_above(scheme, path_of(c)) > 0

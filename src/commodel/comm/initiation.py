@@ -211,9 +211,9 @@ def coordination_latency(scheme: str, path: Path) -> np.ndarray:
     return 2 * put_latency(scheme, path, 8) + boundary
 
 
-def message_rate(scheme: str, path: Path, issuers: int = 1) -> float:
+def message_rate(scheme: str, path: Path, issuers: int = 1, shared_queue: bool = False) -> float:
     """Messages per second ``issuers`` sustain (host threads, GPU warps or proxy threads, each one
-    message per serial step of its own), at most the NIC's message rate."""
+    message per serial step of its own, a shared queue's lock included), at most the NIC's rate."""
     check_scheme(scheme, path)
     serial = {
         "host-driven": path.host_call,
@@ -221,7 +221,7 @@ def message_rate(scheme: str, path: Path, issuers: int = 1) -> float:
         "kernel-triggered": path.doorbell,
         "kernel-initiated": path.wqe_build or path.device_poll,  # load/store: a store and its flag
         "proxy": path.proxy_poll + path.host_call,
-    }[scheme]
+    }[scheme] + (path.queue_lock if shared_queue and scheme in ("kernel-initiated", "proxy") else 0.0)
     return min(issuers / serial, path.nic_rate)
 
 

@@ -180,7 +180,10 @@ def _dispatch(row: pd.Series) -> Case:
 
     def price(db: HardwareDB) -> float:
         where = cluster(row.model_target, int(row.nodes), db)
-        seconds = exchange(str(s["mode"]), "kernel-initiated", net, where, ep, tokens, element)["time_s"]
+        # DeepEP's tables are NVSHMEM IBGDA runs: GPU-initiated puts whose warps share send queues.
+        seconds = exchange(
+            str(s["mode"]), "kernel-initiated", net, where, ep, tokens, element, shared_queue=True
+        )["time_s"]
         if row.metric == "time":
             return seconds * 1e6
         k = net.moe.top_k

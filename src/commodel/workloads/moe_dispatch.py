@@ -161,9 +161,17 @@ LOW_LATENCY_CALL_S = 35.6e-6
 
 
 def exchange(
-    mode: str, scheme: str, model: Transformer, c: Cluster, ep: int, tokens: float, element_bytes: float
+    mode: str,
+    scheme: str,
+    model: Transformer,
+    c: Cluster,
+    ep: int,
+    tokens: float,
+    element_bytes: float,
+    shared_queue: bool = False,
 ) -> dict[str, float]:
-    """Seconds of one dispatch (or combine) per GPU, and which resource binds it."""
+    """Seconds of one dispatch (or combine) per GPU, and which resource binds it. ``shared_queue``:
+    the transport's GPU threads share send queues (NVSHMEM IBGDA), each put reserving its slot."""
     if mode not in MODES:
         raise unknown("DeepEP mode", mode, MODES)
     if model.moe is None:
@@ -183,20 +191,22 @@ def exchange(
         size = model.hidden * element_bytes
         remote, local = copies * (ep - g) / ep, copies * (g - 1) / ep
         terms = {
-            "message issue": remote / message_rate(scheme, path, issuers(scheme)),
+            "message issue": remote / message_rate(scheme, path, issuers(scheme), shared_queue),
             "network": remote * size / float(fab.net_Bps(1)),
             "NVLink": local * size / float(fab.up_Bps(g)),
         }
-        latency = float(put_latency(scheme, path, 0)) if ep > g else 0.0
+        latency = float(put_latency(scheme, path, 0, shared_queue=shared_queue)) if ep > g else 0.0
         time = latency + max(terms.values()) + LOW_LATENCY_CALL_S
     binding = max(terms, key=terms.get)
     return {"time_s": time, "binding": binding, **{f"{k}_s": v for k, v in terms.items()}}
 
 
-def dispatch_combine(mode: str, scheme: str, model: Transformer, c: Cluster, ep: int, tokens: float) -> dict:
+def dispatch_combine(
+    mode: str, scheme: str, model: Transformer, c: Cluster, ep: int, tokens: float, shared_queue: bool = False
+) -> dict:
     """One MoE layer's dispatch and combine per GPU: seconds of each, their sum, and what binds."""
-    dispatch = exchange(mode, scheme, model, c, ep, tokens, DISPATCH_BYTES)
-    combine = exchange(mode, scheme, model, c, ep, tokens, COMBINE_BYTES)
+    dispatch = exchange(mode, scheme, model, c, ep, tokens, DISPATCH_BYTES, shared_queue)
+    combine = exchange(mode, scheme, model, c, ep, tokens, COMBINE_BYTES, shared_queue)
     return {
         "dispatch_s": dispatch["time_s"],
         "combine_s": combine["time_s"],
