@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from commodel.comm.fabric import Fabric
+from commodel.comm.nccl import MAX_NVLS_ARITY
 from commodel.errors import CommodelError, unknown
 from commodel.workloads.groups import Group, collective, forced
 from commodel.workloads.layer_work import Work
@@ -20,11 +21,15 @@ from commodel.workloads.layout import Layout
 #: ``none`` (collectives after/before their GEMMs, NCCL's choice of algorithm: NVLS where the switch
 #: reduces); ``t3`` (Pati et al., ASPLOS'24: the producer GEMM's tiles feed a ring reduce-scatter as
 #: they are written, by DMA, reduced in memory; a ring design: no in-switch reduction and no multicast,
-#: so its gathers run as exposed ring all-gathers); ``cais`` (compute-aware in-switch: tiles are reduced
-#: by the NVLink switch as they are produced and gathers are multicast into the consumer GEMM's tiles;
-#: needs NVLS); ``userbuffers`` (Transformer Engine's comm+GEMM overlap, what Megatron's
-#: ``--tp-comm-overlap`` turns on: see :func:`userbuffers_exposed`; needs sequence parallelism).
-TP_OVERLAP = ("none", "t3", "cais", "userbuffers")
+#: so its gathers run as exposed ring all-gathers); ``t3-nvls`` (T3's fusion with the reduction done by
+#: the switch, its gathers exposed NVLS multicasts); ``cais`` (compute-aware in-switch: tiles are
+#: reduced by the NVLink switch as they are produced and gathers are multicast into the consumer GEMM's
+#: tiles); ``cais-base`` (CAIS's switch and ISA only: reductions in the switch as tiles are produced,
+#: but without its dataflow optimizer the consumer GEMM waits for the whole gather); ``userbuffers``
+#: (Transformer Engine's comm+GEMM overlap, what Megatron's ``--tp-comm-overlap`` turns on: see
+#: :func:`userbuffers_exposed`; needs sequence parallelism). The switch-reducing ones need NVLS.
+TP_OVERLAP = ("none", "t3", "cais", "userbuffers", "t3-nvls", "cais-base")
+IN_SWITCH = ("t3-nvls", "cais", "cais-base")
 
 #: Transformer Engine's userbuffers defaults (``transformer_engine.pytorch.module.base.initialize_ub``):
 #: a pipelined reduce-scatter splits its GEMM into 4 chunks, and the reduce-scatter and bulk kernels
@@ -43,12 +48,24 @@ def _fused(compute: np.ndarray, comm: np.ndarray, tail: np.ndarray, slow: np.nda
     return np.maximum(np.maximum(comm, compute * slow) + tail - compute, 0.0)
 
 
-def _in_switch(op: str, size: np.ndarray, where: Group, fab: Fabric) -> np.ndarray:
-    """Time of ``op`` reduced or multicast by the switch (NVLS); where NVLS cannot run it (a group
-    wider than the switch's multicast arity, or spanning domains), NCCL's own choice."""
-    nvls, _ = forced(op, "nvls", size, where, fab)
+#: A GPU's store reaching another GPU through the switch and back (CAIS's simulated system: 250 ns
+#: each way between a GPU and a switch, about 1 us for a request and its answer).
+SWITCH_ROUND_TRIP_S = 1e-6
+
+
+def switch_stores(op: str, size: np.ndarray, where: Group, fab: Fabric) -> np.ndarray:
+    """Time of ``op`` done by GPU threads' own stores through a reducing switch, as tiles are written
+    (CAIS; T3 with NVLS): no collective kernel, no chunk pipeline. A reduction sends each GPU's whole
+    partial output once (the switch adds them into the owner's shard), a gather multicasts each shard
+    once and each GPU receives the others', ``(g - 1) / g`` of it; an allreduce does both, each GPU
+    sending and receiving ``size``. At the GPU's scale-up rate, plus one switch round trip. Where the
+    group spans domains or exceeds the switch's multicast arity, NCCL's own choice."""
+    g = where.per_node
+    share = {"reducescatter": 1.0, "allreduce": 1.0, "allgather": (g - 1) / g}[op]
+    direct = share * np.asarray(size, dtype=float) / fab.up_Bps(g) + SWITCH_ROUND_TRIP_S
     fallback, _ = collective(op, size, where, fab)
-    return np.where(np.isfinite(nvls), nvls, fallback)
+    local = ~np.asarray(where.spans_nodes) & (where.ranks <= MAX_NVLS_ARITY)
+    return np.where(local, direct, fallback)
 
 
 def userbuffers_exposed(
@@ -129,35 +146,61 @@ def tensor_parallel_exposed(
         # Userbuffers overlap needs sequence parallelism (TE refuses it otherwise).
         return np.where(sp, userbuffers_exposed(work, act, where, fab, x, units, pairs, again), serial)
     tile = TILE_BYTES * x.tp
-    if mechanism == "t3":
-        ag, _ = forced("allgather", "ring", act, where, fab)
-        # Ring reduce-scatter by DMA; allreduce = reduce-scatter + an exposed allgather. Each GPU's HBM
-        # serves 3 bytes per byte reduced (read the tile, receive a partial, read-modify-write the sum),
-        # which stretches the producer GEMMs' memory term: slow = max(C, hbm B / (B - r)) / C.
-        rs, rs_bw = forced("reducescatter", "ring", act, where, fab)
-        tail, _ = forced("reducescatter", "ring", tile, where, fab)
-        stretch = hbm / np.maximum(hbm - 3 * rs_bw, 0.1 * hbm)
-        total = 0.0
-        producers = [(work.reduce_fwd_s, work.reduce_fwd_hbm_s), (work.reduce_bwd_s, work.reduce_bwd_hbm_s)]
-        producers.append(producers[0])
-        for (producer, hbm_s), r in zip(producers, repeats, strict=True):
-            slow = np.divide(
-                np.maximum(producer, hbm_s * stretch),
-                producer,
-                out=np.ones_like(producer),
-                where=producer > 0,
-            )
-            total = total + r * (_fused(producer, pairs * rs, tail, slow) + pairs * ag)
-        return np.where(where.ranks > 1, total, 0.0)
-    if fab.nvls_Bps is None:
-        raise CommodelError("cais needs a switch that reduces in the network (NVLS); this system has none")
-    rs = _in_switch("reducescatter", act, where, fab)
-    ar = _in_switch("allreduce", act, where, fab)
+    if mechanism in IN_SWITCH and fab.nvls_Bps is None:
+        raise CommodelError(
+            f"{mechanism} needs a switch that reduces in the network (NVLS); this system has none"
+        )
+    if mechanism in ("t3", "t3-nvls"):
+        exposed = _t3_exposed(mechanism, work, act, where, fab, tile, hbm, pairs, repeats)
+        return np.where(where.ranks > 1, exposed, 0.0)
+    rs = switch_stores("reducescatter", act, where, fab)
+    ar = switch_stores("allreduce", act, where, fab)
     reduce = np.where(sp, pairs * rs, pairs * ar)
-    tail = _in_switch("allreduce", tile, where, fab)
+    tail = switch_stores("allreduce", tile, where, fab)
+    multicast = pairs * switch_stores("allgather", np.where(sp, act, 0.0), where, fab)
     total = 0.0
     for (producer, consumer), r in zip(passes, repeats, strict=True):
         fused = _fused(producer, reduce, tail, np.ones_like(producer))
-        fused = fused + np.where(sp, _fused(consumer, gathers, tail, np.ones_like(consumer)), 0.0)
-        total = total + r * fused
+        # cais-base: without the dataflow optimizer the consumer waits for the whole multicast gather
+        gather = (
+            _fused(consumer, multicast, tail, np.ones_like(consumer)) if mechanism == "cais" else multicast
+        )
+        total = total + r * (fused + np.where(sp, gather, 0.0))
     return np.where(where.ranks > 1, total, 0.0)
+
+
+def _t3_exposed(
+    mechanism: str,
+    work: Work,
+    act: np.ndarray,
+    where: Group,
+    fab: Fabric,
+    tile: float,
+    hbm: float,
+    pairs: float,
+    repeats: list,
+) -> np.ndarray:
+    """T3's exposed TP communication: the producer GEMMs' tiles feed a reduce-scatter as they are
+    written (``t3``: a ring by DMA, reduced in memory; ``t3-nvls``: reduced by the switch,
+    :func:`switch_stores`), the gathers run after it, exposed (a ring; a multicast). Each GPU's HBM serves 3 bytes per byte a
+    ring reduces (read the tile, receive a partial, read-modify-write the sum) and 1 per byte the
+    switch reduces (the tile read once), which stretches the producer GEMMs' memory term:
+    ``slow = max(C, hbm_s B / (B - k r)) / C``."""
+    if mechanism == "t3":
+        ag, _ = forced("allgather", "ring", act, where, fab)
+        rs, rs_bw = forced("reducescatter", "ring", act, where, fab)
+        tail, _ = forced("reducescatter", "ring", tile, where, fab)
+        hbm_bytes = 3.0
+    else:
+        ag, rs = switch_stores("allgather", act, where, fab), switch_stores("reducescatter", act, where, fab)
+        tail, rs_bw, hbm_bytes = switch_stores("reducescatter", tile, where, fab), act / rs, 1.0
+    stretch = hbm / np.maximum(hbm - hbm_bytes * rs_bw, 0.1 * hbm)
+    total = 0.0
+    producers = [(work.reduce_fwd_s, work.reduce_fwd_hbm_s), (work.reduce_bwd_s, work.reduce_bwd_hbm_s)]
+    producers.append(producers[0])
+    for (producer, hbm_s), r in zip(producers, repeats, strict=True):
+        slow = np.divide(
+            np.maximum(producer, hbm_s * stretch), producer, out=np.ones_like(producer), where=producer > 0
+        )
+        total = total + r * (_fused(producer, pairs * rs, tail, slow) + pairs * ag)
+    return total
