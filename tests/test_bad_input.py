@@ -55,6 +55,9 @@ CASES = (
        ["compare", "--a", "", "--b", "x=1"], ["compare", "--a", "/nonexistent.toml", "--b", "x=1"]]
     + [["sensitivity", "/nonexistent.toml"], ["calibrate", "nccl-tests", "/nonexistent.log", "--system", "dgx-h100"]]
     + [["validate", "--parameter-draws", "-1"], ["validate", "--parameter-draws", "1"]]
+    + [["train", "--model", "/nonexistent.json", "--system", "dgx-h100"], ["model", "show", "lama3-8b"],
+       ["model", "show", "/nonexistent.toml"], ["model", "show", "/dev/null"], ["serve", "--model", "/tmp", "--system", "dgx-h100"],
+       ["model", "show", "llama3-8b", "--seq", "0"]]
 )  # fmt: skip
 
 

@@ -139,20 +139,23 @@ def load_record(path: Path, model: type[BaseModel]) -> BaseModel:
 
 
 def _describe(path: str | Path, model: type[BaseModel], exc: ValidationError) -> str:
-    """One line per problem: file, dotted field path, and what is wrong."""
-    lines = []
+    """One line: the file, then each problem's dotted field path and what is wrong (missing keys
+    together)."""
+    missing, problems = [], []
     for err in exc.errors():
         loc = [str(p) for p in err["loc"] if not str(p).startswith("function-")]
         field = ".".join(loc) or "(top level)"
         if err["type"] == "extra_forbidden":
             allowed = _allowed_keys(model, loc[:-1])
-            lines.append(f"{path}: unknown key '{field}'{suggest(loc[-1], allowed)}")
+            problems.append(f"unknown key '{field}'{suggest(loc[-1], allowed)}")
         elif err["type"] == "missing":
-            lines.append(f"{path}: missing key '{field}'")
+            missing.append(f"'{field}'")
         else:
             message = str(err["msg"]).removeprefix("Value error, ")
-            lines.append(f"{path}: field '{field}': {message}")
-    return "\n".join(lines)
+            problems.append(f"field '{field}': {message}")
+    if missing:  # after the unknown keys, which often explain them (a misspelling)
+        problems.append(f"missing key{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+    return f"{path}: " + "; ".join(problems)
 
 
 def _allowed_keys(model: type[BaseModel], loc: list[str]) -> list[str]:

@@ -30,6 +30,7 @@ COMMANDS = {
     "sensitivity": "sensitivity",
     "validate": "validation",
     "hw": "hardware",
+    "model": "models",
     "roofline": "roofline",
     "comm": "comm",
     "study": "studies",

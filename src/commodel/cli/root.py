@@ -33,8 +33,9 @@ roofline_app = _typer("Roofline model of kernels on one GPU.")
 comm_app = _typer("Who drives communication: GPU-centric initiation schemes.")
 study_app = _typer("Published systems modelled as studies.")
 calibrate_app = _typer("Fit a system's constants to your own measurements.")
-for name, group in (("hw", hw_app), ("roofline", roofline_app), ("comm", comm_app), ("study", study_app),
-                    ("calibrate", calibrate_app)):  # fmt: skip
+model_app = _typer("The models: shipped ones and your own files (commodel TOML, Hugging Face config.json).")
+for name, group in (("hw", hw_app), ("model", model_app), ("roofline", roofline_app), ("comm", comm_app),
+                    ("study", study_app), ("calibrate", calibrate_app)):  # fmt: skip
     app.add_typer(group, name=name)
 
 

@@ -21,6 +21,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, fie
 from commodel.errors import CommodelError, suggest
 from commodel.hardware import default_db
 from commodel.workloads.catalog import models
+from commodel.workloads.model_files import readable_model_file
 
 #: Largest global batch (sequences) and sequence length a job may state: beyond, products of them
 #: leave the range where float64 token counts are exact.
@@ -36,13 +37,15 @@ class Choices:
     collection, or a function that gives them when a value is checked: hardware names change with an
     overlay), how one value holds several names (``split``: module lists, node groups), whether rows
     that differ in it are priced apart (``group``: a group key; otherwise it is priced per row), and
-    its number in a layout (``encode``; default: its position among the names)."""
+    its number in a layout (``encode``; default: its position among the names); ``also`` accepts
+    values beyond the names (a model file's path)."""
 
     kind: str
     names: Collection[str] | Callable[[], Collection[str]]
     split: Callable[[str], list[str]] | None = None
     group: bool = True
     encode: Callable[[str], float] | None = None
+    also: Callable[[str], bool] | None = None
 
     def known(self) -> list[str]:
         return list(self.names() if callable(self.names) else self.names)
@@ -59,7 +62,11 @@ class Choices:
         except CommodelError as exc:
             raise ValueError(str(exc)) from None
         for name in names:
-            if name not in known:
+            try:
+                accepted = name in known or bool(self.also and self.also(name))
+            except CommodelError as exc:
+                raise ValueError(str(exc)) from None
+            if not accepted:
                 shown = (
                     ", ".join(c for c in sorted(known) if c) if len(known) <= 40 else f"{len(known)} names"
                 )
@@ -69,7 +76,7 @@ class Choices:
 
 #: The inputs most jobs name: a model of ``workloads/``, a system of the hardware database in use (an
 #: overlay may add some), a link of it.
-MODEL = Choices("model", models)
+MODEL = Choices("model", models, also=readable_model_file)
 SYSTEM = Choices("system", lambda: list(default_db().systems))
 LINK = Choices("link", lambda: list(default_db().links))
 

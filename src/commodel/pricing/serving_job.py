@@ -11,8 +11,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from commodel.compute.precision import SERVING_RECIPES
 from commodel.hardware import default_db
-from commodel.pricing.job import MAX_GLOBAL_BATCH, MAX_SEQ, Choices, Job, Pue, make_job
-from commodel.workloads.catalog import models
+from commodel.pricing.job import MAX_GLOBAL_BATCH, MAX_SEQ, MODEL, Choices, Job, Pue, make_job
 from commodel.workloads.serving import KV_DTYPES
 
 
@@ -32,8 +31,8 @@ class ServingJob(Job):
     noun: ClassVar[str] = "serving"
     together: ClassVar[tuple[str, ...]] = ("batch", "slo_ttft", "slo_tpot")
 
-    model: Annotated[str, Choices("model", models)] = Field(
-        description="Model name (workloads/): llama3-70b, qwen3-30b-a3b, ..."
+    model: Annotated[str, MODEL] = Field(
+        description="Model name (workloads/): llama3-70b, qwen3-30b-a3b, ..., or a model file (commodel .toml, Hugging Face config.json)"
     )
     system: Annotated[str, Choices("system", _systems)] = Field(
         description="System (node) name from the hardware database."

@@ -16,8 +16,8 @@ from commodel.errors import CommodelError
 from commodel.hardware import default_db
 from commodel.ops.goodput import CHECKPOINT_MODES
 from commodel.overlap import STRATEGIES
-from commodel.pricing.job import MAX_GLOBAL_BATCH, MAX_SEQ, Choices, Job, Pue, make_job
-from commodel.workloads.catalog import failure_models, models
+from commodel.pricing.job import MAX_GLOBAL_BATCH, MAX_SEQ, MODEL, Choices, Job, Pue, make_job
+from commodel.workloads.catalog import failure_models, known_model
 from commodel.workloads.hetero import parse_node_groups
 from commodel.workloads.layout import (
     DISPATCHERS,
@@ -61,8 +61,8 @@ class TrainingJob(Job):
         "model", "pp", "pipeline_layout", "vpp", "mtp_layers", "ends_as_layers", "first_stage_layers", "last_stage_layers",
     )  # fmt: skip
 
-    model: Annotated[str, Choices("model", models)] = Field(
-        description="Model name (workloads/): llama3-70b, deepseek-v3, qwen3-30b-a3b, ..."
+    model: Annotated[str, MODEL] = Field(
+        description="Model name (workloads/): llama3-70b, deepseek-v3, qwen3-30b-a3b, ..., or a model file (commodel .toml, Hugging Face config.json)"
     )
     system: Annotated[str, Choices("system", _systems, split=_node_group_names)] = Field(
         description="System (node) name from the hardware database, or node groups SYSTEM:NODES,... "
@@ -280,7 +280,7 @@ class TrainingJob(Job):
         text = data.get("pipeline_layout") if isinstance(data, dict) else None
         if not text:
             return data
-        config, pp = models().get(data.get("model")), data.get("pp") or 1
+        config, pp = known_model(data.get("model")), data.get("pp") or 1
         if config is None or not isinstance(pp, numbers.Integral) or pp < 1:
             return data  # the model's and pp's own checks name them
         try:

@@ -7,18 +7,31 @@ from functools import cache
 from commodel.errors import pick
 from commodel.records import load_folder
 from commodel.resources import resource_dir
+from commodel.workloads.model_files import SUFFIXES, is_model_file, load_model_file
 from commodel.workloads.schema import FailureModel, JobMixSpec, Transformer
 
 
 @cache
 def models() -> dict[str, Transformer]:
-    """Every shipped model configuration by name (``workloads/NAME.toml``) and by its aliases."""
-    own = load_folder(resource_dir("workloads"), Transformer)
+    """Every shipped model configuration by name (``workloads/NAME.toml``, read by the same loader as
+    a user's model file) and by its aliases."""
+    own = {path.stem: load_model_file(path) for path in sorted(resource_dir("workloads").glob("*.toml"))}
     return own | {alias: config for config in own.values() for alias in config.aliases}
 
 
+def known_model(name: object) -> Transformer | None:
+    """The model ``name`` names (shipped or a file), or ``None`` where it names none (its own check
+    says why)."""
+    if isinstance(name, str) and (name in models() or is_model_file(name)):
+        return model(name)
+    return None
+
+
 def model(name: str) -> Transformer:
-    """One model configuration; an unknown name gets a suggestion."""
+    """One model: a shipped configuration by name, or a model file (commodel TOML or Hugging Face
+    ``config.json``) by path; an unknown name gets a suggestion."""
+    if name not in models() and name.endswith(SUFFIXES):
+        return load_model_file(name)
     return pick("model", name, models())
 
 

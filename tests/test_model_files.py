@@ -1,0 +1,99 @@
+"""A user's own model: a commodel TOML or a Hugging Face config.json, read like the shipped ones."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from commodel.cli import app, main
+from commodel.errors import CommodelError
+from commodel.pricing.run import train
+from commodel.workloads.catalog import model
+from commodel.workloads.model_files import MAX_BYTES, load_model_file
+from commodel.workloads.transformer import model_flops_per_token, parameters
+
+HF = Path(__file__).parent / "data" / "hf"
+SHIPPED = Path(__file__).parents[1] / "workloads"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in HF.glob("*.json")))
+def test_a_hugging_face_config_is_the_shipped_model_of_that_name(name):
+    shipped, loaded = model(name), load_model_file(HF / f"{name}.json")
+    assert parameters(loaded) == parameters(shipped)
+    assert float(model_flops_per_token(loaded, shipped.seq)) == float(
+        model_flops_per_token(shipped, shipped.seq)
+    )
+
+
+def test_every_listed_architecture_has_a_config_in_the_tests():
+    from commodel.workloads.model_files import ARCHITECTURES
+
+    kinds = {json.loads(p.read_text())["model_type"] for p in HF.glob("*.json")}
+    assert kinds == set(ARCHITECTURES)
+
+
+def test_a_job_names_a_model_file_and_prices_as_the_shipped_model(tmp_path):
+    own = tmp_path / "mine.toml"
+    shutil.copy(SHIPPED / "llama3-8b.toml", own)
+    shipped = train(model="llama3-8b", system="dgx-h100", gpus=8)["step_time_s"]
+    for path in (own, HF / "llama3-8b.json"):
+        assert train(model=str(path), system="dgx-h100", gpus=8)["step_time_s"] == pytest.approx(shipped)
+
+
+def _config(tmp_path, **changes):
+    config = json.loads((HF / "llama3-8b.json").read_text()) | changes
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"model_type": "bert"}, r"model_type 'bert' is not one commodel translates; supported: llama"),
+        ({"hidden_size": None}, r"missing 'hidden_size'"),
+        ({"num_attention_heads": 7}, r"config.json: .*hidden \(4096\)"),
+    ],
+)
+def test_a_config_commodel_cannot_read_names_the_file_and_field(tmp_path, changes, message):
+    with pytest.raises(CommodelError, match=message):
+        load_model_file(_config(tmp_path, **changes))
+
+
+def test_unreadable_model_files_are_one_line_errors(tmp_path):
+    binary = tmp_path / "bad.json"
+    binary.write_bytes(b"\xff\xfe\x00")
+    folder = tmp_path / "folder.json"
+    folder.mkdir()
+    huge = tmp_path / "huge.json"
+    huge.write_text(" " * (MAX_BYTES + 1))
+    wrong = tmp_path / "model.yaml"
+    wrong.write_text("layers: 2")
+    for path, message in ((binary, "not a JSON config"), (folder, "not a regular file"), (huge, "too large"),
+                          (wrong, "a model file is a commodel .toml"), (tmp_path / "none.json", "no such model file")):  # fmt: skip
+        with pytest.raises(CommodelError, match=message) as caught:
+            load_model_file(path)
+        assert "\n" not in str(caught.value)
+
+
+def test_the_cli_takes_a_model_file_and_refuses_a_bad_one_with_exit_2(tmp_path, capsys, monkeypatch):
+    args = ["train", "--model", str(HF / "qwen3-8b.json"), "--system", "dgx-h100", "--gpus", "8"]
+    ok = CliRunner().invoke(app, args)
+    assert ok.exit_code == 0 and "qwen3-8b.json on 8 GPUs" in ok.output
+    bad = _config(tmp_path, model_type="t5")
+    monkeypatch.setattr("sys.argv", ["commodel", "train", "--model", str(bad), "--system", "dgx-h100"])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "not one commodel translates" in err and err.count("\n") == 1
+
+
+def test_model_list_and_show():
+    runner = CliRunner()
+    listed = json.loads(runner.invoke(app, ["model", "list", "--json"]).output)
+    assert {"llama3-8b", "deepseek-v3"} <= {row["name"] for row in listed}
+    shown = json.loads(runner.invoke(app, ["model", "show", str(HF / "deepseek-v3.json"), "--json"]).output)
+    assert shown["parameters_B"] == pytest.approx(671.0, rel=0.001) and shown["experts"] == 256
+    assert shown["active_parameters_B"] == pytest.approx(37.6, rel=0.01)  # DeepSeek-V3 report: 37B active
