@@ -29,6 +29,7 @@ COMMANDS = {
     "collective": "collective",
     "sensitivity": "sensitivity",
     "validate": "validation",
+    "check": "check",
     "hw": "hardware",
     "model": "models",
     "roofline": "roofline",

@@ -23,17 +23,26 @@ FACTORIZE_FROM = 256
 
 def columns_of(frame: pd.DataFrame, defaults: Mapping[str, object], required: tuple[str, ...]) -> Columns:
     """A DataFrame's inputs as columns in their own dtypes (text as objects), every input it lacks at
-    its default (one value broadcast, not copied); a required input it lacks is an error."""
+    its default (one value broadcast, not copied), and a cell it leaves empty (NaN, None: rows built
+    from jobs that name different inputs) at the input's default too; a required input it lacks is an
+    error."""
     missing = [name for name in required if name not in frame]
     if missing:
         raise CommodelError(f"the table needs input '{missing[0]}'")
     rows = len(frame)
     return {
-        name: frame[name].to_numpy()
+        name: _filled(frame[name], default)
         if name in frame
         else np.broadcast_to(np.asarray(default, dtype=object), rows)
         for name, default in defaults.items()
     }
+
+
+def _filled(column: pd.Series, default: object) -> np.ndarray:
+    """A column with its empty cells at ``default`` (where the input has one)."""
+    if default is None or not column.hasnans:
+        return column.to_numpy()
+    return column.astype(object).where(column.notna(), default).infer_objects().to_numpy()
 
 
 def job_columns(job: Iterable[tuple[str, Any]], rows: int = 1) -> Columns:
@@ -90,7 +99,7 @@ def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(len(values), dtype=np.intp), values[:1]
     import pandas as pd  # slow: pandas (0.2 s), which one job does not need
 
-    return pd.factorize(values, sort=True)
+    return pd.factorize(values, sort=True, use_na_sentinel=False)  # an empty cell is a group of its own
 
 
 def groups(columns: Mapping[str, np.ndarray], keys: list[str]) -> Iterator[tuple[dict[str, Any], np.ndarray]]:

@@ -1,0 +1,170 @@
+"""Golden numbers for a user's CI: named designs, each with expected bounds on any of its outputs,
+priced as one batch per evaluator and checked (``commodel check FILE``).
+
+The file (TOML)::
+
+    [designs.llama70b-h100]
+    evaluate = "training"              # any evaluator; training by default
+    model = "llama3-70b"               # the job's inputs, as the evaluator declares them
+    system = "dgx-h100"
+    gpus = 64
+    tp = 8
+    [designs.llama70b-h100.expect]
+    mfu = [0.40, 0.50]                 # inclusive range
+    step_time_s = { value = 12.3, rel = 0.05 }   # within 5% (or abs = ...)
+    fits = true                        # a flag or a name, exactly
+
+A design that its evaluator marks invalid fails every bound, with its problem as the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ConfigDict, Field, PositiveFloat, field_validator, model_validator
+
+from commodel.errors import unknown
+from commodel.pricing.evaluator import BUILTIN, evaluator
+from commodel.records import Strict, read_toml, validate_record
+
+
+class Tolerance(Strict):
+    """``value`` within ``rel`` (a share of it) or ``abs`` (its unit); exactly one of them."""
+
+    value: float
+    rel: PositiveFloat | None = None
+    abs: PositiveFloat | None = None
+
+    @model_validator(mode="after")
+    def _one_tolerance(self) -> Tolerance:
+        if (self.rel is None) == (self.abs is None):
+            raise ValueError("give one of rel (a share of the value) or abs (in the output's unit)")
+        return self
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        slack = self.abs if self.abs is not None else self.rel * abs(self.value)
+        return self.value - slack, self.value + slack
+
+
+Expected = tuple[float, float] | Tolerance | bool | str
+
+
+def _expected(value: Any) -> Expected:
+    """One bound as the file writes it: ``[low, high]``, ``{value, rel | abs}``, a flag or a name."""
+    if isinstance(value, bool | str):
+        return value
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int | float) for v in value):
+        low, high = (float(v) for v in value)
+        if not low <= high:
+            raise ValueError(f"a range's low end ({low:g}) is above its high end ({high:g})")
+        return low, high
+    if isinstance(value, dict):
+        return Tolerance.model_validate(value)
+    raise ValueError(
+        "a bound is [low, high], { value = V, rel = R } or { value = V, abs = A }, true/false or a name"
+    )
+
+
+class Design(Strict):
+    """One named design: its evaluator, its expectations, and its inputs (any other key)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    evaluate: str = "training"
+    expect: dict[str, Any] = Field(min_length=1)
+
+    @field_validator("expect")
+    @classmethod
+    def _bounds(cls, value: dict[str, Any]) -> dict[str, Expected]:
+        return {name: _expected(bound) for name, bound in value.items()}
+
+    @property
+    def inputs(self) -> dict[str, Any]:
+        return dict(self.__pydantic_extra__ or {})
+
+
+class CheckFile(Strict):
+    designs: dict[str, Design] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One bound of one design: the value the model gives, what was expected, and whether it holds."""
+
+    design: str
+    output: str
+    value: object
+    expected: str
+    holds: bool
+    note: str = ""
+
+
+def load_checks(path: str | Path) -> CheckFile:
+    """The check file at ``path``; errors name the file and the field."""
+    checks = validate_record(read_toml(Path(path)), CheckFile, path)
+    for name, design in checks.designs.items():
+        if design.evaluate not in BUILTIN:
+            raise unknown(f"evaluator of design '{name}'", design.evaluate, BUILTIN)
+    return checks
+
+
+def _describe(expected: Expected) -> str:
+    if isinstance(expected, tuple):
+        return f"[{expected[0]:g}, {expected[1]:g}]"
+    if isinstance(expected, Tolerance):
+        return (
+            f"{expected.value:g} ± {expected.rel:g} rel"
+            if expected.rel
+            else f"{expected.value:g} ± {expected.abs:g}"
+        )
+    return str(expected).lower() if isinstance(expected, bool) else expected
+
+
+def _holds(value: object, expected: Expected) -> bool:
+    if isinstance(expected, bool | str):
+        return value == expected if not isinstance(expected, bool) else bool(value) is expected
+    low, high = expected.bounds if isinstance(expected, Tolerance) else expected
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return math.isfinite(number) and low <= number <= high
+
+
+def run_checks(checks: CheckFile) -> list[Outcome]:
+    """Every design priced (one batch per evaluator) and every bound checked, in file order."""
+    import pandas as pd  # slow: pandas (0.2 s), for the evaluators' tables
+
+    by_evaluator: dict[str, list[str]] = {}
+    for name, design in checks.designs.items():
+        by_evaluator.setdefault(design.evaluate, []).append(name)
+    rows: dict[str, Mapping[str, object]] = {}
+    for kind, names in by_evaluator.items():
+        ev = evaluator(kind)
+        for name in names:
+            for field in checks.designs[name].inputs:
+                if field not in ev.inputs:
+                    raise unknown(f"input of design '{name}' ({kind} takes)", field, list(ev.inputs))
+        frame = pd.DataFrame([checks.designs[n].inputs for n in names])
+        for name, (_, row) in zip(names, ev(frame).iterrows(), strict=True):
+            for output in checks.designs[name].expect:
+                if output not in row.index:
+                    raise unknown(f"output of design '{name}' ({kind} gives)", output, list(row.index))
+            rows[name] = row
+    outcomes = []
+    for name, design in checks.designs.items():
+        row = rows[name]
+        valid = bool(row.get("valid", True))
+        note = "" if valid else f"invalid design: {row.get('problem', '')}"
+        for output, expected in design.expect.items():
+            value = row[output]
+            value = value.item() if hasattr(value, "item") else value
+            outcomes.append(
+                Outcome(name, output, value, _describe(expected), valid and _holds(value, expected), note)
+            )
+    return outcomes
