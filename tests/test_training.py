@@ -20,7 +20,7 @@ from commodel.pricing.training_job import training_job
 from commodel.workloads.activation_fit import offload_exposed
 from commodel.workloads.catalog import model, models
 from commodel.workloads.layout import RECOMPUTE_CHOICES, RECOMPUTE_MODULES, module_bits, stage_layers_text
-from commodel.workloads.memory import memory_per_gpu, stage_parameters, usable_memory
+from commodel.workloads.memory import memory_per_gpu, reserved_memory, stage_parameters
 from commodel.workloads.moe_dispatch import NVLINK_SHARE, domains_reached, forwarded_copies
 from commodel.workloads.training import BREAKDOWN, train_step
 from commodel.workloads.transformer import model_flops_per_token, parameters
@@ -573,7 +573,7 @@ def test_the_llama3_70b_recipe_fits_an_h100_without_recomputation():
     fp32_grads = train(**recipe)["memory_per_gpu_bytes"]
     held = sum(stage_parameters(model("llama3-70b"), layouts(tp=4, pp=8, vpp=5)))  # the first stage's
     assert fp32_grads - bf16_grads["memory_per_gpu_bytes"] == pytest.approx(2 * held)  # 2 B more each
-    assert fp32_grads > usable_memory(80 * 2**30)
+    assert fp32_grads > 80 * 2**30 and not train(**recipe)["fits"]  # the reserve included
 
 
 def test_the_llama3_405b_paper_layout_fits_the_80_gib_it_ran_in():
@@ -585,7 +585,11 @@ def test_the_llama3_405b_paper_layout_fits_the_80_gib_it_ran_in():
     job |= dict(global_batch=2048, seq=8192, sequence_parallel=True, zero=2)
     result = train(**job)
     assert result["fits"] and result["memory_per_gpu_bytes"] > 0.9 * 80 * 2**30
-    h100, gb300 = (usable_memory(gib * 2**30) for gib in (80, 288))
+    categories = ("weights", "gradients", "optimizer", "activations", "logits", "reserved")
+    assert sum(result[f"memory_{c}_bytes"] for c in categories) == pytest.approx(
+        result["memory_per_gpu_bytes"]
+    )
+    h100, gb300 = (gib * 2**30 - reserved_memory(gib * 2**30) for gib in (80, 288))
     assert gb300 / (288 * 2**30) > h100 / (80 * 2**30) and 288 * 2**30 - gb300 > 80 * 2**30 - h100
 
 
@@ -1381,3 +1385,30 @@ def test_interleaved_chunks_reduce_their_gradients_as_their_work_ends():
     )
     dp = [train(**job, vpp=v)["breakdown"]["dp_comm"] for v in (1, 2, 5)]
     assert dp[0] > dp[1] > dp[2] > 0
+
+
+def test_memory_categories_add_up_to_the_total_over_random_valid_jobs():
+    """Weights, gradients, optimizer, activations, logits and the reserve make the memory per GPU, in
+    every valid job, recomputation and offload chosen by auto included."""
+    import pandas as pd
+
+    from commodel.pricing.evaluator import evaluator
+    from commodel.workloads.memory import CATEGORIES
+
+    rng = np.random.default_rng(7)
+    n = 600
+    jobs = pd.DataFrame({
+        "model": rng.choice(["llama3-8b", "llama3-70b", "mixtral-8x7b", "qwen3-30b-a3b"], n),
+        "system": rng.choice(["dgx-h100", "dgx-b200", "gb200-nvl72"], n),
+        "gpus": rng.choice([8, 16, 64], n), "tp": rng.choice([1, 2, 4, 8], n), "pp": rng.choice([1, 2, 4], n),
+        "global_batch": rng.choice([64, 128, 256], n), "micro_batch": rng.choice([1, 2], n),
+        "zero": rng.choice([0, 1, 2, 3], n), "recompute": rng.choice(["none", "selective", "full", "auto"], n),
+    })  # fmt: skip
+    result = evaluator("training")(jobs)
+    valid = result[result.valid]
+    assert len(valid) > 100
+    parts = sum(valid[f"memory_{c}_bytes"] for c in CATEGORIES)
+    assert np.allclose(parts, valid.memory_per_gpu_bytes, rtol=1e-9)
+    assert (valid[[f"memory_{c}_bytes" for c in CATEGORIES]] >= 0).all().all()
+    capacity = valid.system.map({s: cluster(s).gpu.memory_capacity.value for s in valid.system.unique()})
+    assert (valid.fits == (valid.memory_per_gpu_bytes <= capacity * (1 + 1e-9))).all()

@@ -43,6 +43,7 @@ from commodel.workloads.hetero import (
     parse_node_groups,
 )
 from commodel.workloads.layout import RECOMPUTE_CHOICES, Layout, layout_problems, stage_layers_text
+from commodel.workloads.memory import CATEGORIES as MEMORY_CATEGORIES
 from commodel.workloads.moe_dispatch import deepep_problem
 from commodel.workloads.pipeline_layout import stage_split
 from commodel.workloads.schema import Transformer
@@ -55,6 +56,7 @@ STEP_OUTPUTS = (
     "hw_tflops_per_gpu",
     "mfu",
     "memory_per_gpu_bytes",
+    *(f"memory_{category}_bytes" for category in MEMORY_CATEGORIES),
     "fits",
     "recompute_share",
     "offload_share",

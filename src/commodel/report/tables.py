@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from commodel.records import Sourced
 from commodel.units import format_bytes, format_quantity
+from commodel.workloads.memory import CATEGORIES as MEMORY_CATEGORIES
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -83,7 +84,12 @@ def training_table(result: dict) -> str:
         f"  throughput       {result['tokens_per_s']:,.0f} tokens/s",
         f"  model TFLOP/s    {result['tflops_per_gpu']:.1f} per GPU (MFU {100 * result['mfu']:.1f}%)",
         f"  hardware TFLOP/s {result['hw_tflops_per_gpu']:.1f} per GPU (with recomputation)",
-        f"  memory           {result['memory_per_gpu_bytes'] / 2**30:.1f} GiB per GPU ({fits})",
+        f"  memory           {result['memory_per_gpu_bytes'] / 2**30:.1f} GiB per GPU ({fits}): "
+        + ", ".join(
+            f"{name} {result[f'memory_{name}_bytes'] / 2**30:.1f}"
+            for name in MEMORY_CATEGORIES
+            if result.get(f"memory_{name}_bytes")
+        ),
         *(
             [f"  stages           {_runs(result['stage_layers'])} layers, first to last"]
             if result.get("stage_layers")

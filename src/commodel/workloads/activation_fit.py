@@ -77,7 +77,8 @@ def fit_activations(
 
     ``linear``: the outputs that add up over a stage's layers (step time and its breakdown, with
     ``offload_s``), which mix linearly with the share recomputed. ``none`` carries ``offload_all_s``,
-    the seconds per step offloading every layer would expose. Returns ``recompute_share`` and
+    the seconds per step offloading every layer would expose; ``capacity`` is the GPU's HBM, which
+    ``memory_per_gpu_bytes`` (the reserve included) must fit. Returns ``recompute_share`` and
     ``offload_share`` (of the layers) and ``offloaded_bytes``, the CPU memory each GPU's offloaded
     activations take.
     """
@@ -110,8 +111,11 @@ def fit_activations(
     hw_work = (1 - recomputed) * none["hw_tflops_per_gpu"] * none["step_time_s"] + recomputed * full[
         "hw_tflops_per_gpu"
     ] * full["step_time_s"]
+    categories = {k: none[k] for k in none if k.startswith("memory_") and k != "memory_per_gpu_bytes"}
     return {
         **out,
+        **categories,
+        "memory_activations_bytes": none["memory_activations_bytes"] - share * span,
         "hw_tflops_per_gpu": hw_work / step,
         "memory_per_gpu_bytes": memory,
         "fits": (memory <= capacity * (1 + 1e-9)) & (~stated | (share * span <= host_capacity)),

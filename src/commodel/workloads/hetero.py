@@ -31,7 +31,7 @@ from commodel.compute.precision import precision
 from commodel.errors import CommodelError
 from commodel.hardware.cluster import Cluster, cluster
 from commodel.workloads.layout import AUTO, Layout
-from commodel.workloads.memory import fits, memory_with_microbatches
+from commodel.workloads.memory import by_category, fits, memory_with_microbatches
 from commodel.workloads.microbatch import per_microbatch
 from commodel.workloads.schema import Transformer
 from commodel.workloads.transformer import model_flops_per_token, recompute_flops_per_token
@@ -162,6 +162,23 @@ def _one_kind_only(x: Layout) -> None:
         )
 
 
+def _group_memory(
+    model: Transformer, groups: list[Cluster], x: Layout, parts: list[dict], share: np.ndarray
+) -> tuple[dict[str, float], bool]:
+    """Memory by category of the fullest group's GPUs (each group's model states and activations
+    scaled by its stages' share of the layers), and whether every group's GPUs fit."""
+    held = [
+        by_category(
+            {k: v * share[g] for k, v in memory_with_microbatches(parts[g], model, x).items()},
+            c.gpu.memory_capacity.value,
+        )
+        for g, c in enumerate(groups)
+    ]
+    totals = [float(h["memory_per_gpu_bytes"][0]) for h in held]
+    fit = all(bool(fits(t, c.gpu.memory_capacity.value)) for t, c in zip(totals, groups, strict=True))
+    return {k: float(v[0]) for k, v in held[int(np.argmax(totals))].items()}, fit
+
+
 def hetero_train_step(
     model: Transformer,
     groups: list[Cluster],
@@ -211,19 +228,15 @@ def hetero_train_step(
     )
     gpus = sum(c.total_gpus for c in groups)
     peak = sum(c.total_gpus * c.gpu.peak_flops[precision(dtype).gemm].value for c in groups) / gpus
-    memory = [
-        float(memory_with_microbatches(parts[g], model, x)["total"][0]) * share[g] for g in range(len(groups))
-    ]
+    memory, fit = _group_memory(model, groups, x, parts, share)
     result = {
         "step_time_s": step,
         "tokens_per_s": tokens / step,
         "tflops_per_gpu": model_flops / (step * gpus) / 1e12,
         "hw_tflops_per_gpu": hw_flops / (step * gpus) / 1e12,
         "mfu": model_flops / (step * gpus) / peak,
-        "memory_per_gpu_bytes": max(memory),
-        "fits": all(
-            bool(fits(mem, c.gpu.memory_capacity.value)) for mem, c in zip(memory, groups, strict=True)
-        ),
+        **memory,
+        "fits": fit,
         "recompute_share": float(x.recompute[0] == 2),
         "offload_share": 0.0,
         "offloaded_bytes": 0.0,

@@ -1,4 +1,5 @@
-"""Memory per GPU of a training layout: weights, gradients, optimizer state, activations, logits.
+"""Memory per GPU of a training layout: weights, gradients, optimizer state, activations, logits, and
+the reserve no tensor can use (:data:`CATEGORIES`, adding up to the total).
 
 Mixed-precision Adam as current Megatron-Core recipes run it (Rajbhandari et al. 2020 for the
 ZeRO stages): 2 B of weights per parameter (BF16; under FP8 with ``fp8_param_gather`` the primary
@@ -194,12 +195,26 @@ def memory_per_gpu(model: Transformer, x: Layout, attention_impl: str = "flash")
     return memory_with_microbatches(memory_parts(model, x, attention_impl), model, x)
 
 
-def usable_memory(capacity_bytes: float) -> float:
-    """HBM a training job can use: the capacity less :data:`RESERVED_BYTES` and
-    :data:`RESERVED_FRACTION` of it."""
-    return capacity_bytes * (1 - RESERVED_FRACTION) - RESERVED_BYTES
+#: The categories a GPU's memory is reported in; they add up to its total.
+CATEGORIES = ("weights", "gradients", "optimizer", "activations", "logits", "reserved")
 
 
-def fits(total_bytes: np.ndarray, capacity_bytes: float) -> np.ndarray:
-    """Whether ``total_bytes`` fits in the HBM a job can use (:func:`usable_memory`)."""
-    return total_bytes <= usable_memory(capacity_bytes)
+def reserved_memory(capacity_bytes: float) -> float:
+    """HBM no tensor of the job can use: :data:`RESERVED_BYTES` (CUDA context, NCCL's buffers,
+    workspaces) and :data:`RESERVED_FRACTION` of the capacity (the caching allocator's)."""
+    return RESERVED_BYTES + RESERVED_FRACTION * capacity_bytes
+
+
+def by_category(memory: dict[str, np.ndarray], capacity_bytes: float) -> dict[str, np.ndarray]:
+    """``memory_CATEGORY_bytes`` of :func:`memory_with_microbatches`'s parts with the reserve
+    (:func:`reserved_memory`), and ``memory_per_gpu_bytes``, their sum: what the GPU must hold."""
+    parts = {**{k: memory[k] for k in CATEGORIES[:-1]}, "reserved": reserved_memory(capacity_bytes)}
+    shape = np.shape(memory["total"])
+    out = {f"memory_{k}_bytes": np.broadcast_to(np.asarray(v, dtype=float), shape) for k, v in parts.items()}
+    return out | {"memory_per_gpu_bytes": memory["total"] + parts["reserved"]}
+
+
+def fits(memory_bytes: np.ndarray, capacity_bytes: float) -> np.ndarray:
+    """Whether a GPU holding ``memory_bytes`` (its reserve included: :func:`by_category`) fits its
+    HBM."""
+    return memory_bytes <= capacity_bytes * (1 + 1e-12)

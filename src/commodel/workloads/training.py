@@ -47,11 +47,7 @@ from commodel.overlap import STRATEGIES
 from commodel.vectorize import on_unique, per_distinct
 from commodel.workloads.activation_fit import fit_activations
 from commodel.workloads.layout import AUTO, Layout, stage_split
-from commodel.workloads.memory import (
-    fits,
-    memory_with_microbatches,
-    usable_memory,
-)
+from commodel.workloads.memory import by_category, fits, memory_with_microbatches
 from commodel.workloads.microbatch import per_microbatch
 from commodel.workloads.schema import Transformer
 from commodel.workloads.transformer import (
@@ -116,7 +112,7 @@ def train_step(
         stacked = x.stacked(*(np.where(mixed, code, x.recompute) for code in (0, 2)))
         both = _train_step(model, cluster, stacked, dtype, strategy, *software)
         none, full = ({k: v.reshape(2, *shape)[i] for k, v in both.items()} for i in (0, 1))
-        capacity = usable_memory(cluster.gpu.memory_capacity.value)
+        capacity = cluster.gpu.memory_capacity.value
         result = fit_activations(
             none, full, auto, capacity, cluster.host_memory_per_gpu, x, model.layers, _LINEAR
         )
@@ -217,15 +213,15 @@ def _train_step(
         model, x.seq, x.recompute, modules=x.recompute_modules
     )
     gpus = x.gpus
-    memory = memory_with_microbatches(p, model, x, split)
+    memory = by_category(memory_with_microbatches(p, model, x, split), gpu.memory_capacity.value)
     result = {
         "step_time_s": step,
         "tokens_per_s": tokens / step,
         "tflops_per_gpu": model_flops / (step * gpus) / 1e12,
         "hw_tflops_per_gpu": hw_flops / (step * gpus) / 1e12,
         "mfu": model_flops / (step * gpus) / peak_flops(gpu, recipe.gemm),
-        "memory_per_gpu_bytes": memory["total"],
-        "fits": fits(memory["total"], gpu.memory_capacity.value),
+        **memory,
+        "fits": fits(memory["memory_per_gpu_bytes"], gpu.memory_capacity.value),
         "recompute_share": np.where(x.recompute == 2, 1.0, 0.0),
         "offload_share": np.zeros_like(step),
         "offloaded_bytes": np.zeros_like(step),
