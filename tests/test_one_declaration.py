@@ -76,7 +76,7 @@ def test_a_serving_job_with_no_options_prices_the_same_through_every_front_end()
     assert result.exit_code == 0, result.output
     cli, scalar = json.loads(result.output), serve(**GIVEN)
     row = evaluator("serving")(pd.DataFrame([GIVEN])).iloc[0]
-    for name in ("ttft_s", "tpot_s", "output_tokens_per_s", "kv_cache_bytes_per_gpu", "power_kW"):
+    for name in ("ttft_s", "tpot_s", "output_tokens_per_s", "memory_kv_cache_bytes", "power_kW"):
         assert cli[name] == scalar[name] == float(row[name]), name
     assert cli["batch_in_flight"] == scalar["batch_in_flight"] == int(row.batch_in_flight)
 

@@ -83,7 +83,7 @@ def test_serve_cli_json_keys():
     data = json.loads(result.output)
     for key in ("ttft_s", "tpot_s", "output_tokens_per_s", "output_tokens_per_s_per_gpu", "max_batch"):
         assert data[key] > 0
-    assert data["kv_cache_bytes_per_gpu"] > 0 and data["fits"] is True
+    assert data["memory_kv_cache_bytes"] > 0 and data["fits"] is True
 
 
 def test_more_replicas_scale_throughput():
@@ -200,3 +200,21 @@ def test_one_output_token_is_prefill_only():
     assert [it["iteration"] for it in one["kernels"]] == ["with prompts"]
     assert one["tpot_s"] == one["ttft_s"] and one["requests_per_s"] == one["output_tokens_per_s"]
     assert one["requests_per_s"] >= two["requests_per_s"]  # no decoding to share iterations with
+
+
+def test_serving_memory_categories_fill_the_gpu_where_the_weights_fit():
+    """Weights, runtime buffers, the KV pool and the engine's remainder add up to the HBM; where the
+    weights do not fit, to more than it, and the deployment says so."""
+    import pandas as pd
+
+    from commodel.pricing.evaluator import evaluator
+    from commodel.workloads.serving import SERVING_CATEGORIES
+
+    jobs = pd.DataFrame({"model": ["llama3-8b", "llama3-70b", "llama3-405b"], "system": "dgx-a100", "tp": [1, 4, 8],
+                         "prompt": 1024, "output": 256})  # fmt: skip
+    result = evaluator("serving")(jobs)
+    parts = sum(result[f"memory_{c}_bytes"] for c in SERVING_CATEGORIES)
+    assert np.allclose(parts, result.memory_per_gpu_bytes)
+    hbm = 80 * 2**30
+    assert np.allclose(result.memory_per_gpu_bytes[:2], hbm) and result.fits[:2].all()
+    assert result.memory_per_gpu_bytes[2] > hbm and not result.fits[2]

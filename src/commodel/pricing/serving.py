@@ -23,7 +23,14 @@ from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.serving_job import ServingJob
 from commodel.pricing.table import Columns, blank_outputs, groups, numbers, problem_messages, take
 from commodel.workloads.catalog import model as get_model
-from commodel.workloads.serving import Engine, capacity, kv_dtype_of, replica_problems, steady_state
+from commodel.workloads.serving import (
+    SERVING_CATEGORIES,
+    Engine,
+    capacity,
+    kv_dtype_of,
+    replica_problems,
+    steady_state,
+)
 from commodel.workloads.serving_batch import disaggregated, slo_batch
 
 OUTPUTS = (
@@ -34,8 +41,8 @@ OUTPUTS = (
     "requests_per_s",
     "batch_in_flight",
     "max_batch",
-    "kv_cache_bytes_per_gpu",
-    "weight_bytes_per_gpu",
+    "memory_per_gpu_bytes",
+    *(f"memory_{category}_bytes" for category in SERVING_CATEGORIES),
     "fits",
     "replicas",
     "comm_share",
@@ -163,8 +170,7 @@ def _price(
         "requests_per_s": replicas * r["requests_per_s"],
         "batch_in_flight": chosen,
         "max_batch": cap["max_batch"],
-        "kv_cache_bytes_per_gpu": cap["kv_cache_bytes_per_gpu"],
-        "weight_bytes_per_gpu": cap["weight_bytes_per_gpu"],
+        **{name: cap[name] for name in cap if name.startswith("memory_")},
         "fits": cap["weights_fit"] & (chosen <= cap["kv_batch"]),
         "replicas": replicas,
         "comm_share": r["comm_share"],

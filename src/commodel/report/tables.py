@@ -193,8 +193,11 @@ def serving_table(result: dict) -> str:
         f"  per output token {1e3 * result['tpot_s']:.4g} ms",
         f"  throughput       {result['output_tokens_per_s']:,.0f} output tokens/s "
         f"({result['output_tokens_per_s_per_gpu']:,.0f} per GPU), {result['requests_per_s']:.3g} requests/s",
-        f"  memory per GPU   {result['weight_bytes_per_gpu'] / 1e9:.1f} GB weights, "
-        f"{result['kv_cache_bytes_per_gpu'] / 1e9:.1f} GB KV cache ({fits})",
+        f"  memory per GPU   {result['memory_per_gpu_bytes'] / 2**30:.1f} GiB ({fits}): "
+        + ", ".join(
+            f"{name.replace('_', ' ')} {result[f'memory_{name}_bytes'] / 2**30:.1f}"
+            for name in ("weights", "activations", "kv_cache", "reserved")
+        ),
         f"  time shares      {100 * result['comm_share']:.1f}% communication, {100 * result['host_share']:.1f}% host",
         f"  power            {result['gpu_power_W']:.0f} W per GPU, {result['power_kW']:.2f} kW facility",
         f"  energy, cost     {result['energy_per_token_J']:.3g} J per output token, " + _cost(result),

@@ -289,9 +289,16 @@ def iteration_time(
     }
 
 
+#: The categories a serving GPU's memory is reported in; they add up to its total (the HBM, where the
+#: weights fit): weights, the runtime's activation and logits buffers, the KV cache pool, and what the
+#: engine leaves for everything else (``1 - kv_fraction`` of the free memory).
+SERVING_CATEGORIES = ("weights", "activations", "kv_cache", "reserved")
+
+
 def capacity(engine: Engine, prompt: ArrayLike, output: ArrayLike) -> dict[str, np.ndarray]:
     """Requests the engine can hold in flight: by KV cache (``kv_batch``), and under the engine's
-    batch and token limits (``max_batch``); the KV pool and the weights per GPU."""
+    batch and token limits (``max_batch``); the memory per GPU by category
+    (``memory_CATEGORY_bytes``, :data:`SERVING_CATEGORIES`) and ``memory_per_gpu_bytes``."""
     p, o = np.asarray(prompt, dtype=float), np.asarray(output, dtype=float)
     reserved = np.ceil((p + o) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
     free = free_bytes(engine)
@@ -299,12 +306,21 @@ def capacity(engine: Engine, prompt: ArrayLike, output: ArrayLike) -> dict[str, 
     per_request = kv_bytes_per_sequence(engine.model, reserved, engine.tp, engine.pp, engine.kv_dtype)
     kv_batch = np.floor(pool / per_request)
     budget = np.maximum(engine.max_num_tokens * o / (p + o - 1), o)
+    parts = {
+        "weights": weight_bytes_per_gpu(engine.model, engine.tp, engine.pp, engine.recipe),
+        "activations": runtime_bytes_per_gpu(
+            engine.model, engine.tp, engine.max_num_tokens, engine.max_batch
+        ),
+        "kv_cache": pool,
+        "reserved": np.maximum(free, 0.0) - pool,
+    }
+    shape = np.shape(kv_batch)
     return {
         "kv_batch": kv_batch,
         "max_batch": np.minimum(np.minimum(kv_batch, engine.max_batch), np.floor(budget)),
         "weights_fit": free > 0,
-        "kv_cache_bytes_per_gpu": pool,
-        "weight_bytes_per_gpu": weight_bytes_per_gpu(engine.model, engine.tp, engine.pp, engine.recipe),
+        **{f"memory_{k}_bytes": np.broadcast_to(np.asarray(v, dtype=float), shape) for k, v in parts.items()},
+        "memory_per_gpu_bytes": np.broadcast_to(sum(parts.values()), shape),
     }
 
 
