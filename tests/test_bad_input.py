@@ -58,6 +58,7 @@ CASES = (
     + [["train", "--model", "/nonexistent.json", "--system", "dgx-h100"], ["model", "show", "lama3-8b"],
        ["model", "show", "/nonexistent.toml"], ["model", "show", "/dev/null"], ["serve", "--model", "/tmp", "--system", "dgx-h100"],
        ["model", "show", "llama3-8b", "--seq", "0"]]
+    + [["train", "--model", "llama3-8b", "--system", "dgx-h100", "--micro-batch", v] for v in ("x", "0", "1.5", "-2", "maxx")]
 )  # fmt: skip
 
 

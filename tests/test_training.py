@@ -1412,3 +1412,29 @@ def test_memory_categories_add_up_to_the_total_over_random_valid_jobs():
     assert (valid[[f"memory_{c}_bytes" for c in CATEGORIES]] >= 0).all().all()
     capacity = valid.system.map({s: cluster(s).gpu.memory_capacity.value for s in valid.system.unique()})
     assert (valid.fits == (valid.memory_per_gpu_bytes <= capacity * (1 + 1e-9))).all()
+
+
+@pytest.mark.parametrize(
+    "job",
+    [dict(model="llama3-8b", system="dgx-h100", gpus=8, global_batch=128, zero=3, recompute="full"),
+     dict(model="llama3-70b", system="dgx-h100", gpus=64, tp=8, pp=2, global_batch=256, sequence_parallel=True),
+     dict(model="mixtral-8x7b", system="gb200-nvl72", gpus=16, ep=8, global_batch=512, zero=1)],
+)  # fmt: skip
+def test_micro_batch_max_is_the_largest_that_fits(job):
+    """It fits, and the next divisor of the global batch that makes a valid layout does not."""
+    chosen = train(**job, micro_batch="max")
+    m = chosen["micro_batch"]
+    assert chosen["fits"] and "the largest that fits" in chosen["notes"][0]
+    larger = [d for d in range(m + 1, job["global_batch"] + 1) if job["global_batch"] % d == 0]
+    for d in larger:
+        try:
+            result = train(**job, micro_batch=d)
+        except CommodelError:
+            continue  # not a valid layout at that micro-batch
+        assert not result["fits"], d
+        break
+
+
+def test_micro_batch_max_says_when_nothing_fits():
+    result = train(model="llama3-70b", system="dgx-h100", gpus=8, global_batch=64, micro_batch="max")
+    assert result["micro_batch"] == 1 and not result["fits"] and "no micro-batch fits" in result["notes"][0]

@@ -108,6 +108,22 @@ def _numbers(row: SimpleNamespace, names: tuple[str, ...]) -> dict[str, float | 
     }
 
 
+#: What ``micro_batch`` may say instead of a number: the largest that fits (:func:`largest_fitting_micro_batch`).
+MAX_MICRO_BATCH = "max"
+
+
+def largest_fitting_micro_batch(job: TrainingJob) -> tuple[int, str]:
+    """The largest micro-batch of ``job`` that is a valid layout and fits the GPUs' memory, priced
+    in one batch over every divisor of its global batch; 1 where none fits. With a note saying so."""
+    candidates = np.array([m for m in range(1, job.global_batch + 1) if job.global_batch % m == 0])
+    columns = job_columns(job, len(candidates)) | {"micro_batch": candidates.astype(object)}
+    table = price_training(columns)
+    fitting = candidates[np.asarray(table["valid"], dtype=bool) & np.asarray(table["fits"], dtype=bool)]
+    if len(fitting):
+        return int(fitting.max()), f"micro-batch {int(fitting.max())}: the largest that fits"
+    return 1, "no micro-batch fits the GPUs' memory; priced at 1"
+
+
 def train(
     job: TrainingJob | None = None, advise: bool = False, kernels: bool = False, **values: Any
 ) -> dict[str, Any]:
@@ -116,10 +132,15 @@ def train(
     the model assumed (a recomputation it chose, tensor parallelism crossing scale-up domains).
     ``advise`` (as ``commodel train`` does): also price the changes worth trying
     (:mod:`commodel.pricing.advice`) and name the ones that pay; each costs a batch more.
-    ``kernels``: also one layer's kernels for one micro-batch, each with its roofline."""
+    ``kernels``: also one layer's kernels for one micro-batch, each with its roofline.
+    ``micro_batch="max"``: the largest that fits (:func:`largest_fitting_micro_batch`)."""
+    chose = []
+    if job is None and values.get("micro_batch") == MAX_MICRO_BATCH:
+        micro_batch, note = largest_fitting_micro_batch(training_job(**{**values, "micro_batch": 1}))
+        values, chose = {**values, "micro_batch": micro_batch}, [note]
     job = job if job is not None else training_job(**values)
     row = _one_row(price_training, job, lambda row: _training_layout(job, row))
-    notes = _training_notes(job, row)
+    notes = chose + _training_notes(job, row)
     if advise:
         notes += [note for note in (a(job, row) for a in ADVICE) if note]
     outputs = tuple(name for name in (*STEP_OUTPUTS, *JOB_OUTPUTS) if name not in TRAIN_APART)
@@ -133,6 +154,7 @@ def train(
         "nodes": int(row.nodes),
         "gpus_per_node": int(row.gpus) // int(row.nodes),
         "layout": layout,
+        "micro_batch": job.micro_batch,
         "schedule": job.schedule,
         "stage_layers": str(row.stage_layers),
         "dtype": job.dtype,
