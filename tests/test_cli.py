@@ -427,3 +427,36 @@ def test_train_lists_one_layers_kernels_when_asked():
     assert "one layer, one micro-batch" not in plain.stdout
     rows = json.loads(invoke(*job, "--kernels", "--json").stdout)["kernels"]
     assert {"qkv", "attention out", "fc1", "fc2", "attention"} <= {r["kernel"] for r in rows}
+
+
+def test_warnings_are_one_line_notes_without_paths(capsys):
+    import warnings
+
+    from commodel.cli import one_line_warning
+
+    with warnings.catch_warnings():
+        warnings.showwarning = one_line_warning
+        warnings.simplefilter("always")
+        warnings.warn("invalid value\n encountered in divide", RuntimeWarning, stacklevel=1)
+    err = capsys.readouterr().err
+    assert err == "note: invalid value encountered in divide (RuntimeWarning)\n"
+
+
+def test_validate_strict_exits_1_when_a_gate_fails(monkeypatch, capsys):
+    import pandas as pd
+
+    import commodel.cli.validation as validation
+
+    report = {"rows": pd.DataFrame(), "summary": pd.DataFrame(), "band_coverage": pd.DataFrame()}
+    gates = pd.DataFrame([{"gate": "g", "rows": 3, "statistic": "max", "abs_err_pct": 30.0, "bound_pct": 20.0,
+                           "holds": False}])  # fmt: skip
+    monkeypatch.setattr(validation, "validation_report", lambda draws: report | {"gates": gates})
+    monkeypatch.setattr(validation, "report_sections", lambda report: {})
+    monkeypatch.setattr(validation, "validation_text", lambda sections, markdown: "")
+    assert invoke("validate").exit_code == 0
+    strict = invoke("validate", "--strict")
+    assert strict.exit_code == 1 and "g max 30.0% > 20%" in strict.output
+    monkeypatch.setattr(
+        validation, "validation_report", lambda draws: report | {"gates": gates.assign(holds=True)}
+    )
+    assert invoke("validate", "--strict").exit_code == 0

@@ -13,6 +13,7 @@ commodel's (about 1 s with pandas, matplotlib, pymoo and Dask); ``commodel.cli.a
 from __future__ import annotations
 
 import sys
+import warnings
 from importlib import import_module
 
 import typer
@@ -63,9 +64,16 @@ def _parser_errors() -> object:
     return exceptions
 
 
+def one_line_warning(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
+    """A warning as one ``note:`` line on stderr, without the source path and line Python prints."""
+    text = " ".join(str(message).split())
+    typer.echo(f"note: {text} ({category.__name__})", err=True)
+
+
 def main() -> None:
     """Console entry point: run the command named first, turning user errors (ours, and the option
-    parser's) into one ``error:`` line and exit code 2."""
+    parser's) into one ``error:`` line and exit code 2, and warnings into one ``note:`` line."""
+    warnings.showwarning = one_line_warning
     errors = _parser_errors()
     try:
         # standalone_mode=False: an Exit(n) a command raised comes back as n

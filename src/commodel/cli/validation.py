@@ -25,6 +25,9 @@ def validate(
             "report how often that band holds the measurement (0: skip; about 1.5 s per draw)."
         ),
     ] = 0,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 1 when an accuracy gate fails (for CI); 0 otherwise.")
+    ] = False,
 ) -> None:
     """Model vs every published measurement: errors per row, and median/max error per kind."""
     if as_json and markdown:
@@ -34,3 +37,9 @@ def validate(
         typer.echo(json.dumps({key: json.loads(to_json(frame)) for key, frame in report.items()}, indent=2))
     else:
         typer.echo(validation_text(report_sections(report), markdown))
+    failing = report["gates"][~report["gates"].holds]
+    if strict and len(failing):
+        typer.echo(f"{len(failing)} accuracy gate(s) fail: " + "; ".join(
+            f"{g.gate} {g.statistic} {g.abs_err_pct:.1f}% > {g.bound_pct:g}%" for g in failing.itertuples()
+        ), err=True)  # fmt: skip
+        raise typer.Exit(1)
