@@ -59,6 +59,7 @@ CASES = (
        ["model", "show", "/nonexistent.toml"], ["model", "show", "/dev/null"], ["serve", "--model", "/tmp", "--system", "dgx-h100"],
        ["model", "show", "llama3-8b", "--seq", "0"]]
     + [["train", "--model", "llama3-8b", "--system", "dgx-h100", "--micro-batch", v] for v in ("x", "0", "1.5", "-2", "maxx")]
+    + [["compare", "--a", "tp=8,tp=4", "--b", "tp=2"], ["compare", "--a", "tp=8", "--b", "pp=2,pp=2"]]
 )  # fmt: skip
 
 

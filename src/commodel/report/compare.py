@@ -35,7 +35,10 @@ def parse_design(text: str, option: str) -> dict[str, str]:
             raise CommodelError(
                 f"{option}: cannot read '{part}': write field=value pairs, e.g. system=dgx-h100,tp=8"
             )
-        fields[name.strip().replace("-", "_")] = value.strip()
+        key = name.strip().replace("-", "_")
+        if key in fields:
+            raise CommodelError(f"{option}: '{key}' is given twice")
+        fields[key] = value.strip()
     if not fields:
         raise CommodelError(f"{option}: an empty design; give field=value pairs or a TOML file")
     return fields
@@ -67,12 +70,27 @@ def compare(a: dict[str, Any], b: dict[str, Any], common: dict[str, Any]) -> dic
         for name in results["a"]["breakdown"]
     ]  # fmt: skip
     designs = {"a": {**common, **a}, "b": {**common, **b}}
-    return {"designs": designs, "metrics": rows, "breakdown": breakdown, "notes": notes}
+    return {"designs": designs, "labels": labels(designs["a"], designs["b"]), "metrics": rows,
+            "breakdown": breakdown, "notes": notes}  # fmt: skip
+
+
+def labels(a: dict[str, Any], b: dict[str, Any]) -> dict[str, str]:
+    """Each design named by the fields in which it differs from the other (``tp=8 pp=2``); "A" and
+    "B" where they differ in none."""
+    differ = [k for k in dict.fromkeys([*a, *b]) if str(a.get(k, "")) != str(b.get(k, ""))]
+
+    def named(design: dict[str, Any], fallback: str) -> str:
+        text = " ".join(f"{k}={design[k]}" for k in differ if k in design)
+        return text or f"{fallback} (defaults)" if differ else fallback
+
+    return {"a": named(a, "A"), "b": named(b, "B")}
 
 
 def compare_text(result: dict[str, Any]) -> str:
     """The comparison for a person: metrics with B / A, then the breakdown's changes, largest first."""
-    lines = [f"A: {_design(result['designs']['a'])}", f"B: {_design(result['designs']['b'])}", ""]
+    names = result["labels"]
+    lines = [f"A ({names['a']}): {_design(result['designs']['a'])}",
+             f"B ({names['b']}): {_design(result['designs']['b'])}", ""]  # fmt: skip
     lines.append(f"{'':<26}{'A':>14}{'B':>14}{'B / A':>9}")
     for row in result["metrics"]:
         ratio = f"{row['b_over_a']:.3g}" if row["b_over_a"] is not None else "-"
@@ -90,7 +108,10 @@ def compare_text(result: dict[str, Any]) -> str:
 def compare_plot(result: dict[str, Any], path: str | Path) -> Path:
     """Stacked bars of each design's step time by component."""
     bars = {
-        label: {r["component"]: r[f"{label.lower()}_s"] for r in result["breakdown"]} for label in ("A", "B")
+        f"{side.upper()}: {result['labels'][side]}": {
+            r["component"]: r[f"{side}_s"] for r in result["breakdown"]
+        }
+        for side in ("a", "b")
     }
     return breakdown_plot(bars, path)
 
