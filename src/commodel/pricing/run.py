@@ -202,7 +202,12 @@ def serve(job: ServingJob | None = None, kernels: bool = False, **values: Any) -
     if job.slo_ttft is not None or job.slo_tpot is not None:
         notes.append(f"the SLO allows {in_flight} requests in flight per replica (at most {largest} fit)")
     elif job.batch == "max":
-        notes.append(f"{in_flight} requests in flight per replica: all the KV cache and engine limits allow")
+        notes.append(
+            f"{in_flight} requests in flight per replica: all the KV cache and engine limits allow "
+            "(--batch max, trtllm-bench's offline run; --batch N or an SLO for another)"
+        )
+    else:
+        notes.append(f"{in_flight} requests in flight per replica, as --batch states")
     if not row.fits:
         notes.append(
             "does not fit: the weights and runtime buffers, or this batch's KV cache, exceed the HBM"

@@ -189,8 +189,13 @@ def serving_table(result: dict) -> str:
         f"({result['replicas']} replica{'s' if result['replicas'] != 1 else ''} of {layout}), {result['dtype']} weights, "
         f"{result['kv_dtype']} KV cache, {result['prompt']} prompt + {result['output']} output tokens",
         f"  in flight        {result['batch_in_flight']} requests per replica (at most {result['max_batch']})",
-        f"  first token      {1e3 * result['ttft_s']:.4g} ms once scheduled",
-        f"  per output token {1e3 * result['tpot_s']:.4g} ms",
+        f"  first token      {1e3 * result['ttft_s']:.4g} ms once scheduled, at {result['batch_in_flight']} in flight"
+        + (
+            " (its prefill rides one mixed iteration, as each decode step does)"
+            if abs(result["ttft_s"] - result["tpot_s"]) <= 1e-9 * result["tpot_s"]
+            else ""
+        ),
+        f"  per output token {1e3 * result['tpot_s']:.4g} ms at {result['batch_in_flight']} in flight",
         f"  throughput       {result['output_tokens_per_s']:,.0f} output tokens/s "
         f"({result['output_tokens_per_s_per_gpu']:,.0f} per GPU), {result['requests_per_s']:.3g} requests/s",
         f"  memory per GPU   {result['memory_per_gpu_bytes'] / 2**30:.1f} GiB ({fits}): "
