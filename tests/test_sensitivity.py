@@ -97,3 +97,18 @@ def test_the_uncertain_numbers_of_one_design_rank_by_what_its_step_time_rests_on
     # (GPU-initiated communication only) does not enter a training step at all
     assert table.mu_star.idxmax() == "b200-sxm.matmul_efficiency.bf16"
     assert table.mu_star["dgx-b200.initiation.doorbell"] == 0.0
+
+
+def test_sobol_notes_name_impossible_estimates_and_the_samples_to_resolve_them():
+    from commodel.explore.sensitivity import RESOLVED_CONF, estimator_notes
+
+    table = pd.DataFrame([
+        {"output": "t", "variable": "a", "S1": 0.7, "S1_conf": 0.02, "ST": 0.72, "ST_conf": 0.03},
+        {"output": "t", "variable": "b", "S1": 0.3, "S1_conf": 0.2, "ST": 0.2, "ST_conf": 0.1},
+        {"output": "t", "variable": "c", "S1": -0.05, "S1_conf": 0.04, "ST": 0.01, "ST_conf": 0.01},
+    ])  # fmt: skip
+    notes = estimator_notes(table, 64)
+    assert any("t / b" in n and "cannot exceed ST" in n for n in notes)
+    assert any("t / c" in n for n in notes) and not any("t / a" in n for n in notes)
+    assert notes[-1].endswith(f"±{RESOLVED_CONF}") and "about 1024 would" in notes[-1]  # 64 x (0.2 / 0.05)^2
+    assert estimator_notes(table.iloc[:1], 64) == []

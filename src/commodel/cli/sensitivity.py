@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from commodel.cli.root import ExecutorOption, JsonFlag, SchedulerOption, app, check_scheduler
-from commodel.explore.sensitivity import study_sensitivity
+from commodel.explore.sensitivity import estimator_notes, study_sensitivity
 from commodel.explore.spec import load_spec
 from commodel.io import write_text
 from commodel.report.frames import plain_table
@@ -45,4 +46,10 @@ def sensitivity(
         out.mkdir(parents=True, exist_ok=True)
         write_text(out / "sensitivity.csv", table.to_csv(index=False))
         sensitivity_plot(table, str(out / "sensitivity.png"))
-    typer.echo(table.to_json(orient="records", indent=2) if as_json else plain_table(table))
+    notes = estimator_notes(table, samples) if method == "sobol" else []
+    if as_json:
+        typer.echo(
+            json.dumps({"indices": json.loads(table.to_json(orient="records")), "notes": notes}, indent=2)
+        )
+        return
+    typer.echo(plain_table(table) + "".join(f"\nnote: {n}" for n in notes))

@@ -77,6 +77,34 @@ def indices(
     return pd.DataFrame(rows)
 
 
+#: The 95% confidence half-width of a Sobol index taken as resolved (the note's target).
+RESOLVED_CONF = 0.05
+
+
+def estimator_notes(table: pd.DataFrame, samples: int) -> list[str]:
+    """What a Sobol table cannot yet say at ``samples`` base samples: each index whose estimate is
+    impossible (a first-order index above the total, or below 0) or whose 95% interval is wider than
+    :data:`RESOLVED_CONF`, and the samples that would narrow it to that (the interval shrinks as one
+    over the square root of the samples)."""
+    if "S1" not in table:
+        return []
+    notes = []
+    odd = table[(table.S1 > table.ST) | (table.S1 < 0)]
+    for r in odd.itertuples():
+        notes.append(
+            f"{r.output} / {r.variable}: S1 = {r.S1:.3f} ± {r.S1_conf:.3f} against ST = {r.ST:.3f} ± {r.ST_conf:.3f} "
+            "is estimator noise at this sample size (S1 cannot exceed ST nor fall below 0)"
+        )
+    widest = float(np.nanmax(table[["S1_conf", "ST_conf"]].to_numpy())) if len(table) else 0.0
+    if widest > RESOLVED_CONF:
+        needed = int(2 ** np.ceil(np.log2(samples * (widest / RESOLVED_CONF) ** 2)))
+        notes.append(
+            f"the widest 95% interval is ±{widest:.3f} at {samples} base samples; about {needed} would narrow "
+            f"every one to ±{RESOLVED_CONF}"
+        )
+    return notes
+
+
 def _chunk_objectives(payload: str, index: int) -> pd.DataFrame:
     """The objectives of chunk ``index`` of a sensitivity sample (a picklable task, as a sweep's): the
     variables' columns decoded as a sweep decodes them; each uncertain number's column (if any) a

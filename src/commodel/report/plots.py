@@ -119,10 +119,12 @@ def sensitivity_plot(table: pd.DataFrame, path: str | Path) -> Path:
         rows = table[table.output == output].nlargest(SENSITIVITY_BARS, size).iloc[::-1]
         at = np.arange(len(rows))
         if size == "ST":
-            ax.barh(at + 0.2, rows.ST, 0.4, label="total")
-            ax.barh(at - 0.2, rows.S1, 0.4, label="first order")
+            ax.barh(at + 0.2, rows.ST, 0.4, xerr=rows.ST_conf, capsize=2, label="total")
+            ax.barh(at - 0.2, rows.S1, 0.4, xerr=rows.S1_conf, capsize=2, label="first order")
+            ax.set_xlabel("Sobol index (bars: 95% confidence)", fontsize=8)
         else:
-            ax.barh(at, rows.mu_star, 0.6, label="mu*")
+            ax.barh(at, rows.mu_star, 0.6, xerr=rows.mu_star_conf, capsize=2, label="mu*")
+            ax.set_xlabel("Morris mu* (bars: 95% confidence), in the output's unit", fontsize=8)
         ax.set_yticks(at, rows.variable, fontsize=8)
         ax.set_title(output.replace("_", " "), fontsize=9)
         ax.legend(fontsize=7, loc="lower right")
