@@ -95,7 +95,7 @@ def compare_text(result: dict[str, Any]) -> str:
     for row in result["metrics"]:
         ratio = f"{row['b_over_a']:.3g}" if row["b_over_a"] is not None else "-"
         name = f"{row['metric']} ({row['unit']})"
-        lines.append(f"{name:<26}{row['a']:>14.4g}{row['b']:>14.4g}{ratio:>9}")
+        lines.append(f"{name:<26}{_number(row['a']):>14}{_number(row['b']):>14}{ratio:>9}")
     lines += ["", "where the step's time moved (s, B - A):"]
     for row in sorted(result["breakdown"], key=lambda r: -abs(r["change_s"])):
         lines.append(
@@ -114,6 +114,11 @@ def compare_plot(result: dict[str, Any], path: str | Path) -> Path:
         for side in ("a", "b")
     }
     return breakdown_plot(bars, path)
+
+
+def _number(value: float) -> str:
+    """A metric for a person: thousands separated from 10,000 up, four significant digits below."""
+    return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
 
 
 def _design(fields: dict[str, Any]) -> str:

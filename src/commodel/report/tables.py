@@ -95,7 +95,7 @@ def training_table(result: dict) -> str:
             if result.get("stage_layers")
             else []
         ),
-        f"  power            {result['gpu_power_W']:.0f} W per GPU, {result['it_power_kW']:.1f} kW IT",
+        f"  power            {result['gpu_power_W']:.0f} W per GPU, {format_quantity(1e3 * result['it_power_kW'], 'power')} IT",
         f"  energy           {result['energy_per_step_J'] / 1e6:.3g} MJ per step, {result['energy_per_token_J']:.3g} J per token",
         *(
             [
@@ -204,7 +204,7 @@ def serving_table(result: dict) -> str:
             for name in ("weights", "activations", "kv_cache", "reserved")
         ),
         f"  time shares      {100 * result['comm_share']:.1f}% communication, {100 * result['host_share']:.1f}% host",
-        f"  power            {result['gpu_power_W']:.0f} W per GPU, {result['power_kW']:.2f} kW facility",
+        f"  power            {result['gpu_power_W']:.0f} W per GPU, {format_quantity(1e3 * result['power_kW'], 'power')} facility",
         f"  energy, cost     {result['energy_per_token_J']:.3g} J per output token, " + _cost(result),
     ]
     lines += [f"  note: {note}" for note in result.get("notes", [])]
