@@ -2,6 +2,8 @@
 
 import dataclasses
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from commodel.cli import main
@@ -9,6 +11,7 @@ from commodel.comm.calibrate import calibrate
 from commodel.comm.calls import run
 from commodel.comm.fabric import fabric_of
 from commodel.comm.nccl_tests import read
+from commodel.errors import CommodelError
 from commodel.hardware import cluster
 from commodel.hardware.loader import OVERLAY_ENV
 
@@ -24,13 +27,15 @@ COLUMNS = [
 ]
 
 
-def write_log(path, frame, binary="all_reduce", ranks=8, hosts=1, extra=(), root=True):
+def write_log(
+    path, frame, binary="all_reduce", ranks=8, hosts=1, extra=(), root=True, device="NVIDIA H100 80GB HBM3"
+):
     """nccl-tests output for a model's result frame (the format all_reduce_perf prints)."""
     lines = [h.format(binary=binary) for h in HEADER] + list(extra)
     per_host = ranks // hosts
     lines += [
         f"#  Rank {r:2d} Group  0 Pid {1000 + r:6d} on {'node-' + str(r // per_host):>8} device {r % per_host:2d} "
-        "[0x18] NVIDIA H100 80GB HBM3"
+        f"[0x18] {device}"
         for r in range(ranks)
     ]
     lines += COLUMNS if root else [c.replace("    root", "") for c in COLUMNS]
@@ -166,3 +171,145 @@ def test_bad_overlays_are_one_line_errors(tmp_path, capsys, monkeypatch):
             main()
         err = capsys.readouterr().err
         assert done.value.code == 2 and message in err, err
+
+
+def _published_series():
+    """Every series of published nccl-tests rows in data/measurements.csv (one system, rank count,
+    collective and algorithm; at least four sizes): the logs the project can calibrate on."""
+    from commodel.validate.measurements import load_measurements
+
+    table = load_measurements()
+    rows = table[(table.kind == "collective") & table.size_bytes.notna() & table.gpus.notna()]
+    keys = ["model_target", "gpus", "nodes", "op", "algo"]
+    return [
+        pytest.param(key, group, id=f"{key[0]}-{int(key[1])}")
+        for key, group in rows.groupby(keys)
+        if len(group) >= 4
+    ]
+
+
+def published_log(path, key, group):
+    """The series as the nccl-tests log that printed it (times from bus bandwidth, or as quoted)."""
+    system, gpus, nodes = key[0], int(key[1]), int(key[2])
+    factor = 2 * (gpus - 1) / gpus
+    size = group.size_bytes.astype(float).to_numpy()
+    value = group.value.astype(float).to_numpy()
+    time = np.where(group.metric == "time", value * 1e-6, size * factor / (value * 1e9))
+    frame = pd.DataFrame({"size_bytes": size.astype(int), "time_s": time}).sort_values("size_bytes")
+    frame = frame.assign(algbw_GBps=frame.size_bytes / frame.time_s / 1e9)
+    frame = frame.assign(busbw_GBps=frame.algbw_GBps * factor)
+    device = "NVIDIA " + cluster(system).system.gpu.split("-")[0].upper()
+    return write_log(path, frame, ranks=gpus, hosts=nodes, device=device)
+
+
+@pytest.mark.parametrize(("key", "group"), _published_series())
+def test_calibrating_on_a_published_log_never_worsens_its_median_error(tmp_path, key, group):
+    fit = calibrate([read(published_log(tmp_path / "log.txt", key, group))], key[0])
+    assert fit.median_after_pct <= fit.median_before_pct
+    assert fit.mean_log_error("after") <= fit.mean_log_error("before")
+
+
+def test_a_fit_that_cannot_beat_the_defaults_keeps_them(tmp_path, truth, monkeypatch):
+    """The guard: an optimizer that lands somewhere worse than the priors returns nothing."""
+    import types
+
+    c, fab = truth
+    log = read(write_log(tmp_path / "auto.log", run("allreduce", c, SIZES, 8, fab=fab)))
+    assert calibrate([log], "dgx-h100").fitted["NVLS channel rate"] is not None
+
+    def worst(fun, x0, bounds, **options):  # the lower bound of every parameter
+        low = bounds[0] if isinstance(bounds, tuple) else [b[0] for b in bounds]
+        return types.SimpleNamespace(x=np.asarray(low))
+
+    monkeypatch.setattr("commodel.comm.calibrate.least_squares", worst)
+    monkeypatch.setattr("commodel.comm.calibrate.minimize", worst)
+    fit = calibrate([log], "dgx-h100")
+    assert fit.determined and all(value is None for value in fit.fitted.values())
+    assert fit.median_after_pct == fit.median_before_pct and fit.overlay(c, [log]) == {}
+
+
+def _frame(op, ranks, sizes=(2**20, 2**26, 2**30)):
+    c = cluster("dgx-h100")
+    return run(op, c, list(sizes), ranks).assign(algbw_GBps=lambda f: f.size_bytes / f.time_s / 1e9)
+
+
+def _log(path, op, ranks=8, binary="", header=True, redop="sum", root="-1", per_rank=False, device=None):
+    """A log of ``op`` as nccl-tests prints it: the operator, root and element count its binary uses."""
+    frame = _frame(op, ranks)
+    lines = [HEADER[0]] + ([f"# Collective test starting: {binary}_perf"] if header and binary else [])
+    lines.append(
+        "# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 1"
+    )
+    lines += [
+        f"#  Rank {r:2d} Group  0 Pid {1000 + r:6d} on   node-0 device {r:2d} [0x18] {device or 'NVIDIA H100 80GB HBM3'}"
+        for r in range(ranks)
+    ]
+    lines += COLUMNS
+    for row in frame.itertuples():
+        count = row.size_bytes // 4 // (ranks if per_rank else 1)
+        cells = f"{row.time_s * 1e6:8.2f} {row.algbw_GBps:7.2f} {row.busbw_GBps:7.2f}      0"
+        lines.append(f"{row.size_bytes:>12} {count:>13}     float {redop:>7} {root:>7} {cells} {cells}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("op", "redop", "root", "per_rank"),
+    [
+        ("allreduce", "sum", "-1", False),
+        ("reducescatter", "sum", "-1", True),
+        ("broadcast", "none", "0", False),
+        ("reduce", "sum", "0", False),
+    ],
+)
+def test_the_collective_is_read_from_the_columns_when_nothing_names_it(tmp_path, op, redop, root, per_rank):
+    log = read(_log(tmp_path / "run.txt", op, redop=redop, root=root, per_rank=per_rank))
+    assert log.op == op and log.ranks == 8 and log.graph is True and log.gpus_per_process == 1
+
+
+def test_a_name_the_columns_contradict_is_refused(tmp_path):
+    allreduce = _log(tmp_path / "all_gather_perf.log", "allreduce")
+    with pytest.raises(CommodelError, match=r"its file name says allgather but its columns .* fit allreduce"):
+        read(allreduce)
+    with pytest.raises(CommodelError, match="--op says reducescatter"):
+        read(allreduce, op="reducescatter")
+    assert read(allreduce, op="allreduce").op == "allreduce"
+    # all_gather and alltoall print the same columns: only a name can tell them apart
+    gather = _log(tmp_path / "run.txt", "allgather", redop="none", per_rank=True)
+    with pytest.raises(CommodelError, match="allgather or alltoall; name it with --op"):
+        read(gather)
+    assert read(gather, op="alltoall").op == "alltoall"
+
+
+def test_gpus_nodes_and_system_are_checked_against_the_log(tmp_path):
+    log = read(_log(tmp_path / "all_reduce_perf.log", "allreduce", header=False))
+    with pytest.raises(CommodelError, match="ran on 8 ranks; --gpus 7"):
+        calibrate([log], "dgx-h100", gpus=7)
+    with pytest.raises(CommodelError, match="ran on 1 nodes; --nodes 2"):
+        calibrate([log], "dgx-h100", nodes=2)
+    with pytest.raises(CommodelError, match="ran on H100 GPUs but --system dgx-a100 has A100"):
+        calibrate([log], "dgx-a100")
+    b300 = read(_log(tmp_path / "b300.log", "allreduce", device="NVIDIA B300 SXM6 AC"))
+    assert calibrate([b300], "dgx-b300").rows.size == len(b300.rows) * 6  # accepted on its own system
+
+
+def test_calibrate_cli_takes_op_and_reports_the_objective(tmp_path, capsys, monkeypatch):
+    log = _log(tmp_path / "run.txt", "allgather", redop="none", per_rank=True)
+    argv = [
+        "commodel",
+        "calibrate",
+        "nccl-tests",
+        str(log),
+        "--system",
+        "dgx-h100",
+        "-o",
+        str(tmp_path / "o.toml"),
+    ]
+    monkeypatch.setattr("sys.argv", [*argv, "--op", "allgather"])
+    main()
+    out = capsys.readouterr().out
+    assert "Mean |log error| (what the fit minimizes)" in out and "(never raised)" in out
+    monkeypatch.setattr("sys.argv", [*argv, "--op", "allgathr"])
+    with pytest.raises(SystemExit) as done:
+        main()
+    assert done.value.code == 2 and "did you mean 'allgather'" in capsys.readouterr().err

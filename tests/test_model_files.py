@@ -71,7 +71,7 @@ def test_unreadable_model_files_are_one_line_errors(tmp_path):
     huge.write_text(" " * (MAX_BYTES + 1))
     wrong = tmp_path / "model.yaml"
     wrong.write_text("layers: 2")
-    for path, message in ((binary, "not a JSON config"), (folder, "not a regular file"), (huge, "too large"),
+    for path, message in ((binary, "a binary file, not a model"), (folder, "is a folder, not a model file"), (huge, "too large"),
                           (wrong, "a model file is a commodel .toml"), (tmp_path / "none.json", "no such model file")):  # fmt: skip
         with pytest.raises(CommodelError, match=message) as caught:
             load_model_file(path)

@@ -1403,6 +1403,7 @@ def test_memory_categories_add_up_to_the_total_over_random_valid_jobs():
         "gpus": rng.choice([8, 16, 64], n), "tp": rng.choice([1, 2, 4, 8], n), "pp": rng.choice([1, 2, 4], n),
         "global_batch": rng.choice([64, 128, 256], n), "micro_batch": rng.choice([1, 2], n),
         "zero": rng.choice([0, 1, 2, 3], n), "recompute": rng.choice(["none", "selective", "full", "auto"], n),
+        "offload": rng.choice(["", "", "optimizer", "weights", "optimizer,weights"], n),
     })  # fmt: skip
     result = evaluator("training")(jobs)
     valid = result[result.valid]
@@ -1411,7 +1412,10 @@ def test_memory_categories_add_up_to_the_total_over_random_valid_jobs():
     assert np.allclose(parts, valid.memory_per_gpu_bytes, rtol=1e-9)
     assert (valid[[f"memory_{c}_bytes" for c in CATEGORIES]] >= 0).all().all()
     capacity = valid.system.map({s: cluster(s).gpu.memory_capacity.value for s in valid.system.unique()})
-    assert (valid.fits == (valid.memory_per_gpu_bytes <= capacity * (1 + 1e-9))).all()
+    host = valid.system.map({s: cluster(s).host_memory_per_gpu for s in valid.system.unique()})
+    in_host = valid.offloaded_state_bytes + valid.offloaded_bytes <= host
+    assert (valid.fits == ((valid.memory_per_gpu_bytes <= capacity * (1 + 1e-9)) & in_host)).all()
+    assert (valid.offloaded_state_bytes > 0).sum() > 50
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""Atomic file output: write to a temporary file in the same folder, then rename over the target."""
+"""Files in and out: user files read as bounded UTF-8 text from regular files; output written
+atomically (a temporary file in the same folder, renamed over the target) and only over regular files."""
 
 from __future__ import annotations
 
@@ -9,15 +10,58 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from commodel.errors import CommodelError
+
+#: The largest file commodel reads from a user (spec, overlay, log, design, model): 64 MiB.
+READ_LIMIT = 64 * 2**20
+
+
+def regular_file(path: str | Path, what: str = "file", limit: int = READ_LIMIT) -> Path:
+    """``path`` if it names a regular file of at most ``limit`` bytes; a missing file, a folder, a
+    device or FIFO, or a larger file is a :class:`CommodelError` naming it and ``what`` was expected."""
+    path = Path(path)
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise CommodelError(f"{path}: no such {what}") from None
+    except OSError as exc:
+        raise CommodelError(f"{path}: cannot read the {what} ({exc.strerror})") from None
+    if path.is_dir():
+        raise CommodelError(f"{path}: is a folder, not a {what}")
+    if not path.is_file():
+        raise CommodelError(f"{path}: not a regular file (a device, FIFO or socket), not a {what}")
+    if info.st_size > limit:
+        raise CommodelError(f"{path}: {info.st_size:,} bytes is too large for a {what} (at most {limit:,})")
+    return path
+
+
+def read_text(path: str | Path, what: str = "file", limit: int = READ_LIMIT) -> str:
+    """The UTF-8 text of the regular file ``path`` (see :func:`regular_file`); a file that is not
+    UTF-8 text is a :class:`CommodelError` naming it."""
+    path = regular_file(path, what, limit)
+    data = path.read_bytes()
+    if b"\0" in data:
+        raise CommodelError(f"{path}: a binary file, not a {what}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CommodelError(f"{path}: not UTF-8 text (byte {exc.start}), not a {what}") from None
+
 
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; on success rename it to ``path``, else delete it.
 
-    A reader never sees a half-written file, and an interrupted write leaves the old file intact.
+    A reader never sees a half-written file, and an interrupted write leaves the old file intact. A
+    target that exists and is not a regular file (a folder, device, FIFO) is refused, never replaced.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if (target.exists() or target.is_symlink()) and not target.is_file():
+        raise CommodelError(f"{target}: not a regular file; commodel writes only regular files")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise CommodelError(f"{target}: a parent of this path is a file, not a folder") from None
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(fd)
     umask = os.umask(0)

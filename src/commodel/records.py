@@ -15,6 +15,7 @@ from typing import Any, ClassVar, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from commodel.errors import CommodelError, suggest
+from commodel.io import read_text
 from commodel.units import parse_quantity
 
 M = TypeVar("M", bound=BaseModel)
@@ -115,12 +116,10 @@ class Fraction(Sourced):
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    """The TOML document at ``path``; a missing file or bad syntax is a :class:`CommodelError`."""
+    """The TOML document at ``path``; a file that is not a regular UTF-8 file (:func:`read_text`) or
+    bad syntax is a :class:`CommodelError`."""
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError:
-        raise CommodelError(f"{path}: no such file") from None
+        return tomllib.loads(read_text(path, "TOML file"))
     except tomllib.TOMLDecodeError as exc:
         raise CommodelError(f"{path}: not valid TOML: {exc}") from None
 

@@ -13,7 +13,8 @@ NIC efficiency              scale-out link ``efficiency``            large multi
 net plugin latency          scale-out link ``net_plugin_latency``    small multi-domain calls
 ==========================  =======================================  ==================
 
-The fit minimizes the squared log-time errors of every row (scipy ``least_squares`` with bounds). A
+The fit minimizes the mean |log-time error| of the rows, which it reports beside the median |error|
+(:func:`calibrate`), and keeps the priors unless it lowers the one without raising the other. A
 parameter the data cannot determine (a 1% change moves no row's time by 0.01%) is not fit: it keeps
 its prior, and the report says so. The result is a hardware overlay (:mod:`commodel.hardware.loader`)
 that gives the system its own copies of its two links with the fitted values, so other systems that
@@ -24,13 +25,14 @@ in, which ``--uncertainty`` and sweep bands then propagate (:mod:`commodel.hardw
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
+from scipy.optimize import least_squares, minimize
 
 from commodel.comm.calls import resolve_layout, run
 from commodel.comm.fabric import Fabric, fabric_of, nvls_rate
@@ -84,22 +86,35 @@ def parameters(where: Cluster, fab: Fabric) -> list[Parameter]:
 
 @dataclass(frozen=True)
 class Calibration:
-    """The fit: each parameter's prior and fitted value (or None where the data cannot determine it),
-    and every row's error before and after."""
+    """The fit: each parameter's prior and fitted value (None where the data cannot determine it, or
+    where no fit beats the priors), every row's error before and after, and the parameters the data
+    determine."""
 
     system: str
     fitted: dict[str, float | None]
     prior: dict[str, float]
     rows: pd.DataFrame
     params: list[Parameter]
+    determined: tuple[str, ...] = ()
+
+    @property
+    def median_before_pct(self) -> float:
+        return float(self.rows.error_before_pct.abs().median())
+
+    @property
+    def median_after_pct(self) -> float:
+        return float(self.rows.error_after_pct.abs().median())
+
+    def mean_log_error(self, when: str) -> float:
+        """The fit's objective (:func:`mean_log_error`) ``before`` or ``after`` the fit."""
+        return mean_log_error(np.log1p(self.rows[f"error_{when}_pct"].to_numpy() / 100))
 
     def overlay(self, where: Cluster, logs: list[NcclTestsLog]) -> dict:
         """The hardware overlay: the system's own copies of its links with the fitted fields."""
         names = ", ".join(log.path.name for log in logs)
-        before, after = self.rows.error_before_pct.abs().median(), self.rows.error_after_pct.abs().median()
         source = (
             f"calibrated: commodel calibrate nccl-tests {names} ({len(self.rows)} rows; median |error| "
-            f"{before:.1f}% -> {after:.1f}%; {date.today().isoformat()})"
+            f"{self.median_before_pct:.1f}% -> {self.median_after_pct:.1f}%; {date.today().isoformat()})"
         )
         links, systems = {}, {"scale_up": {}, "scale_out": {}}
         for side, record in (("scale_up", where.scale_up), ("scale_out", where.scale_out)):
@@ -142,30 +157,73 @@ def _model_times(logs: list[NcclTestsLog], layouts: list, fab: Fabric, algo: str
     )
 
 
+#: A GPU model token in a device name: H100, A100, B300, GB200, MI300X, A40.
+_GPU_TOKEN = re.compile(r"\b(G?[A-Z]{1,2}\d{2,3}X?)\b")
+
+
+def _check_log(log: NcclTestsLog, where: Cluster, gpus: int | None, nodes: int | None) -> None:
+    """A --gpus, --nodes or --system that contradicts what the log itself records is an error."""
+    if gpus and log.ranks and gpus != log.ranks:
+        raise CommodelError(f"{log.path}: the log ran on {log.ranks} ranks; --gpus {gpus} contradicts it")
+    if nodes and log.nodes and nodes != log.nodes:
+        raise CommodelError(f"{log.path}: the log ran on {log.nodes} nodes; --nodes {nodes} contradicts it")
+    expected = where.system.gpu.split("-")[0].upper()
+    seen = {m[1] for name in log.devices if (m := _GPU_TOKEN.search(name.upper()))}
+    if seen and expected not in seen:
+        raise CommodelError(
+            f"{log.path}: the log ran on {', '.join(sorted(seen))} GPUs but --system {where.name} has "
+            f"{expected}; calibrate the system the log ran on"
+        )
+
+
+def _layout(log: NcclTestsLog, system: str, gpus: int | None, nodes: int | None) -> tuple[Cluster, int]:
+    """The cluster and GPU count a log ran on, checked against what the log records."""
+    ranks = gpus or log.ranks
+    if ranks is None:
+        raise CommodelError(f"{log.path}: the log does not say how many GPUs ran it; give --gpus")
+    where = cluster(system, 1)
+    _check_log(log, where, gpus, nodes)
+    count = nodes or log.nodes or -(-ranks // where.gpus_per_node)
+    where = cluster(system, max(count, -(-ranks // where.gpus_per_node)))
+    resolve_layout(where, ranks)  # a GPU count the system cannot hold is an error here
+    return where, ranks
+
+
+def mean_log_error(residuals: np.ndarray) -> float:
+    """What the fit minimizes and reports: the mean |log(model / measured)| of the rows."""
+    return float(np.mean(np.abs(residuals)))
+
+
+def median_error_pct(residuals: np.ndarray) -> float:
+    """The median |model / measured - 1| (%) of the rows, given their log-time residuals."""
+    return float(100 * np.median(np.abs(np.expm1(residuals))))
+
+
 def calibrate(
     logs: list[NcclTestsLog],
     system: str,
     gpus: int | None = None,
     nodes: int | None = None,
-    launch: str = "stream",
-    gpus_per_process: int = 1,
+    launch: str | None = None,
+    gpus_per_process: int | None = None,
     algo: str = "auto",
 ) -> Calibration:
     """Fit ``system``'s calibratable constants to ``logs`` (out-of-place times); ``algo`` is the
-    algorithm the runs forced where a log does not say (``auto``: NCCL's own choice)."""
+    algorithm the runs forced where a log does not say (``auto``: NCCL's own choice). ``launch``
+    (stream or graph) and ``gpus_per_process`` default to what the first log records.
+
+    The fit minimizes the mean |log(model / measured)| of the rows (robust to a few rows the model
+    cannot reach, where squares would trade every other row for them): a bounded least-squares fit of
+    the log-time errors (scipy ``least_squares``) finds the basin and Nelder-Mead on the mean |log
+    error| refines it. The priors are kept unless the fit lowers that mean without raising the median
+    |error|, so calibrating never makes the logs' own median error worse."""
     if not logs:
         raise CommodelError("give at least one nccl-tests log")
-    layouts = []
-    for log in logs:
-        ranks = gpus or log.ranks
-        if ranks is None:
-            raise CommodelError(f"{log.path}: the log does not say how many GPUs ran it; give --gpus")
-        where = cluster(system, 1)
-        count = nodes or log.nodes or -(-ranks // where.gpus_per_node)
-        where = cluster(system, max(count, -(-ranks // where.gpus_per_node)))
-        resolve_layout(where, ranks)  # a GPU count the system cannot hold is an error here
-        layouts.append((where, ranks))
-    base = fabric_of(layouts[0][0], launch=launch, gpus_per_process=gpus_per_process)
+    layouts = [_layout(log, system, gpus, nodes) for log in logs]
+    launch = launch or ("graph" if logs[0].graph else "stream")
+    base = fabric_of(
+        layouts[0][0], launch=launch, gpus_per_process=gpus_per_process or logs[0].gpus_per_process or 1
+    )
     params = parameters(layouts[0][0], base)
     measured = np.concatenate([log.rows.time_s.to_numpy() for log in logs])
 
@@ -189,16 +247,25 @@ def calibrate(
         if np.max(np.abs(residuals(nudged, params) - start)) >= IDENTIFIABLE:
             movable.append(p)
     fitted: dict[str, float | None] = {p.name: None for p in params}
-    values = np.array([p.prior for p in movable])
+    after = start
     if movable:
-        lo, hi = (np.array([p.bounds[k] for p in movable]) for k in (0, 1))
-        result = least_squares(
-            lambda x: residuals(np.exp(x), movable), np.log(np.clip(values, lo, hi)),
-            bounds=(np.log(lo), np.log(hi)), x_scale=1.0,
-        )  # fmt: skip
-        values = np.exp(result.x)
-        fitted.update({p.name: float(v) for p, v in zip(movable, values, strict=True)})
-    after = residuals(values, movable) if movable else start
+        lo, hi = (np.log([p.bounds[k] for p in movable]) for k in (0, 1))
+        x0 = np.clip(np.log([p.prior for p in movable]), lo, hi)
+
+        def log_residuals(x: np.ndarray) -> np.ndarray:
+            return residuals(np.exp(np.clip(x, lo, hi)), movable)
+
+        coarse = least_squares(log_residuals, x0, bounds=(lo, hi)).x
+        fine = minimize(
+            lambda x: mean_log_error(log_residuals(x)), coarse, method="Nelder-Mead",
+            bounds=list(zip(lo, hi, strict=True)), options={"maxfev": 200 * len(movable), "xatol": 1e-4},
+        ).x  # fmt: skip
+        best = min((coarse, fine), key=lambda x: mean_log_error(log_residuals(x)))
+        fit = log_residuals(best)
+        if mean_log_error(fit) < mean_log_error(start) and median_error_pct(fit) <= median_error_pct(start):
+            after = fit
+            values = np.exp(np.clip(best, lo, hi))
+            fitted.update({p.name: float(v) for p, v in zip(movable, values, strict=True)})
     rows = pd.concat(
         [
             log.rows.assign(log=log.path.name, op=log.op)[["log", "op", "size_bytes", "time_s"]]
@@ -209,4 +276,5 @@ def calibrate(
         error_before_pct=100 * np.expm1(start),
         error_after_pct=100 * np.expm1(after),
     )
-    return Calibration(system, fitted, {p.name: p.prior for p in params}, rows, params)
+    prior_values = {p.name: p.prior for p in params}
+    return Calibration(system, fitted, prior_values, rows, params, tuple(p.name for p in movable))

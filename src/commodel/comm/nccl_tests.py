@@ -10,21 +10,27 @@ The format users know::
     #        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
                8             2     float     sum      -1    38.25    0.00    0.00      0    36.86    0.00    0.00      0
 
-Older versions have no ``root`` column and call ``#wrong`` ``error``. The collective comes from the
-"Collective test starting" line, else from the file name (``all_reduce_perf.log``); the ranks and
-nodes from the ``Rank`` lines (their host names), when the log has them; a forced algorithm from
-NCCL's ``NCCL_ALGO set by environment to X`` line (printed with ``NCCL_DEBUG=INFO``).
+Older versions have no ``root`` column and call ``#wrong`` ``error``. The collective comes from ``--op``,
+else the "Collective test starting" line, else the columns themselves (each ``*_perf`` binary prints
+its own operator, root, element count and bus bandwidth factor: :data:`SIGNATURES`), else the file
+name (``all_reduce_perf.log``); whichever names it must agree with the columns. The ranks, nodes and
+device names come from the ``Rank`` lines (else the ranks from busbw / algbw); CUDA graph replay and
+GPUs per process from the ``nThread ... nGpus ... graph:`` line; a forced algorithm from NCCL's
+``NCCL_ALGO set by environment to X`` line (printed with ``NCCL_DEBUG=INFO``).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from commodel.errors import CommodelError
+from commodel.io import read_text
 
 #: nccl-tests binary name -> commodel collective.
 BINARIES = {
@@ -37,7 +43,8 @@ BINARIES = {
     "sendrecv": "sendrecv",
 }
 _STARTING = re.compile(r"#\s*Collective test starting:\s*(\w+?)_perf")
-_RANK = re.compile(r"#\s*Rank\s+\d+\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device")
+_RANK = re.compile(r"#\s*Rank\s+\d+\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^]]*\]\s*(.*)")
+_THREADS = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+).*?graph:\s*(\d+)")
 _HEADER = re.compile(r"#\s+size\s+count\s+type\s+redop\s")
 _FORCED = re.compile(r"NCCL_ALGO set by environment to (\w+)\s*$", re.MULTILINE)
 #: NCCL_ALGO spellings -> commodel algorithm names.
@@ -50,12 +57,43 @@ NCCL_ALGO_NAMES = {
     "collnetchain": "collnet-chain",
     "pat": "pat",
 }
+#: Bytes per element of the data types nccl-tests prints.
+TYPE_BYTES = {
+    "int8": 1, "uint8": 1, "char": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "f8e4m3": 1, "f8e5m2": 1,
+    "half": 2, "float16": 2, "bfloat16": 2, "bf16": 2,
+    "float": 4, "float32": 4, "int32": 4, "uint32": 4, "int": 4,
+    "double": 8, "float64": 8, "int64": 8, "uint64": 8,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What a collective's rows look like in nccl-tests (its ``*_perf`` source): whether it prints a
+    reduction operator, a root rank, a per-rank element count (size / ranks), and its bus bandwidth
+    factor busbw / algbw as a function of the rank count n."""
+
+    reduces: bool | None  # None: either (sendrecv prints one it does not apply)
+    rooted: bool
+    per_rank_count: bool
+    factor: Callable[[int], float]
+
+
+SIGNATURES = {
+    "allreduce": Signature(True, False, False, lambda n: 2 * (n - 1) / n),
+    "reducescatter": Signature(True, False, True, lambda n: (n - 1) / n),
+    "allgather": Signature(False, False, True, lambda n: (n - 1) / n),
+    "alltoall": Signature(False, False, True, lambda n: (n - 1) / n),
+    "broadcast": Signature(False, True, False, lambda n: 1.0),
+    "reduce": Signature(True, True, False, lambda n: 1.0),
+    "sendrecv": Signature(None, False, False, lambda n: 1.0),
+}
 
 
 @dataclass(frozen=True)
 class NcclTestsLog:
-    """One log: its collective, the ranks and nodes it ran on (None where the log does not say), and a
-    row per size with the out-of-place and in-place times (s) and bus bandwidths (GB/s)."""
+    """One log: its collective, the ranks and nodes it ran on and their device names (None or empty
+    where the log does not say), whether it replayed CUDA graphs (``-G``), the GPUs per process
+    (``-g``), and a row per size with the out-of-place and in-place times (s) and bandwidths (GB/s)."""
 
     path: Path
     op: str
@@ -63,26 +101,75 @@ class NcclTestsLog:
     nodes: int | None
     rows: pd.DataFrame
     algo: str | None = None
+    devices: tuple[str, ...] = ()
+    graph: bool | None = None
+    gpus_per_process: int | None = None
 
 
-def _op_from(path: Path, text: str) -> str | None:
+def ops_the_rows_fit(rows: pd.DataFrame, ranks: int | None) -> list[str]:
+    """The collectives whose nccl-tests signature (:data:`SIGNATURES`) the rows match: the operator,
+    the root, the element count against the size, and busbw / algbw at ``ranks`` (or at any count)."""
+    width = rows["type"].map(TYPE_BYTES)
+    observed = {
+        "reduces": bool((rows.redop != "none").all()),
+        "rooted": bool((rows.root >= 0).all()) if rows.root.notna().all() else None,
+        "per_rank_count": bool((rows["count"] * width < rows.size_bytes).all())
+        if width.notna().all()
+        else None,
+    }
+    sized = rows[rows.algbw_GBps >= 1.0]  # two printed decimals: a ratio good to 1%
+    factor = float((sized.busbw_GBps / sized.algbw_GBps).median()) if len(sized) else None
+    fits = []
+    for op, sig in SIGNATURES.items():
+        if any(v is not None and getattr(sig, k) not in (None, v) for k, v in observed.items()):
+            continue
+        counts = np.array([ranks] if ranks else np.arange(2, 100_000))
+        if factor is not None and not np.any(np.abs(sig.factor(counts) - factor) <= 0.02 * factor):
+            continue
+        fits.append(op)
+    return fits
+
+
+def ranks_from_factor(op: str, rows: pd.DataFrame) -> int | None:
+    """The rank count busbw / algbw implies for ``op`` (None where the factor does not depend on it)."""
+    sized = rows[rows.algbw_GBps >= 1.0]
+    if op in ("broadcast", "reduce", "sendrecv") or sized.empty:
+        return None
+    factor = float((sized.busbw_GBps / sized.algbw_GBps).median())
+    per = factor / 2 if op == "allreduce" else factor  # (n - 1) / n
+    return round(1 / (1 - per)) if per < 0.999 else None
+
+
+def _op_of(path: Path, text: str, rows: pd.DataFrame, ranks: int | None, given: str | None) -> str:
+    """The collective: ``given`` (--op), else the log's "Collective test starting" line, else the only
+    collective its columns fit, else its file name; any of them that the columns contradict is an
+    error naming both."""
+    fits = ops_the_rows_fit(rows, ranks)
     match = _STARTING.search(text)
-    name = match[1] if match else path.stem.removesuffix("_perf").split(".")[0]
+    named = _binary_op(match[1]) if match else _binary_op(path.stem.removesuffix("_perf").split(".")[0])
+    said, where = (given, "--op") if given else (named, "its header" if match else "its file name")
+    evidence = f"its columns (redop, root, count, busbw/algbw) fit {' or '.join(fits) or 'no collective'}"
+    if said is not None and fits and said not in fits:
+        raise CommodelError(f"{path}: {where} says {said} but {evidence}; give the right --op")
+    if said is not None:
+        return said
+    if len(fits) == 1:
+        return fits[0]
+    raise CommodelError(f"{path}: cannot tell which collective this is: {evidence}; name it with --op")
+
+
+def _binary_op(name: str) -> str | None:
     for binary, op in BINARIES.items():
         if name == binary or name.startswith(binary + "_perf"):
             return op
     return None
 
 
-def read(path: str | Path) -> NcclTestsLog:
-    """Parse one nccl-tests log; a file that is not one is a :class:`CommodelError` naming it."""
+def read(path: str | Path, op: str | None = None) -> NcclTestsLog:
+    """Parse one nccl-tests log; a file that is not one is a :class:`CommodelError` naming it. ``op``
+    names the collective where the log cannot (and must agree with its columns)."""
     path = Path(path)
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        raise CommodelError(f"{path}: no such nccl-tests log") from None
-    except IsADirectoryError:
-        raise CommodelError(f"{path}: is a folder, not an nccl-tests log") from None
+    text = read_text(path, "nccl-tests log")
     lines = text.splitlines()
     if not any(line.strip() for line in lines):
         raise CommodelError(f"{path}: empty file, not an nccl-tests log")
@@ -109,17 +196,23 @@ def read(path: str | Path) -> NcclTestsLog:
         rows.append(_row(path, number, fields, has_root))
     if not rows:
         raise CommodelError(f"{path}: line {header + 1}: a results header but no result rows under it")
-    hosts = [m[1] for m in (_RANK.match(line) for line in lines) if m]
-    op = _op_from(path, text)
-    if op is None:
-        raise CommodelError(
-            f"{path}: cannot tell which collective this is (no 'Collective test starting' line and the "
-            f"file name is not like all_reduce_perf.log); name it with --op"
-        )
-    forced = _FORCED.search(text)
-    algo = NCCL_ALGO_NAMES.get(forced[1].lower()) if forced else None
     frame = pd.DataFrame(rows)
-    return NcclTestsLog(path, op, len(hosts) or None, len(set(hosts)) or None, frame, algo)
+    ranked = [m for m in (_RANK.match(line) for line in lines) if m]
+    ranks = len(ranked) or None
+    op = _op_of(path, text, frame, ranks, op)
+    forced = _FORCED.search(text)
+    threads = _THREADS.search(text)
+    return NcclTestsLog(
+        path,
+        op,
+        ranks or ranks_from_factor(op, frame),
+        len({m[1] for m in ranked}) or None,
+        frame,
+        NCCL_ALGO_NAMES.get(forced[1].lower()) if forced else None,
+        tuple(m[2].strip() for m in ranked),
+        bool(int(threads[3])) if threads else None,
+        int(threads[1]) * int(threads[2]) if threads else None,
+    )
 
 
 def _row(path: Path, number: int, fields: list[str], has_root: bool) -> dict[str, float]:
@@ -133,7 +226,8 @@ def _row(path: Path, number: int, fields: list[str], has_root: bool) -> dict[str
         )
     try:
         numbers = [float(v) for v in values[:3] + values[4:7]]
-        size = int(fields[0])
+        size, count = int(fields[0]), int(fields[1])
+        root = int(fields[4]) if has_root else None
     except ValueError:
         raise CommodelError(
             f"{path}: line {number}: a result field is not a number: {' '.join(fields)}"
@@ -142,7 +236,12 @@ def _row(path: Path, number: int, fields: list[str], has_root: bool) -> dict[str
         raise CommodelError(f"{path}: line {number}: sizes and times must be positive")
     return {
         "size_bytes": size,
+        "count": count,
+        "type": fields[2].lower(),
+        "redop": fields[3].lower(),
+        "root": root,
         "time_s": numbers[0] * 1e-6,
+        "algbw_GBps": numbers[1],
         "busbw_GBps": numbers[2],
         "inplace_time_s": numbers[3] * 1e-6,
         "inplace_busbw_GBps": numbers[5],

@@ -164,6 +164,7 @@ def train(
         "dispatcher": job.dispatcher,
         "recompute": str(row.recompute_used),
         "recompute_modules": job.recompute_modules,
+        "offload": job.offload,
         **step,
         "energy_per_step_J": step["it_power_kW"] * 1e3 * job.pue * step["step_time_s"],
         "breakdown": {name: float(getattr(row, f"{name}_s")) for name in BREAKDOWN},

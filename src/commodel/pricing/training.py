@@ -61,6 +61,8 @@ STEP_OUTPUTS = (
     "recompute_share",
     "offload_share",
     "offloaded_bytes",
+    "offloaded_state_bytes",
+    "offload_needed_Bps",
     "recompute_used",
     "stage_imbalance",
     "tp_domains",

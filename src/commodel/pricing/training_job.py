@@ -21,11 +21,13 @@ from commodel.workloads.catalog import failure_models, known_model
 from commodel.workloads.hetero import parse_node_groups
 from commodel.workloads.layout import (
     DISPATCHERS,
+    OFFLOAD_STATES,
     RECOMPUTE,
     RECOMPUTE_MODULES,
     SCHEDULES,
     module_bits,
     module_names,
+    offload_bits,
 )
 from commodel.workloads.pipeline_layout import stage_split
 from commodel.workloads.tensor_parallel import TP_OVERLAP
@@ -152,6 +154,16 @@ class TrainingJob(Job):
         description="Layers whose activations go to CPU memory while the next layers run (Megatron's "
         "--cpu-offloading-num-layers; Megatron-Core: one pipeline stage, no recomputation, fewer than all "
         "layers). recompute auto chooses its own.",
+    )
+    offload: Annotated[str, Choices("offloaded state", OFFLOAD_STATES, module_names, False, offload_bits)] = (
+        Field(
+            "",
+            description="Model states kept in CPU memory, comma-separated: optimizer (FP32 master weights and "
+            "moments, streamed in and out for the optimizer step: ZeRO-Offload, Megatron's "
+            "--optimizer-cpu-offload) and weights (two layers resident, each fetched before its forward and "
+            "backward: Calculon's weight offload), over the system's host link; the output says what "
+            "bandwidth would hide them.",
+        )
     )
     recompute_modules: Annotated[
         str, Choices("recompute module", RECOMPUTE_MODULES, module_names, False, module_bits)

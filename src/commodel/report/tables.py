@@ -49,7 +49,21 @@ def _layout_and_fit(result: dict) -> tuple[str, str]:
     fits = "fits" if result["fits"] else "DOES NOT FIT"
     if result.get("offloaded_bytes", 0) > 0:
         fits += f"; {result['offloaded_bytes'] / 2**30:.1f} GiB of activations in CPU memory"
+    if result.get("offloaded_state_bytes", 0) > 0:
+        fits += f"; {result['offloaded_state_bytes'] / 2**30:.1f} GiB of {result['offload']} in CPU memory"
     return layout, fits
+
+
+def _offload_lines(result: dict) -> list[str]:
+    """What keeping model states in CPU memory costs per step, and the host bandwidth that would hide it."""
+    if not result.get("offload"):
+        return []
+    hide = result["offload_needed_Bps"]
+    return [
+        f"  offload          {result['offload']} in CPU memory: {result['breakdown']['offload']:.3g} s per step "
+        "exposed"
+        + (f"; the weights' fetches hide at {format_quantity(hide, 'bandwidth')} per GPU" if hide > 0 else "")
+    ]
 
 
 def _runs(listed: str) -> str:
@@ -95,6 +109,7 @@ def training_table(result: dict) -> str:
             if result.get("stage_layers")
             else []
         ),
+        *_offload_lines(result),
         f"  power            {result['gpu_power_W']:.0f} W per GPU, {format_quantity(1e3 * result['it_power_kW'], 'power')} IT",
         f"  energy           {result['energy_per_step_J'] / 1e6:.3g} MJ per step, {result['energy_per_token_J']:.3g} J per token",
         *(
@@ -204,6 +219,7 @@ def serving_table(result: dict) -> str:
             for name in ("weights", "activations", "kv_cache", "reserved")
         ),
         f"  time shares      {100 * result['comm_share']:.1f}% communication, {100 * result['host_share']:.1f}% host",
+        *_offload_lines(result),
         f"  power            {result['gpu_power_W']:.0f} W per GPU, {format_quantity(1e3 * result['power_kW'], 'power')} facility",
         f"  energy, cost     {result['energy_per_token_J']:.3g} J per output token, " + _cost(result),
     ]

@@ -37,12 +37,13 @@ if TYPE_CHECKING:
 
 
 def offload_problem(clusters: list[Cluster], x: Layout) -> tuple[np.ndarray, str]:
-    """``(mask, message)``: layouts that state CPU offloading on a system without CPU memory to offload
-    to (the first such system of ``clusters`` is named)."""
+    """``(mask, message)``: layouts that state CPU offloading (of activations or model states) on a
+    system without CPU memory to offload to (the first such system of ``clusters`` is named)."""
     hostless = [c.name for c in clusters if c.host_offload_Bps <= 0]
-    if not hostless or not np.any(x.offload_layers):
-        return np.zeros(np.shape(x.offload_layers), dtype=bool), ""
-    return x.offload_layers > 0, (
+    stated = (np.asarray(x.offload_layers) > 0) | (np.asarray(x.offload) > 0)
+    if not hostless or not np.any(stated):
+        return np.zeros(np.shape(stated), dtype=bool), ""
+    return stated, (
         f"CPU offloading needs host memory, which {hostless[0]}'s record does not state ([host_memory] in "
         "hardware_db/systems)"
     )
@@ -65,7 +66,7 @@ def fit_activations(
     full: dict[str, np.ndarray],
     auto: np.ndarray,
     capacity: float,
-    host_capacity: float,
+    host_capacity: float | np.ndarray,
     x: Layout,
     layers: int,
     linear: tuple[str, ...],
@@ -78,7 +79,8 @@ def fit_activations(
     ``linear``: the outputs that add up over a stage's layers (step time and its breakdown, with
     ``offload_s``), which mix linearly with the share recomputed. ``none`` carries ``offload_all_s``,
     the seconds per step offloading every layer would expose; ``capacity`` is the GPU's HBM, which
-    ``memory_per_gpu_bytes`` (the reserve included) must fit. Returns ``recompute_share`` and
+    ``memory_per_gpu_bytes`` (the reserve included) must fit; ``host_capacity`` the CPU memory per GPU
+    left beside the model states offloaded there. Returns ``recompute_share`` and
     ``offload_share`` (of the layers) and ``offloaded_bytes``, the CPU memory each GPU's offloaded
     activations take.
     """
@@ -118,10 +120,14 @@ def fit_activations(
         "memory_activations_bytes": none["memory_activations_bytes"] - share * span,
         "hw_tflops_per_gpu": hw_work / step,
         "memory_per_gpu_bytes": memory,
-        "fits": (memory <= capacity * (1 + 1e-9)) & (~stated | (share * span <= host_capacity)),
+        "fits": (memory <= capacity * (1 + 1e-9))
+        & (np.asarray(host_capacity) >= 0)
+        & (~stated | (share * span <= host_capacity)),
         "recompute_share": recomputed,
         "offload_share": np.where(offload, share, 0.0),
         "offloaded_bytes": np.where(offload, share * span, 0.0),
-        "tp_domains": none["tp_domains"],
-        "stage_imbalance": none["stage_imbalance"],
+        **{
+            k: none[k]
+            for k in ("tp_domains", "stage_imbalance", "offloaded_state_bytes", "offload_needed_Bps")
+        },
     }

@@ -35,6 +35,9 @@ RECOMPUTE_MODULES = {
 }
 #: Modules another one's checkpoint already covers: recomputing the MoE layer runs its activation again.
 COVERED_BY = {"moe_act": "moe", "shared_experts": "moe"}
+#: Model states a job may keep in CPU memory (``--offload``), each a bit of ``Layout.offload``
+#: (:mod:`commodel.workloads.state_offload`).
+OFFLOAD_STATES = {"optimizer": 1, "weights": 2}
 #: Pipeline schedules: 1F1B (interleaved with vpp > 1; Narayanan et al. 2021) and DualPipe
 #: (DeepSeek-AI 2024, the DeepSeek-V3 report's section 3.2.1).
 SCHEDULES = ("1f1b", "dualpipe")
@@ -53,7 +56,8 @@ class Layout:
 
     ``recompute``: code 0-2 of :data:`RECOMPUTE`, 3 = auto; ``schedule``: code of :data:`SCHEDULES`
     (:attr:`dualpipe`); ``dispatcher``: code of :data:`DISPATCHERS` (:attr:`deepep`);
-    ``recompute_modules``: the sum of the :data:`RECOMPUTE_MODULES` bits. A size the job leaves unset
+    ``recompute_modules``: the sum of the :data:`RECOMPUTE_MODULES` bits; ``offload``: of the
+    :data:`OFFLOAD_STATES` bits. A size the job leaves unset
     is 0: ``first_stage_layers``, ``last_stage_layers`` (an even split, :func:`stage_split`), ``etp``
     (tp, Megatron's default; :attr:`expert_tp`) and ``ep_sms`` (the collective library's CTAs, or
     DeepEP's :data:`~commodel.workloads.moe_dispatch.DEEPEP_SMS`).
@@ -86,6 +90,7 @@ class Layout:
     recompute_modules: np.ndarray
     dispatcher: np.ndarray
     offload_layers: np.ndarray
+    offload: np.ndarray
     bf16_moments: np.ndarray
     permute_fusion: np.ndarray
 
@@ -203,6 +208,16 @@ def module_names(text: str) -> list[str]:
 def module_bits(names: str) -> int:
     """The :data:`RECOMPUTE_MODULES` bits of comma-separated module names ("" for none)."""
     return sum(RECOMPUTE_MODULES[name] for name in set(module_names(names)))
+
+
+def offload_bits(names: str) -> int:
+    """The :data:`OFFLOAD_STATES` bits of comma-separated state names ("" for none)."""
+    return sum(OFFLOAD_STATES[name] for name in set(module_names(names)))
+
+
+def offloads(bits: ArrayLike, state: str) -> np.ndarray:
+    """Where ``bits`` (:attr:`Layout.offload`) keep ``state`` in CPU memory."""
+    return np.floor(np.asarray(bits, dtype=float) / OFFLOAD_STATES[state]) % 2 == 1
 
 
 def has_module(bits: ArrayLike, module: str) -> np.ndarray:

@@ -368,5 +368,6 @@ def per_microbatch(
         "optimizer_s": optimizer,
         "tp_domains": m.tp.nodes,
         "offload_layer_s": offload,
+        "layer_fwd_share": fwd_share,
         **memory,  # bytes: weights, gradients, optimizer, ...
     }

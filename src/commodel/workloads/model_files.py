@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from commodel.errors import CommodelError
+from commodel.io import read_text, regular_file
 from commodel.records import read_toml, validate_record
 from commodel.workloads.schema import Transformer
 
@@ -66,17 +67,7 @@ def _checked(path: Path) -> os.stat_result:
     """The file's stat, or a clear error: it must be a regular file of at most :data:`MAX_BYTES`."""
     if path.suffix not in SUFFIXES:
         raise CommodelError(f"{path}: a model file is a commodel .toml or a Hugging Face config .json")
-    try:
-        stat = path.stat()
-    except OSError:
-        raise CommodelError(f"{path}: no such model file") from None
-    if not path.is_file():
-        raise CommodelError(f"{path}: not a regular file")
-    if stat.st_size > MAX_BYTES:
-        raise CommodelError(
-            f"{path}: {stat.st_size} bytes is too large for a model file (at most {MAX_BYTES})"
-        )
-    return stat
+    return regular_file(path, "model file", MAX_BYTES).stat()
 
 
 @lru_cache(maxsize=64)
@@ -85,8 +76,8 @@ def _load(path: str, mtime_ns: int, size: int) -> Transformer:
     if path.endswith(".toml"):
         return validate_record(read_toml(Path(path)), Transformer, path)
     try:
-        config = json.loads(Path(path).read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        config = json.loads(read_text(path, "model config", MAX_BYTES))
+    except json.JSONDecodeError as exc:
         raise CommodelError(f"{path}: not a JSON config ({exc.__class__.__name__}: {exc})") from None
     if not isinstance(config, dict):
         raise CommodelError(f"{path}: a config.json holds one JSON object")

@@ -50,6 +50,7 @@ from commodel.workloads.layout import AUTO, Layout, stage_split
 from commodel.workloads.memory import by_category, fits, memory_with_microbatches
 from commodel.workloads.microbatch import per_microbatch
 from commodel.workloads.schema import Transformer
+from commodel.workloads.state_offload import state_offload
 from commodel.workloads.transformer import (
     model_flops_per_token,
     recompute_flops_per_token,
@@ -114,7 +115,14 @@ def train_step(
         none, full = ({k: v.reshape(2, *shape)[i] for k, v in both.items()} for i in (0, 1))
         capacity = cluster.gpu.memory_capacity.value
         result = fit_activations(
-            none, full, auto, capacity, cluster.host_memory_per_gpu, x, model.layers, _LINEAR
+            none,
+            full,
+            auto,
+            capacity,
+            cluster.host_memory_per_gpu - none["offloaded_state_bytes"],
+            x,
+            model.layers,
+            _LINEAR,
         )
     else:
         result = _train_step(model, cluster, x, dtype, strategy, *software)
@@ -206,6 +214,10 @@ def _train_step(
         "optimizer": optimizer,
     }
     step = m * slowest + bubble + dp_exposed + optimizer + unpaired
+    held = memory_with_microbatches(p, model, x, split)
+    states = _offloaded_states(held, x, split, p, slow_layers, cluster)
+    parts["offload"] = states.pop("offload_s")
+    step = step + parts["offload"]
 
     tokens = x.global_batch * x.seq
     model_flops = tokens * model_flops_per_token(model, x.seq, mtp=x.mtp_layers)
@@ -213,7 +225,7 @@ def _train_step(
         model, x.seq, x.recompute, modules=x.recompute_modules
     )
     gpus = x.gpus
-    memory = by_category(memory_with_microbatches(p, model, x, split), gpu.memory_capacity.value)
+    memory = by_category(held, gpu.memory_capacity.value)
     result = {
         "step_time_s": step,
         "tokens_per_s": tokens / step,
@@ -221,7 +233,9 @@ def _train_step(
         "hw_tflops_per_gpu": hw_flops / (step * gpus) / 1e12,
         "mfu": model_flops / (step * gpus) / peak_flops(gpu, recipe.gemm),
         **memory,
-        "fits": fits(memory["memory_per_gpu_bytes"], gpu.memory_capacity.value),
+        "fits": fits(memory["memory_per_gpu_bytes"], gpu.memory_capacity.value)
+        & (states["offloaded_state_bytes"] <= cluster.host_memory_per_gpu),
+        **states,
         "recompute_share": np.where(x.recompute == 2, 1.0, 0.0),
         "offload_share": np.zeros_like(step),
         "offloaded_bytes": np.zeros_like(step),
@@ -231,3 +245,31 @@ def _train_step(
     }
     result.update({f"{name}_s": value for name, value in parts.items()})
     return {k: np.broadcast_to(v, np.shape(step)) for k, v in result.items()}
+
+
+def _offloaded_states(
+    held: dict[str, np.ndarray],
+    x: Layout,
+    split: tuple[np.ndarray, ...],
+    p: dict[str, np.ndarray],
+    slow_layers: np.ndarray,
+    cluster: Cluster,
+) -> dict[str, np.ndarray]:
+    """Model states kept in CPU memory (:func:`~commodel.workloads.state_offload.state_offload`):
+    ``held`` updated in place to what stays in HBM; returns ``offload_s`` per step (the slowest
+    stage's weight fetches and the optimizer's streams), ``offloaded_state_bytes`` per GPU and
+    ``offload_needed_Bps``, the host bandwidth that would hide the weights' fetches."""
+    zero = np.zeros(np.shape(p["layer_s"] * x.microbatches))
+    if not np.any(x.offload):
+        return {"offload_s": zero, "offloaded_state_bytes": zero, "offload_needed_Bps": zero}
+    first, middle, last = split
+    fwd = p["layer_fwd_share"] * p["layer_s"]
+    largest = np.maximum(np.maximum(first, middle), last + x.mtp_layers)
+    moved = state_offload(held, x, largest, fwd, p["layer_s"] - fwd, cluster.host_offload_Bps)
+    freed = held["weights"] + held["optimizer"] - moved["weights"] - moved["optimizer"]
+    held.update(weights=moved["weights"], optimizer=moved["optimizer"], total=held["total"] - freed)
+    return {
+        "offload_s": x.microbatches * slow_layers * moved["per_layer_s"] + moved["step_s"],
+        "offloaded_state_bytes": moved["host_bytes"],
+        "offload_needed_Bps": moved["needed_Bps"],
+    }
