@@ -50,6 +50,11 @@ def write_log(
     return path
 
 
+def calibrate_argv(log, output, system="dgx-h100"):
+    """``commodel calibrate nccl-tests LOG --system SYSTEM -o OUTPUT`` as sys.argv."""
+    return ["commodel", "calibrate", "nccl-tests", str(log), "--system", system, "-o", str(output)]
+
+
 @pytest.fixture
 def truth():
     """A DGX H100 whose NVLink delivers 85% (not 80%) and whose NVLS channels move 20.5 GB/s each
@@ -92,10 +97,7 @@ def test_overlay_changes_only_the_calibrated_system(tmp_path, truth, monkeypatch
     c, fab = truth
     log = write_log(tmp_path / "auto.log", run("allreduce", c, SIZES, 8, fab=fab))
     overlay = tmp_path / "my-h100.toml"
-    monkeypatch.setattr(
-        "sys.argv",
-        ["commodel", "calibrate", "nccl-tests", str(log), "--system", "dgx-h100", "-o", str(overlay)],
-    )
+    monkeypatch.setattr("sys.argv", calibrate_argv(log, overlay))
     main()  # success returns; an error would exit 2
     assert "NVLS channel rate" in capsys.readouterr().out
     before = {s: run("allreduce", cluster(s), [2**33]).busbw_GBps.iloc[0] for s in ("dgx-h100", "hgx-h200")}
@@ -136,19 +138,7 @@ def test_logs_that_are_not_nccl_tests_output_are_one_line_errors(
 ):
     log = tmp_path / "all_reduce_perf.log"
     log.write_text(content)
-    monkeypatch.setattr(
-        "sys.argv",
-        [
-            "commodel",
-            "calibrate",
-            "nccl-tests",
-            str(log),
-            "--system",
-            "dgx-h100",
-            "-o",
-            str(tmp_path / "o.toml"),
-        ],
-    )
+    monkeypatch.setattr("sys.argv", calibrate_argv(log, tmp_path / "o.toml"))
     with pytest.raises(SystemExit) as done:
         main()
     err = capsys.readouterr().err
@@ -295,16 +285,7 @@ def test_gpus_nodes_and_system_are_checked_against_the_log(tmp_path):
 
 def test_calibrate_cli_takes_op_and_reports_the_objective(tmp_path, capsys, monkeypatch):
     log = _log(tmp_path / "run.txt", "allgather", redop="none", per_rank=True)
-    argv = [
-        "commodel",
-        "calibrate",
-        "nccl-tests",
-        str(log),
-        "--system",
-        "dgx-h100",
-        "-o",
-        str(tmp_path / "o.toml"),
-    ]
+    argv = calibrate_argv(log, tmp_path / "o.toml")
     monkeypatch.setattr("sys.argv", [*argv, "--op", "allgather"])
     main()
     out = capsys.readouterr().out

@@ -12,10 +12,8 @@ import typer
 
 from commodel.cli.root import app, flag, job_options
 from commodel.comm.calls import run
-from commodel.comm.fabric import fabric_of
 from commodel.errors import CommodelError
-from commodel.hardware import cluster
-from commodel.pricing.collective import CollectiveJob
+from commodel.pricing.collective import CollectiveJob, cluster_and_fabric
 from commodel.pricing.job import make_job
 from commodel.report.frames import to_json
 from commodel.report.tables import collective_band_note, nccl_tests_table
@@ -38,10 +36,7 @@ def collective(
 
     def priced() -> pd.DataFrame:
         """The collective on the hardware database in use (a Monte Carlo draw's, for the bands)."""
-        where = cluster(job.system, job.nodes, partition=job.partition)
-        fab = fabric_of(
-            where, sharp=job.sharp, launch=job.launch, nvls=job.nvls, gpus_per_process=job.gpus_per_process
-        )
+        where, fab = cluster_and_fabric(job.model_dump())
         return run(job.op, where, sizes, job.gpus, job.algo, job.protocol, job.library, job.channels, fab)
 
     frame = priced()

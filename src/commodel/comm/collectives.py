@@ -102,7 +102,8 @@ def pair_time(
             time, used, chunk = nccl_physical.physical_time(op, algo, protocol, n, p, N, fab, channels)
     else:
         ok = mpi.available(algo, N) & (algo in mpi.SUPPORTED[op])
-        point = Point(n=n, p=p, nodes=N, fab=fab, protocol=protocol, reduces=op in REDUCING_OPS)
+        point = Point(n=n, p=p, nodes=N, fab=fab, protocol=protocol, reduces=op in REDUCING_OPS,
+                      all_to_all=op == "alltoall")  # fmt: skip
         with np.errstate(divide="ignore", invalid="ignore"):
             time = fab.call_time(BASE_LATENCY_S[protocol] + mpi.ALGORITHMS[algo](op, point))
         used, chunk = np.ones(shape), np.broadcast_to(n, shape)

@@ -68,6 +68,8 @@ class Fabric:
     unpack: bool = False
     ring_step_s: float | None = None
     nvls_latency_s: float | None = None
+    pod_domains: float = float("inf")
+    oversubscription: float = 1.0
 
     def call_time(self, kernel_s: ArrayLike) -> np.ndarray:
         """Time per call of back-to-back calls whose kernel takes ``kernel_s``: ``max(kernel + start,
@@ -111,6 +113,26 @@ class Fabric:
         drives the NICs on its rail)."""
         g = np.asarray(ranks_per_domain, dtype=float)
         return np.minimum(self.nics_per_domain, g) * self.nic_Bps
+
+    def pod_share(self, domains: ArrayLike, all_to_all: bool = False) -> np.ndarray:
+        """The share of its NIC rate a domain keeps when a call over ``domains`` domains (placed in
+        whole pods, as Megatron's rank order places a group) crosses the core tier, which carries
+        ``1 / o`` of a pod's NIC bandwidth (``o``: :attr:`oversubscription`).
+
+        Rings and trees (and a pipeline's sends) leave a pod of ``P`` of the call's domains through
+        one domain's traffic while every domain of the pod runs such a call: ``min(1, P / o)``. An
+        all-to-all sends the share ``f = (N - P) / (N - 1)`` of its bytes out of the pod:
+        ``1 / max(1, f o)``. 1 within a pod."""
+        n = np.asarray(domains, dtype=float)
+        pod = min(self.pod_domains, 1e300)
+        if self.oversubscription <= 1:
+            return np.ones_like(n)
+        if all_to_all:
+            leaving = np.divide(n - pod, n - 1, out=np.zeros_like(n), where=n > 1)
+            share = 1 / np.maximum(1.0, leaving * self.oversubscription)
+        else:
+            share = np.full_like(n, min(1.0, pod / self.oversubscription))
+        return np.where(n > pod, share, 1.0)
 
     # --- NCCL's view (GB/s) -------------------------------------------------------------------
 
@@ -199,4 +221,6 @@ def fabric_of(
         unpack=out.device_unpack,
         ring_step_s=up.ring_step_latency.value if up.ring_step_latency else None,
         nvls_latency_s=up.nvls_latency.value if up.nvls_latency and launch == "graph" else None,
+        pod_domains=float("inf") if cluster.pod_gpus is None else cluster.pod_gpus / cluster.domain_gpus,
+        oversubscription=cluster.oversubscription,
     )

@@ -47,6 +47,7 @@ class Point:
     fab: Fabric
     protocol: str
     reduces: bool
+    all_to_all: bool = False
 
     @property
     def g(self) -> np.ndarray:
@@ -80,7 +81,8 @@ class Point:
 
     @property
     def B_net(self) -> np.ndarray:
-        return self.fab.net_Bps(self.g) * self.factor
+        """The domain's NICs at their share above the pods (:meth:`Fabric.pod_share`)."""
+        return self.fab.net_Bps(self.g) * self.fab.pod_share(self.nodes, self.all_to_all) * self.factor
 
     @property
     def B_o(self) -> np.ndarray:

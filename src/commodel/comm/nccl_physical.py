@@ -76,11 +76,12 @@ def bandwidth_time(
     NVLS (multimem): ``n (1 + 1/g) / B_nvls`` for allreduce (a GPU receives its reduced share and
     every multicast store), ``n (g-1)/g / B_nvls`` for allgather and reducescatter. NVLS-tree:
     ``max(NVLS, F(N) n / B_net)`` and at most NCCL's per-channel NVLS-tree cap. CollNet (the network
-    reduces): ``max(2 n (g-1)/g / B_up, n / B_net)``. PAT: as ring across domains.
+    reduces): ``max(2 n (g-1)/g / B_up, n / B_net)``. PAT: as ring across domains. ``B_net`` is the
+    domain's NICs at their share above the pods (:meth:`~commodel.comm.fabric.Fabric.pod_share`).
     """
     g = p / nodes
     up = np.where(g > 1, fab.up_Bps(g), np.inf)
-    net = np.where(nodes > 1, fab.net_Bps(g), np.inf)
+    net = np.where(nodes > 1, fab.net_Bps(g) * fab.pod_share(nodes), np.inf)
     reduces = op in REDUCING_OPS
     if algo in ("ring", "pat"):
         traffic = {"allreduce": 2 * (p - 1) / p, "allgather": (p - 1) / p, "reducescatter": (p - 1) / p}

@@ -18,6 +18,8 @@ class Cluster:
     ``partition``: GPUs per scale-up domain when a rack-scale domain is partitioned (GB200 NVL72 run
     as NVL4 trays or NVL8 pairs over the scale-out network); ``None`` uses the whole domain.
     ``host_memory_link``: the link to the CPU memory activations may be offloaded to, if any.
+    ``pod_gpus`` and ``oversubscription``: the scale-out network's pods and its core tier's
+    downlinks per uplink above them (the system's record, or a job's; ``None``: one pod).
     """
 
     name: str
@@ -28,6 +30,8 @@ class Cluster:
     nodes: int
     partition: int | None = None
     host_memory_link: Link | None = None
+    pod_gpus: int | None = None
+    oversubscription: float = 1.0
 
     @property
     def gpus_per_node(self) -> int:
@@ -81,10 +85,14 @@ def cluster(
     db: HardwareDB | None = None,
     scale_out: str | None = None,
     partition: int | None = None,
+    pod_gpus: int | None = None,
+    oversubscription: float | None = None,
 ) -> Cluster:
     """Resolve ``system`` (a name in the hardware database) into a cluster of ``nodes`` nodes,
     optionally joined by another scale-out fabric than the system's own (same NICs per node) and
-    with its scale-up domain cut into partitions of ``partition`` GPUs."""
+    with its scale-up domain cut into partitions of ``partition`` GPUs, and its scale-out network's
+    pods and oversubscription (:class:`~commodel.hardware.schema.ScaleOut`) as the record states them
+    unless given."""
     db = db or default_db()
     if nodes < 1:
         raise CommodelError(f"a cluster needs at least one node, got {nodes}")
@@ -100,6 +108,8 @@ def cluster(
         scale_out=fabric,
         nodes=int(nodes),
         host_memory_link=None if record.host_memory is None else db.link(record.host_memory.link),
+        pod_gpus=_pods(record, pod_gpus),
+        oversubscription=_oversubscription(record, oversubscription),
     )
     if partition is not None:
         full = built.full_domain
@@ -110,6 +120,29 @@ def cluster(
             )
         built = Cluster(**{**built.__dict__, "partition": int(partition)})
     return built
+
+
+def _pods(record: System, pod_gpus: int | None) -> int | None:
+    """GPUs per pod: ``pod_gpus``, else the record's; whole scale-up domains (nodes, or racks of
+    NVL72), which the scale-out network joins."""
+    stated = record.scale_out.pod_gpus
+    pod = pod_gpus if pod_gpus is not None else None if stated is None else int(stated.value)
+    domain = record.scale_up.domain
+    unit = int(domain.value if domain is not None else record.gpus_per_node.value)
+    if pod is not None and (pod < unit or pod % unit):
+        raise CommodelError(
+            f"a pod of {pod} GPUs is not whole {unit}-GPU scale-up domains; use a multiple of {unit}"
+        )
+    return pod
+
+
+def _oversubscription(record: System, ratio: float | None) -> float:
+    """Downlinks per uplink above the pods: ``ratio``, else the record's, else 1."""
+    stated = record.scale_out.oversubscription
+    value = ratio if ratio is not None else 1.0 if stated is None else stated.value
+    if not 1 <= value < float("inf"):
+        raise CommodelError(f"oversubscription is downlinks per uplink, at least 1 and finite, got {value}")
+    return float(value)
 
 
 def job_size(c: Cluster, gpus: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, list]:

@@ -20,6 +20,7 @@ from commodel.records import (
     Fraction,
     Power,
     Rate,
+    Sourced,
     Strict,
 )
 
@@ -201,12 +202,23 @@ class ScaleOut(Strict):
     """The fabric between nodes: ``nics_per_node`` ports of ``link``.
 
     ``rail_optimized``: GPU i of every node reaches the same leaf switch (one hop between rails);
-    otherwise inter-node steps cross two more switch hops.
+    otherwise inter-node steps cross two more switch hops. ``pod_gpus``: GPUs under one non-blocking
+    leaf-spine pod, above which a core tier joins the pods with ``oversubscription`` downlinks per
+    uplink (Meta's Llama 3 cluster: 3,072-GPU pods at 1:7); absent, the cluster is one pod.
     """
 
     link: str
     nics_per_node: Count
     rail_optimized: bool = True
+    pod_gpus: Count | None = None
+    oversubscription: Sourced | None = None
+
+    @field_validator("oversubscription")
+    @classmethod
+    def _at_least_one(cls, v: Sourced | None) -> Sourced | None:
+        if v is not None and v.value < 1:
+            raise ValueError(f"oversubscription is downlinks per uplink, at least 1, got {v.value}")
+        return v
 
 
 class HostMemory(Strict):

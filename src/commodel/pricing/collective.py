@@ -10,21 +10,23 @@ lacks) makes the row invalid with the reason in ``problem``.
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any
 
 import numpy as np
 from pydantic import Field
 
 from commodel.comm.calls import run
 from commodel.comm.collectives import ALGORITHMS, LIBRARIES, POLICIES
-from commodel.comm.fabric import LAUNCH_MODES, fabric_of
+from commodel.comm.fabric import LAUNCH_MODES, Fabric, fabric_of
 from commodel.comm.mpi import OPS
 from commodel.comm.p2p import PROTOCOLS
 from commodel.comm.tables import MAX_CHANNELS
 from commodel.errors import CommodelError
 from commodel.hardware import cluster as make_cluster
+from commodel.hardware.cluster import Cluster
 from commodel.pricing.evaluator import Evaluator
-from commodel.pricing.job import SYSTEM, Choices, Job
+from commodel.pricing.job import SYSTEM, Choices, Job, Oversubscription, PodGpus
 from commodel.pricing.table import Columns, blank_outputs, groups, numbers, take
 
 
@@ -64,6 +66,8 @@ class CollectiveJob(Job):
     partition: int | None = Field(
         None, ge=1, description="GPUs per NVLink partition of a rack-scale domain (e.g. 4 on NVL72)."
     )
+    pod_gpus: PodGpus = None
+    oversubscription: Oversubscription = None
     nvls: bool = Field(True, description="Allow NVLink SHARP (NVLS).")
     sharp: bool = Field(
         False, description="Let the scale-out switches reduce (CollNet/SHARP) where they can."
@@ -77,6 +81,22 @@ def _optional(value: object) -> int | None:
     return None if value is None or value != value else int(value)
 
 
+def _real(value: object) -> float | None:
+    return None if value is None or value != value else float(value)
+
+
+def cluster_and_fabric(job: Mapping[str, Any]) -> tuple[Cluster, Fabric]:
+    """The cluster and fabric a collective job's settings describe (``job``: its fields; an unset
+    optional one may be None or NaN)."""
+    where = make_cluster(
+        job["system"], int(job["nodes"]), partition=_optional(job["partition"]),
+        pod_gpus=_optional(job["pod_gpus"]), oversubscription=_real(job["oversubscription"]),
+    )  # fmt: skip
+    fab = fabric_of(where, sharp=bool(job["sharp"]), launch=job["launch"], nvls=bool(job["nvls"]),
+                    gpus_per_process=int(job["gpus_per_process"]))  # fmt: skip
+    return where, fab
+
+
 def price_collectives(columns: Columns) -> Columns:
     """The ``collective`` evaluator's pricing: every size of a group of rows that share their settings
     in one call of the collective model."""
@@ -84,9 +104,7 @@ def price_collectives(columns: Columns) -> Columns:
     settings = [name for name in CollectiveJob.model_fields if name != "size_bytes"]
     for key, rows in groups(columns, settings):
         try:
-            where = make_cluster(key["system"], int(key["nodes"]), partition=_optional(key["partition"]))
-            fab = fabric_of(where, sharp=bool(key["sharp"]), launch=key["launch"], nvls=bool(key["nvls"]),
-                            gpus_per_process=int(key["gpus_per_process"]))  # fmt: skip
+            where, fab = cluster_and_fabric(key)
             result = run(key["op"], where, numbers(take(columns, "size_bytes", rows)), _optional(key["gpus"]),
                          key["algo"], key["protocol"], key["library"], _optional(key["channels"]), fab)  # fmt: skip
         except CommodelError as exc:  # a choice this system cannot run

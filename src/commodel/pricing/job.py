@@ -16,7 +16,7 @@ from functools import cache
 from typing import Annotated, Any, ClassVar, TypeVar
 
 import numpy as np
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from commodel.errors import CommodelError, suggest
 from commodel.hardware import default_db
@@ -89,6 +89,26 @@ def _at_least_one(value: float) -> float:
 
 #: A facility PUE: facility energy over IT energy.
 Pue = Annotated[float, AfterValidator(_at_least_one)]
+#: A scale-out network's pods and the oversubscription of the core tier above them
+#: (:class:`~commodel.hardware.schema.ScaleOut`), as a job may state them over the system's record.
+PodGpus = Annotated[
+    int | None,
+    Field(
+        ge=1,
+        le=10**7,
+        description="GPUs per non-blocking leaf-spine pod, above which a core tier joins the pods "
+        "(default: the system's record; none stated: one pod).",
+    ),
+]
+Oversubscription = Annotated[
+    float | None,
+    Field(
+        ge=1,
+        le=1000,
+        description="Downlinks per uplink of the core tier above the pods (1 = non-blocking; Meta's "
+        "Llama 3 cluster: 7). Default: the system's record, else 1.",
+    ),
+]
 
 
 class Job(BaseModel):

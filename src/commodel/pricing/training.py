@@ -134,14 +134,23 @@ def _layout_splits(texts: np.ndarray, pp: np.ndarray, layers: int) -> dict[str, 
     return out
 
 
-def _fleet(system: str, fabric: str) -> list[tuple[Cluster, int | None]]:
-    """The clusters a ``system`` input names, with their node counts (``None``: from the row)."""
+#: The job's network inputs that build its cluster, so rows that differ in them are priced apart.
+NETWORK_TIERS = ("pod_gpus", "oversubscription")
+
+
+def _fleet(key: dict) -> list[tuple[Cluster, int | None]]:
+    """The clusters a group's ``system`` names, with their node counts (``None``: from the row), on
+    its scale-out ``fabric``, pods and oversubscription."""
+    pod, ratio = (key[name] for name in NETWORK_TIERS)
+    network = {
+        "scale_out": key["fabric"] or None,
+        "pod_gpus": None if pod is None or pod != pod else int(pod),
+        "oversubscription": None if ratio is None or ratio != ratio else float(ratio),
+    }
+    system = key["system"]
     if not is_node_groups(system):
-        return [(make_cluster(system, scale_out=fabric or None), None)]
-    return [
-        (make_cluster(name, nodes, scale_out=fabric or None), nodes)
-        for name, nodes in parse_node_groups(system)
-    ]
+        return [(make_cluster(system, **network), None)]
+    return [(make_cluster(name, nodes, **network), nodes) for name, nodes in parse_node_groups(system)]
 
 
 def price_training(columns: Columns) -> Columns:
@@ -151,14 +160,14 @@ def price_training(columns: Columns) -> Columns:
     out = Outputs(
         rows, (*OUTPUTS, *RESOLVED), flags=("fits",), text=("problem", "recompute_used", "stage_layers")
     )
-    for key, group in groups(columns, TrainingJob.group_keys()):
+    for key, group in groups(columns, [*TrainingJob.group_keys(), *NETWORK_TIERS]):
         _price_group(columns, key, group, out)
     return out.columns()
 
 
 def _price_group(columns: Columns, key: dict, rows: np.ndarray, out: Outputs) -> None:
     """Price the ``rows`` that share the group ``key`` into ``out`` (their resolved sizes too)."""
-    net, fleet = get_model(key["model"]), _fleet(key["system"], key["fabric"])
+    net, fleet = get_model(key["model"]), _fleet(key)
     clusters = [c for c, _ in fleet]
 
     def col(name: str) -> np.ndarray:
@@ -254,7 +263,12 @@ def job_layouts(jobs: Columns | object) -> Layout:
     names = set(np.asarray(columns["model"]).tolist())
     if len(names) != 1:
         raise CommodelError(f"layouts of one model at a time, not {len(names)}")
-    net, c = get_model(names.pop()), _fleet(str(columns["system"][0]), "")[0][0]
+    net, c = (
+        get_model(names.pop()),
+        _fleet(
+            {"system": str(columns["system"][0]), "fabric": "", "pod_gpus": None, "oversubscription": None}
+        )[0][0],
+    )
     gpus, _, _ = job_size(c, numbers(columns["gpus"]), numbers(columns["nodes"]))
     tp, pp, cp, dp = (numbers(columns[k]) for k in ("tp", "pp", "cp", "dp"))
     x = job_layout(columns, np.arange(rows), net, np.where(np.isnan(dp), np.floor(gpus / (tp * pp * cp)), dp))

@@ -16,7 +16,17 @@ from commodel.errors import CommodelError
 from commodel.hardware import default_db
 from commodel.ops.goodput import CHECKPOINT_MODES
 from commodel.overlap import STRATEGIES
-from commodel.pricing.job import MAX_GLOBAL_BATCH, MAX_SEQ, MODEL, Choices, Job, Pue, make_job
+from commodel.pricing.job import (
+    MAX_GLOBAL_BATCH,
+    MAX_SEQ,
+    MODEL,
+    Choices,
+    Job,
+    Oversubscription,
+    PodGpus,
+    Pue,
+    make_job,
+)
 from commodel.workloads.catalog import failure_models, known_model
 from commodel.workloads.hetero import parse_node_groups
 from commodel.workloads.layout import (
@@ -75,6 +85,8 @@ class TrainingJob(Job):
     fabric: Annotated[str, Choices("scale-out fabric", _fabrics)] = Field(
         "", description="Scale-out fabric instead of the system's own (a link name)."
     )
+    pod_gpus: PodGpus = None
+    oversubscription: Oversubscription = None
     tp: int = Field(1, ge=1, description="Tensor-parallel size.")
     pp: int = Field(1, ge=1, description="Pipeline-parallel size.")
     dp: int | None = Field(None, ge=1, description="Data-parallel size (default: gpus / (tp pp cp)).")

@@ -1,0 +1,66 @@
+"""Pods and an oversubscribed core tier above them (ScaleOut.pod_gpus, .oversubscription)."""
+
+import numpy as np
+import pytest
+
+from commodel.comm.calls import run
+from commodel.errors import CommodelError
+from commodel.hardware import cluster
+from commodel.pricing.run import train
+
+OPS = ("allreduce", "allgather", "reducescatter", "broadcast", "alltoall", "sendrecv")
+
+
+def _time(op, system, nodes, size, pod, ratio, algo="auto"):
+    nodes = 2 if op == "sendrecv" else nodes  # one GPU on each of two nodes
+    where = cluster(system, nodes, pod_gpus=pod, oversubscription=ratio)
+    gpus = 2 if op == "sendrecv" else where.total_gpus
+    return run(op, where, [size], gpus, algo=algo).time_s.iloc[0]
+
+
+def test_an_oversubscribed_core_never_prices_a_call_faster_than_non_blocking():
+    """Over random calls: time at 1:o is at least time at 1:1, and grows with o."""
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        op = str(rng.choice(OPS))
+        system = str(rng.choice(["dgx-h100", "dgx-b200", "mi300x-8", "gb200-nvl72"]))
+        nodes = int(rng.choice([2, 4, 8, 16, 36]))
+        pod = cluster(system).full_domain * int(rng.choice([1, 2, 4]))
+        size = float(2 ** rng.integers(10, 34))
+        low, high = sorted(rng.uniform(1, 16, 2))
+        times = [_time(op, system, nodes, size, pod, r) for r in (1.0, low, high)]
+        assert times[0] <= times[1] * (1 + 1e-12) and times[1] <= times[2] * (1 + 1e-12), (
+            op,
+            system,
+            nodes,
+            pod,
+        )
+
+
+def test_rings_leave_a_pod_through_one_domain_and_all_to_alls_through_all():
+    """A ring of 8 nodes in pods of 4 keeps its rate up to 1:4 (one of four domains sends out) and
+    then loses P / o; an all-to-all sends 4/7 of its bytes out of the pod and slows from 1:1.75."""
+    ring = {r: _time("allreduce", "dgx-h100", 8, 2**32, 32, r, algo="ring") for r in (1, 4, 8)}
+    assert ring[4] == pytest.approx(ring[1], rel=1e-9) and ring[8] > 1.5 * ring[1]
+    a2a = {r: _time("alltoall", "dgx-h100", 8, 2**32, 32, r) for r in (1, 1.75, 7)}
+    assert a2a[1.75] == pytest.approx(a2a[1], rel=0.02) and a2a[7] == pytest.approx(4 * a2a[1], rel=0.05)
+    # within one pod the core is never crossed
+    assert _time("alltoall", "dgx-h100", 4, 2**32, 32, 7) == pytest.approx(
+        _time("alltoall", "dgx-h100", 4, 2**32, 32, 1)
+    )
+
+
+def test_expert_parallelism_across_pods_pays_the_oversubscription():
+    job = dict(model="deepseek-v3", system="dgx-h100", gpus=1024, tp=1, pp=16, ep=64, global_batch=4096)
+    inside = {r: train(**job, pod_gpus=256, oversubscription=r)["step_time_s"] for r in (1, 7)}
+    across = {r: train(**job, pod_gpus=16, oversubscription=r)["step_time_s"] for r in (1, 7)}
+    assert inside[7] == pytest.approx(inside[1]) and across[7] > 1.5 * across[1]
+
+
+def test_pods_are_whole_nodes_and_oversubscription_at_least_one():
+    with pytest.raises(CommodelError, match="not whole 8-GPU scale-up domains"):
+        cluster("dgx-h100", 4, pod_gpus=12)
+    with pytest.raises(CommodelError, match="at least 1"):
+        cluster("dgx-h100", 4, pod_gpus=16, oversubscription=0.5)
+    with pytest.raises(CommodelError, match="oversubscription"):
+        train(model="llama3-8b", system="dgx-h100", gpus=16, oversubscription=0.5)
