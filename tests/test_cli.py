@@ -472,3 +472,23 @@ def test_compare_names_each_design_by_what_differs():
     result = invoke("compare", "--common", "model=llama3-8b,system=dgx-h100,gpus=8", "--a", "zero=1", "--b", "zero=3",
                     "--json")  # fmt: skip
     assert json.loads(result.output)["labels"] == {"a": "zero=1", "b": "zero=3"}
+
+
+@pytest.mark.parametrize("command", ["train", "serve"])
+def test_job_help_is_grouped_and_readable_at_80_columns(command, monkeypatch):
+    """Every field of the job has a section, and the help shows each option's whole name within 80
+    columns."""
+    from typer.testing import CliRunner
+
+    from commodel.cli.root import PANELS, app
+    from commodel.pricing.serving_job import ServingJob
+    from commodel.pricing.training_job import TrainingJob
+
+    schema = TrainingJob if command == "train" else ServingJob
+    assert set(schema.model_fields) <= set(PANELS)
+    monkeypatch.setenv("COLUMNS", "80")
+    text = CliRunner().invoke(app, [command, "--help"], terminal_width=80).output
+    assert max(len(line) for line in text.splitlines()) <= 80
+    for name in schema.model_fields:
+        assert f"--{name.replace('_', '-')}" in text
+    assert "Model and system:" in text and "Output and other options:" in text

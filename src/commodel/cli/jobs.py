@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from commodel.cli.root import app, flag, job_options
+from commodel.cli.root import PanelCommand, app, flag, job_options
 from commodel.errors import CommodelError
 from commodel.pricing.run import MAX_MICRO_BATCH
 from commodel.pricing.run import serve as run_serve
@@ -78,4 +78,4 @@ for _name, _command, _schema, _kernels in (
         flag("uncertainty", "--uncertainty", "Add a p10-p90 band from the model class's validation errors."),
         flag("kernels", "--kernels", f"Add one layer's kernels {_kernels}: shape, roofline bound, TFLOP/s, time."),
     ])  # fmt: skip
-    app.command(_name)(_command)
+    app.command(_name, cls=PanelCommand)(_command)

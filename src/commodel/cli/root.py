@@ -8,7 +8,9 @@ import os
 from pathlib import Path
 from typing import Annotated
 
+import click
 import typer
+from typer.core import TyperCommand
 
 from commodel.errors import CommodelError
 from commodel.hardware.loader import OVERLAY_ENV, default_db
@@ -65,6 +67,43 @@ def check_scheduler(executor: str, scheduler: str | None) -> None:
     """A scheduler address only beside the Dask executor."""
     if scheduler and executor != "dask":
         raise CommodelError("--scheduler is a Dask scheduler address: use it with --executor dask")
+
+
+#: The help sections of a job command's options, in order, and the fields each holds; every other
+#: option (output formats, flags of the command itself) goes in the last.
+PANEL_FIELDS = {
+    "Model and system": "model system gpus nodes fabric pod_gpus oversubscription transport nics prefill_gpus",
+    "Layout": "tp pp dp cp ep etp vpp schedule pipeline_layout first_stage_layers last_stage_layers "
+    "ends_as_layers mtp_layers stage_layers global_batch micro_batch seq",
+    "Precision": "dtype kv_dtype fp8_param_gather fp8_activation_input grad_reduce_in_fp32 bf16_moments",
+    "MoE": "expert_load ep_sms dispatcher fp8_dispatch permute_fusion ep_overlap",
+    "Schedule and overlap": "overlap tp_overlap sequence_parallel attention",
+    "Memory": "recompute recompute_modules offload_layers offload zero kv_fraction",
+    "Serving load": "prompt output prompt_cv output_cv batch slo_ttft slo_tpot max_batch_size max_num_tokens",
+    "Failures": "failures mtbf_gpu_hours checkpoint checkpoint_interval_min storage_GBps restart_min spares "
+    "repair_hours",
+    "Energy and cost": "pue carbon_g_per_kWh price_per_gpu_hour train_tokens",
+    "Output and other options": "",
+}
+PANEL_ORDER = tuple(PANEL_FIELDS)
+PANELS = {name: title for title, names in PANEL_FIELDS.items() for name in names.split()}
+
+
+class PanelCommand(TyperCommand):
+    """A command whose plain help lists its options in sections (:data:`PANELS` by option name, the
+    rest under "Output and other options"), each option's whole name on its own line: readable at
+    80 columns."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        sections: dict[str, list[tuple[str, str]]] = {title: [] for title in PANEL_ORDER}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                sections[PANELS.get(param.name or "", PANEL_ORDER[-1])].append(record)
+        for title, records in sections.items():
+            if records:
+                with formatter.section(title):
+                    formatter.write_dl(records)
 
 
 def job_options(schema: type[Job], skip: tuple[str, ...] = ()) -> list[inspect.Parameter]:

@@ -138,8 +138,10 @@ def _forced_channels(
 def results_frame(
     op: str, sizes: np.ndarray, ranks: int, nodes: int, domains: int, choice: Choice
 ) -> pd.DataFrame:
-    """Assemble the nccl-tests columns; a single rank moves nothing (time, algbw, busbw all 0)."""
+    """Assemble the nccl-tests columns; a single rank moves nothing (time, algbw, busbw all 0, by
+    algorithm and protocol "none")."""
     time = choice.time_s
+    alone = ranks <= 1
     moved = time > 0
     algbw = np.divide(sizes, time, out=np.zeros_like(sizes), where=moved) / 1e9
     busbw = algbw * BUSBW_FACTOR[op](np.float64(ranks))
@@ -148,8 +150,8 @@ def results_frame(
     return pd.DataFrame(
         {
             "op": op,
-            "algo": choice.algo,
-            "protocol": choice.protocol,
+            "algo": np.where(alone, "none", choice.algo),
+            "protocol": np.where(alone, "none", choice.protocol),
             "size_bytes": sizes.astype(np.int64),
             "gpus": ranks,
             "nodes": nodes,

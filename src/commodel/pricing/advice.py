@@ -44,6 +44,8 @@ def lighter_last_stage(job: TrainingJob, row: SimpleNamespace) -> str:
     if float(row.stage_imbalance) < IMBALANCE_WORTH_A_LOOK:
         return ""
     choices = list(range(1, -(-model(job.model).layers // job.pp)))
+    if not choices:  # one layer per stage: none lighter
+        return ""
     table = variants(job, "last_stage_layers", choices)
     step = np.where(table["valid"] & (table["fits"] | ~row.fits), table["step_time_s"].astype(float), np.inf)
     best, now = int(np.argmin(step)), float(row.step_time_s)

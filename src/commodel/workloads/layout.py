@@ -165,10 +165,15 @@ def stage_split(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndarray, 
     embedding and the loss counted as layers (``ends_as_layers``; ``--account-for-embedding-in-
     pipeline-split``, ``--account-for-loss-in-pipeline-split``), ``(L + 2) / pp`` places per stage, one
     of them the embedding's on the first stage and one the loss's on the last; otherwise as evenly as
-    they go: ``ceil(L / pp)`` on the busiest stages, ``floor(L / pp)`` on the last (equal where pp
-    divides the layers). One stage holds every layer."""
+    they go in three counts: ``ceil(L / pp)`` on every stage but the last, which holds the rest
+    (``floor(L / pp)`` on those and the rest last where that leaves the last none; equal where pp
+    divides the layers), so the stages hold the model's ``L`` layers. One stage holds every layer."""
     layers = float(model.layers)
-    even, last = np.ceil(layers / x.pp), np.floor(layers / x.pp)  # both L where pp is 1
+    even = np.ceil(layers / x.pp)
+    last = layers - (x.pp - 1) * even  # L where pp is 1
+    # Where ceil(L / pp) on every stage but the last leaves it none, floor(L / pp) and the rest last.
+    even = np.where(last >= 1, even, np.floor(layers / x.pp))
+    last = layers - (x.pp - 1) * even
     first_set, last_set = x.first_stage_layers > 0, x.last_stage_layers > 0
     stated = first_set | last_set  # never where pp is 1 (a layout rule)
     first = middle = even
