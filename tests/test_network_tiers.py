@@ -64,3 +64,20 @@ def test_pods_are_whole_nodes_and_oversubscription_at_least_one():
         cluster("dgx-h100", 4, pod_gpus=16, oversubscription=0.5)
     with pytest.raises(CommodelError, match="oversubscription"):
         train(model="llama3-8b", system="dgx-h100", gpus=16, oversubscription=0.5)
+
+
+def test_the_fabric_tiers_study_prices_the_core_only_where_experts_cross_pods():
+    """studies/fabric-tiers: an oversubscribed core costs less (3 + 2/o switch ports per NIC) and
+    slows only the designs whose expert all-to-all spans pods."""
+    from commodel.explore.spec import load_spec
+    from commodel.explore.sweep import evaluate_all
+    from commodel.resources import resource_dir
+
+    frame = evaluate_all(load_spec(resource_dir("studies") / "fabric-tiers" / "study.toml"))
+    ib = frame[frame.fabric == "ib-ndr"].set_index(["ep", "pod_gpus", "oversubscription"])
+    capex = ib.network_capex_usd.xs((64, 64))
+    assert capex[7] < capex[4] < capex[2] < capex[1] == pytest.approx(2048 * 5 * 1200)
+    days = ib.time_to_train_days
+    assert days[(64, 64, 7)] == pytest.approx(days[(64, 64, 1)])  # EP 64 fills one 64-GPU pod
+    assert days[(64, 32, 7)] > 1.5 * days[(64, 32, 1)]  # and crosses two 32-GPU pods
+    assert (frame.fabric_tiers == 3).all()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from commodel.errors import CommodelError
 from commodel.hardware.loader import HardwareDB, default_db
@@ -73,6 +74,23 @@ class Cluster:
             return 0.0
         return link.bandwidth.value * link.efficiency.value / host.gpus_per_link.value
 
+    def fabric_tiers(self, nodes: ArrayLike) -> np.ndarray:
+        """Switch tiers ``nodes`` nodes span: 2 (leaf and spine) within one pod, 3 (a core above the
+        pods) beyond it; a pod is the stated ``pod_gpus``, else what two tiers of the scale-out
+        switches hold (``radix^2 / 2`` NICs; unbounded where the record states no radix)."""
+        nodes = np.asarray(nodes, dtype=float)
+        radix = self.scale_out.switch_radix
+        nics = nodes * self.system.scale_out.nics_per_node.value
+        beyond = nics > (radix.value**2 / 2 if radix else np.inf)
+        if self.pod_gpus is not None:
+            beyond = nodes * self.gpus_per_node > self.pod_gpus
+        return np.where(beyond, 3, 2)
+
+    def switch_ports_per_nic(self, nodes: ArrayLike) -> np.ndarray:
+        """Switch ports one NIC uses: leaf down, leaf up and spine down (3) in a non-blocking pod; above
+        it a spine uplink and a core port for every ``oversubscription`` NICs (``3 + 2 / o``)."""
+        return np.where(self.fabric_tiers(nodes) == 3, 3 + 2 / self.oversubscription, 3.0)
+
     @property
     def nvls(self) -> bool:
         """Whether the scale-up switches reduce in the network (NVLink SHARP)."""
@@ -111,6 +129,14 @@ def cluster(
         pod_gpus=_pods(record, pod_gpus),
         oversubscription=_oversubscription(record, oversubscription),
     )
+    radix = fabric.switch_radix
+    if built.pod_gpus is not None and radix is not None:
+        nics = built.pod_gpus / built.gpus_per_node * record.scale_out.nics_per_node.value
+        if nics > radix.value**2 / 2:
+            raise CommodelError(
+                f"a pod of {built.pod_gpus} GPUs has {nics:.0f} NICs, more than two tiers of "
+                f"{radix.value:.0f}-port switches hold ({radix.value**2 / 2:.0f})"
+            )
     if partition is not None:
         full = built.full_domain
         if partition < 1 or full % partition:

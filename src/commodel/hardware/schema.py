@@ -145,6 +145,8 @@ class Link(Strict):
 
     ``endpoint_power`` (scale-out fabrics): the switch power one endpoint adds in a two-tier fat tree
     (three ports: leaf down, leaf up, spine, with optics); the NIC itself is in the node's power.
+    ``port_cost``: USD per switch port with its optic (a network's capital cost per port it uses);
+    ``switch_radix``: ports per switch, which sets how many endpoints two tiers hold (``radix^2 / 2``).
     ``net_plugin_latency``: the latency a NIC's NCCL net plugin reports (NCCL's ``latencyInter``, added
     to every inter-node step, twice for Simple); absent means unreported (0), as for InfiniBand.
     ``device_unpack``: the NCCL net plugin lands data in bounce buffers that a GPU kernel unpacks
@@ -167,6 +169,8 @@ class Link(Strict):
     efficiency: Fraction
     switch: str = ""
     endpoint_power: Power | None = None
+    port_cost: Sourced | None = None
+    switch_radix: Count | None = None
     in_network_reduction: bool = False
     nvls_channel_bandwidth: Bandwidth | None = None
     net_plugin_latency: Duration | None = None

@@ -5,7 +5,9 @@
   the GPU record.
 - Node power: ``gpus_per_node x P_gpu + NODE_OTHER_LOAD x node_other_power`` (CPUs, memory, NICs,
   NVSwitches, fans, supply losses; rated value from the system record).
-- Network: ``nics_per_node x endpoint_power`` per node (the switch ports each NIC needs).
+- Network: ``nics_per_node x endpoint_power x ports / 3`` per node: the switch ports each NIC needs
+  (3 in a non-blocking pod, ``3 + 2 / o`` above it: :meth:`Cluster.switch_ports_per_nic`), at the
+  record's power of three ports; its capital cost, ``nics x ports x port_cost``.
 - Facility: ``E_facility = PUE x E_IT`` (PUE = facility energy / IT energy).
 - Carbon: ``kg CO2 = kWh x intensity / 1000``; cost: GPU-hours x price per GPU-hour.
 """
@@ -41,8 +43,17 @@ def node_power_W(cluster: Cluster, busy: ArrayLike) -> np.ndarray:
 def it_power_W(cluster: Cluster, busy: ArrayLike, nodes: ArrayLike) -> np.ndarray:
     """IT power of ``nodes`` nodes: their GPUs, the rest of each node, and the switch ports they use."""
     endpoint = cluster.scale_out.endpoint_power
-    network = cluster.system.scale_out.nics_per_node.value * (endpoint.value if endpoint else 0.0)
+    ports = cluster.switch_ports_per_nic(nodes) / 3  # endpoint_power is three ports
+    network = cluster.system.scale_out.nics_per_node.value * (endpoint.value if endpoint else 0.0) * ports
     return np.asarray(nodes, dtype=float) * (node_power_W(cluster, busy) + network)
+
+
+def network_capex_usd(cluster: Cluster, nodes: ArrayLike) -> np.ndarray:
+    """Capital cost of the switch ports (with optics) ``nodes`` nodes' NICs use; NaN where the
+    scale-out record states no ``port_cost``."""
+    cost = cluster.scale_out.port_cost
+    nics = np.asarray(nodes, dtype=float) * cluster.system.scale_out.nics_per_node.value
+    return nics * cluster.switch_ports_per_nic(nodes) * (cost.value if cost else np.nan)
 
 
 def energy_costs(

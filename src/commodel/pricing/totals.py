@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from commodel.hardware.cluster import Cluster
-from commodel.ops.energy import energy_costs, gpu_power_W, it_power_W, node_power_W
+from commodel.ops.energy import energy_costs, gpu_power_W, it_power_W, network_capex_usd, node_power_W
 from commodel.ops.goodput import STATE_BYTES_PER_PARAM, goodput
 from commodel.pricing.table import Columns, flags, numbers, take
 from commodel.workloads.catalog import failure_model
@@ -21,6 +21,8 @@ JOB_OUTPUTS = (
     "gpu_power_W",
     "node_power_kW",
     "it_power_kW",
+    "fabric_tiers",
+    "network_capex_usd",
     "power_kW",
     "energy_per_token_J",
     "time_to_train_days",
@@ -90,6 +92,8 @@ def job_totals(
         "power_kW": it_power * pue / 1e3,
         "energy_per_token_J": it_power * pue / result["tokens_per_s"],
         "time_to_train_days": seconds / 86400,
+        "fabric_tiers": np.maximum.reduce([c.fabric_tiers(n) for c, n in fleet]).astype(float),
+        "network_capex_usd": sum(network_capex_usd(c, n) for c, n in fleet),
         "gpu_hours": gpus * seconds / 3600,
         **{name: costs[name] for name in ("energy_MWh", "co2_t", "cost_usd")},
     }

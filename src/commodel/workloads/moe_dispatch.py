@@ -125,11 +125,13 @@ def _high_throughput_terms(
     """(network, NVLink) seconds of one high-throughput dispatch (or combine) of ``tokens`` per GPU
     over the expert-parallel group ``where``, elements of ``element_bytes``: the network copies
     (:func:`forwarded_copies`) over the GPU's share of its domain's NICs (``fab`` as
-    :func:`~commodel.workloads.groups.shared_nics` gives it), the forwarded ones over its scale-up
+    :func:`~commodel.workloads.groups.shared_nics` gives it; above the pods at their all-to-all share,
+    :meth:`~commodel.comm.fabric.Fabric.pod_share`), the forwarded ones over its scale-up
     links at :data:`NVLINK_SHARE` of their rate."""
     network, nvlink = forwarded_copies(model.moe, tokens, where.nodes, where.per_node)
     size = model.hidden * np.asarray(element_bytes, dtype=float)
-    return network * size / fab.net_Bps(1), nvlink * size / (NVLINK_SHARE * fab.up_Bps(where.per_node))
+    net = fab.net_Bps(1) * fab.pod_share(where.nodes, all_to_all=True)  # above the pods: its share
+    return network * size / net, nvlink * size / (NVLINK_SHARE * fab.up_Bps(where.per_node))
 
 
 def _high_throughput_call(
@@ -192,7 +194,7 @@ def exchange(
         remote, local = copies * (ep - g) / ep, copies * (g - 1) / ep
         terms = {
             "message issue": remote / message_rate(scheme, path, issuers(scheme), shared_queue),
-            "network": remote * size / float(fab.net_Bps(1)),
+            "network": remote * size / float(fab.net_Bps(1) * fab.pod_share(ep / g, all_to_all=True)),
             "NVLink": local * size / float(fab.up_Bps(g)),
         }
         latency = float(put_latency(scheme, path, 0, shared_queue=shared_queue)) if ep > g else 0.0
