@@ -134,6 +134,15 @@ class Fabric:
             share = np.full_like(n, min(1.0, pod / self.oversubscription))
         return np.where(n > pod, share, 1.0)
 
+    def pipeline_share(self, stage_gpus: ArrayLike, gpus: ArrayLike) -> np.ndarray:
+        """The share of its NIC rate a pipeline send keeps where two stages meet across pods: every
+        GPU of the sending stage in the pod, ``min(stage, pod)`` of them, sends at once through the
+        core's ``pod / o``: ``min(1, pod / (o min(stage, pod)))``; 1 where the job fits one pod."""
+        stage = np.asarray(stage_gpus, dtype=float)
+        pod = min(self.pod_domains * self.domain, 1e300)
+        share = np.minimum(1.0, pod / (self.oversubscription * np.minimum(stage, pod)))
+        return np.where(np.asarray(gpus, dtype=float) > pod, share, 1.0)
+
     # --- NCCL's view (GB/s) -------------------------------------------------------------------
 
     def nccl_up_GBps(self, ranks_per_domain: ArrayLike) -> np.ndarray:

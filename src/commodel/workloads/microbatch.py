@@ -257,10 +257,15 @@ def _last_stage_extra(m: MicroBatch) -> np.ndarray:
 def _pipeline_comm(m: MicroBatch, stage_layers: np.ndarray) -> np.ndarray:
     """Seconds the pipeline's point-to-point sends expose per micro-batch: one activation forward, one
     gradient backward per micro-batch and chunk; each tensor-parallel rank sends its 1/tp slice
-    (sequence parallelism, or Megatron's scatter-gather), beside the stage's layers."""
+    (sequence parallelism, or Megatron's scatter-gather), beside the stage's layers; across pods at
+    the core's share (:meth:`~commodel.comm.fabric.Fabric.pipeline_share`)."""
     x = m.x
     act = x.tokens * m.model.hidden * m.size
     p2p, p2p_bw = collective("sendrecv", np.where(x.pp > 1, act / x.tp, 0.0), m.pp, m.fab)
+    # Stages that meet across pods share the core (Fabric.pipeline_share, in place of the pair's own
+    # pod share): the send's time scaled by it, its latency with it (a small overstatement).
+    core = m.fab.pipeline_share(x.tp * x.cp * x.dp, x.gpus) / m.fab.pod_share(m.pp.nodes)
+    p2p, p2p_bw = p2p / core, p2p_bw * core
     p2p_comm = np.where(x.pp > 1, 2 * x.vpp * p2p, 0.0)
     p2p_part = m.partitioned(np.full_like(x.tokens, ctas(m.strategy, "p2p")))
     mb_window = repeat(window(m.full, p2p_part, "both"), stage_layers)
