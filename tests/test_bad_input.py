@@ -4,6 +4,7 @@ users get it wrong. Each must exit 2 with one ``error:`` line and no traceback."
 import pytest
 
 from commodel.cli import main
+from commodel.hardware.loader import OVERLAY_ENV
 
 TRAIN = ["train", "--model", "llama3-8b", "--system", "dgx-h100"]
 SERVE = ["serve", "--model", "llama3-8b", "--system", "dgx-h100"]
@@ -60,6 +61,20 @@ CASES = (
        ["model", "show", "llama3-8b", "--seq", "0"]]
     + [["train", "--model", "llama3-8b", "--system", "dgx-h100", "--micro-batch", v] for v in ("x", "0", "1.5", "-2", "maxx")]
     + [["compare", "--a", "tp=8,tp=4", "--b", "tp=2"], ["compare", "--a", "tp=8", "--b", "pp=2,pp=2"]]
+    + [["collective", "allreduce", "--system", "dgx-h100", "--nodes", "99999999999", "--size", "1MiB"],
+       ["collective", "allreduce", "--system", "dgx-h100", "--partition", "4", "--size", "1MiB"],
+       ["collective", "allreduce", "--system", "dgx-h100", "--gpus-per-process", "3", "--size", "1MiB"],
+       ["collective", "allreduce", "--system", "dgx-h100", "--size", "1GiB,,2GiB"],
+       ["collective", "alltoall", "--system", "dgx-h100", "--nodes", "4", "--pod-gpus", "12"],
+       ["collective", "alltoall", "--system", "dgx-h100", "--nodes", "4", "--oversubscription", "0.5"],
+       [*TRAIN, "--failures", "llama3-h100", "--mtbf-gpu-hours", "1000"], [*TRAIN, "--pue", "1e308"],
+       [*TRAIN, "--gpus", "8", "--nodes", "3"], [*TRAIN, "--offload", "weight"], [*TRAIN, "--gpus", "1e9"],
+       ["train", "--model", "llama3-8b", "--system", "a40-pcie-8", "--offload", "optimizer"],
+       ["sensitivity", "studies/default/study.toml", "--samples", "1000000"],
+       ["validate", "--parameter-draws", "100000000"], ["validate", "--json", "--markdown"],
+       ["sweep", "--executor", "dask", "--scheduler", "notanaddress"],
+       ["calibrate", "nccl-tests", "/dev/zero", "--system", "dgx-h100", "-o", "/tmp/x.toml"],
+       ["--hardware", "/dev/zero", "hw", "list"]]
 )  # fmt: skip
 
 
@@ -67,8 +82,102 @@ def test_there_are_more_than_150_cases():
     assert len(CASES) >= 150
 
 
+#: Files a user may hand over by mistake, by name: (content, or a kind of non-regular file).
+BAD_FILES = {
+    "binary.toml": b"\xff\xfe\x00binary",
+    "not-utf8.toml": b"name = '\xe9t\xe9'\n",
+    "derived-self.toml": "[study]\nname='x'\nevaluate='training'\n[fixed]\nmodel='llama3-8b'\nsystem='dgx-h100'\n"
+    "[variables]\ntp={choice=[1,2]}\n[derived]\npue='pue*2'\n[objectives]\nstep_time_s='min'\n",
+    "derived-cycle.toml": "[study]\nname='x'\nevaluate='training'\n[fixed]\nmodel='llama3-8b'\nsystem='dgx-h100'\n"
+    "[variables]\ntp={choice=[1,2]}\n[derived]\npue='price_per_gpu_hour'\nprice_per_gpu_hour='pue'\n"
+    "[objectives]\nstep_time_s='min'\n",
+    "objective-on-words.toml": "[study]\nname='x'\nevaluate='training'\n[fixed]\nmodel='llama3-8b'\n"
+    "[variables]\nsystem={choice=['dgx-h100']}\n[objectives]\nsystem='min'\n",
+    "constraint-on-words.toml": "[study]\nname='x'\nevaluate='training'\nconstraints=['system <= 3']\n[fixed]\n"
+    "model='llama3-8b'\nsystem='dgx-h100'\n[variables]\ntp={choice=[1,2]}\n[objectives]\nstep_time_s='min'\n",
+    "infinite-range.toml": "[study]\nname='x'\nevaluate='training'\n[fixed]\nmodel='llama3-8b'\nsystem='dgx-h100'\n"
+    "[variables]\npue={real=[1.0, inf]}\n[objectives]\nstep_time_s='min'\n",
+    "escaping-name.toml": "[study]\nname='../up'\nevaluate='training'\n[fixed]\nmodel='llama3-8b'\nsystem='dgx-h100'\n"
+    "[variables]\ntp={choice=[1,2]}\n[objectives]\nstep_time_s='min'\n",
+    "infinite-count.toml": "[systems.dgx-h100]\ngpus_per_node = { value = inf, source = 'x' }\n",
+    "folder.toml": "folder",
+    "fifo.toml": "fifo",
+    "empty-hardware-folder": "folder",
+}
+
+
+@pytest.fixture(scope="module")
+def bad_files(tmp_path_factory):
+    import os
+
+    root = tmp_path_factory.mktemp("bad")
+    for name, content in BAD_FILES.items():
+        path = root / name
+        if content == "folder":
+            path.mkdir()
+        elif content == "fifo":
+            os.mkfifo(path)
+        elif isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+    (root / "a-file").write_text("x")
+    return root
+
+
+FILE_CASES = [
+    ["sweep", "{binary.toml}", "-o", "{out}"], ["sweep", "{not-utf8.toml}", "-o", "{out}"],
+    ["sweep", "{folder.toml}", "-o", "{out}"], ["sweep", "{fifo.toml}", "-o", "{out}"],
+    ["sweep", "{derived-self.toml}", "-o", "{out}"], ["sweep", "{derived-cycle.toml}", "-o", "{out}"],
+    ["sweep", "{objective-on-words.toml}", "-o", "{out}"], ["sweep", "{constraint-on-words.toml}", "-o", "{out}"],
+    ["sweep", "{infinite-range.toml}", "-o", "{out}"], ["sweep", "{escaping-name.toml}", "-o", "{out}"],
+    ["sweep", "studies/fabric-tiers/study.toml", "-o", "{a-file}"],
+    ["--hardware", "{binary.toml}", "hw", "list"], ["--hardware", "{infinite-count.toml}", "hw", "list"],
+    ["--hardware", "{empty-hardware-folder}", "hw", "list"], ["--hardware", "{fifo.toml}", "hw", "list"],
+    ["compare", "--a", "{binary.toml}", "--b", "tp=2", "--common", "model=llama3-8b,system=dgx-h100"],
+    ["sensitivity", "studies/default/study.toml", "--samples", "8", "-o", "{a-file}"],
+    ["calibrate", "nccl-tests", "{fifo.toml}", "--system", "dgx-h100", "-o", "{out}/c.toml"],
+    ["train", "--model", "{binary.toml}", "--system", "dgx-h100"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("args", FILE_CASES, ids=lambda a: " ".join(a)[:80])
+def test_bad_files_are_one_line_exit_2_no_traceback(args, bad_files, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(OVERLAY_ENV, "")  # --hardware sets it: restore it after the test
+    names = {name: str(bad_files / name) for name in [*BAD_FILES, "a-file"]} | {"out": str(tmp_path / "out")}
+
+    def filled(arg: str) -> str:
+        for name, path in names.items():
+            arg = arg.replace("{" + name + "}", path)
+        return arg
+
+    monkeypatch.setattr("sys.argv", ["commodel", *map(filled, args)])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    captured = capsys.readouterr()
+    assert exit_info.value.code == 2, (args, captured.out[-300:], captured.err[-300:])
+    assert "Traceback" not in captured.err + captured.out
+    assert captured.err.startswith("error") and captured.err.count("\n") == 1, captured.err
+
+
+def test_a_fifo_as_the_output_is_refused_and_left_intact(tmp_path):
+    """No write ever replaces a file that is not a regular file."""
+    import os
+    import stat
+
+    from commodel.errors import CommodelError
+    from commodel.io import write_text
+
+    fifo = tmp_path / "out.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(CommodelError, match="not a regular file"):
+        write_text(fifo, "x")
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and [p.name for p in tmp_path.iterdir()] == ["out.toml"]
+
+
 @pytest.mark.parametrize("args", CASES, ids=lambda a: " ".join(a)[:80])
 def test_bad_input_is_one_line_exit_2_no_traceback(args, capsys, monkeypatch):
+    monkeypatch.setenv(OVERLAY_ENV, "")  # --hardware sets it: restore it after the test
     monkeypatch.setattr("sys.argv", ["commodel", *args])
     with pytest.raises(SystemExit) as exit_info:
         main()

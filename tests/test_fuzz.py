@@ -158,4 +158,7 @@ def test_any_serving_job_prices_or_is_one_commodel_error(name, system, tp, pp, p
         return
     numbers = {k: v for k, v in result.items() if isinstance(v, float)}
     assert all(np.isfinite(v) and v >= 0 for v in numbers.values()), numbers
-    assert result["output_tokens_per_s"] > 0
+    if result["max_batch"] == 0:  # nothing fits beside the weights: nothing is timed
+        assert result["output_tokens_per_s"] is None and not result["fits"]
+    else:
+        assert result["output_tokens_per_s"] > 0

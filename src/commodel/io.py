@@ -75,6 +75,24 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         raise
 
 
+def output_folder(out: str | Path) -> Path:
+    """The folder ``out``, made if missing and checked writable; an empty name, a path that is a file,
+    or an unwritable place is a :class:`CommodelError`."""
+    if not str(out).strip():
+        raise CommodelError("the output folder (-o) needs a name")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise CommodelError(f"{out} is a file, not an output folder; choose another -o")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise CommodelError(f"cannot write to {out}: {exc.strerror or exc}") from None
+    return out
+
+
 def write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically."""
     with atomic_path(path) as tmp:

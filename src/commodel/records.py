@@ -8,6 +8,7 @@ errors name the file and the field, and suggest the closest valid key.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -57,6 +58,8 @@ class Sourced(Strict):
     @field_validator("value")
     @classmethod
     def _positive(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError(f"must be a finite number, got {v}")
         if not v > 0:
             raise ValueError(f"must be positive, got {v}")
         return v

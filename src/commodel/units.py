@@ -90,9 +90,11 @@ def parse_sizes(spec: str) -> np.ndarray:
     Units are pint's (``kB`` = 1000 B, ``KiB`` = 1024 B); nccl-tests' bare suffixes ``K M G T`` are
     binary (``128M`` = 128 MiB).
     """
-    parts = [p for p in spec.replace(" ", "").split(",") if p]
-    if not parts:
+    parts = spec.replace(" ", "").split(",")
+    if not any(parts):
         raise CommodelError("empty size list: give e.g. '1GiB', '8,1MiB' or '8B:8GiB'")
+    if not all(parts):
+        raise CommodelError(f"size list '{spec}' has an empty item: give e.g. '8,1MiB,1GiB'")
     sizes: list[float] = []
     for part in parts:
         if ":" in part:

@@ -13,6 +13,9 @@ from commodel.report.console import validation_text
 from commodel.report.frames import to_json
 from commodel.validate.report import report_sections, validation_report
 
+#: The most Monte Carlo draws validate takes: 10,000 draws are about four hours and 2 GiB.
+MAX_PARAMETER_DRAWS = 10_000
+
 
 @app.command()
 def validate(
@@ -21,8 +24,11 @@ def validate(
     parameter_draws: Annotated[
         int,
         typer.Option(
+            min=0,
+            max=MAX_PARAMETER_DRAWS,
             help="Also price every row on this many draws of the hardware's uncertain numbers and "
-            "report how often that band holds the measurement (0: skip; about 1.5 s per draw)."
+            f"report how often that band holds the measurement (0: skip; about 1.5 s per draw; at most "
+            f"{MAX_PARAMETER_DRAWS}).",
         ),
     ] = 0,
     strict: Annotated[

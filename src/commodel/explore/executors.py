@@ -33,6 +33,8 @@ def dask_client(scheduler: str | None):
     if scheduler:
         try:
             client = Client(scheduler, timeout=CONNECT_TIMEOUT_S)
+        except ValueError as exc:  # not an address: distributed says why
+            raise CommodelError(f"--scheduler {scheduler}: not a Dask scheduler address ({exc})") from None
         except (OSError, TimeoutError) as exc:
             raise CommodelError(
                 f"no Dask scheduler answered at {scheduler} within {CONNECT_TIMEOUT_S} s ({type(exc).__name__})"

@@ -94,21 +94,17 @@ def evaluate_expression(text: str, frame: pd.DataFrame, where: str) -> np.ndarra
     return np.broadcast_to(np.asarray(walk(_parse(text, where)), dtype=float), len(frame)).copy()
 
 
-def _constraint_parts(text: str) -> tuple[str, str, str]:
+def constraint_parts(text: str) -> tuple[str, str, str]:
+    """A constraint's column, comparison and value (as written)."""
     match = _CONSTRAINT.fullmatch(text)
     if match is None:
         raise CommodelError(f"constraint '{text}' is not 'column OP value' with OP in {', '.join(_COMPARE)}")
     return match[1], match[2], match[3]
 
 
-def constraint_column(text: str) -> str:
-    """The column a constraint tests."""
-    return _constraint_parts(text)[0]
-
-
 def constraint_mask(text: str, frame: pd.DataFrame) -> np.ndarray:
     """Rows of ``frame`` that satisfy the constraint."""
-    column, op, raw = _constraint_parts(text)
+    column, op, raw = constraint_parts(text)
     value: object = {"true": True, "false": False}.get(raw.lower(), raw)
     if isinstance(value, str):
         with contextlib.suppress(ValueError):

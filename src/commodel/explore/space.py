@@ -10,7 +10,7 @@ import pandas as pd
 
 from commodel.errors import CommodelError
 from commodel.explore.expressions import evaluate_expression
-from commodel.explore.spec import Choice, IntRange, Lookup, RealRange, SweepSpec, Variable
+from commodel.explore.spec import Choice, IntRange, Lookup, RealRange, SweepSpec, Variable, derived_order
 
 
 def grid_values(var: Variable) -> list:
@@ -105,11 +105,13 @@ def sample(spec: SweepSpec) -> pd.DataFrame:
 
 
 def complete(spec: SweepSpec, frame: pd.DataFrame) -> pd.DataFrame:
-    """Add the fixed inputs and the derived values (in spec order) to a frame of variable values."""
+    """Add the fixed inputs and the derived values (each after those it reads: :func:`derived_order`)
+    to a frame of variable values."""
     frame = frame.copy()
     for name, value in spec.fixed.items():
         frame[name] = value
-    for name, rule in spec.derived.items():
+    for name in derived_order(spec):
+        rule = spec.derived[name]
         where = f"[derived] {name}"
         if isinstance(rule, Lookup):
             keys = frame[rule.lookup].astype(str)

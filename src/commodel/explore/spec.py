@@ -42,6 +42,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -49,7 +51,7 @@ import tomli_w
 from pydantic import Discriminator, Field, JsonValue, Tag, field_validator, model_validator
 
 from commodel.errors import CommodelError, suggest
-from commodel.explore.expressions import constraint_column, expression_names
+from commodel.explore.expressions import constraint_parts, expression_names
 from commodel.pricing.evaluator import evaluator
 from commodel.records import Strict, load_record
 
@@ -84,6 +86,8 @@ class RealRange(Strict):
     @model_validator(mode="after")
     def _nonempty(self) -> RealRange:
         lo, hi = self.real
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise ValueError(f"a range needs finite bounds, got [{lo}, {hi}]")
         if not hi > lo:
             raise ValueError(f"empty range [{lo}, {hi}]")
         if self.points < 2 or (self.log and lo <= 0):
@@ -117,8 +121,12 @@ class Lookup(Strict):
     values: dict[str, Scalar]
 
 
+#: A study's name: it names output folders, so letters, digits, '.', '_' and '-' (no '..'), at most 100.
+STUDY_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+
+
 class StudySection(Strict):
-    name: str
+    name: str = Field(pattern=STUDY_NAME)
     title: str = ""
     evaluate: str
     method: Literal["grid", "sobol", "lhs", "nsga2", "nsga3"] = "grid"
@@ -126,6 +134,13 @@ class StudySection(Strict):
     seed: int = 0
     chunk_size: int = 50_000
     constraints: list[str] = []
+
+    @field_validator("name")
+    @classmethod
+    def _no_parent(cls, name: str) -> str:
+        if ".." in name:
+            raise ValueError(f"a study name names folders: no '..' in it, got '{name}'")
+        return name
 
     @model_validator(mode="after")
     def _budget(self) -> StudySection:
@@ -248,25 +263,62 @@ def check_names(spec: SweepSpec, path: Path | str) -> None:
                 raise CommodelError(f"{path}: '{name}' is given in both [{seen[name]}] and [{section}]")
             seen[name] = section
     given = set(seen)
-    for name, rule in spec.derived.items():
-        used = (
-            {rule.lookup} if isinstance(rule, Lookup) else expression_names(rule, f"{path}: [derived] {name}")
-        )
+    for name, used in _derived_references(spec, path).items():
         for ref in used - given:
             raise CommodelError(
                 f"{path}: [derived] {name} refers to '{ref}', which is not a variable, fixed or derived input"
             )
+    derived_order(spec, path)  # a derived value that needs itself is an error here
     for name in spec.objectives:
         if name not in columns:
             raise CommodelError(f"{path}: [objectives] unknown column '{name}'{suggest(name, columns)}")
+        if name in ev.words:
+            raise CommodelError(
+                f"{path}: [objectives] '{name}' holds words, not numbers: it cannot be minimized"
+            )
     for text in spec.study.constraints:
-        column = constraint_column(text)
+        column, op, value = constraint_parts(text)
         if column not in columns:
             raise CommodelError(
                 f"{path}: constraint '{text}': unknown column '{column}'{suggest(column, columns)}"
+            )
+        if column in ev.words and (op not in ("==", "!=") or _is_number(value)):
+            raise CommodelError(
+                f"{path}: constraint '{text}': '{column}' holds words: compare it with == or != and a name"
             )
     missing = [name for name in ev.needs if name not in given]
     if missing:
         raise CommodelError(
             f"{path}: evaluator '{ev.name}' needs {', '.join(missing)} (as a variable, fixed or derived value)"
         )
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _derived_references(spec: SweepSpec, path: Path | str = "") -> dict[str, set[str]]:
+    """The names each derived value's rule reads."""
+    return {
+        name: {rule.lookup}
+        if isinstance(rule, Lookup)
+        else expression_names(rule, f"{path}: [derived] {name}")
+        for name, rule in spec.derived.items()
+    }
+
+
+def derived_order(spec: SweepSpec, path: Path | str = "") -> list[str]:
+    """The derived values in an order that computes each after the derived values it reads (a
+    topological sort); one that reads itself, or a cycle of them, is an error naming it."""
+    refs = _derived_references(spec, path)
+    graph = {name: used & set(refs) for name, used in refs.items()}
+    try:
+        return list(TopologicalSorter(graph).static_order())
+    except CycleError as exc:
+        cycle = exc.args[1]
+        chain = " -> ".join(cycle) if len(cycle) > 2 else f"{cycle[0]} reads itself"
+        raise CommodelError(f"{path}: [derived] values that need each other: {chain}") from None

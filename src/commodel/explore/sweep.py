@@ -34,7 +34,7 @@ from commodel.explore.robust import robust_objectives
 from commodel.explore.sensitivity import study_sensitivity
 from commodel.explore.space import design_points
 from commodel.explore.spec import SweepSpec
-from commodel.io import atomic_path, write_text
+from commodel.io import atomic_path, output_folder, write_text
 
 #: What writes a sweep's reports from its results (the caller's choice, e.g.
 #: :func:`commodel.report.sweep_report.write_reports`): (folder, summary, front, plot sample). The
@@ -144,30 +144,32 @@ def check_size(spec: SweepSpec, max_points: int) -> None:
         )
 
 
+#: Files a sweep writes into its folder (summary.json records that it wrote them).
+OUTPUT_FILES = ("results.parquet", "results.csv", "pareto.csv", "report.md", "report.html", "pareto.png")
+
+
 def prepare_output(out: str | Path, spec: SweepSpec, force: bool = False) -> tuple[Path, bool]:
     """The output folder, made if missing (and whether it was made here). Refused: an empty name, a
-    path that is a file, an unwritable place, and a folder holding another specification's results
-    (its summary or interrupted chunks carry another spec hash) unless ``force``."""
+    path that is a file, an unwritable place (:func:`~commodel.io.output_folder`), and unless
+    ``force`` a folder holding another specification's results (its summary or interrupted chunks
+    carry another spec hash) or results no sweep recorded writing (no summary or chunk manifest)."""
     if not str(out).strip():
         raise CommodelError("the output folder (-o) needs a name")
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise CommodelError(f"{out} is a file, not an output folder; choose another -o")
-    held = _held_hash(out)
+    held = _held_hash(out) if out.is_dir() else None
     if held is not None and held != spec.digest() and not force:
         raise CommodelError(
             f"{out} holds the results of another specification (spec hash {held[:12]}, not {spec.digest()[:12]}); "
             "use another -o, or --force to replace them"
         )
+    unrecorded = [name for name in OUTPUT_FILES if (out / name).exists()] if held is None else []
+    if unrecorded and not force:
+        raise CommodelError(
+            f"{out} holds {', '.join(unrecorded)} that no sweep recorded writing (no summary.json); "
+            "use another -o, or --force to replace them"
+        )
     created = not out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.touch()
-        probe.unlink()
-    except OSError as exc:
-        raise CommodelError(f"cannot write to {out}: {exc.strerror or exc}") from None
-    return out, created
+    return output_folder(out), created
 
 
 def _held_hash(out: Path) -> str | None:

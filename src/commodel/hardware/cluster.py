@@ -139,6 +139,10 @@ def cluster(
             )
     if partition is not None:
         full = built.full_domain
+        if full <= built.gpus_per_node:
+            raise CommodelError(
+                f"{system}'s scale-up domain is one node: partitions cut a rack-scale domain (e.g. gb200-nvl72)"
+            )
         if partition < 1 or full % partition:
             raise CommodelError(
                 f"a partition of {partition} GPUs does not divide {system}'s {full}-GPU scale-up domain; "
@@ -184,5 +188,6 @@ def job_size(c: Cluster, gpus: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarra
             (gpus > per_node) & (np.mod(gpus, per_node) != 0),
             f"the GPUs do not fill whole {c.name} nodes of {per_node} GPUs",
         ),
+        (np.mod(gpus, nodes) != 0, "the GPUs do not spread evenly over the nodes"),
     ]
     return gpus, nodes, problems

@@ -150,10 +150,16 @@ def _merged(base: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
 def _overlay_tables(path: Path) -> dict[str, dict[str, tuple[dict[str, Any], str]]]:
     """An overlay's records as ``{kind: {name: (fields, where)}}``, from a file or a folder."""
     if path.is_dir():
-        return {
+        found = {
             kind: {p.stem: (read_toml(p), str(p)) for p in sorted((path / folder).glob("*.toml"))}
             for kind, folder in FOLDERS.items()
         }
+        if not any(found.values()):
+            raise CommodelError(
+                f"{path}: a hardware folder holds records in {', '.join(f + '/' for f in FOLDERS.values())}; "
+                "found none"
+            )
+        return found
     document = read_toml(path)
     folders = {folder: kind for kind, folder in FOLDERS.items()}
     for section in document:

@@ -16,7 +16,7 @@ Expected wall time per unit of work with a checkpoint every ``tau`` of work (Dal
 estimate of the optimum checkpoint interval for restart dumps", FGCS 2006, exponential failures):
 ``T_wall / T_work = (M / tau) e^{(R + P) / M} (e^{(tau + C) / M} - 1)``; goodput is its inverse. The
 interval is the given one, or Daly's optimum ``sqrt(2 C M) (1 + sqrt(C / 2M) / 3 + C / 18M) - C``
-(``M`` when ``C >= 2M``), at least ``P``.
+(``M`` when ``C >= 2M``), at least ``P``, in whole training steps (checkpoints fall between steps).
 """
 
 from __future__ import annotations
@@ -49,12 +49,14 @@ def goodput(
     pcie_Bps: ArrayLike,
     restart_s: ArrayLike,
     interval_s: ArrayLike = np.nan,
+    step_s: ArrayLike = 0.0,
 ) -> dict[str, np.ndarray]:
     """Goodput (work / wall time) and what sets it (module docstring): ``job_mtbf_s``,
     ``checkpoint_s`` (training stopped per checkpoint), ``interval_s`` (work between checkpoints).
     ``restart_s``: everything a failure costs before work resumes except reading the checkpoint.
     ``interval_s`` NaN: Daly's optimum. A rate of 0 means no failures: goodput 1 (less the
-    checkpoints, if an interval is given)."""
+    checkpoints, if an interval is given). ``step_s``: a training step; checkpoints fall between
+    steps, so the interval is a whole number of them (at least one)."""
     if mode not in CHECKPOINT_MODES:
         raise unknown("checkpoint mode", mode, CHECKPOINT_MODES)
     g = np.asarray(gpus, dtype=float)
@@ -67,6 +69,8 @@ def goodput(
     recover = np.asarray(restart_s, dtype=float) + write
     given = np.asarray(interval_s, dtype=float)
     tau = np.maximum(np.where(np.isnan(given), daly_interval(stop, mtbf), given), in_flight)
+    step = np.asarray(step_s, dtype=float)
+    tau = np.where(step > 0, np.maximum(np.ceil(tau / np.where(step > 0, step, 1.0) - 1e-9), 1) * step, tau)
     finite = np.isfinite(tau) & np.isfinite(mtbf)
     m = np.where(finite, mtbf, 1.0)
     t = np.where(finite, tau, 1.0)

@@ -26,7 +26,7 @@ from commodel.errors import CommodelError
 from commodel.hardware import cluster as make_cluster
 from commodel.hardware.cluster import Cluster
 from commodel.pricing.evaluator import Evaluator
-from commodel.pricing.job import SYSTEM, Choices, Job, Oversubscription, PodGpus
+from commodel.pricing.job import MAX_GPUS, MAX_NODES, SYSTEM, Choices, Job, Oversubscription, PodGpus
 from commodel.pricing.table import Columns, blank_outputs, groups, numbers, take
 
 
@@ -40,8 +40,8 @@ class CollectiveJob(Job):
     system: Annotated[str, SYSTEM] = Field(
         "dgx-h100", description="System (node) name from the hardware database."
     )
-    nodes: int = Field(1, ge=1, description="Nodes in the cluster.")
-    gpus: int | None = Field(None, ge=1, description="GPUs taking part (default: all of them).")
+    nodes: int = Field(1, ge=1, le=MAX_NODES, description="Nodes in the cluster.")
+    gpus: int | None = Field(None, ge=1, le=MAX_GPUS, description="GPUs taking part (default: all of them).")
     size_bytes: float = Field(gt=0, le=2**50, description="Bytes per call (nccl-tests' size).")
     algo: Annotated[str, Choices("algorithm", (*POLICIES, *ALGORITHMS))] = Field(
         "auto",
@@ -92,8 +92,13 @@ def cluster_and_fabric(job: Mapping[str, Any]) -> tuple[Cluster, Fabric]:
         job["system"], int(job["nodes"]), partition=_optional(job["partition"]),
         pod_gpus=_optional(job["pod_gpus"]), oversubscription=_real(job["oversubscription"]),
     )  # fmt: skip
+    per_process, gpus = int(job["gpus_per_process"]), _optional(job["gpus"]) or where.total_gpus
+    if gpus % per_process:
+        raise CommodelError(
+            f"--gpus-per-process {per_process} does not divide the {gpus} GPUs into processes (nccl-tests -g)"
+        )
     fab = fabric_of(where, sharp=bool(job["sharp"]), launch=job["launch"], nvls=bool(job["nvls"]),
-                    gpus_per_process=int(job["gpus_per_process"]))  # fmt: skip
+                    gpus_per_process=per_process)  # fmt: skip
     return where, fab
 
 
@@ -125,4 +130,5 @@ def collective() -> Evaluator:
         CollectiveJob,
         OUTPUTS,
         price_collectives,
+        text=("chosen", "problem"),
     )

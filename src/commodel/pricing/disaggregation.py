@@ -130,4 +130,5 @@ def disaggregation() -> Evaluator:
         PoolingJob,
         OUTPUTS,
         price_pooling,
+        text=("level",),
     )

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Evaluator:
     """A job kind's table pricing: ``job`` declares the inputs, ``price(columns)`` prices a table of
-    checked jobs into ``outputs`` (and the inputs it ``resolved``, such as gpus from nodes)."""
+    checked jobs into ``outputs`` (and the inputs it ``resolved``, such as gpus from nodes), of which
+    ``text`` are words, not numbers."""
 
     name: str
     description: str
@@ -36,6 +37,7 @@ class Evaluator:
     outputs: tuple[str, ...]
     price: Callable[[Columns], Columns]
     resolved: tuple[str, ...] = ()
+    text: tuple[str, ...] = ("problem",)
 
     @classmethod
     def row_by_row(
@@ -44,14 +46,18 @@ class Evaluator:
     ) -> Evaluator:  # fmt: skip
         """An evaluator that prices one job at a time (a simulation, a search): ``price_row(row)``
         gives a row's outputs (:func:`commodel.pricing.table.price_rows`)."""
-        return cls(
-            name, description, job, outputs, partial(price_rows, outputs=outputs, price=price_row, text=text)
-        )
+        price = partial(price_rows, outputs=outputs, price=price_row, text=text)
+        return cls(name, description, job, outputs, price, text=text)
 
     @property
     def inputs(self) -> dict[str, object]:
         """Every input with its default (``None``: required, or derived by the pricing)."""
         return self.job.inputs()
+
+    @property
+    def words(self) -> set[str]:
+        """The columns that hold words, not numbers: text inputs (names, choices) and text outputs."""
+        return {name for name, f in self.job.model_fields.items() if f.annotation is str} | set(self.text)
 
     @property
     def needs(self) -> tuple[str, ...]:

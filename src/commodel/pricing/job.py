@@ -26,6 +26,10 @@ from commodel.workloads.model_files import readable_model_file
 #: Largest global batch (sequences) and sequence length a job may state: beyond, products of them
 #: leave the range where float64 token counts are exact.
 MAX_GLOBAL_BATCH = 2**40
+#: The largest cluster a job may state (a cost that grows with the node count is bounded by it):
+#: ten times today's largest training clusters.
+MAX_NODES = 200_000
+MAX_GPUS = 8 * MAX_NODES
 MAX_SEQ = 2**25
 
 J = TypeVar("J", bound="Job")
@@ -81,9 +85,15 @@ SYSTEM = Choices("system", lambda: list(default_db().systems))
 LINK = Choices("link", lambda: list(default_db().links))
 
 
+#: The highest PUE taken: a facility drawing ten times its IT load is a typo, not a data center.
+MAX_PUE = 10.0
+
+
 def _at_least_one(value: float) -> float:
     if value < 1:
         raise ValueError(f"PUE is facility energy over IT energy, so at least 1; got {value}")
+    if value > MAX_PUE:
+        raise ValueError(f"PUE {value:g} is above {MAX_PUE:g}: facility energy over IT energy")
     return value
 
 

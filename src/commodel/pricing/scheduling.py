@@ -15,7 +15,7 @@ from pydantic import Field
 
 from commodel.ops.scheduling import POLICIES, approximate_waits, simulate_waits
 from commodel.pricing.evaluator import Evaluator
-from commodel.pricing.job import Choices, Job
+from commodel.pricing.job import MAX_NODES, Choices, Job
 from commodel.workloads.catalog import job_mix, job_mixes
 
 METHODS = ("approximation", "simulation")
@@ -28,7 +28,7 @@ class SchedulingJob(Job):
     job_mix: Annotated[str, Choices("job mix", job_mixes)] = Field(
         "hpc-cpu", description="Job mix (workloads/job_mixes/)."
     )
-    nodes: int = Field(100, ge=1, description="Nodes in the partition.")
+    nodes: int = Field(100, ge=1, le=MAX_NODES, description="Nodes in the partition.")
     load: float = Field(gt=0, lt=1, description="Offered load, a share of the node-exclusive capacity.")
     policy: Annotated[str, Choices("scheduling policy", POLICIES)] = Field(
         description="exclusive or tres (packing)."

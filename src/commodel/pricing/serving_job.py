@@ -11,7 +11,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from commodel.compute.precision import SERVING_RECIPES
 from commodel.hardware import default_db
-from commodel.pricing.job import MAX_GLOBAL_BATCH, MAX_SEQ, MODEL, Choices, Job, Pue, make_job
+from commodel.pricing.job import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ, MODEL, Choices, Job, Pue, make_job
 from commodel.workloads.serving import KV_DTYPES
 
 
@@ -38,7 +38,7 @@ class ServingJob(Job):
         description="System (node) name from the hardware database."
     )
     gpus: int | None = Field(
-        None, ge=1, description="Total GPUs, in replicas of tp x pp (default: one replica)."
+        None, ge=1, le=MAX_GPUS, description="Total GPUs, in replicas of tp x pp (default: one replica)."
     )
     tp: int = Field(1, ge=1, description="Tensor-parallel size of a replica.")
     pp: int = Field(1, ge=1, description="Pipeline-parallel size of a replica.")

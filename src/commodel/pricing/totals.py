@@ -34,11 +34,18 @@ JOB_OUTPUTS = (
 
 
 def _failures(
-    columns: Columns, rows: np.ndarray, net: Transformer, key: dict, gpus: np.ndarray, fleet: list
+    columns: Columns,
+    rows: np.ndarray,
+    net: Transformer,
+    key: dict,
+    gpus: np.ndarray,
+    fleet: list,
+    step_s: np.ndarray,
 ) -> dict[str, np.ndarray]:
     """Goodput of each row under its failure model or per-GPU MTBF (:mod:`commodel.ops.goodput`):
     the model state checkpointed, the storage bandwidth, each GPU's PCIe link for async snapshots,
-    and a restart that waits for a repair when a hardware failure finds no spare."""
+    and a restart that waits for a repair when a hardware failure finds no spare; checkpoints every
+    whole number of steps (``step_s``)."""
 
     def col(name: str) -> np.ndarray:
         return numbers(take(columns, name, rows))
@@ -54,7 +61,7 @@ def _failures(
     pcie = min(c.host_link_Bps for c, _ in fleet)
     return goodput(
         key["checkpoint"], rate, gpus, parameters(net)["total"] * STATE_BYTES_PER_PARAM,
-        col("storage_GBps") * 1e9, pcie, restart, 60 * col("checkpoint_interval_min"),
+        col("storage_GBps") * 1e9, pcie, restart, 60 * col("checkpoint_interval_min"), step_s,
     )  # fmt: skip
 
 
@@ -75,7 +82,7 @@ def job_totals(
     def col(name: str) -> np.ndarray:
         return numbers(take(columns, name, rows))
 
-    failures = _failures(columns, rows, net, key, gpus, fleet)
+    failures = _failures(columns, rows, net, key, gpus, fleet, result["step_time_s"])
     busy = result["compute_s"] / result["step_time_s"]
     it_power = sum(it_power_W(c, busy, n) for c, n in fleet)
     pue = col("pue")

@@ -70,6 +70,8 @@ STEP_OUTPUTS = (
     "cross_vendor_s",
 )
 OUTPUTS = (*STEP_OUTPUTS, *(f"{b}_s" for b in BREAKDOWN), *JOB_OUTPUTS, "problem", "valid")
+#: Outputs that are words: a row's problem, its recomputation in words, its stages' layers.
+TEXT_OUTPUTS = ("problem", "recompute_used", "stage_layers")
 #: Inputs the pricing resolves (gpus from nodes or nodes from gpus, dp from the GPUs).
 RESOLVED = ("gpus", "nodes", "dp")
 #: Layout sizes a job always states (the others may be unset: NaN, 0 in a layout).
@@ -157,9 +159,7 @@ def price_training(columns: Columns) -> Columns:
     """The ``training`` evaluator's pricing of a table of checked jobs held as columns: the output
     columns (:data:`OUTPUTS`), and the resolved ``gpus``, ``nodes`` and ``dp``."""
     rows = len(columns["model"])
-    out = Outputs(
-        rows, (*OUTPUTS, *RESOLVED), flags=("fits",), text=("problem", "recompute_used", "stage_layers")
-    )
+    out = Outputs(rows, (*OUTPUTS, *RESOLVED), flags=("fits",), text=TEXT_OUTPUTS)
     for key, group in groups(columns, [*TrainingJob.group_keys(), *NETWORK_TIERS]):
         _price_group(columns, key, group, out)
     return out.columns()
@@ -283,4 +283,5 @@ def training() -> Evaluator:
         OUTPUTS,
         price_training,
         RESOLVED,
+        TEXT_OUTPUTS,
     )

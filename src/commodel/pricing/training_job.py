@@ -18,6 +18,8 @@ from commodel.ops.goodput import CHECKPOINT_MODES
 from commodel.overlap import STRATEGIES
 from commodel.pricing.job import (
     MAX_GLOBAL_BATCH,
+    MAX_GPUS,
+    MAX_NODES,
     MAX_SEQ,
     MODEL,
     Choices,
@@ -71,6 +73,7 @@ class TrainingJob(Job):
     noun: ClassVar[str] = "training"
     together: ClassVar[tuple[str, ...]] = (
         "model", "pp", "pipeline_layout", "vpp", "mtp_layers", "ends_as_layers", "first_stage_layers", "last_stage_layers",
+        "failures", "mtbf_gpu_hours",
     )  # fmt: skip
 
     model: Annotated[str, MODEL] = Field(
@@ -80,8 +83,12 @@ class TrainingJob(Job):
         description="System (node) name from the hardware database, or node groups SYSTEM:NODES,... "
         "(pipeline stages across unlike nodes, e.g. mi300x-8:1,dgx-h100:1)."
     )
-    gpus: int | None = Field(None, ge=1, description="Total GPUs (default: nodes x GPUs per node).")
-    nodes: int | None = Field(None, ge=1, description="Nodes (default: just enough for the GPUs).")
+    gpus: int | None = Field(
+        None, ge=1, le=MAX_GPUS, description="Total GPUs (default: nodes x GPUs per node)."
+    )
+    nodes: int | None = Field(
+        None, ge=1, le=MAX_NODES, description="Nodes (default: just enough for the GPUs)."
+    )
     fabric: Annotated[str, Choices("scale-out fabric", _fabrics)] = Field(
         "", description="Scale-out fabric instead of the system's own (a link name)."
     )
@@ -294,6 +301,15 @@ class TrainingJob(Job):
     train_tokens: float = Field(
         1e12, gt=0, description="Tokens to train on (for time to train, energy, cost)."
     )
+
+    @model_validator(mode="after")
+    def _one_failure_rate(self) -> TrainingJob:
+        """A failure model states its own failure rates: a per-GPU MTBF beside it would be ignored."""
+        if self.failures and self.mtbf_gpu_hours is not None:
+            raise ValueError(
+                "give --failures or --mtbf-gpu-hours, not both (the failure model states its rates)"
+            )
+        return self
 
     @model_validator(mode="before")
     @classmethod

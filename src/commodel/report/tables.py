@@ -199,10 +199,20 @@ def iteration_text(iterations: list[dict]) -> str:
 def serving_table(result: dict) -> str:
     """A serving result for a person: the deployment, latency, throughput, memory, power and cost."""
     layout, fits = _layout_and_fit(result)
-    lines = [
+    head = (
         f"{result['model']} on {result['gpus']} GPU{'s' if result['gpus'] != 1 else ''} of {result['system']} "
         f"({result['replicas']} replica{'s' if result['replicas'] != 1 else ''} of {layout}), {result['dtype']} weights, "
-        f"{result['kv_dtype']} KV cache, {result['prompt']} prompt + {result['output']} output tokens",
+        f"{result['kv_dtype']} KV cache, {result['prompt']} prompt + {result['output']} output tokens"
+    )
+    memory = f"  memory per GPU   {result['memory_per_gpu_bytes'] / 2**30:.1f} GiB ({fits}): " + ", ".join(
+        f"{name.replace('_', ' ')} {result[f'memory_{name}_bytes'] / 2**30:.1f}"
+        for name in ("weights", "activations", "kv_cache", "reserved")
+    )
+    if not result["max_batch"]:  # not one request fits beside the weights: nothing to time
+        lines = [head, "  no request fits beside the weights: no latency or throughput", memory]
+        return "\n".join(lines + [f"  note: {note}" for note in result.get("notes", [])])
+    lines = [
+        head,
         f"  in flight        {result['batch_in_flight']} requests per replica (at most {result['max_batch']})",
         f"  first token      {1e3 * result['ttft_s']:.4g} ms once scheduled, at {result['batch_in_flight']} in flight"
         + (
@@ -213,11 +223,7 @@ def serving_table(result: dict) -> str:
         f"  per output token {1e3 * result['tpot_s']:.4g} ms at {result['batch_in_flight']} in flight",
         f"  throughput       {result['output_tokens_per_s']:,.0f} output tokens/s "
         f"({result['output_tokens_per_s_per_gpu']:,.0f} per GPU), {result['requests_per_s']:.3g} requests/s",
-        f"  memory per GPU   {result['memory_per_gpu_bytes'] / 2**30:.1f} GiB ({fits}): "
-        + ", ".join(
-            f"{name.replace('_', ' ')} {result[f'memory_{name}_bytes'] / 2**30:.1f}"
-            for name in ("weights", "activations", "kv_cache", "reserved")
-        ),
+        memory,
         f"  time shares      {100 * result['comm_share']:.1f}% communication, {100 * result['host_share']:.1f}% host",
         *_offload_lines(result),
         f"  power            {result['gpu_power_W']:.0f} W per GPU, {format_quantity(1e3 * result['power_kW'], 'power')} facility",
