@@ -61,6 +61,14 @@ CASES = (
        ["model", "show", "llama3-8b", "--seq", "0"]]
     + [["train", "--model", "llama3-8b", "--system", "dgx-h100", "--micro-batch", v] for v in ("x", "0", "1.5", "-2", "maxx")]
     + [["compare", "--a", "tp=8,tp=4", "--b", "tp=2"], ["compare", "--a", "tp=8", "--b", "pp=2,pp=2"]]
+    + [[*TRAIN, option, value] for option in ("--mtbf-gpu-hours", "--storage-GBps", "--restart-min", "--repair-hours",
+                                              "--checkpoint-interval-min", "--expert-load", "--oversubscription")
+       for value in REALS]
+    + [[*TRAIN, "--pod-gpus", value] for value in COUNTS]
+    + [[*SERVE, option, value] for option in ("--slo-ttft", "--slo-tpot", "--kv-fraction", "--prompt-cv",
+                                              "--output-cv", "--pue", "--price-per-gpu-hour") for value in REALS]
+    + [[*COLLECTIVE, "--pod-gpus", value] for value in COUNTS]
+    + [[*COLLECTIVE, "--oversubscription", value] for value in REALS]
     + [["collective", "allreduce", "--system", "dgx-h100", "--nodes", "99999999999", "--size", "1MiB"],
        ["collective", "allreduce", "--system", "dgx-h100", "--partition", "4", "--size", "1MiB"],
        ["collective", "allreduce", "--system", "dgx-h100", "--gpus-per-process", "3", "--size", "1MiB"],
@@ -78,8 +86,8 @@ CASES = (
 )  # fmt: skip
 
 
-def test_there_are_more_than_150_cases():
-    assert len(CASES) >= 150
+def test_there_are_at_least_300_cases():
+    assert len(CASES) + len(FILE_CASES) >= 300
 
 
 #: Files a user may hand over by mistake, by name: (content, or a kind of non-regular file).

@@ -162,3 +162,80 @@ def test_any_serving_job_prices_or_is_one_commodel_error(name, system, tp, pp, p
         assert result["output_tokens_per_s"] is None and not result["fits"]
     else:
         assert result["output_tokens_per_s"] > 0
+
+
+#: Lines of real nccl-tests output (all_reduce_perf on 8 GPUs), which the fuzzer mixes, drops and mangles.
+LOG_LINES = [
+    "# nccl-tests version 2.13.10 nccl-headers=22304 nccl-library=22304",
+    "# Collective test starting: all_reduce_perf",
+    "# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 "
+    "validation: 1 graph: 0",
+    "#  Rank  0 Group  0 Pid  12345 on   node-a device  0 [0x18] NVIDIA H100 80GB HBM3",
+    "#  Rank  1 Group  0 Pid  12346 on   node-a device  1 [0x2a] NVIDIA H100 80GB HBM3",
+    "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
+    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)",
+    "           8             2     float     sum      -1    38.25    0.00    0.00      0    36.86    0.00    0.00      0",
+    "     1048576        262144     float     sum      -1    44.10   23.78   41.61      0    43.90   23.89   41.80      0",
+    "  1073741824     268435456     float     sum      -1   4380.2  245.13  428.98      0   4378.1  245.25  429.19      0",
+    "# Out of bounds values : 0 OK",
+    "# Avg bus bandwidth    : 123.4",
+]
+LOG_FRAGMENTS = st.one_of(
+    st.sampled_from(LOG_LINES),
+    st.text(max_size=60),
+    st.builds(lambda line, cut: line[:cut], st.sampled_from(LOG_LINES), st.integers(0, 120)),
+    st.builds(lambda line, old, new: line.replace(old, new), st.sampled_from(LOG_LINES),
+              st.sampled_from(["float", "sum", "-1", "38.25", "0", "#", "size"]),
+              st.sampled_from(["half", "none", "3", "nan", "-5", "", "x", "inf"])),
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(LOG_FRAGMENTS, max_size=14), st.sampled_from(["all_reduce_perf.log", "run.txt", "x.log"]))
+@example(LOG_LINES, "run.txt")
+def test_any_nccl_tests_log_reads_or_is_one_commodel_error(tmp_path_factory, lines, name):
+    from commodel.comm.nccl_tests import read
+
+    path = tmp_path_factory.mktemp("log") / name
+    path.write_text("\n".join(lines) + "\n")
+    try:
+        log = read(path)
+    except CommodelError as exc:
+        assert str(exc).strip() and "\n" not in str(exc).strip()
+        return
+    assert len(log.rows) > 0 and (log.rows.time_s > 0).all() and log.op
+
+
+HF_KEYS = ["model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+           "num_key_value_heads", "vocab_size", "max_position_embeddings", "head_dim", "tie_word_embeddings",
+           "num_experts", "num_experts_per_tok", "moe_intermediate_size", "n_routed_experts", "num_local_experts",
+           "first_k_dense_replace", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim"]  # fmt: skip
+HF_VALUES = st.one_of(
+    st.integers(-4, 1 << 20), st.floats(allow_nan=True, allow_infinity=True), st.booleans(), st.none(),
+    st.sampled_from(["llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "deepseek_v3", "gpt_oss", "bert", ""]),
+    st.lists(st.integers(0, 8), max_size=3),
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.dictionaries(st.sampled_from(HF_KEYS), HF_VALUES, max_size=len(HF_KEYS)), st.booleans())
+def test_any_model_config_loads_or_is_one_commodel_error(tmp_path_factory, config, from_real):
+    """A Hugging Face config.json, a real one with fields overwritten or a random one: a model with
+    positive sizes, or one CommodelError naming the file."""
+    import json
+
+    from commodel.workloads.model_files import load_model_file
+
+    base = (
+        json.loads((Path(__file__).parent / "data" / "hf" / "qwen3-30b-a3b.json").read_text())
+        if from_real
+        else {}
+    )
+    path = tmp_path_factory.mktemp("model") / "config.json"
+    path.write_text(json.dumps({**base, **config}))
+    try:
+        model = load_model_file(path)
+    except CommodelError as exc:
+        assert str(path) in str(exc) and "\n" not in str(exc).strip()
+        return
+    assert model.layers >= 1 and model.hidden >= 1 and model.vocab >= 1

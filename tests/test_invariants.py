@@ -1,5 +1,6 @@
 """Physical invariants of every answer: stages hold the model's layers, one rank moves nothing."""
 
+import numpy as np
 import pytest
 
 from commodel.comm.calls import run
@@ -52,3 +53,107 @@ def test_checkpoints_fall_between_steps_and_never_closer_than_their_write(storag
     write = state / (storage * 1e9)  # the state, to storage in the background
     assert interval >= max(step, write) * (1 - 1e-9)
     assert interval / step == pytest.approx(round(interval / step), abs=1e-6)
+
+
+JOBS = 5000
+
+
+def _random_training_jobs(rng):
+    import pandas as pd
+
+    return pd.DataFrame({
+        "model": rng.choice(["llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b", "deepseek-v3", "qwen3-30b-a3b"], JOBS),
+        "system": rng.choice(["dgx-h100", "dgx-b200", "gb200-nvl72", "mi300x-8", "dgx-a100"], JOBS),
+        "gpus": rng.choice([8, 16, 64, 256, 1024], JOBS), "tp": rng.choice([1, 2, 4, 8], JOBS),
+        "pp": rng.choice([1, 2, 3, 4, 6, 8, 16], JOBS), "global_batch": rng.choice([64, 256, 1024], JOBS),
+        "micro_batch": rng.choice([1, 2], JOBS), "zero": rng.choice([0, 1, 3], JOBS),
+        "recompute": rng.choice(["none", "full", "auto"], JOBS),
+        "failures": rng.choice(["", "llama3-h100"], JOBS), "checkpoint": rng.choice(["sync", "async"], JOBS),
+        "storage_GBps": rng.choice([50.0, 2000.0, 50_000.0], JOBS),
+    })  # fmt: skip
+
+
+def test_every_valid_training_job_holds_the_physical_invariants():
+    """Over 5,000 random jobs: stages hold the model's layers, GPU power lies between idle and TDP,
+    and checkpoints fall a whole number of steps apart, no closer than their write."""
+    from commodel.hardware.loader import default_db
+    from commodel.ops.goodput import STATE_BYTES_PER_PARAM
+    from commodel.pricing.evaluator import evaluator
+    from commodel.workloads.catalog import model
+    from commodel.workloads.transformer import parameters
+
+    rng = np.random.default_rng(11)
+    result = evaluator("training")(_random_training_jobs(rng))
+    valid = result[result.valid]
+    assert len(valid) > 1000
+    layers = valid.model.map(lambda name: model(name).layers)
+    stages = valid.stage_layers.map(lambda text: sum(int(n) for n in text.split(",")) if text else 0)
+    piped = valid.pp > 1
+    assert (stages[piped] == layers[piped]).all() and (valid.stage_layers[~piped] == "").all()
+    gpus = {name: default_db().gpu(default_db().system(name).gpu) for name in valid.system.unique()}
+    idle = valid.system.map({s: g.idle_power.value for s, g in gpus.items()})
+    tdp = valid.system.map({s: g.tdp.value for s, g in gpus.items()})
+    assert ((valid.gpu_power_W >= idle - 1e-9) & (valid.gpu_power_W <= tdp + 1e-9)).all()
+    failing = valid[valid.failures != ""]
+    state = failing.model.map(lambda name: parameters(model(name))["total"] * STATE_BYTES_PER_PARAM)
+    interval = 60 * failing.checkpoint_interval_min
+    steps = interval / failing.step_time_s
+    assert (steps >= 1 - 1e-9).all() and np.allclose(steps, np.round(steps), atol=1e-6)
+    assert (interval >= state / (failing.storage_GBps * 1e9) * (1 - 1e-9))[
+        failing.checkpoint == "async"
+    ].all()
+
+
+def test_every_serving_job_holds_the_physical_invariants():
+    """Over 5,000 random deployments: power between idle and TDP; a deployment where not one request
+    fits does not fit."""
+    import pandas as pd
+
+    from commodel.hardware.loader import default_db
+    from commodel.pricing.evaluator import evaluator
+
+    rng = np.random.default_rng(12)
+    jobs = pd.DataFrame({
+        "model": rng.choice(["llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b", "qwen3-30b-a3b"], JOBS),
+        "system": rng.choice(["dgx-h100", "dgx-b200", "dgx-a100", "mi300x-8"], JOBS),
+        "tp": rng.choice([1, 2, 4, 8], JOBS), "prompt": rng.choice([128, 1024, 8192], JOBS),
+        "output": rng.choice([1, 128, 2048], JOBS), "dtype": rng.choice(["bf16", "fp8"], JOBS),
+    })  # fmt: skip
+    result = evaluator("serving")(jobs)
+    valid = result[result.valid]
+    assert len(valid) > 1000
+    gpus = {name: default_db().gpu(default_db().system(name).gpu) for name in valid.system.unique()}
+    idle = valid.system.map({s: g.idle_power.value for s, g in gpus.items()})
+    tdp = valid.system.map({s: g.tdp.value for s, g in gpus.items()})
+    assert ((valid.gpu_power_W >= idle - 1e-9) & (valid.gpu_power_W <= tdp + 1e-9)).all()
+    assert (~valid.fits[valid.max_batch == 0]).all()
+
+
+def test_every_collective_path_takes_longer_as_its_message_grows_and_one_rank_takes_nothing():
+    """Over 5,000 random calls (systems, collectives, node and GPU counts, pods, every algorithm and
+    protocol that runs there): a path's time never falls as the message doubles, and a call over one
+    GPU takes 0 s by no algorithm. (NCCL's own choice may: its tuner does not see the channels it
+    cuts for small messages, so it can pick ring LL where LL128 on twice the bytes is faster.)"""
+    from commodel.comm.collectives import candidates, pair_time
+    from commodel.comm.fabric import fabric_of
+
+    rng = np.random.default_rng(13)
+    sizes = 2.0 ** np.arange(3, 35)
+    calls = 0
+    while calls < JOBS:
+        system = str(rng.choice(["dgx-h100", "dgx-b200", "dgx-a100", "mi300x-8", "gb200-nvl72", "a3-mega"]))
+        op = str(rng.choice(["allreduce", "allgather", "reducescatter", "broadcast", "alltoall"]))
+        nodes = int(rng.choice([1, 2, 4, 16]))
+        where = cluster(system, nodes, oversubscription=float(rng.choice([1, 4])))
+        gpus = int(rng.choice([1, where.total_gpus])) if nodes == 1 else where.total_gpus
+        frame = run(op, where, sizes, gpus)
+        if gpus == 1:
+            assert (frame.time_s == 0).all() and (frame.algo == "none").all()
+            calls += len(sizes)
+            continue
+        fab, domains = fabric_of(where), frame.domains.iloc[0]
+        for algo, protocol in candidates(op, fab):
+            time = pair_time(op, algo, protocol, sizes, gpus, domains, fab)[0]
+            finite = time[np.isfinite(time)]
+            assert (np.diff(finite) >= -1e-12 * finite[1:]).all(), (system, op, nodes, algo, protocol)
+            calls += len(sizes)

@@ -340,3 +340,49 @@ def test_a_mechanism_one_system_cannot_run_marks_its_rows_and_prices_the_rest():
     assert list(table["valid"]) == [False, True]
     assert "cais needs a switch that reduces in the network" in table["problem"][0]
     assert np.isfinite(float(table["step_time_s"][1]))
+
+
+def test_a_second_writer_is_refused_while_the_first_lives_and_takes_over_from_a_dead_one(tmp_path):
+    import subprocess
+
+    from commodel.io import LOCK_FILE
+
+    spec = load_spec(write_spec(tmp_path))
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen(["sleep", "30"])
+    try:
+        (out / LOCK_FILE).write_text(str(holder.pid))
+        with pytest.raises(CommodelError, match=rf"another sweep \(process {holder.pid}\) is writing"):
+            run_sweep(spec, out, progress=False)
+    finally:
+        holder.kill()
+        holder.wait()
+    run_sweep(spec, out, progress=False)  # its writer is gone: the lock is taken over
+    assert (out / "summary.json").is_file() and not (out / LOCK_FILE).exists()
+
+
+@pytest.mark.parametrize("damage", [b"", b"PAR1 not really parquet"])
+def test_resume_recomputes_a_damaged_chunk_and_says_so(tmp_path, monkeypatch, damage):
+    spec = load_spec(write_spec(tmp_path))
+    run_sweep(spec, tmp_path / "whole", progress=False)
+    real = sweep_module.evaluate_chunk
+
+    def dies_at_chunk_3(spec_json, index):
+        if index == 3:
+            raise KeyboardInterrupt
+        return real(spec_json, index)
+
+    monkeypatch.setattr(sweep_module, "evaluate_chunk", dies_at_chunk_3)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(spec, tmp_path / "resumed", progress=False)
+    (tmp_path / "resumed" / ".chunks" / "000001.parquet").write_bytes(damage)
+    calls = []
+    monkeypatch.setattr(sweep_module, "evaluate_chunk", lambda s, i: calls.append(i) or real(s, i))
+    with pytest.warns(UserWarning, match="chunk 000001.parquet is damaged"):
+        run_sweep(spec, tmp_path / "resumed", resume=True, progress=False)
+    assert 1 in calls and 0 not in calls
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(tmp_path / "whole" / "results.parquet"),
+        pd.read_parquet(tmp_path / "resumed" / "results.parquet"),
+    )

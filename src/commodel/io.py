@@ -93,6 +93,53 @@ def output_folder(out: str | Path) -> Path:
     return out
 
 
+#: The file a writer holds in its output folder while it writes there (:func:`writer_lock`).
+LOCK_FILE = ".lock"
+
+
+@contextmanager
+def writer_lock(out: Path) -> Iterator[None]:
+    """Hold ``out/.lock`` (holding this process's id) while a writer (a sweep) writes ``out``: a second writer is
+    refused while the holder lives; a lock its dead holder left is taken over. (Process ids are
+    checked on this machine only: writers on two hosts sharing a folder are not told apart.)"""
+    lock = out / LOCK_FILE
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = _lock_holder(lock)
+            if holder is not None and _alive(holder):
+                raise CommodelError(
+                    f"{out}: another sweep (process {holder}) is writing this folder; wait for it, or use another -o"
+                ) from None
+            lock.unlink(missing_ok=True)  # its writer died: take the folder over
+            continue
+        with os.fdopen(fd, "w") as handle:
+            handle.write(str(os.getpid()))
+        break
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _lock_holder(lock: Path) -> int | None:
+    try:
+        return int(lock.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically."""
     with atomic_path(path) as tmp:

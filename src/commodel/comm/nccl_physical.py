@@ -64,7 +64,14 @@ def _tree_traffic(nodes: np.ndarray) -> np.ndarray:
 
 
 def bandwidth_time(
-    op: str, algo: str, proto: str, n: np.ndarray, p: np.ndarray, nodes: np.ndarray, fab: Fabric
+    op: str,
+    algo: str,
+    proto: str,
+    n: np.ndarray,
+    p: np.ndarray,
+    nodes: np.ndarray,
+    fab: Fabric,
+    ll_cap: bool = True,
 ) -> np.ndarray:
     """Seconds the bytes take with every default channel running: the busiest resource's load over
     its achievable bandwidth.
@@ -76,7 +83,8 @@ def bandwidth_time(
     NVLS (multimem): ``n (1 + 1/g) / B_nvls`` for allreduce (a GPU receives its reduced share and
     every multicast store), ``n (g-1)/g / B_nvls`` for allgather and reducescatter. NVLS-tree:
     ``max(NVLS, F(N) n / B_net)`` and at most NCCL's per-channel NVLS-tree cap. CollNet (the network
-    reduces): ``max(2 n (g-1)/g / B_up, n / B_net)``. PAT: as ring across domains. ``B_net`` is the
+    reduces): ``max(2 n (g-1)/g / B_up, n / B_net)``. PAT: as ring across domains. ``ll_cap=False``
+    leaves out NCCL's LL cap (llMaxBw), a bound on the whole call's LL throughput, not on one hop. ``B_net`` is the
     domain's NICs at their share above the pods (:meth:`~commodel.comm.fabric.Fabric.pod_share`).
     """
     g = p / nodes
@@ -87,7 +95,8 @@ def bandwidth_time(
         traffic = {"allreduce": 2 * (p - 1) / p, "allgather": (p - 1) / p, "reducescatter": (p - 1) / p}
         bw = np.minimum(up, net)
         if proto == "ll":
-            bw = np.minimum(bw * (0.25 if reduces else 1 / 3), ll_max_GBps(fab, nodes) * 1e9)
+            bw = bw * (0.25 if reduces else 1 / 3)
+            bw = np.minimum(bw, ll_max_GBps(fab, nodes) * 1e9) if ll_cap else bw
         elif proto == "ll128":
             bw = bw * (tables.LL128_USEFUL if fab.nvidia else tables.RCCL_LL128_USEFUL)
         return traffic.get(op, 1.0) * n / bw
@@ -96,7 +105,7 @@ def bandwidth_time(
         across = np.where(nodes > 1, _tree_traffic(nodes) * n / net, 0.0)
         t = np.maximum(chain, across)
         if proto == "ll":
-            return np.maximum(t * 3.8, 2 * n / (ll_max_GBps(fab, nodes) * 1e9))
+            return np.maximum(t * 3.8, 2 * n / (ll_max_GBps(fab, nodes) * 1e9)) if ll_cap else t * 3.8
         if proto == "ll128":
             return t / np.where(nodes == 1, 7 / 9, 120 / 128)
         return t
@@ -135,7 +144,7 @@ def chunk_bytes(
     """Bytes one channel moves per pipeline step (digest 4.2-4.3), at most its share of the message.
 
     ring: LL 32 KiB, LL128 576,000 B, Simple 512 KiB x chunkSteps (4 for allreduce, allgather and
-    reducescatter); tree: 512 KiB Simple; NVLS: 128 KiB shrinking to 64, 32, 16 KiB below 64, 8, 2 x
+    reducescatter); tree: 512 KiB Simple, LL128 shrunk for small messages (:func:`_tree_ll128_chunk`); NVLS: 128 KiB shrinking to 64, 32, 16 KiB below 64, 8, 2 x
     (channels x heads x chunk) bytes; NVLS-tree: 256 KiB shrinking to 128, 64, 32 KiB below 32, 16,
     4, 1 x (channels x heads x chunk)."""
     heads = g
@@ -154,8 +163,24 @@ def chunk_bytes(
             else tables.SIMPLE_STEP_BYTES * tables.SIMPLE_CHUNK_STEPS.get(op, 1)
         )
         chunk = np.full(np.shape(n), by_proto.get(proto, simple), dtype=float)
+        if algo == "tree" and proto == "ll128":
+            chunk = _tree_ll128_chunk(chunk, n, g, nodes, channels)
         share = n / (channels * (g * nodes if algo == "ring" else 1))
     return np.maximum(np.minimum(chunk, share), 1.0)
+
+
+def _tree_ll128_chunk(
+    chunk: np.ndarray, n: np.ndarray, ppn: np.ndarray, nodes: np.ndarray, channels: np.ndarray
+) -> np.ndarray:
+    """NCCL's tree LL128 chunk for small messages (``calcCollChunking``, digest 4.3): with ``s = 1 +
+    floor(lg N) + 0.1 ppn``, halve while ``n / (nc chunk) < 64 s / ppn`` and the chunk is above 128 KiB,
+    then while that ratio is below ``16 s / ppn`` and the chunk above 32 KiB."""
+    s = 1 + np.floor(np.log2(np.maximum(nodes, 1))) + 0.1 * ppn
+    for factor, floor in ((64, 128 * 1024), (16, 32 * 1024)):
+        for _ in range(8):  # at most 8 halvings from 576,000 B
+            shrink = (n / (channels * chunk) < factor * s / ppn) & (chunk > floor)
+            chunk = np.where(shrink, chunk / 2, chunk)
+    return chunk
 
 
 def pipeline_fill(
@@ -164,7 +189,8 @@ def pipeline_fill(
     """Time before a chunk pipeline reaches its steady state, in seconds.
 
     The first chunk crosses every stage before the last stage starts: ``stages x chunk / rate`` with
-    ``rate`` one channel's bytes/s. Tree: down a chain of g GPUs and lg N tree levels and back up,
+    ``rate`` one channel's bytes/s through a hop (its links' rate: NCCL's LL cap bounds the whole
+    call's throughput, not a hop). Tree: down a chain of g GPUs and lg N tree levels and back up,
     ``2 ((g-1) + ceil(lg N))`` stages. NVLS: a step of g heads' chunks through scatter, multimem
     reduce and gather, 2 extra steps of ``g x chunk``; NVLS-tree adds the tree's ``2 ceil(lg N)``.
     A ring has none: every rank sends from the first step on.
@@ -203,7 +229,13 @@ def physical_time(
         full = bandwidth_time(op, algo, proto, n, p, nodes, fab)
         moving = full * default / np.minimum(used, default)
         chunk = chunk_bytes(op, algo, proto, n, g, nodes, used)
-        rate = n / (moving * used)  # one channel's share of the message per second
+        # One channel's bytes per second through one hop: the links' rate, not the LL cap on the whole call.
+        hop = (
+            bandwidth_time(op, algo, proto, n, p, nodes, fab, ll_cap=False)
+            * default
+            / np.minimum(used, default)
+        )
+        rate = n / (hop * used)
         fill = pipeline_fill(algo, n, g, nodes, chunk, rate)
     kernel = latency(op, algo, proto, p, nodes, fab, measured=True) + fill + moving
     return fab.call_time(kernel), np.floor(used), chunk

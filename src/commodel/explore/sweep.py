@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from commodel.explore.robust import robust_objectives
 from commodel.explore.sensitivity import study_sensitivity
 from commodel.explore.space import design_points
 from commodel.explore.spec import SweepSpec
-from commodel.io import atomic_path, output_folder, write_text
+from commodel.io import atomic_path, output_folder, write_text, writer_lock
 
 #: What writes a sweep's reports from its results (the caller's choice, e.g.
 #: :func:`commodel.report.sweep_report.write_reports`): (folder, summary, front, plot sample). The
@@ -117,7 +118,8 @@ def run_sweep(
     check_size(spec, max_points)
     out, created = prepare_output(out, spec, force)
     try:
-        return _run(spec, out, started, resume, executor, scheduler, write_csv, progress, reporter)
+        with writer_lock(out):
+            return _run(spec, out, started, resume, executor, scheduler, write_csv, progress, reporter)
     except CommodelError:
         if created:  # a sweep that failed on its input leaves nothing behind (an interrupted one keeps
             shutil.rmtree(out, ignore_errors=True)  # its finished chunks for --resume)
@@ -228,15 +230,38 @@ def _sensitivity(spec: SweepSpec, out: Path, executor: str, scheduler: str | Non
 
 
 def _resumable(chunks: Path, spec: SweepSpec, n: int) -> set[int]:
+    """The chunks an interrupted run finished, each checked (a readable Parquet file with the
+    specification's objective columns); a bad one is deleted, to be computed again, and named."""
     manifest = chunks / "manifest.json"
     if not manifest.is_file():
         return set()
-    recorded = json.loads(manifest.read_text())
+    try:
+        recorded = json.loads(manifest.read_text())
+    except ValueError:
+        recorded = {}
     if recorded.get("spec_hash") != spec.digest():
         raise CommodelError(
             f"{chunks.parent}: cannot resume, the specification changed since the interrupted run"
         )
-    return {int(p.stem) for p in chunks.glob("[0-9]*.parquet") if int(p.stem) < n}
+    done = set()
+    for path in sorted(chunks.glob("[0-9]*.parquet")):
+        if not path.stem.isdigit() or int(path.stem) >= n:
+            continue
+        if _sound_chunk(path, spec):
+            done.add(int(path.stem))
+        else:
+            warnings.warn(f"chunk {path.name} is damaged: computing it again", stacklevel=2)
+            path.unlink(missing_ok=True)
+    return done
+
+
+def _sound_chunk(path: Path, spec: SweepSpec) -> bool:
+    """Whether ``path`` is a readable Parquet chunk holding the specification's objectives."""
+    try:
+        names = set(pq.ParquetFile(path).schema_arrow.names)
+    except Exception:  # any unreadable file is a damaged chunk
+        return False
+    return set(spec.objectives) <= names
 
 
 class _ChunkProgress:

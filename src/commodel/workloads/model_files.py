@@ -84,6 +84,30 @@ def _load(path: str, mtime_ns: int, size: int) -> Transformer:
     return validate_record(from_hf_config(config, path), Transformer, path)
 
 
+#: The config fields read as counts: each, where present (and not null), must be a whole number.
+WHOLE_FIELDS = (
+    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "vocab_size", "max_position_embeddings", "initial_context_length", "head_dim", "num_experts",
+    "num_local_experts", "n_routed_experts", "num_experts_per_tok", "experts_per_token", "moe_intermediate_size",
+    "n_shared_experts", "first_k_dense_replace", "n_group", "topk_group", "q_lora_rank", "kv_lora_rank",
+    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "sliding_window",
+)  # fmt: skip
+
+
+def _check_types(config: dict[str, Any], where: str) -> None:
+    """Counts that are whole numbers and tables that are tables, or an error naming the field."""
+    for name in WHOLE_FIELDS:
+        value = config.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise CommodelError(f"{where}: '{name}' must be a whole number, got {value!r}")
+    for name in ("rope_scaling",):
+        if config.get(name) is not None and not isinstance(config[name], dict):
+            raise CommodelError(f"{where}: '{name}' must be a JSON object, got {config[name]!r}")
+    for name in ("layer_types", "mlp_only_layers"):
+        if config.get(name) is not None and not isinstance(config[name], list):
+            raise CommodelError(f"{where}: '{name}' must be a list, got {config[name]!r}")
+
+
 def _field(config: dict[str, Any], where: str, *names: str) -> Any:
     """The first of ``names`` the config has, or an error naming them."""
     for name in names:
@@ -110,6 +134,7 @@ def from_hf_config(config: dict[str, Any], where: str = "config.json") -> dict[s
         raise CommodelError(
             f"{where}: model_type {kind!r} is not one commodel translates; supported: {', '.join(ARCHITECTURES)}"
         )
+    _check_types(config, where)
     heads = int(_field(config, where, "num_attention_heads"))
     hidden = int(_field(config, where, "hidden_size"))
     record: dict[str, Any] = {
