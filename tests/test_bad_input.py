@@ -108,6 +108,11 @@ BAD_FILES = {
     "escaping-name.toml": "[study]\nname='../up'\nevaluate='training'\n[fixed]\nmodel='llama3-8b'\nsystem='dgx-h100'\n"
     "[variables]\ntp={choice=[1,2]}\n[objectives]\nstep_time_s='min'\n",
     "infinite-count.toml": "[systems.dgx-h100]\ngpus_per_node = { value = inf, source = 'x' }\n",
+    "idle-above-tdp.toml": "[gpus.h100-sxm]\nidle_power = { value = '900 W', source = 'x' }\n",
+    "nan-constraint.toml": "[study]\nname='x'\nevaluate='training'\nconstraints=['mfu >= nan']\n[fixed]\n"
+    "model='llama3-8b'\nsystem='dgx-h100'\n[variables]\ntp={choice=[1,2]}\n[objectives]\nstep_time_s='min'\n",
+    "all-invalid.toml": "[study]\nname='x'\nevaluate='training'\n[fixed]\nmodel='llama3-8b'\nsystem='dgx-h100'\n"
+    "[variables]\ntp={choice=[3,5]}\n[objectives]\nstep_time_s='min'\n",
     "folder.toml": "folder",
     "fifo.toml": "fifo",
     "empty-hardware-folder": "folder",
@@ -146,6 +151,8 @@ FILE_CASES = [
     ["sensitivity", "studies/default/study.toml", "--samples", "8", "-o", "{a-file}"],
     ["calibrate", "nccl-tests", "{fifo.toml}", "--system", "dgx-h100", "-o", "{out}/c.toml"],
     ["train", "--model", "{binary.toml}", "--system", "dgx-h100"],
+    ["--hardware", "{idle-above-tdp.toml}", "hw", "list"], ["sweep", "{nan-constraint.toml}", "-o", "{out}"],
+    ["roofline", "gemm", "--m", "100000000000000000000"], ["sweep", "{all-invalid.toml}", "-o", "{out}"],
 ]  # fmt: skip
 
 

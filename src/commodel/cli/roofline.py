@@ -14,13 +14,16 @@ from commodel.compute.roofline import gemm_summary
 from commodel.hardware import default_db
 from commodel.report.tables import gemm_text
 
+#: The largest GEMM dimension taken (2^31: a 32-bit index, as cuBLAS takes it).
+MAX_DIM = 2**31
+
 
 @roofline_app.command("gemm")
 def roofline_gemm(
     gpu: Annotated[str, typer.Option(help="GPU name from the hardware database.")] = "h100-sxm",
-    m: Annotated[int, typer.Option(help="Rows of A and C.")] = 8192,
-    n: Annotated[int, typer.Option(help="Columns of B and C.")] = 8192,
-    k: Annotated[int, typer.Option(help="Inner dimension.")] = 8192,
+    m: Annotated[int, typer.Option(min=1, max=MAX_DIM, help="Rows of A and C.")] = 8192,
+    n: Annotated[int, typer.Option(min=1, max=MAX_DIM, help="Columns of B and C.")] = 8192,
+    k: Annotated[int, typer.Option(min=1, max=MAX_DIM, help="Inner dimension.")] = 8192,
     dtype: Annotated[str, typer.Option(help="fp32, tf32, bf16, fp16, fp8.")] = "bf16",
     as_json: JsonFlag = False,
 ) -> None:

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from commodel.cli.root import ExecutorOption, SchedulerOption, app, check_scheduler
+from commodel.errors import CommodelError
 from commodel.explore.evaluation import commonest_problem
 from commodel.explore.spec import load_spec
 from commodel.explore.sweep import MAX_POINTS, run_sweep
@@ -65,12 +66,10 @@ def sweep(
         f"{summary['study']}: {summary['points']:,} points, {summary['valid']:,} valid, {summary['feasible']:,} feasible, "
         f"{summary['pareto']:,} Pareto-optimal, hypervolume {summary['hypervolume']:.4f}, {summary['elapsed_s']:.1f} s -> {out}/"
     )
-    if summary["valid"] == 0:
+    if summary["valid"] == 0:  # the space is the user's to fix: say why, and exit 2 (its outputs stay)
         found = commonest_problem(loaded)
-        if found:
-            typer.echo(
-                f"no design is valid; the commonest reason ({found[1]} of the first {found[2]}): {found[0]}"
-            )
+        reason = f"; the commonest reason ({found[1]} of the first {found[2]}): {found[0]}" if found else ""
+        raise CommodelError(f"no design is valid{reason}")
     if not quiet:
         for name, row in summary["best"].items():
             typer.echo(

@@ -282,6 +282,8 @@ def check_names(spec: SweepSpec, path: Path | str) -> None:
             raise CommodelError(
                 f"{path}: constraint '{text}': unknown column '{column}'{suggest(column, columns)}"
             )
+        if value.strip().lower() in ("nan", "+nan", "-nan"):
+            raise CommodelError(f"{path}: constraint '{text}': nothing compares with nan; give a number")
         if column in ev.words and (op not in ("==", "!=") or _is_number(value)):
             raise CommodelError(
                 f"{path}: constraint '{text}': '{column}' holds words: compare it with == or != and a name"

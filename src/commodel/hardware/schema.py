@@ -78,6 +78,10 @@ class GPU(Strict):
                 f"unknown architecture '{self.architecture}' for an {self.vendor} GPU{suggest(self.architecture, known)}; "
                 f"known: {', '.join(known)} (the generations whose collective-library tables commodel carries)"
             )
+        if self.idle_power.value >= self.tdp.value:
+            raise ValueError(
+                f"idle power {self.idle_power.value:g} W is not below the TDP {self.tdp.value:g} W"
+            )
         return self
 
     @field_validator("peak_flops", "matmul_efficiency")
