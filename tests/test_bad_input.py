@@ -166,13 +166,7 @@ def test_bad_files_are_one_line_exit_2_no_traceback(args, bad_files, tmp_path, c
             arg = arg.replace("{" + name + "}", path)
         return arg
 
-    monkeypatch.setattr("sys.argv", ["commodel", *map(filled, args)])
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    captured = capsys.readouterr()
-    assert exit_info.value.code == 2, (args, captured.out[-300:], captured.err[-300:])
-    assert "Traceback" not in captured.err + captured.out
-    assert captured.err.startswith("error") and captured.err.count("\n") == 1, captured.err
+    assert_one_line_exit_2([*map(filled, args)], capsys, monkeypatch)
 
 
 def test_a_fifo_as_the_output_is_refused_and_left_intact(tmp_path):
@@ -190,9 +184,8 @@ def test_a_fifo_as_the_output_is_refused_and_left_intact(tmp_path):
     assert stat.S_ISFIFO(fifo.stat().st_mode) and [p.name for p in tmp_path.iterdir()] == ["out.toml"]
 
 
-@pytest.mark.parametrize("args", CASES, ids=lambda a: " ".join(a)[:80])
-def test_bad_input_is_one_line_exit_2_no_traceback(args, capsys, monkeypatch):
-    monkeypatch.setenv(OVERLAY_ENV, "")  # --hardware sets it: restore it after the test
+def assert_one_line_exit_2(args, capsys, monkeypatch):
+    """``commodel ARGS`` exits 2 with one ``error`` line on stderr and no traceback."""
     monkeypatch.setattr("sys.argv", ["commodel", *args])
     with pytest.raises(SystemExit) as exit_info:
         main()
@@ -200,3 +193,9 @@ def test_bad_input_is_one_line_exit_2_no_traceback(args, capsys, monkeypatch):
     assert exit_info.value.code == 2, (args, captured.out[-300:], captured.err[-300:])
     assert "Traceback" not in captured.err + captured.out
     assert captured.err.startswith("error") and captured.err.count("\n") == 1, captured.err
+
+
+@pytest.mark.parametrize("args", CASES, ids=lambda a: " ".join(a)[:80])
+def test_bad_input_is_one_line_exit_2_no_traceback(args, capsys, monkeypatch):
+    monkeypatch.setenv(OVERLAY_ENV, "")  # --hardware sets it: restore it after the test
+    assert_one_line_exit_2(args, capsys, monkeypatch)

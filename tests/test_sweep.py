@@ -167,9 +167,9 @@ def test_outputs_are_complete_and_atomic(tmp_path):
     assert "Pareto front" in (out / "report.md").read_text()
 
 
-def test_resume_after_a_killed_sweep_gives_the_same_results(tmp_path, monkeypatch):
-    spec = load_spec(write_spec(tmp_path))
-    run_sweep(spec, tmp_path / "whole", progress=False)
+def interrupted_at_chunk_3(spec, out, monkeypatch):
+    """Run ``spec`` into ``out`` until chunk 3 raises KeyboardInterrupt; return the real chunk
+    function (the patched one stays in place until the caller patches it again)."""
     real = sweep_module.evaluate_chunk
 
     def dies_at_chunk_3(spec_json, index):
@@ -179,7 +179,14 @@ def test_resume_after_a_killed_sweep_gives_the_same_results(tmp_path, monkeypatc
 
     monkeypatch.setattr(sweep_module, "evaluate_chunk", dies_at_chunk_3)
     with pytest.raises(KeyboardInterrupt):
-        run_sweep(spec, tmp_path / "resumed", progress=False)
+        run_sweep(spec, out, progress=False)
+    return real
+
+
+def test_resume_after_a_killed_sweep_gives_the_same_results(tmp_path, monkeypatch):
+    spec = load_spec(write_spec(tmp_path))
+    run_sweep(spec, tmp_path / "whole", progress=False)
+    real = interrupted_at_chunk_3(spec, tmp_path / "resumed", monkeypatch)
     assert len(list((tmp_path / "resumed" / ".chunks").glob("0*.parquet"))) == 3
     calls = []
     monkeypatch.setattr(sweep_module, "evaluate_chunk", lambda s, i: calls.append(i) or real(s, i))
@@ -367,16 +374,7 @@ def test_a_second_writer_is_refused_while_the_first_lives_and_takes_over_from_a_
 def test_resume_recomputes_a_damaged_chunk_and_says_so(tmp_path, monkeypatch, damage):
     spec = load_spec(write_spec(tmp_path))
     run_sweep(spec, tmp_path / "whole", progress=False)
-    real = sweep_module.evaluate_chunk
-
-    def dies_at_chunk_3(spec_json, index):
-        if index == 3:
-            raise KeyboardInterrupt
-        return real(spec_json, index)
-
-    monkeypatch.setattr(sweep_module, "evaluate_chunk", dies_at_chunk_3)
-    with pytest.raises(KeyboardInterrupt):
-        run_sweep(spec, tmp_path / "resumed", progress=False)
+    real = interrupted_at_chunk_3(spec, tmp_path / "resumed", monkeypatch)
     (tmp_path / "resumed" / ".chunks" / "000001.parquet").write_bytes(damage)
     calls = []
     monkeypatch.setattr(sweep_module, "evaluate_chunk", lambda s, i: calls.append(i) or real(s, i))

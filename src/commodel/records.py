@@ -95,6 +95,8 @@ class Power(Sourced):
 class Rate(Sourced):
     """Events per second (a bare number in 1/s)."""
 
+    KIND: ClassVar[str | None] = "rate"
+
 
 class Count(Sourced):
     """A positive whole number (SM count, links, NICs)."""

@@ -20,6 +20,7 @@ SI_UNITS = {
     "time": "s",
     "flop_rate": "FLOP/s",
     "power": "W",
+    "rate": "1/s",
 }
 
 #: How error messages name each kind, with example spellings.
@@ -29,6 +30,7 @@ DESCRIPTIONS = {
     "time": "a duration such as '0.6 us' or '2 ms'",
     "flop_rate": "a compute rate such as '989 TFLOP/s'",
     "power": "a power such as '700 W'",
+    "rate": "a rate such as '3.3e8' (per second) or '330 MHz'",
 }
 
 
@@ -131,21 +133,26 @@ def _one_size(text: str) -> float:
     return float(value)
 
 
-def format_bytes(n: float) -> str:
-    """Human form of a byte count with binary prefixes (``1 GiB``)."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+def format_bytes(n: float, digits: int | None = None) -> str:
+    """Human form of a byte count with binary prefixes (``1 GiB``), to ``digits`` significant digits
+    (all of them by default)."""
+    shown = (lambda v: f"{v:g}") if digits is None else (lambda v: f"{v:.{digits}g}")
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= scale:
-            return f"{n / scale:g} {unit}"
-    return f"{n:g} B"
+            return f"{shown(n / scale)} {unit}"
+    return f"{shown(n)} B"
 
 
 #: The unit each quantity kind prints in (SI prefixes are added by :func:`format_quantity`).
-_UNITS = {"bandwidth": "B/s", "time": "s", "bytes": "B", "flop_rate": "FLOP/s", "power": "W"}
+_UNITS = {"bandwidth": "B/s", "time": "s", "bytes": "B", "flop_rate": "FLOP/s", "power": "W", "rate": "/s"}
 
 
 def format_quantity(value: float, kind: str | None) -> str:
-    """A value in SI units for a person: ``2.5e10`` bandwidth as ``25 GB/s``, ``3e-6`` time as ``3 us``;
-    dimensionless values (fractions, counts, rates) as plain numbers."""
+    """A value in the project's units for a person: memory in binary prefixes (``80 GiB``), everything
+    else in SI ones (``2.5e10`` bandwidth as ``25 GB/s``, ``3e-6`` time as ``3 us``); dimensionless
+    values (fractions, counts, rates) as plain numbers."""
+    if kind == "bytes":
+        return format_bytes(value, 4)
     unit = _UNITS.get(kind or "")
     if unit is None:
         return f"{value:.6g}"

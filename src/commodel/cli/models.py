@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from commodel.cli.root import JsonFlag, model_app
+from commodel.units import format_quantity
 from commodel.workloads.catalog import model, models
 from commodel.workloads.model_summary import model_summary
 
@@ -44,5 +45,15 @@ def model_show(
         return
     width = max(map(len, summary))
     for key, value in summary.items():
-        shown = ", ".join(map(str, value)) if isinstance(value, list) else value
-        typer.echo(f"{key:<{width}}  {shown}")
+        typer.echo(f"{key:<{width}}  {_shown(key, value)}")
+
+
+def _shown(key: str, value: object) -> str:
+    """A summary value for a person: parameters in billions, FLOPs with an SI prefix."""
+    if isinstance(value, list):
+        return ", ".join(map(str, value))
+    if key.endswith("parameters_B"):
+        return f"{value:,.2f} B"
+    if key == "training_flops_per_token":
+        return format_quantity(float(value), "flop_rate").removesuffix("/s")
+    return str(value)
