@@ -68,6 +68,8 @@ CASES = (
     + [[*SERVE, option, value] for option in ("--slo-ttft", "--slo-tpot", "--kv-fraction", "--prompt-cv",
                                               "--output-cv", "--pue", "--price-per-gpu-hour") for value in REALS]
     + [[*COLLECTIVE, "--pod-gpus", value] for value in COUNTS]
+    + [[*COLLECTIVE, "--system", "gb200-nvl72", "--trays-per-rack", value] for value in (*COUNTS, "19")]
+    + [[*COLLECTIVE, "--system", "dgx-h100", "--trays-per-rack", "4"]]
     + [[*COLLECTIVE, "--oversubscription", value] for value in REALS]
     + [["collective", "allreduce", "--system", "dgx-h100", "--nodes", "99999999999", "--size", "1MiB"],
        ["collective", "allreduce", "--system", "dgx-h100", "--partition", "4", "--size", "1MiB"],

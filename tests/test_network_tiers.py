@@ -94,3 +94,19 @@ def test_pipeline_stages_that_fill_a_pod_send_through_the_core():
           for pod in (128, 1024) for r in (1, 7)}  # fmt: skip
     assert pp[(128, 7)] == pytest.approx(7 * pp[(128, 1)], rel=0.01)
     assert pp[(1024, 7)] == pytest.approx(pp[(1024, 1)])
+
+
+def test_racks_of_16_trays_are_domains_of_64_gpus():
+    """GB200 NVL72 racks deployed with 16 of their 18 trays: 32 trays are two 64-GPU NVLink domains
+    (the record's 72-GPU domain refuses them), priced across the scale-out network between racks."""
+    with pytest.raises(CommodelError, match="do not fill whole 72-GPU scale-up domains"):
+        run("allreduce", cluster("gb200-nvl72", 32), [2**30], 128)
+    racks = cluster("gb200-nvl72", 32, trays_per_rack=16)
+    assert racks.domain_gpus == 64
+    two = run("allreduce", racks, [2**30], 128).iloc[0]
+    one = run("allreduce", cluster("gb200-nvl72", 16), [2**30], 64).iloc[0]
+    assert two.domains == 2 and two.busbw_GBps < one.busbw_GBps  # the racks meet over the NICs
+    with pytest.raises(CommodelError, match="holds 1 to 18 trays"):
+        cluster("gb200-nvl72", 32, trays_per_rack=19)
+    with pytest.raises(CommodelError, match="one node"):
+        cluster("dgx-h100", 2, trays_per_rack=4)

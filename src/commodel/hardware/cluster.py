@@ -21,6 +21,8 @@ class Cluster:
     ``host_memory_link``: the link to the CPU memory activations may be offloaded to, if any.
     ``pod_gpus`` and ``oversubscription``: the scale-out network's pods and its core tier's
     downlinks per uplink above them (the system's record, or a job's; ``None``: one pod).
+    ``rack_nodes``: the nodes (trays) a rack-scale domain holds as deployed, where fewer than its
+    record's (GB200 NVL72 racks of 16 of their 18 trays, as some clouds run them).
     """
 
     name: str
@@ -33,6 +35,7 @@ class Cluster:
     host_memory_link: Link | None = None
     pod_gpus: int | None = None
     oversubscription: float = 1.0
+    rack_nodes: int | None = None
 
     @property
     def gpus_per_node(self) -> int:
@@ -44,7 +47,10 @@ class Cluster:
 
     @property
     def full_domain(self) -> int:
-        """GPUs one scale-up fabric joins: the system's NVLink domain, or one node."""
+        """GPUs one scale-up fabric joins: the system's NVLink domain (its racks as deployed), or one
+        node."""
+        if self.rack_nodes is not None:
+            return self.rack_nodes * self.gpus_per_node
         domain = self.system.scale_up.domain
         return int(domain.value) if domain is not None else self.gpus_per_node
 
@@ -105,12 +111,13 @@ def cluster(
     partition: int | None = None,
     pod_gpus: int | None = None,
     oversubscription: float | None = None,
+    trays_per_rack: int | None = None,
 ) -> Cluster:
     """Resolve ``system`` (a name in the hardware database) into a cluster of ``nodes`` nodes,
     optionally joined by another scale-out fabric than the system's own (same NICs per node) and
-    with its scale-up domain cut into partitions of ``partition`` GPUs, and its scale-out network's
-    pods and oversubscription (:class:`~commodel.hardware.schema.ScaleOut`) as the record states them
-    unless given."""
+    with its scale-up domain cut into partitions of ``partition`` GPUs or racks of ``trays_per_rack``
+    of its nodes, and its scale-out network's pods and oversubscription
+    (:class:`~commodel.hardware.schema.ScaleOut`) as the record states them unless given."""
     db = db or default_db()
     if nodes < 1:
         raise CommodelError(f"a cluster needs at least one node, got {nodes}")
@@ -129,6 +136,15 @@ def cluster(
         pod_gpus=_pods(record, pod_gpus),
         oversubscription=_oversubscription(record, oversubscription),
     )
+    if trays_per_rack is not None:
+        full = built.full_domain // built.gpus_per_node
+        if full <= 1:
+            raise CommodelError(
+                f"{system}'s scale-up domain is one node: trays per rack apply to rack-scale domains"
+            )
+        if not 1 <= trays_per_rack <= full:
+            raise CommodelError(f"a {system} rack holds 1 to {full} trays, not {trays_per_rack}")
+        built = Cluster(**{**built.__dict__, "rack_nodes": int(trays_per_rack)})
     radix = fabric.switch_radix
     if built.pod_gpus is not None and radix is not None:
         nics = built.pod_gpus / built.gpus_per_node * record.scale_out.nics_per_node.value

@@ -26,7 +26,16 @@ from commodel.errors import CommodelError
 from commodel.hardware import cluster as make_cluster
 from commodel.hardware.cluster import Cluster
 from commodel.pricing.evaluator import Evaluator
-from commodel.pricing.job import MAX_GPUS, MAX_NODES, SYSTEM, Choices, Job, Oversubscription, PodGpus
+from commodel.pricing.job import (
+    MAX_GPUS,
+    MAX_NODES,
+    SYSTEM,
+    Choices,
+    Job,
+    Oversubscription,
+    PodGpus,
+    TraysPerRack,
+)
 from commodel.pricing.table import Columns, blank_outputs, groups, numbers, take
 
 
@@ -68,6 +77,7 @@ class CollectiveJob(Job):
     )
     pod_gpus: PodGpus = None
     oversubscription: Oversubscription = None
+    trays_per_rack: TraysPerRack = None
     nvls: bool = Field(True, description="Allow NVLink SHARP (NVLS).")
     sharp: bool = Field(
         False, description="Let the scale-out switches reduce (CollNet/SHARP) where they can."
@@ -91,6 +101,7 @@ def cluster_and_fabric(job: Mapping[str, Any]) -> tuple[Cluster, Fabric]:
     where = make_cluster(
         job["system"], int(job["nodes"]), partition=_optional(job["partition"]),
         pod_gpus=_optional(job["pod_gpus"]), oversubscription=_real(job["oversubscription"]),
+        trays_per_rack=_optional(job["trays_per_rack"]),
     )  # fmt: skip
     per_process, gpus = int(job["gpus_per_process"]), _optional(job["gpus"]) or where.total_gpus
     if gpus % per_process:

@@ -110,6 +110,15 @@ PodGpus = Annotated[
         "(default: the system's record; none stated: one pod).",
     ),
 ]
+TraysPerRack = Annotated[
+    int | None,
+    Field(
+        ge=1,
+        le=1024,
+        description="Trays (nodes) per rack-scale NVLink domain as deployed, where fewer than the system's "
+        "(GB200/GB300 NVL72 racks of 16 of their 18 trays; default: the record's).",
+    ),
+]
 Oversubscription = Annotated[
     float | None,
     Field(

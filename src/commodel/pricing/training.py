@@ -137,17 +137,19 @@ def _layout_splits(texts: np.ndarray, pp: np.ndarray, layers: int) -> dict[str, 
 
 
 #: The job's network inputs that build its cluster, so rows that differ in them are priced apart.
-NETWORK_TIERS = ("pod_gpus", "oversubscription")
+NETWORK_TIERS = ("pod_gpus", "oversubscription", "trays_per_rack")
 
 
 def _fleet(key: dict) -> list[tuple[Cluster, int | None]]:
     """The clusters a group's ``system`` names, with their node counts (``None``: from the row), on
-    its scale-out ``fabric``, pods and oversubscription."""
-    pod, ratio = (key[name] for name in NETWORK_TIERS)
+    its scale-out ``fabric``, pods, oversubscription and trays per rack (each absent or NaN: the
+    record's)."""
+    pod, ratio, trays = (key.get(name) for name in NETWORK_TIERS)
     network = {
         "scale_out": key["fabric"] or None,
         "pod_gpus": None if pod is None or pod != pod else int(pod),
         "oversubscription": None if ratio is None or ratio != ratio else float(ratio),
+        "trays_per_rack": None if trays is None or trays != trays else int(trays),
     }
     system = key["system"]
     if not is_node_groups(system):
@@ -265,9 +267,7 @@ def job_layouts(jobs: Columns | object) -> Layout:
         raise CommodelError(f"layouts of one model at a time, not {len(names)}")
     net, c = (
         get_model(names.pop()),
-        _fleet(
-            {"system": str(columns["system"][0]), "fabric": "", "pod_gpus": None, "oversubscription": None}
-        )[0][0],
+        _fleet({"system": str(columns["system"][0]), "fabric": ""})[0][0],
     )
     gpus, _, _ = job_size(c, numbers(columns["gpus"]), numbers(columns["nodes"]))
     tp, pp, cp, dp = (numbers(columns[k]) for k in ("tp", "pp", "cp", "dp"))

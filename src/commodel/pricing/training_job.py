@@ -27,6 +27,7 @@ from commodel.pricing.job import (
     Oversubscription,
     PodGpus,
     Pue,
+    TraysPerRack,
     make_job,
 )
 from commodel.workloads.catalog import failure_models, known_model
@@ -94,6 +95,7 @@ class TrainingJob(Job):
     )
     pod_gpus: PodGpus = None
     oversubscription: Oversubscription = None
+    trays_per_rack: TraysPerRack = None
     tp: int = Field(1, ge=1, description="Tensor-parallel size.")
     pp: int = Field(1, ge=1, description="Pipeline-parallel size.")
     dp: int | None = Field(None, ge=1, description="Data-parallel size (default: gpus / (tp pp cp)).")
