@@ -84,8 +84,8 @@ def bandwidth_time(
     every multicast store), ``n (g-1)/g / B_nvls`` for allgather and reducescatter. NVLS-tree:
     ``max(NVLS, F(N) n / B_net)`` and at most NCCL's per-channel NVLS-tree cap. CollNet (the network
     reduces): ``max(2 n (g-1)/g / B_up, n / B_net)``. PAT: as ring across domains. ``ll_cap=False``
-    leaves out NCCL's LL cap (llMaxBw), a bound on the whole call's LL throughput, not on one hop. ``B_net`` is the
-    domain's NICs at their share above the pods (:meth:`~commodel.comm.fabric.Fabric.pod_share`).
+    leaves out NCCL's LL cap (llMaxBw), a bound on the whole call's LL throughput, not on one hop.
+    ``B_net`` is the domain's NICs at their share above the pods (:meth:`~commodel.comm.fabric.Fabric.pod_share`).
     """
     g = p / nodes
     up = np.where(g > 1, fab.up_Bps(g), np.inf)
@@ -230,12 +230,8 @@ def physical_time(
         moving = full * default / np.minimum(used, default)
         chunk = chunk_bytes(op, algo, proto, n, g, nodes, used)
         # One channel's bytes per second through one hop: the links' rate, not the LL cap on the whole call.
-        hop = (
-            bandwidth_time(op, algo, proto, n, p, nodes, fab, ll_cap=False)
-            * default
-            / np.minimum(used, default)
-        )
-        rate = n / (hop * used)
+        uncapped = bandwidth_time(op, algo, proto, n, p, nodes, fab, ll_cap=False) if proto == "ll" else full
+        rate = n / (uncapped * default / np.minimum(used, default) * used)
         fill = pipeline_fill(algo, n, g, nodes, chunk, rate)
     kernel = latency(op, algo, proto, p, nodes, fab, measured=True) + fill + moving
     return fab.call_time(kernel), np.floor(used), chunk
