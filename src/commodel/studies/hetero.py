@@ -56,23 +56,29 @@ def run() -> StudyResult:
         Claim(f"device-direct over AMD-only, {names[m]}", (0.9, 2.3), float(direct.pct_over_amd[m]), "%")
         for m in names
     ]
-    lower = 100 * forwarded.tokens_per_s["llama3-8b"] / direct.tokens_per_s["llama3-8b"]
-    claims.append(
-        Claim(
-            "CPU-forwarding throughput, LLaMA-8B, % of device-direct (paper: lower)",
-            (0.0, 100.0),
-            float(lower),
-            "%",
-        )
-    )
     one_nic = table[
         (table.nics == 1) & (table.micro_batch == p["reference_micro_batch"]) & (table.model == "llama3-8b")
-    ]
-    gap_1 = 100 * (
-        1
-        - one_nic.set_index("transport").tokens_per_s["cpu-forwarding"]
-        / one_nic.set_index("transport").tokens_per_s["device-direct"]
+    ].set_index("transport")
+    forwarded_1 = 100 * one_nic.tokens_per_s["cpu-forwarding"] / one_nic.tokens_per_s["device-direct"]
+    lower = 100 * forwarded.tokens_per_s["llama3-8b"] / direct.tokens_per_s["llama3-8b"]
+    why = (
+        "the model stages each boundary's activations through host memory at PCIe and NIC rates, a small "
+        "share of a 64-micro-batch step; the paper's Gloo arms lose 56-70%, costs of Gloo itself (host "
+        "copies, synchronous TCP send and receive per message) that the model does not price"
     )
+    claims += [
+        Claim(
+            f"CPU-forwarding throughput, LLaMA-8B, % of device-direct, {arm}",
+            100 * p[key] / p["paper_device_direct_tflops"],
+            float(model),
+            "%",
+            reason=why,
+        )
+        for arm, key, model in (
+            ("one host path (DCBS)", "paper_dcbs_tflops", forwarded_1),
+            (f"one NIC per GPU (MPDT; model: {p['reference_nics']} NICs)", "paper_mpdt_tflops", lower),
+        )
+    ]
     amd_share = float(direct.amd_pct_of_nvidia["llama3-8b"])
     notes = [
         f"assumed GPUs: {p['nvidia']} vs {p['amd']} ({p['mixed']} mixed); layers per stage "
@@ -81,7 +87,7 @@ def run() -> StudyResult:
         "efficiency 0.514 of 1307 TFLOP/s against H100's 0.803 of 989), so the mixed cluster sits well above AMD-only; "
         "the paper's 0.9-2.3% over AMD-only at 94-98% of NVIDIA-only implies AMD GPUs within about 3-7% of its NVIDIA "
         "ones, a pairing the paper's summary does not name",
-        f"CPU-forwarding's gap to device-direct: {gap_1:.1f}% with one NIC per node, "
+        f"CPU-forwarding's gap to device-direct: {100 - forwarded_1:.1f}% with one NIC per node, "
         f"{100 - lower:.1f}% with {p['reference_nics']} (host streams bound it; more NICs, more streams)",
     ]
     return StudyResult.of(spec, claims, table, notes)
