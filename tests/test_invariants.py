@@ -126,7 +126,8 @@ def test_every_serving_job_holds_the_physical_invariants():
     idle = valid.system.map({s: g.idle_power.value for s, g in gpus.items()})
     tdp = valid.system.map({s: g.tdp.value for s, g in gpus.items()})
     assert ((valid.gpu_power_W >= idle - 1e-9) & (valid.gpu_power_W <= tdp + 1e-9)).all()
-    assert (~valid.fits[valid.max_batch == 0]).all()
+    nothing = valid[valid.max_batch == 0]
+    assert (~nothing.fits).all() and nothing.output_tokens_per_s.isna().all() and nothing.ttft_s.isna().all()
 
 
 def test_every_collective_path_takes_longer_as_its_message_grows_and_one_rank_takes_nothing():

@@ -40,11 +40,13 @@ def chunk_inputs(spec: SweepSpec, index: int) -> pd.DataFrame:
 
 
 def finish(spec: SweepSpec, frame: pd.DataFrame) -> pd.DataFrame:
-    """Evaluate a table of inputs; keep valid rows and mark those meeting every constraint."""
+    """Evaluate a table of inputs; keep valid rows and mark those meeting every constraint and
+    giving every objective a number (a deployment with no room for one request has no throughput)."""
     result = evaluator(spec.study.evaluate)(frame)
     valid = result["valid"].to_numpy(dtype=bool)
     result = result[valid].drop(columns="valid").reset_index(drop=True)
-    feasible = np.ones(len(result), dtype=bool)
+    objectives = result[list(spec.objectives)].to_numpy(dtype=float)
+    feasible = np.isfinite(objectives).all(axis=1) if len(result) else np.ones(0, dtype=bool)
     for text in spec.study.constraints:
         feasible &= constraint_mask(text, result)
     result = result.assign(feasible=feasible)

@@ -35,6 +35,7 @@ from commodel.pricing.job import (
     Oversubscription,
     PodGpus,
     TraysPerRack,
+    cluster_shape,
 )
 from commodel.pricing.table import Columns, blank_outputs, groups, numbers, take
 
@@ -91,18 +92,12 @@ def _optional(value: object) -> int | None:
     return None if value is None or value != value else int(value)
 
 
-def _real(value: object) -> float | None:
-    return None if value is None or value != value else float(value)
-
-
 def cluster_and_fabric(job: Mapping[str, Any]) -> tuple[Cluster, Fabric]:
     """The cluster and fabric a collective job's settings describe (``job``: its fields; an unset
     optional one may be None or NaN)."""
     where = make_cluster(
-        job["system"], int(job["nodes"]), partition=_optional(job["partition"]),
-        pod_gpus=_optional(job["pod_gpus"]), oversubscription=_real(job["oversubscription"]),
-        trays_per_rack=_optional(job["trays_per_rack"]),
-    )  # fmt: skip
+        job["system"], int(job["nodes"]), partition=_optional(job["partition"]), **cluster_shape(job)
+    )
     per_process, gpus = int(job["gpus_per_process"]), _optional(job["gpus"]) or where.total_gpus
     if gpus % per_process:
         raise CommodelError(

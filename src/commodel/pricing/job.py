@@ -287,3 +287,16 @@ def _same(value: Any, default: Any) -> bool:
 
 def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+#: A job's inputs that shape its cluster beyond the system record (pods, the core's oversubscription,
+#: trays per rack), each with its type.
+CLUSTER_SHAPE = {"pod_gpus": int, "oversubscription": float, "trays_per_rack": int}
+
+
+def cluster_shape(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The :func:`~commodel.hardware.cluster.cluster` keywords a job's values (or a table group's key)
+    state in :data:`CLUSTER_SHAPE`; None where a value is left empty (None or NaN): the record's."""
+    return {
+        name: None if _missing(v := values.get(name)) else kind(v) for name, kind in CLUSTER_SHAPE.items()
+    }

@@ -173,9 +173,6 @@ def train(
     }
 
 
-#: The serving outputs (by prefix) that time or rate requests: none where not one request fits.
-UNTIMED_WHEN_NOTHING_FITS = ("ttft", "tpot", "output_tokens", "requests", "energy_per", "cost_per")
-
 #: The serving outputs :func:`serve` reports apart (counts, flags) or not at all.
 SERVING_APART = ("batch_in_flight", "max_batch", "fits", "replicas", "problem", "valid")
 
@@ -217,10 +214,10 @@ def serve(job: ServingJob | None = None, kernels: bool = False, **values: Any) -
             "does not fit: the weights and runtime buffers, or this batch's KV cache, exceed the HBM"
         )
     outputs = {name: float(getattr(row, name)) for name in SERVING_OUTPUTS if name not in SERVING_APART}
-    if largest == 0:  # not one request fits: no latency, throughput or cost per token to give
+    outputs = {name: v if np.isfinite(v) else None for name, v in outputs.items()}  # empty: not priced
+    if largest == 0:  # not one request fits: the pricing leaves latency, throughput and cost empty
         notes = ["does not fit: not one request's KV cache fits beside the weights and runtime buffers "
                  "(more GPUs per replica, a smaller dtype or a shorter context)"]  # fmt: skip
-        outputs |= {name: None for name in outputs if name.startswith(UNTIMED_WHEN_NOTHING_FITS)}
     return {
         "model": job.model,
         "system": job.system,

@@ -180,9 +180,20 @@ def _price(
         "energy_per_token_J": it_power * pue / total,
         "cost_per_million_tokens_usd": price * gpus / 3600 / total * 1e6,
     }
+    # Not one request fits beside the weights: nothing to time, rate or charge per token.
+    nothing = cap["max_batch"] == 0
+    for name in UNTIMED_WHEN_NOTHING_FITS:
+        fields[name] = np.where(nothing, np.nan, fields[name])
     for name, values in fields.items():
         out[name][rows] = values
     return problems
+
+
+#: The outputs that time or rate requests: NaN where not one request fits beside the weights.
+UNTIMED_WHEN_NOTHING_FITS = (
+    "ttft_s", "tpot_s", "output_tokens_per_s", "output_tokens_per_s_per_gpu", "requests_per_s",
+    "energy_per_token_J", "cost_per_million_tokens_usd",
+)  # fmt: skip
 
 
 def serving() -> Evaluator:

@@ -20,7 +20,7 @@ from commodel.errors import CommodelError
 from commodel.hardware import cluster as make_cluster
 from commodel.hardware.cluster import Cluster, job_size
 from commodel.pricing.evaluator import Evaluator
-from commodel.pricing.job import check_columns, choices_of
+from commodel.pricing.job import CLUSTER_SHAPE, check_columns, choices_of, cluster_shape
 from commodel.pricing.table import (
     Columns,
     Outputs,
@@ -136,21 +136,11 @@ def _layout_splits(texts: np.ndarray, pp: np.ndarray, layers: int) -> dict[str, 
     return out
 
 
-#: The job's network inputs that build its cluster, so rows that differ in them are priced apart.
-NETWORK_TIERS = ("pod_gpus", "oversubscription", "trays_per_rack")
-
-
 def _fleet(key: dict) -> list[tuple[Cluster, int | None]]:
     """The clusters a group's ``system`` names, with their node counts (``None``: from the row), on
     its scale-out ``fabric``, pods, oversubscription and trays per rack (each absent or NaN: the
     record's)."""
-    pod, ratio, trays = (key.get(name) for name in NETWORK_TIERS)
-    network = {
-        "scale_out": key["fabric"] or None,
-        "pod_gpus": None if pod is None or pod != pod else int(pod),
-        "oversubscription": None if ratio is None or ratio != ratio else float(ratio),
-        "trays_per_rack": None if trays is None or trays != trays else int(trays),
-    }
+    network = {"scale_out": key["fabric"] or None, **cluster_shape(key)}
     system = key["system"]
     if not is_node_groups(system):
         return [(make_cluster(system, **network), None)]
@@ -162,7 +152,8 @@ def price_training(columns: Columns) -> Columns:
     columns (:data:`OUTPUTS`), and the resolved ``gpus``, ``nodes`` and ``dp``."""
     rows = len(columns["model"])
     out = Outputs(rows, (*OUTPUTS, *RESOLVED), flags=("fits",), text=TEXT_OUTPUTS)
-    for key, group in groups(columns, [*TrainingJob.group_keys(), *NETWORK_TIERS]):
+    # The inputs that shape a cluster build it: rows that differ in them are priced apart.
+    for key, group in groups(columns, [*TrainingJob.group_keys(), *CLUSTER_SHAPE]):
         _price_group(columns, key, group, out)
     return out.columns()
 
