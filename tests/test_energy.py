@@ -5,7 +5,14 @@ import pandas as pd
 import pytest
 
 from commodel.hardware import cluster
-from commodel.ops.energy import NODE_OTHER_LOAD, energy_costs, gpu_power_W, it_power_W, node_power_W
+from commodel.ops.energy import (
+    HBM_J_PER_BYTE,
+    NODE_OTHER_LOAD,
+    energy_costs,
+    gpu_power_W,
+    it_power_W,
+    node_power_W,
+)
 from commodel.ops.pooling import BASELINE_PUE, PROPORTIONAL_OVERHEAD, facility_pue
 from commodel.pricing.evaluator import evaluator
 
@@ -16,6 +23,27 @@ def test_gpu_power_runs_from_idle_to_tdp():
     assert gpu_power_W(H100, 0.0) == pytest.approx(142)
     assert gpu_power_W(H100, 1.0) == pytest.approx(700)
     assert gpu_power_W(H100, 0.5) == pytest.approx(142 + 0.5 * 558)
+
+
+def test_memory_bound_kernels_draw_their_hbm_traffic_and_nothing_passes_tdp():
+    assert gpu_power_W(H100, 0.2, 3e12) == pytest.approx(142 + 0.2 * 558 + 48e-12 * 3e12)
+    assert gpu_power_W(H100, 0.9, 3e12) == pytest.approx(700)  # capped at TDP
+    assert HBM_J_PER_BYTE * H100.gpu.memory_bandwidth.value < 0.5 * (700 - 142)
+
+
+@pytest.mark.parametrize("system", ["dgx-h100", "dgx-b200", "dgx-a100", "mi300x-8"])
+def test_serving_power_follows_what_the_gpu_does(system):
+    """Batch-1 decode reads the weights and little else: well below TDP; a full batch computes more
+    and draws more; prompt-heavy traffic (compute-bound prefill) draws the most."""
+    from commodel.pricing.run import serve
+
+    def power(**load):
+        return serve(model="llama3-8b", system=system, dtype="bf16", **load)["gpu_power_W"]
+
+    tdp = cluster(system).gpu.tdp.value
+    one, full = power(batch=1), power()
+    prefill = power(prompt=8000, output=4, batch=64)
+    assert one < 0.6 * tdp < prefill and one < full < prefill
 
 
 def test_node_and_it_power_by_hand():

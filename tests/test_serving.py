@@ -12,13 +12,8 @@ from commodel.compute.precision import serving_precision
 from commodel.hardware import cluster
 from commodel.pricing.run import serve
 from commodel.workloads.catalog import model
-from commodel.workloads.serving import (
-    Engine,
-    capacity,
-    kv_bytes_per_token_layer,
-    steady_state,
-    weight_bytes_per_gpu,
-)
+from commodel.workloads.serving import Engine, steady_state
+from commodel.workloads.serving_memory import capacity, kv_bytes_per_token_layer, weight_bytes_per_gpu
 
 
 def engine(name="llama3-8b", system="dgx-h100", dtype="bf16", kv="bf16", tp=1, pp=1, ep=1):
@@ -61,6 +56,24 @@ def test_throughput_rises_with_batch_until_the_kv_cache_is_full():
     assert np.all(np.diff(r["output_tokens_per_s"]) > 0)
     assert np.all(np.diff(r["tpot_s"]) >= 0)  # each request waits longer per token
     assert batches[-1] == largest < 2048  # the KV cache, not the engine's limit, stops it
+
+
+def test_a_prompt_longer_than_the_token_limit_prefills_in_chunks():
+    """Chunked context: a prompt over the 8192-token limit takes an iteration per chunk to its first
+    token, and the token budget still bounds the batch (B <= M o / (p + o - 1), at least 1)."""
+    e = engine().repeated(3)
+    prompts = np.array([8192.0, 8193.0, 3 * 8192.0])
+    first = steady_state(e, np.ones(3), prompts, 256)
+    one_chunk = steady_state(e, np.ones(3), prompts, 1)["ttft_s"]  # no decode iterations to wait for
+    assert first["ttft_s"][1] - first["ttft_s"][0] > 0.5 * first["tpot_s"][0]
+    assert first["ttft_s"][2] > first["ttft_s"][0] + 1.5 * first["tpot_s"][0]
+    assert np.all(one_chunk > 0)
+    tiny = capacity(engine().repeated(2), [1024, 1024], 1024)
+    assert capacity(
+        Engine(e.model, e.cluster, e.recipe, e.kv_dtype, *(np.ones(1) * v for v in (1, 1, 1, 2048, 1, 0.9))),
+        1024, 1024,
+    )["max_batch"][0] == 1  # fmt: skip
+    assert tiny["max_batch"][0] > 1
 
 
 def test_a_bigger_kv_cache_dtype_holds_fewer_requests():
@@ -208,7 +221,7 @@ def test_serving_memory_categories_fill_the_gpu_where_the_weights_fit():
     import pandas as pd
 
     from commodel.pricing.evaluator import evaluator
-    from commodel.workloads.serving import SERVING_CATEGORIES
+    from commodel.workloads.serving_memory import SERVING_CATEGORIES
 
     jobs = pd.DataFrame({"model": ["llama3-8b", "llama3-70b", "llama3-405b"], "system": "dgx-a100", "tp": [1, 4, 8],
                          "prompt": 1024, "output": 256})  # fmt: skip

@@ -1,8 +1,14 @@
 """Power, energy, carbon and cost of running a training step on a cluster.
 
-- GPU power: ``P_gpu = P_idle + (TDP - P_idle) x busy``, with ``busy`` the share of the step the GPU
-  computes (communication waits and pipeline bubbles draw about idle power). Idle and TDP come from
-  the GPU record.
+- GPU power, the energy roofline (Choi, Dukhan, Liu and Vuduc, IPDPS 2013: energy = idle power x time
+  + energy per FLOP x FLOPs + energy per byte x bytes), capped at TDP:
+  ``P_gpu = P_idle + min(TDP - P_idle, (TDP - P_idle) x busy + e_HBM x B)``. ``busy`` is the share of
+  the time the GPU runs compute-bound kernels: a tensor-core GEMM at its roofline draws the whole
+  TDP (H100 and B200 GEMMs run at their power limit), so a compute-bound second costs
+  ``TDP - P_idle`` above idle. ``B`` is the mean HBM traffic (bytes/s) of the memory-bound kernels at
+  :data:`HBM_J_PER_BYTE` each: a memory-bound decode reading its weights at 3 TB/s on an H100 draws
+  about 290 W, not its 700 W TDP. Communication waits and pipeline bubbles draw idle power. Idle
+  and TDP come from the GPU record.
 - Node power: ``gpus_per_node x P_gpu + NODE_OTHER_LOAD x node_other_power`` (CPUs, memory, NICs,
   NVSwitches, fans, supply losses; rated value from the system record).
 - Network: ``nics_per_node x endpoint_power x ports / 3`` per node: the switch ports each NIC needs
@@ -27,25 +33,37 @@ J_PER_KWH = 3.6e6
 NODE_OTHER_LOAD = 0.70
 
 
-def gpu_power_W(cluster: Cluster, busy: ArrayLike) -> np.ndarray:
-    """Average power of one GPU that computes a ``busy`` share of the time."""
+#: Energy of moving one byte between HBM and the SMs when a memory-bound kernel streams it: about
+#: 6 pJ/bit, the DRAM access and its I/O (HBM2: 3.9 pJ/bit, O'Connor et al., "Fine-Grained DRAM",
+#: MICRO 2017) plus as much again on chip (crossbar, L2, shared memory and registers; Dally,
+#: "Evolution of the Graphics Processing Unit", IEEE Micro 2021, puts on-chip transport at ~1 pJ/bit
+#: per 10 mm). An assumption with a factor-of-1.5 uncertainty: no published inference power is in
+#: data/measurements.csv to check it against.
+HBM_J_PER_BYTE = 6e-12 * 8
+
+
+def gpu_power_W(cluster: Cluster, busy: ArrayLike, hbm_Bps: ArrayLike = 0.0) -> np.ndarray:
+    """Average power of one GPU that runs compute-bound kernels a ``busy`` share of the time and
+    moves a mean ``hbm_Bps`` bytes/s through memory-bound ones (module docstring)."""
     gpu = cluster.gpu
     idle, tdp = gpu.idle_power.value, gpu.tdp.value
-    return idle + (tdp - idle) * np.clip(np.asarray(busy, dtype=float), 0.0, 1.0)
+    compute = (tdp - idle) * np.clip(np.asarray(busy, dtype=float), 0.0, 1.0)
+    memory = HBM_J_PER_BYTE * np.maximum(np.asarray(hbm_Bps, dtype=float), 0.0)
+    return idle + np.minimum(tdp - idle, compute + memory)
 
 
-def node_power_W(cluster: Cluster, busy: ArrayLike) -> np.ndarray:
-    """Power of one node whose GPUs compute a ``busy`` share of the time (network switches excluded)."""
+def node_power_W(cluster: Cluster, busy: ArrayLike, hbm_Bps: ArrayLike = 0.0) -> np.ndarray:
+    """Power of one node whose GPUs draw :func:`gpu_power_W` (network switches excluded)."""
     other = NODE_OTHER_LOAD * cluster.system.node_other_power.value
-    return cluster.gpus_per_node * gpu_power_W(cluster, busy) + other
+    return cluster.gpus_per_node * gpu_power_W(cluster, busy, hbm_Bps) + other
 
 
-def it_power_W(cluster: Cluster, busy: ArrayLike, nodes: ArrayLike) -> np.ndarray:
+def it_power_W(cluster: Cluster, busy: ArrayLike, nodes: ArrayLike, hbm_Bps: ArrayLike = 0.0) -> np.ndarray:
     """IT power of ``nodes`` nodes: their GPUs, the rest of each node, and the switch ports they use."""
     endpoint = cluster.scale_out.endpoint_power
     ports = cluster.switch_ports_per_nic(nodes) / 3  # endpoint_power is three ports
     network = cluster.system.scale_out.nics_per_node.value * (endpoint.value if endpoint else 0.0) * ports
-    return np.asarray(nodes, dtype=float) * (node_power_W(cluster, busy) + network)
+    return np.asarray(nodes, dtype=float) * (node_power_W(cluster, busy, hbm_Bps) + network)
 
 
 def network_capex_usd(cluster: Cluster, nodes: ArrayLike) -> np.ndarray:

@@ -34,8 +34,9 @@ from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.job import MODEL, SYSTEM, Choices, Job
 from commodel.pricing.run import train
 from commodel.workloads.catalog import model as get_model
-from commodel.workloads.serving import Engine, capacity, steady_state
+from commodel.workloads.serving import Engine, steady_state
 from commodel.workloads.serving_batch import slo_batch
+from commodel.workloads.serving_memory import capacity
 from commodel.workloads.transformer import parameters
 
 

@@ -1,14 +1,15 @@
 """The ``serving`` evaluator: a serving deployment per row through the serving, power and cost models.
 
-Its inputs are :class:`commodel.pricing.serving_job.ServingJob`'s fields with their defaults, checked with the CLI's
-rules. Per replica (``tp x pp`` GPUs) the steady state of continuous batching
+Its inputs are :class:`commodel.pricing.serving_job.ServingJob`'s fields with their defaults,
+checked with the CLI's rules. Per replica (``tp x pp`` GPUs) the steady state of continuous batching
 (:mod:`commodel.workloads.serving`) at the batch the row asks for: ``max`` (all the KV cache holds
 under the engine's limits), a number, or the largest meeting a latency SLO; totals are over the
-``gpus / (tp pp)`` replicas. Facility power = IT power x PUE with the GPUs busy outside the engine's
-host time; energy per output token = facility power / output tokens per second; cost per million
-output tokens = price per GPU-hour x GPUs / (3600 x tokens per second) x 1e6. Rows that break a rule
-(replicas, heads, experts, a precision the GPU lacks, an SLO one request misses) come back with
-``valid = False`` and the rule in ``problem``.
+``gpus / (tp pp)`` replicas. Facility power = IT power x PUE, the GPUs at the power of their
+compute-bound kernels and their memory-bound kernels' HBM traffic
+(:func:`commodel.ops.energy.gpu_power_W`); energy per output token = facility power / output tokens
+per second; cost per million output tokens = price per GPU-hour x GPUs / (3600 x tokens per second)
+x 1e6. Rows that break a rule (replicas, heads, experts, a precision the GPU lacks, an SLO one
+request misses) come back with ``valid = False`` and the rule in ``problem``.
 """
 
 from __future__ import annotations
@@ -23,15 +24,9 @@ from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.serving_job import ServingJob
 from commodel.pricing.table import Columns, blank_outputs, groups, numbers, problem_messages, take
 from commodel.workloads.catalog import model as get_model
-from commodel.workloads.serving import (
-    SERVING_CATEGORIES,
-    Engine,
-    capacity,
-    kv_dtype_of,
-    replica_problems,
-    steady_state,
-)
+from commodel.workloads.serving import Engine, kv_dtype_of, replica_problems, steady_state
 from commodel.workloads.serving_batch import disaggregated, slo_batch
+from commodel.workloads.serving_memory import SERVING_CATEGORIES, capacity
 
 OUTPUTS = (
     "ttft_s",
@@ -153,15 +148,15 @@ def _price(
     if split.any():  # prefill/decode disaggregation: the pools' own steady state, totals over both
         prefill = request["prefill_gpus"][split] / (engine.tp * engine.pp)[split]
         d = disaggregated(engine.select(split), prefill, replicas[split] - prefill, p[split], o[split])
-        for name in ("ttft_s", "tpot_s", "comm_share", "host_share"):
+        for name in ("ttft_s", "tpot_s", "comm_share", "host_share", "compute_bound_share", "hbm_Bps"):
             r[name] = np.where(split, _spread(d[name], split), r[name])
         chosen = np.where(split, _spread(d["decode_batch"], split), chosen)
         total = np.where(split, _spread(d["output_tokens_per_s"], split), total)
         r["requests_per_s"] = np.where(
             split, _spread(d["requests_per_s"], split) / replicas, r["requests_per_s"]
         )
-    busy = 1 - r["host_share"]
-    it_power = it_power_W(c, busy, gpus / c.gpus_per_node)
+    activity = r["compute_bound_share"], r["hbm_Bps"]
+    it_power = it_power_W(c, activity[0], gpus / c.gpus_per_node, activity[1])
     fields = {
         "ttft_s": r["ttft_s"],
         "tpot_s": r["tpot_s"],
@@ -175,7 +170,7 @@ def _price(
         "replicas": replicas,
         "comm_share": r["comm_share"],
         "host_share": r["host_share"],
-        "gpu_power_W": gpu_power_W(c, busy),
+        "gpu_power_W": gpu_power_W(c, *activity),
         "power_kW": it_power * pue / 1e3,
         "energy_per_token_J": it_power * pue / total,
         "cost_per_million_tokens_usd": price * gpus / 3600 / total * 1e6,

@@ -83,7 +83,9 @@ def job_totals(
         return numbers(take(columns, name, rows))
 
     failures = _failures(columns, rows, net, key, gpus, fleet, result["step_time_s"])
-    busy = result["compute_s"] / result["step_time_s"]
+    busy = (
+        result["compute_s"] / result["step_time_s"]
+    )  # every compute second at TDP, as NODE_OTHER_LOAD's fit
     it_power = sum(it_power_W(c, busy, n) for c, n in fleet)
     pue = col("pue")
     seconds = col("train_tokens") / result["tokens_per_s"] / failures["goodput"]

@@ -11,19 +11,22 @@ parallelism a dispatch and a combine all-to-all per MoE layer; the last pipeline
 logits of the ``G + c`` tokens that sample. With ``pp`` stages, ``pp`` micro-batches are in flight and
 a round of all of them takes ``pp x`` the slowest stage.
 
-**Continuous batching in steady state** (every request ``p`` prompt and ``o`` output tokens): with
-``B`` requests in flight, ``B / o`` finish and start per iteration, so an iteration carries
-``G = B (o - 1) / o`` decode queries and, on a share ``f = min(B / o, 1)`` of iterations,
-``c = max(B / o, 1)`` prompts. Every iteration yields one token per request in flight:
-``output tokens/s = B / t``, ``t = f t_mixed + (1 - f) t_decode`` the mean iteration (also the time
-per output token), and the first token comes ``t_mixed`` after a request is scheduled.
+**Continuous batching in steady state** (every request ``p`` prompt and ``o`` output tokens): a
+request stays in flight ``L = o + k - 1`` iterations, its prompt in ``k = ceil(p / max_num_tokens)``
+chunks (TensorRT-LLM's chunked context, which trtllm-bench enables; ``k = 1`` for a prompt within
+the limit) and then decode. With ``B`` requests in flight, ``B / L`` finish and start per iteration,
+so an iteration carries ``G = B (o - 1) / L`` decode queries and, on a share ``f = min(B / L, 1)``
+of iterations, ``c = max(B / L, 1)`` prompts' work. ``output tokens/s = (B / L) o / t``, ``t = f
+t_mixed + (1 - f) t_decode`` the mean iteration (also the time per output token); the first token
+comes ``t_mixed + (k - 1) t_decode`` after a request is scheduled.
 
 **How many in flight**: as TensorRT-LLM's guaranteed-no-evict scheduler admits them, each request
 reserves KV blocks for its whole ``p + o`` tokens; the KV pool is ``kv_fraction`` of the memory
-left after weights and runtime buffers; at most ``max_batch`` requests, and the prompts of an
-iteration fill at most ``max_num_tokens`` less its decode tokens (a longer prompt still runs
-whole). ``batch = max`` is trtllm-bench's offline scenario: all requests queued, as many in flight as
-fit; a latency SLO picks the largest batch whose ``t_mixed`` and ``t`` meet it.
+left after weights and runtime buffers; at most ``max_batch`` requests, and the prompt tokens of an
+iteration fill at most ``max_num_tokens`` less its decode tokens, ``B <= max_num_tokens o / (p + o -
+1)`` (at least one request; :func:`commodel.workloads.serving_memory.capacity`). ``batch = max`` is
+trtllm-bench's offline scenario: all requests queued, as many in flight as fit; a latency SLO picks
+the largest batch whose first-token and per-token times meet it.
 """
 
 from __future__ import annotations
@@ -44,26 +47,16 @@ from commodel.workloads.layer_kernels import layer_kernels
 from commodel.workloads.layer_work import first_design, kernel_row, timed
 from commodel.workloads.layout import heads_problem
 from commodel.workloads.schema import Transformer
-from commodel.workloads.transformer import attention_dims, bytes_per, layer_weights
+from commodel.workloads.transformer import attention_dims, bytes_per
 
 #: KV-cache dtypes; ``auto`` is FP8 when the linear layers run in FP8 or FP4 (as ModelOpt checkpoints
 #: ship), else BF16.
 KV_DTYPES = ("auto", "bf16", "fp8")
 
-#: TensorRT-LLM's KV-cache block (``tokens_per_block``); the engine limits ``max_batch_size``,
-#: ``max_num_tokens`` and ``free_gpu_memory_fraction`` are the job's inputs (:class:`commodel.pricing.serving_job.ServingJob`)
-#: with TensorRT-LLM's defaults.
-KV_BLOCK_TOKENS = 32
-
 #: Host time per request in an iteration: the engine's own loop (scheduling, input preparation,
 #: sampling, stop checks and responses, in Python in TensorRT-LLM's PyTorch executor and vLLM),
 #: serialized with the GPU work it prepares. Calibrated: trt-gb200-qwen3-30b-a3b-128-2048.
 HOST_PER_REQUEST_S = 18.45e-6
-
-#: Runtime buffers besides weights and KV cache (assumed): activations of one layer for the token
-#: budget (hidden states, QKV and the MLP's widest intermediate, BF16) and FP32 logits per request.
-ACTIVATION_WIDTHS_H = 4
-
 
 #: The per-design fields of an :class:`Engine`.
 _SIZES = ("tp", "pp", "ep", "max_batch", "max_num_tokens", "kv_fraction")
@@ -127,65 +120,6 @@ def replica_problems(
     return [*problems, (~divides, f"ep must divide tp and the experts ({model.moe.experts})")]
 
 
-def kv_bytes_per_token_layer(model: Transformer, tp: ArrayLike, kv_dtype: str) -> np.ndarray:
-    """KV-cache bytes one token takes in one layer on one GPU: K and V of its ``kv_heads / tp`` heads
-    (at least one: a head is replicated when tp exceeds the KV heads), or MLA's latent and RoPE key,
-    which every tensor-parallel rank keeps whole."""
-    size = bytes_per(kv_dtype)
-    if model.mla is not None:
-        return np.full(np.shape(tp), (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * size)
-    heads = np.maximum(model.n_kv_heads / np.asarray(tp, dtype=float), 1.0)
-    return 2 * heads * model.d_head * size
-
-
-def kv_bytes_per_sequence(
-    model: Transformer, tokens: ArrayLike, tp: ArrayLike, pp: ArrayLike, kv_dtype: str
-) -> np.ndarray:
-    """KV-cache bytes per GPU of one sequence of ``tokens``: its stage's layers, sliding-window layers
-    keeping at most their window."""
-    t = np.asarray(tokens, dtype=float)
-    per = kv_bytes_per_token_layer(model, tp, kv_dtype)
-    windowed = model.windowed_layers
-    held = (model.layers - windowed) * t + windowed * np.minimum(t, model.sliding_window or np.inf)
-    return per * held / np.asarray(pp, dtype=float)
-
-
-def weight_bytes_per_gpu(model: Transformer, tp: ArrayLike, pp: ArrayLike, recipe: Precision) -> np.ndarray:
-    """Weights per GPU: a stage's layers, linear weights in the recipe's GEMM dtype split over tp (experts
-    over ep x expert-tp = tp), the router BF16; embedding and logits BF16 and vocabulary-parallel, on
-    the end stages (both on one GPU without pipelining, unless tied)."""
-    t, p = np.asarray(tp, dtype=float), np.asarray(pp, dtype=float)
-    w = layer_weights(model)
-    moe_share = model.moe_layers / model.layers
-    linear = w.attention + (1 - moe_share) * w.dense_mlp + moe_share * (w.moe_experts + w.moe_shared)
-    per_layer = linear / t * bytes_per(recipe.gemm) + moe_share * w.router * 2 + 2 * model.hidden * 2
-    tables = np.where((p == 1) & (not model.tied_embeddings), 2.0, 1.0)
-    return np.ceil(model.layers / p) * per_layer + tables * model.vocab * model.hidden * 2 / t
-
-
-def runtime_bytes_per_gpu(
-    model: Transformer, tp: ArrayLike, max_tokens: ArrayLike, max_batch: ArrayLike
-) -> np.ndarray:
-    """Runtime buffers (assumed, :data:`ACTIVATION_WIDTHS_H`): one layer's activations for the token
-    budget and FP32 logits for every request in flight."""
-    t = np.asarray(tp, dtype=float)
-    up = 2 if model.gated_mlp else 1
-    ffn = model.ffn_hidden if model.moe is None else model.moe.expert_ffn_hidden * model.moe.top_k
-    widths = ACTIVATION_WIDTHS_H * model.hidden + up * ffn / t
-    return np.asarray(max_tokens) * widths * 2 + np.asarray(max_batch) * model.vocab / t * 4
-
-
-def free_bytes(engine: Engine) -> np.ndarray:
-    """HBM per GPU left after weights and runtime buffers (negative when they do not fit)."""
-    capacity = engine.cluster.gpu.memory_capacity.value
-    used = weight_bytes_per_gpu(engine.model, engine.tp, engine.pp, engine.recipe)
-    return (
-        capacity
-        - used
-        - runtime_bytes_per_gpu(engine.model, engine.tp, engine.max_num_tokens, engine.max_batch)
-    )
-
-
 def _decode_attention(
     engine: Engine, queries: np.ndarray, context: np.ndarray
 ) -> list[tuple[Kernel, np.ndarray]]:
@@ -245,7 +179,9 @@ def iteration_time(
     tokens) and ``prompts`` whole prompts of ``prompt`` tokens on average (coefficient of variation
     ``prompt_cv``: causal attention grows as ``E[p^2] = p^2 (1 + cv^2)``, priced as ``prompts / (1 + cv^2)``
     prompts of ``p (1 + cv^2)`` tokens, the same tokens): ``time_s`` (a round of the pipeline), and its
-    ``compute_s``, ``comm_s`` and ``host_s``; and what makes it, for a person (:func:`iteration_table`):
+    ``compute_s``, ``comm_s`` and ``host_s``, the ``compute_bound_s`` of the compute and the
+    ``hbm_bytes`` its memory-bound kernels stream (for :func:`commodel.ops.energy.gpu_power_W`); and
+    what makes it, for a person (:func:`iteration_table`):
     ``layer``, one layer's kernels for one of the ``pp`` micro-batches with their calls per layer and
     seconds a call, and ``logits``, the last stage's logits GEMM over the tokens that sample and its
     seconds."""
@@ -263,10 +199,16 @@ def iteration_time(
         *_prefill_attention(engine, c / spread, p * spread),
         *_decode_attention(engine, g, np.asarray(context, dtype=float)),
     ]
-    priced = [(k, calls, timed(gpu, k, None)[0]) for k, calls in kernels]
-    layer = sum(calls * seconds for _, calls, seconds in priced)
     logits = named(gemm(g + c, model.vocab / engine.tp, model.hidden, engine.recipe.other), "logits")
-    logits_s = timed(gpu, logits, None)[0]
+    times = [timed(gpu, k, None) for k, _ in kernels]
+    priced = [(k, calls, t[0]) for (k, calls), t in zip(kernels, times, strict=True)]
+    layer = sum(calls * seconds for _, calls, seconds in priced)
+    logits_s, logits_memory_s, _ = timed(gpu, logits, None)
+    # Per GPU and iteration: compute-bound seconds and the bytes memory-bound kernels stream (power).
+    bound = sum(calls * (t - memory_s) for (_, calls), (t, memory_s, _) in zip(kernels, times, strict=True))
+    streamed = sum(
+        calls * k.bytes * (memory_s > 0) for (k, calls), (_, memory_s, _) in zip(kernels, times, strict=True)
+    )
     act = tokens * model.hidden * bytes_per(engine.recipe.other)
     ar, _ = collective("allreduce", act, engine.tp_group, fab)
     comm = np.where(engine.tp > 1, 2 * ar, 0.0)
@@ -284,43 +226,10 @@ def iteration_time(
         "compute_s": pp * stage_compute,
         "comm_s": pp * stage_comm,
         "host_s": host,
+        "compute_bound_s": pp * (stage_layers * bound + logits_s - logits_memory_s),
+        "hbm_bytes": pp * (stage_layers * streamed + logits.bytes * (logits_memory_s > 0)),
         "layer": priced,
         "logits": (logits, logits_s),
-    }
-
-
-#: The categories a serving GPU's memory is reported in; they add up to its total (the HBM, where the
-#: weights fit): weights, the runtime's activation and logits buffers, the KV cache pool, and what the
-#: engine leaves for everything else (``1 - kv_fraction`` of the free memory).
-SERVING_CATEGORIES = ("weights", "activations", "kv_cache", "reserved")
-
-
-def capacity(engine: Engine, prompt: ArrayLike, output: ArrayLike) -> dict[str, np.ndarray]:
-    """Requests the engine can hold in flight: by KV cache (``kv_batch``), and under the engine's
-    batch and token limits (``max_batch``); the memory per GPU by category
-    (``memory_CATEGORY_bytes``, :data:`SERVING_CATEGORIES`) and ``memory_per_gpu_bytes``."""
-    p, o = np.asarray(prompt, dtype=float), np.asarray(output, dtype=float)
-    reserved = np.ceil((p + o) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
-    free = free_bytes(engine)
-    pool = engine.kv_fraction * np.maximum(free, 0.0)
-    per_request = kv_bytes_per_sequence(engine.model, reserved, engine.tp, engine.pp, engine.kv_dtype)
-    kv_batch = np.floor(pool / per_request)
-    budget = np.maximum(engine.max_num_tokens * o / (p + o - 1), o)
-    parts = {
-        "weights": weight_bytes_per_gpu(engine.model, engine.tp, engine.pp, engine.recipe),
-        "activations": runtime_bytes_per_gpu(
-            engine.model, engine.tp, engine.max_num_tokens, engine.max_batch
-        ),
-        "kv_cache": pool,
-        "reserved": np.maximum(free, 0.0) - pool,
-    }
-    shape = np.shape(kv_batch)
-    return {
-        "kv_batch": kv_batch,
-        "max_batch": np.minimum(np.minimum(kv_batch, engine.max_batch), np.floor(budget)),
-        "weights_fit": free > 0,
-        **{f"memory_{k}_bytes": np.broadcast_to(np.asarray(v, dtype=float), shape) for k, v in parts.items()},
-        "memory_per_gpu_bytes": np.broadcast_to(sum(parts.values()), shape),
     }
 
 
@@ -333,7 +242,9 @@ def steady_state(
     output_cv: ArrayLike = 0.0,
 ) -> dict[str, Any]:
     """Continuous batching with ``batch`` requests in flight (module docstring): time to first token
-    once scheduled, time per output token, and output tokens and requests per second per replica.
+    once scheduled, time per output token, and output tokens and requests per second per replica;
+    the time shares of communication, host and compute-bound kernels, and the mean HBM traffic of
+    the memory-bound ones (``hbm_Bps``).
 
     A request mix enters by its mean lengths and their coefficients of variation: a decode step sees
     the length-biased mean context ``E[p] + E[o^2] / 2 E[o] = p + o (1 + cv_o^2) / 2`` (long outputs
@@ -341,24 +252,30 @@ def steady_state(
     each kind (with prompts, decode only) with its share, decode queries, prompts and its
     :func:`iteration_time`."""
     b, p, o = (np.asarray(v, dtype=float) for v in (batch, prompt, output))
-    starts = b / o
+    chunks = np.ceil(p / engine.max_num_tokens)
+    life = o + chunks - 1  # iterations a request stays in flight: its prompt's chunks, then decode
+    starts = b / life
     share, prompts = np.minimum(starts, 1.0), np.maximum(starts, 1.0)
-    queries = b * (o - 1) / o
+    queries = b * (o - 1) / life
     context = p + o * (1 + np.asarray(output_cv, dtype=float) ** 2) / 2
     mixed = iteration_time(engine, queries, prompts, p, context, prompt_cv)
     # Decode-only iterations occur where requests decode (o > 1); with one output token (no queries)
     # their share is 0 and one query keeps their kernels defined.
     decode = iteration_time(engine, np.maximum(queries, 1.0), np.zeros_like(b), p, context)
     mean = share * mixed["time_s"] + (1 - share) * decode["time_s"]
-    comm = share * mixed["comm_s"] + (1 - share) * decode["comm_s"]
-    host = share * mixed["host_s"] + (1 - share) * decode["host_s"]
+
+    def per_second(name: str) -> np.ndarray:
+        return (share * mixed[name] + (1 - share) * decode[name]) / mean
+
     return {
-        "ttft_s": mixed["time_s"],
+        "ttft_s": mixed["time_s"] + (chunks - 1) * decode["time_s"],
         "tpot_s": mean,
-        "output_tokens_per_s": b / mean,
+        "output_tokens_per_s": starts * o / mean,
         "requests_per_s": starts / mean,
-        "comm_share": comm / mean,
-        "host_share": host / mean,
+        "comm_share": per_second("comm_s"),
+        "host_share": per_second("host_s"),
+        "compute_bound_share": per_second("compute_bound_s"),
+        "hbm_Bps": per_second("hbm_bytes"),
         "iterations": (
             ("with prompts", share, queries, prompts, mixed),
             ("decode only", 1 - share, queries, 0 * b, decode),

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from commodel.workloads.serving import Engine, capacity, iteration_time, kv_bytes_per_sequence, steady_state
+from commodel.workloads.serving import Engine, iteration_time, steady_state
+from commodel.workloads.serving_memory import capacity, kv_bytes_per_sequence
 
 #: Fixed-point steps that match a disaggregated decode pool's batch to the requests it is sent.
 DECODE_BATCH_STEPS = 8
@@ -29,7 +30,8 @@ def disaggregated(
     p, o = np.asarray(prompt, dtype=float), np.asarray(output, dtype=float)
     prefill, decode = np.asarray(prefill, dtype=float), np.asarray(decode, dtype=float)
     prompts = np.maximum(np.floor(engine.max_num_tokens / p), 1.0)
-    t_prefill = iteration_time(engine, np.zeros_like(p), prompts, p, p)["time_s"]
+    first = iteration_time(engine, np.zeros_like(p), prompts, p, p)
+    t_prefill = first["time_s"]
     prefill_rate = prefill * prompts / t_prefill
     kv = kv_bytes_per_sequence(engine.model, p, engine.tp, engine.pp, engine.kv_dtype)
     fab = engine.fabric
@@ -49,11 +51,19 @@ def disaggregated(
         batch = np.clip(rate / decode * np.maximum(o - 1, 1) * decode_iteration(batch), 1.0, largest)
     final = iteration_time(engine, batch, np.zeros_like(batch), p, context)
     tpot = final["time_s"]
+    busy_prefill = rate / prefill_rate  # the prefill pool idles between prompts when decode bounds
+
+    def per_second(name: str) -> np.ndarray:  # per GPU, over both pools
+        pools = busy_prefill * first[name] / t_prefill * prefill + final[name] / tpot * decode
+        return pools / (prefill + decode)
+
     return {
         "ttft_s": t_prefill + transfer,
         "tpot_s": tpot,
         "comm_share": final["comm_s"] / tpot,
         "host_share": final["host_s"] / tpot,
+        "compute_bound_share": per_second("compute_bound_s"),
+        "hbm_Bps": per_second("hbm_bytes"),
         "requests_per_s": rate,
         "output_tokens_per_s": rate * o,
         "decode_batch": batch,
