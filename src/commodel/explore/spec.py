@@ -43,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -126,7 +127,7 @@ STUDY_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 
 
 class StudySection(Strict):
-    name: str = Field(pattern=STUDY_NAME)
+    name: str
     title: str = ""
     evaluate: str
     method: Literal["grid", "sobol", "lhs", "nsga2", "nsga3"] = "grid"
@@ -137,9 +138,13 @@ class StudySection(Strict):
 
     @field_validator("name")
     @classmethod
-    def _no_parent(cls, name: str) -> str:
-        if ".." in name:
-            raise ValueError(f"a study name names folders: no '..' in it, got '{name}'")
+    def _folder_name(cls, name: str) -> str:
+        if not re.fullmatch(STUDY_NAME, name) or ".." in name:
+            shown = name if len(name) <= 40 else name[:37] + "..."
+            raise ValueError(
+                f"a study name names its folder: 1-100 letters, digits, '.', '_' or '-', starting with a "
+                f"letter or digit, no '..'; got {shown!r}"
+            )
         return name
 
     @model_validator(mode="after")
