@@ -27,6 +27,7 @@ CASES = (
         ("--system", "mi300x-8:1,"), ("--stage-layers", "1,2"), ("--checkpoint-interval-min", "-5"),
         ("--dispatcher", "deepepp"), ("--dispatcher", "deepep"), ("--dtype", "fp8-blocks"),
         ("--recompute-modules", "mlp,moe"), ("--recompute-modules", "shared_experts"), ("--ep-sms", "0"),
+        ("--cuda-graphs", "attnn"), ("--cuda-graphs", "attn,,mlp;"),
     )]
     + [[*SERVE, option, value] for option in ("--prompt", "--output", "--tp", "--pp", "--gpus",
                                               "--max-batch-size", "--max-num-tokens") for value in COUNTS]
@@ -35,7 +36,9 @@ CASES = (
         ("--kv-fraction", "1.5"), ("--slo-ttft", "0"), ("--slo-tpot", "-1"), ("--slo-tpot", "nan"),
         ("--prompt-cv", "-1"), ("--output-cv", "11"), ("--price-per-gpu-hour", "inf"), ("--ep", "2"),
     )]
-    + [[*SERVE, "--gpus", "2", "--prefill-gpus", "1", "--kernels"]]  # the kernel table is colocated serving's
+    + [[*SERVE, "--gpus", "2", "--prefill-gpus", "1", "--kernels"]]
+    + [["train", "--model", "qwen3-30b-a3b", "--system", "gb200-nvl72", "--gpus", "8", "--ep", "8", "--cuda-graphs", g]
+       for g in ("attn,moe", "full_iteration")]  # dropless experts have dynamic shapes  # the kernel table is colocated serving's
     + [[*COLLECTIVE, option, value] for option in ("--nodes", "--gpus", "--channels", "--gpus-per-process")
        for value in ("-1", "0", "x")]
     + [[*COLLECTIVE, option, value] for option, value in (

@@ -246,6 +246,7 @@ def test_train_json_contract():
     assert record["layout"]["dp"] == 4  # default: gpus / (tp pp cp)
     assert set(record["breakdown"]) == {
         "compute",
+        "host",
         "tp_comm",
         "cp_comm",
         "ep_comm",

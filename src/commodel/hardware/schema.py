@@ -142,6 +142,19 @@ class HostCosts(Strict):
     queue_lock: Duration = _assumed(
         1.0, "GPU threads sharing a send queue: an atomic reserving a slot and a system-scope fence"
     )
+    op_dispatch: Duration = Duration(
+        value=8e-6,
+        source="assumed: PyTorch eager's host time per operator on an x86 server core (Python module code, "
+        "dispatcher, autograd), order 10 us (He, 'Making Deep Learning Go Brrrr From First Principles', "
+        "2022); the driver's launch is the GPU record's launch_overhead",
+        range=(4e-6, 16e-6),
+    )
+    graph_replay: Duration = Duration(
+        value=20e-6,
+        source="assumed: one captured scope's replay, cudaGraphLaunch plus Transformer Engine's graphed-"
+        "callable wrapper in Python",
+        range=(10e-6, 40e-6),
+    )
 
 
 class Link(Strict):

@@ -1,5 +1,6 @@
 """What ``commodel train`` suggests beside its answer: the changes worth trying on a job (a lighter
-last pipeline stage, recompute modules, DeepEP's dispatcher), each priced as one batch of variants of
+last pipeline stage, recompute modules, DeepEP's dispatcher, CUDA graphs or a larger micro-batch for a
+host-bound step), each priced as one batch of variants of
 the job through the same table pricing (:func:`~commodel.pricing.training.price_training`), and
 named only where it pays."""
 
@@ -15,12 +16,16 @@ from commodel.pricing.table import Columns, job_columns
 from commodel.pricing.training import price_training
 from commodel.pricing.training_job import TrainingJob
 from commodel.workloads.catalog import model
+from commodel.workloads.host_issue import scope_shares
 from commodel.workloads.layout import COVERED_BY, RECOMPUTE_MODULES, module_names
 from commodel.workloads.transformer import activation_bytes_per_token
 
 #: Stage imbalance (slowest stage over the mean) above which a lighter last stage is looked for, and
 #: the gain that makes a change worth a note.
 IMBALANCE_WORTH_A_LOOK, GAIN_WORTH_A_NOTE = 0.05, 0.02
+
+#: Share of a step the GPUs wait for the host above which the step is called host-bound.
+HOST_BOUND_SHARE = 0.05
 
 
 def variants(job: TrainingJob, field: str, choices: list[Any]) -> Columns:
@@ -111,4 +116,25 @@ def recompute_modules_to_try(job: TrainingJob, row: SimpleNamespace) -> str:
 
 
 #: The changes ``train(advise=True)`` prices, in the order their notes appear.
-ADVICE = (lighter_last_stage, recompute_modules_to_try, deepep_to_try)
+def host_fixes(job: TrainingJob, row: SimpleNamespace) -> str:
+    """Where a step is host-bound (:data:`HOST_BOUND_SHARE`): the CUDA graphs Megatron can capture
+    for the model (every scope but the dropless experts' for an MoE model, the whole iteration for a
+    dense one) and twice the micro-batch, each priced; named if it saves at least
+    :data:`GAIN_WORTH_A_NOTE` and fits where the job does."""
+    if float(row.host_s) < HOST_BOUND_SHARE * float(row.step_time_s) or ":" in job.system:
+        return ""
+    net = model(job.model)
+    static = [name for name, share in scope_shares(net).items() if share > 0 and name != "moe"]
+    graphs = "full_iteration" if net.moe is None else ",".join(static)
+    tried = [("cuda_graphs", graphs, f"--cuda-graphs {graphs}"),
+             ("micro_batch", 2 * job.micro_batch, f"--micro-batch {2 * job.micro_batch}")]  # fmt: skip
+    fixes, now = [], float(row.step_time_s)
+    for field, value, flag in tried:
+        table = variants(job, field, [value])
+        faster = float(table["step_time_s"][0])
+        if table["valid"][0] and (table["fits"][0] or not row.fits) and _saves(faster, now):
+            fixes.append(f"{flag}: {now:.4g} -> {faster:.4g} s per step")
+    return "; ".join(fixes)
+
+
+ADVICE = (lighter_last_stage, recompute_modules_to_try, deepep_to_try, host_fixes)

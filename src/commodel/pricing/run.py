@@ -16,7 +16,7 @@ import numpy as np
 from commodel.compute.precision import SERVING_RECIPES, precision, serving_precision
 from commodel.errors import CommodelError
 from commodel.hardware import cluster
-from commodel.pricing.advice import ADVICE
+from commodel.pricing.advice import ADVICE, HOST_BOUND_SHARE
 from commodel.pricing.job import Job
 from commodel.pricing.serving import OUTPUTS as SERVING_OUTPUTS
 from commodel.pricing.serving import price_serving
@@ -69,7 +69,7 @@ def _kernel_table(job: TrainingJob, row: SimpleNamespace) -> list[dict[str, obje
 
 def _training_notes(job: TrainingJob, row: SimpleNamespace) -> list[str]:
     """What the model assumed or the job should know: a recomputation auto chose, vendors crossed,
-    tensor parallelism beyond a scale-up domain, sequence parallelism a layout needs."""
+    tensor parallelism beyond a scale-up domain, a host-bound step, sequence parallelism a layout needs."""
     notes = []
     if job.recompute == "auto":
         fit = "is the cheapest way to fit" if row.fits else "still does not fit"
@@ -89,6 +89,12 @@ def _training_notes(job: TrainingJob, row: SimpleNamespace) -> list[str]:
             "does not fit with sequence parallelism off: every tensor-parallel rank holds the whole "
             "sequence's norm and dropout activations (Megatron recipes with tp > 1 turn on "
             "--sequence-parallel)"
+        )
+    host = float(row.host_s) / float(row.step_time_s)
+    if host >= HOST_BOUND_SHARE:
+        notes.append(
+            f"host-bound: the GPUs wait {100 * host:.0f}% of the step for the host to issue kernels "
+            "(CUDA graphs or a larger micro-batch shorten it)"
         )
     if job.tp_overlap == "userbuffers" and job.tp > 1 and not job.sequence_parallel:
         notes.append(

@@ -42,6 +42,7 @@ from commodel.workloads.hetero import (
     is_node_groups,
     parse_node_groups,
 )
+from commodel.workloads.host_issue import graph_problem
 from commodel.workloads.layout import RECOMPUTE_CHOICES, Layout, layout_problems, stage_layers_text
 from commodel.workloads.memory import CATEGORIES as MEMORY_CATEGORIES
 from commodel.workloads.moe_dispatch import deepep_problem
@@ -171,7 +172,11 @@ def _price_group(columns: Columns, key: dict, rows: np.ndarray, out: Outputs) ->
     tp, pp, cp, dp = (col(k) for k in ("tp", "pp", "cp", "dp"))
     dp = np.where(np.isnan(dp), np.floor(gpus / (tp * pp * cp)), dp)
     layout = job_layout(columns, rows, net, dp)
-    problems += [*layout_problems(net, layout, gpus), offload_problem(clusters, layout)]
+    problems += [
+        *layout_problems(net, layout, gpus),
+        offload_problem(clusters, layout),
+        graph_problem(net, layout),
+    ]
     if len(fleet) == 1:  # DeepEP puts from the GPU across domains
         problems.append(deepep_problem(clusters[0], layout, gpus))
     problems += group_rules(len(fleet) > 1, layout, take(columns, "stage_layers", rows))

@@ -32,6 +32,7 @@ from commodel.pricing.job import (
 )
 from commodel.workloads.catalog import failure_models, known_model
 from commodel.workloads.hetero import parse_node_groups
+from commodel.workloads.host_issue import GRAPH_SCOPES, graph_bits
 from commodel.workloads.layout import (
     DISPATCHERS,
     OFFLOAD_STATES,
@@ -226,6 +227,14 @@ class TrainingJob(Job):
         description="Permute tokens to their experts with Transformer Engine's fused kernels (Megatron's "
         "--moe-permute-fusion; Megatron-Bridge's MoE models set it): each token read once and its top_k "
         "copies written, where the unfused path reads and writes every copy.",
+    )
+    cuda_graphs: Annotated[
+        str, Choices("CUDA-graph scope", GRAPH_SCOPES, module_names, False, graph_bits)
+    ] = Field(
+        "",
+        description="Scopes captured in CUDA graphs, comma-separated (Megatron's --cuda-graph-scope): attn, mlp, "
+        "moe_router, moe_preprocess, moe, full_iteration, or none. A captured scope costs one graph replay per "
+        "pass instead of issuing each of its kernels from the host; dropless experts cannot be captured.",
     )
     bf16_moments: bool = Field(
         False,

@@ -243,6 +243,7 @@ def hetero_train_step(
         "stage_imbalance": stage.max() / stage.mean() - 1,
         "tp_domains": float(p["tp_domains"][0]),
         "compute_s": m * (n_layers * float(p["layer_compute_s"][0]) + extra_s[slowest]),
+        "host_s": m * n_layers * float(p["host_exposed_s"][0]),
         "tp_comm_s": m * n_layers * float(p["tp_exposed_s"][0]),
         "cp_comm_s": m * n_layers * float(p["cp_exposed_s"][0]),
         "ep_comm_s": m * n_layers * float(p["ep_exposed_s"][0]),

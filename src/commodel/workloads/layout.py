@@ -57,7 +57,7 @@ class Layout:
     ``recompute``: code 0-2 of :data:`RECOMPUTE`, 3 = auto; ``schedule``: code of :data:`SCHEDULES`
     (:attr:`dualpipe`); ``dispatcher``: code of :data:`DISPATCHERS` (:attr:`deepep`);
     ``recompute_modules``: the sum of the :data:`RECOMPUTE_MODULES` bits; ``offload``: of the
-    :data:`OFFLOAD_STATES` bits. A size the job leaves unset
+    :data:`OFFLOAD_STATES` bits; ``cuda_graphs``: of the :data:`~commodel.workloads.host_issue.GRAPH_SCOPES` bits. A size the job leaves unset
     is 0: ``first_stage_layers``, ``last_stage_layers`` (an even split, :func:`stage_split`), ``etp``
     (tp, Megatron's default; :attr:`expert_tp`) and ``ep_sms`` (the collective library's CTAs, or
     DeepEP's :data:`~commodel.workloads.moe_dispatch.DEEPEP_SMS`).
@@ -93,6 +93,7 @@ class Layout:
     offload: np.ndarray
     bf16_moments: np.ndarray
     permute_fusion: np.ndarray
+    cuda_graphs: np.ndarray
 
     def select(self, mask: np.ndarray) -> Layout:
         """The layouts where ``mask`` is true (fields broadcast to the mask's shape first)."""

@@ -18,6 +18,7 @@ from commodel.hardware.cluster import Cluster
 from commodel.overlap import Window, ctas, exposed, overlapping
 from commodel.workloads.activation_fit import offload_exposed
 from commodel.workloads.groups import Group, collective, domain, group, in_switch, job_domain, shared_nics
+from commodel.workloads.host_issue import host_wait_s
 from commodel.workloads.layer_work import (
     ATTENTION_BACKWARD,
     Work,
@@ -341,14 +342,17 @@ def per_microbatch(
     tp_exposed = np.where(ideal, np.maximum(tp_comm - full.total_s, 0.0), tp_comm)
     paired, unpaired = _expert_comm(m, ep_overlap, tp_comm)
     cp_exposed = _context_comm(m)
-    layer_time = full.total_s + tp_exposed + paired + cp_exposed
+    gpu_time = full.total_s + tp_exposed + paired + cp_exposed
+    fwd_share = np.divide(full.fwd_s, full.total_s, out=np.zeros_like(full.total_s), where=full.total_s > 0)
+    fp8 = recipe.cast_bytes > 0
+    host_wait = host_wait_s(model, cluster, x, fp8, fwd_share * gpu_time, (1 - fwd_share) * gpu_time)
+    layer_time = gpu_time + host_wait
     first, middle, last = stage_split(model, x)
     stage_layers = np.maximum(np.maximum(first, middle), last + x.mtp_layers)  # the largest stage's
     memory = memory_parts(model, x, attention_impl, recipe)
     dense, experts = memory.pop("dense_parameters"), memory.pop("expert_parameters")
     z3_exposed, dp_exposed, optimizer = _data_parallel(m, stage_layers, dense, experts)
     # Offloading this layer's activations to CPU memory (what --recompute auto may choose instead).
-    fwd_share = np.divide(full.fwd_s, full.total_s, out=np.zeros_like(full.total_s), where=full.total_s > 0)
     offload = offload_exposed(
         memory["layer_activations"],
         fwd_share * layer_time,
@@ -364,6 +368,7 @@ def per_microbatch(
         "dualpipe_extra_s": np.maximum(full.bwd_s - 3 * full.wgrad_s, -full.total_s),
         "tp_exposed_s": tp_exposed,
         "cp_exposed_s": cp_exposed,
+        "host_exposed_s": host_wait,
         "ep_exposed_s": paired,
         "ep_unpaired_s": unpaired - paired,
         "end_s": _last_stage_extra(m),

@@ -57,7 +57,7 @@ from commodel.workloads.transformer import (
 )
 
 BREAKDOWN = (
-    "compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "offload", "bubble", "optimizer",
+    "compute", "host", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "offload", "bubble", "optimizer",
 )  # fmt: skip
 
 #: How the expert all-to-alls run: on the critical path (Megatron's default), under another
@@ -204,6 +204,7 @@ def _train_step(
     unpaired = np.minimum(np.maximum(x.pp - 1, 1), m) * slow_layers * p["ep_unpaired_s"]
     parts = {
         "compute": m * (slow_layers * p["layer_compute_s"] + slow_extra),
+        "host": m * slow_layers * p["host_exposed_s"],
         "tp_comm": m * slow_layers * p["tp_exposed_s"],
         "cp_comm": m * slow_layers * p["cp_exposed_s"],
         "ep_comm": m * slow_layers * p["ep_exposed_s"] + unpaired,

@@ -1,0 +1,118 @@
+"""The host that issues a training step's kernels, and CUDA graphs: by hand, and as properties over
+random jobs (graphs never slow a step; a larger micro-batch never lowers a host-bound step's tokens/s)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from commodel.cli import app
+from commodel.hardware import cluster
+from commodel.pricing.evaluator import evaluator
+from commodel.pricing.training import job_layouts
+from commodel.workloads.catalog import model
+from commodel.workloads.host_issue import BACKWARD_OPS, SCOPE_OPS, host_issue_s, host_wait_s
+
+MOE_GRAPHS = "attn,moe_router,moe_preprocess"
+
+
+def test_a_dense_layers_host_time_by_hand():
+    c = cluster("dgx-h100")
+    x = job_layouts({"model": "llama3-8b", "system": "dgx-h100", "gpus": 8})
+    fwd, bwd = host_issue_s(model("llama3-8b"), c, x, fp8=False)
+    op = c.system.initiation.op_dispatch.value + c.gpu.launch_overhead.value  # 8 + 3 us
+    ops = SCOPE_OPS["attn"] + SCOPE_OPS["mlp"]
+    assert fwd == pytest.approx(ops * op) and bwd == pytest.approx(BACKWARD_OPS * ops * op)
+    graphed = job_layouts({"model": "llama3-8b", "system": "dgx-h100", "gpus": 8, "cuda_graphs": "attn,mlp"})
+    fwd, bwd = host_issue_s(model("llama3-8b"), c, graphed, fp8=False)
+    assert fwd == bwd == pytest.approx(2 * c.system.initiation.graph_replay.value)
+
+
+def test_the_gpu_waits_only_for_what_the_host_does_not_hide_and_for_the_dispatchers_sync():
+    c = cluster("gb200-nvl72")
+    net = model("qwen3-30b-a3b")
+    x = job_layouts({"model": "qwen3-30b-a3b", "system": "gb200-nvl72", "gpus": 8, "ep": 8})
+    fwd, bwd = host_issue_s(net, c, x, fp8=False)
+    busy = host_wait_s(net, c, x, False, 10 * fwd, 10 * bwd)  # a GPU-bound layer: only the sync refill
+    starved = host_wait_s(net, c, x, False, 0.5 * fwd, 0.5 * bwd)
+    assert 0 < busy < 0.05 * fwd
+    assert starved == pytest.approx(0.5 * (fwd + bwd) + busy)
+    deepep = job_layouts(
+        {"model": "qwen3-30b-a3b", "system": "gb200-nvl72", "gpus": 8, "ep": 8, "dispatcher": "deepep"}
+    )
+    assert host_wait_s(net, c, deepep, False, 10 * fwd, 10 * bwd) == 0  # DeepEP has no host sync here
+
+
+def _random_jobs(seed: int, jobs: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame({
+        "model": rng.choice(["llama3-8b", "qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-120b"], jobs),
+        "system": rng.choice(["dgx-h100", "gb200-nvl72", "dgx-b200", "mi300x-8"], jobs),
+        "micro_batch": rng.choice([1, 2, 4], jobs), "seq": rng.choice([1024, 4096], jobs),
+        "dtype": rng.choice(["bf16", "fp8"], jobs),
+    })  # fmt: skip
+    frame["gpus"], frame["global_batch"] = 8, 64
+    frame["ep"] = np.where(frame.model == "llama3-8b", 1, 8)
+    return frame
+
+
+def _steps(jobs: pd.DataFrame) -> pd.DataFrame:
+    return evaluator("training")(jobs)
+
+
+def test_graphs_never_make_a_step_slower():
+    """Over 2,000 random jobs (dense and MoE models, four systems, micro-batches, FP8): every scope a
+    model can capture, alone and together, never makes the step slower, and it cuts the host's share."""
+    jobs = _random_jobs(21, 400)
+    moe = jobs.model != "llama3-8b"
+    eager = _steps(jobs)
+    assert eager.valid.all()
+    for scopes in ("attn", "mlp", "moe_router", MOE_GRAPHS, "full_iteration"):
+        graphed = jobs.assign(cuda_graphs=np.where(moe & (scopes == "full_iteration"), MOE_GRAPHS, scopes))
+        result = _steps(graphed)
+        assert result.valid.all()
+        assert (result.step_time_s <= eager.step_time_s * (1 + 1e-12)).all(), scopes
+        assert (result.host_s <= eager.host_s + 1e-15).all(), scopes
+    assert (eager.host_s > 0).any() and (
+        _steps(jobs.assign(cuda_graphs="full_iteration")[~moe]).host_s == 0
+    ).all()
+
+
+def test_a_larger_micro_batch_never_lowers_a_host_bound_steps_throughput():
+    """Over 1,200 random jobs: where the host holds the step back, doubling the micro-batch (the GPU's
+    work grows, the host's does not) never lowers the tokens per second."""
+    jobs = _random_jobs(22, 600)
+    small = _steps(jobs)
+    large = _steps(jobs.assign(micro_batch=2 * jobs.micro_batch))
+    bound = (small.host_s > 0.05 * small.step_time_s) & large.valid
+    assert bound.sum() > 20
+    assert (large.tokens_per_s[bound] >= small.tokens_per_s[bound] * (1 - 1e-12)).all()
+    assert (
+        large.host_s[bound] / large.step_time_s[bound] < small.host_s[bound] / small.step_time_s[bound]
+    ).all()
+
+
+def test_a_slower_host_cpu_holds_a_small_micro_batch_back_more(tmp_path, monkeypatch):
+    """The driving input: the system record's per-operator dispatch. Doubling it raises the host's
+    share of a host-bound step."""
+    from commodel.hardware.loader import OVERLAY_ENV
+
+    job = {"model": ["qwen3-30b-a3b"], "system": ["gb200-nvl72"], "gpus": [8], "ep": [8], "seq": [4096]}
+    before = _steps(pd.DataFrame(job))
+    (tmp_path / "systems").mkdir()
+    (tmp_path / "systems" / "gb200-nvl72.toml").write_text(
+        '[initiation]\nop_dispatch = { value = "22 us", source = "test: a host twice as slow" }\n'
+    )
+    monkeypatch.setenv(OVERLAY_ENV, str(tmp_path))
+    after = _steps(pd.DataFrame(job))
+    assert after.host_s[0] > 1.5 * before.host_s[0] > 0
+    assert after.step_time_s[0] > before.step_time_s[0]
+
+
+def test_the_output_names_a_host_bound_step_and_what_would_fix_it():
+    args = ["train", "--model", "qwen3-30b-a3b", "--system", "gb200-nvl72", "--gpus", "8", "--ep", "8",
+            "--seq", "4096", "--global-batch", "64"]  # fmt: skip
+    out = CliRunner().invoke(app, args).output
+    assert "host-bound: the GPUs wait" in out and f"--cuda-graphs {MOE_GRAPHS}" in out
+    graphed = CliRunner().invoke(app, [*args, "--cuda-graphs", MOE_GRAPHS]).output
+    assert "host-bound" not in graphed
