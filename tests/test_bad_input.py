@@ -27,7 +27,7 @@ CASES = (
         ("--system", "mi300x-8:1,"), ("--stage-layers", "1,2"), ("--checkpoint-interval-min", "-5"),
         ("--dispatcher", "deepepp"), ("--dispatcher", "deepep"), ("--dtype", "fp8-blocks"),
         ("--recompute-modules", "mlp,moe"), ("--recompute-modules", "shared_experts"), ("--ep-sms", "0"),
-        ("--cuda-graphs", "attnn"), ("--cuda-graphs", "attn,,mlp;"),
+        ("--cuda-graphs", "attnn"), ("--cuda-graphs", "attn,,mlp;"), ("--capacity-factor", "1"),
     )]
     + [[*SERVE, option, value] for option in ("--prompt", "--output", "--tp", "--pp", "--gpus",
                                               "--max-batch-size", "--max-num-tokens") for value in COUNTS]
@@ -65,7 +65,7 @@ CASES = (
     + [["train", "--model", "llama3-8b", "--system", "dgx-h100", "--micro-batch", v] for v in ("x", "0", "1.5", "-2", "maxx")]
     + [["compare", "--a", "tp=8,tp=4", "--b", "tp=2"], ["compare", "--a", "tp=8", "--b", "pp=2,pp=2"]]
     + [[*TRAIN, option, value] for option in ("--mtbf-gpu-hours", "--storage-GBps", "--restart-min", "--repair-hours",
-                                              "--checkpoint-interval-min", "--expert-load", "--oversubscription")
+                                              "--checkpoint-interval-min", "--expert-load", "--oversubscription", "--capacity-factor")
        for value in REALS]
     + [[*TRAIN, "--pod-gpus", value] for value in COUNTS]
     + [[*SERVE, option, value] for option in ("--slo-ttft", "--slo-tpot", "--kv-fraction", "--prompt-cv",

@@ -118,13 +118,14 @@ def recompute_modules_to_try(job: TrainingJob, row: SimpleNamespace) -> str:
 #: The changes ``train(advise=True)`` prices, in the order their notes appear.
 def host_fixes(job: TrainingJob, row: SimpleNamespace) -> str:
     """Where a step is host-bound (:data:`HOST_BOUND_SHARE`): the CUDA graphs Megatron can capture
-    for the model (every scope but the dropless experts' for an MoE model, the whole iteration for a
+    for the model (every scope but dropless experts' for an MoE model, the whole iteration for a
     dense one) and twice the micro-batch, each priced; named if it saves at least
     :data:`GAIN_WORTH_A_NOTE` and fits where the job does."""
     if float(row.host_s) < HOST_BOUND_SHARE * float(row.step_time_s) or ":" in job.system:
         return ""
     net = model(job.model)
-    static = [name for name, share in scope_shares(net).items() if share > 0 and name != "moe"]
+    padded = job.capacity_factor is not None  # static expert shapes: the moe scope may be captured too
+    static = [name for name, share in scope_shares(net).items() if share > 0 and (name != "moe" or padded)]
     graphs = "full_iteration" if net.moe is None else ",".join(static)
     tried = [("cuda_graphs", graphs, f"--cuda-graphs {graphs}"),
              ("micro_batch", 2 * job.micro_batch, f"--micro-batch {2 * job.micro_batch}")]  # fmt: skip

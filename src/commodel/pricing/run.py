@@ -90,6 +90,11 @@ def _training_notes(job: TrainingJob, row: SimpleNamespace) -> list[str]:
             "sequence's norm and dropout activations (Megatron recipes with tp > 1 turn on "
             "--sequence-parallel)"
         )
+    if job.capacity_factor is not None:
+        notes.append(
+            f"capacity factor {job.capacity_factor:g}: every expert padded to it, "
+            f"{100 * float(row.dropped_share):.2g}% of the routed tokens dropped (routing spread as --expert-load says)"
+        )
     host = float(row.host_s) / float(row.step_time_s)
     if host >= HOST_BOUND_SHARE:
         notes.append(

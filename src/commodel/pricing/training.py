@@ -48,6 +48,7 @@ from commodel.workloads.memory import CATEGORIES as MEMORY_CATEGORIES
 from commodel.workloads.moe_dispatch import deepep_problem
 from commodel.workloads.pipeline_layout import stage_split
 from commodel.workloads.schema import Transformer
+from commodel.workloads.token_drop import capacity_problem
 from commodel.workloads.training import BREAKDOWN, train_step
 
 STEP_OUTPUTS = (
@@ -66,6 +67,7 @@ STEP_OUTPUTS = (
     "offload_needed_Bps",
     "recompute_used",
     "stage_imbalance",
+    "dropped_share",
     "tp_domains",
     "stage_layers",
     "cross_vendor_s",
@@ -176,6 +178,7 @@ def _price_group(columns: Columns, key: dict, rows: np.ndarray, out: Outputs) ->
         *layout_problems(net, layout, gpus),
         offload_problem(clusters, layout),
         graph_problem(net, layout),
+        capacity_problem(net, layout),
     ]
     if len(fleet) == 1:  # DeepEP puts from the GPU across domains
         problems.append(deepep_problem(clusters[0], layout, gpus))

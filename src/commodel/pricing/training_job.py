@@ -159,6 +159,15 @@ class TrainingJob(Job):
         description="Tokens the busiest expert-parallel rank receives over the mean: 1 = balanced "
         "(force-balanced routing, or a padded capacity factor of 1); a padded capacity factor c gives c.",
     )
+    capacity_factor: float | None = Field(
+        None,
+        gt=0,
+        le=64,
+        description="Token-drop MoE (Megatron's --moe-expert-capacity-factor with "
+        "--moe-pad-expert-input-to-capacity): each expert takes at most this many times its mean tokens, "
+        "drops the rest and pads to it (static shapes: no dispatcher sync, CUDA graphs may capture moe). "
+        "Default: dropless.",
+    )
     global_batch: int = Field(1024, ge=1, le=MAX_GLOBAL_BATCH, description="Sequences per step.")
     micro_batch: int = Field(1, ge=1, le=MAX_GLOBAL_BATCH, description="Sequences per micro-batch.")
     seq: int | None = Field(None, ge=1, le=MAX_SEQ, description="Sequence length (default: the model's).")

@@ -128,6 +128,12 @@ def fit_activations(
         "offloaded_bytes": np.where(offload, share * span, 0.0),
         **{
             k: none[k]
-            for k in ("tp_domains", "stage_imbalance", "offloaded_state_bytes", "offload_needed_Bps")
+            for k in (
+                "tp_domains",
+                "stage_imbalance",
+                "dropped_share",
+                "offloaded_state_bytes",
+                "offload_needed_Bps",
+            )
         },
     }

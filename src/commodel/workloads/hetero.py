@@ -34,6 +34,7 @@ from commodel.workloads.layout import AUTO, Layout
 from commodel.workloads.memory import by_category, fits, memory_with_microbatches
 from commodel.workloads.microbatch import per_microbatch
 from commodel.workloads.schema import Transformer
+from commodel.workloads.token_drop import dropped_share
 from commodel.workloads.transformer import model_flops_per_token, recompute_flops_per_token
 
 _GROUP = re.compile(r"\s*([A-Za-z0-9._-]+)\s*:\s*(\d+)\s*")
@@ -241,6 +242,7 @@ def hetero_train_step(
         "offload_share": 0.0,
         "offloaded_bytes": 0.0,
         "stage_imbalance": stage.max() / stage.mean() - 1,
+        "dropped_share": float(dropped_share(model, x)[0]),
         "tp_domains": float(p["tp_domains"][0]),
         "compute_s": m * (n_layers * float(p["layer_compute_s"][0]) + extra_s[slowest]),
         "host_s": m * n_layers * float(p["host_exposed_s"][0]),

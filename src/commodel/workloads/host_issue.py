@@ -22,7 +22,8 @@ GEMM per local expert for fc1 and fc2). FP8 adds :data:`FP8_OPS_PER_GEMM_MODULE`
 ``mlp``; its MoE layers ``attn``, the router, preprocess and ``moe`` (and ``mlp`` for shared experts).
 
 **Synchronization**: Megatron's all-to-all dispatcher copies the tokens per expert to the host and
-synchronizes the stream in every MoE layer's forward (dropless experts have dynamic shapes), so the
+synchronizes the stream in every MoE layer's forward (dropless experts have dynamic shapes; a
+capacity factor's padded ones do not, :mod:`commodel.workloads.token_drop`), so the
 host cannot run ahead past it: the layer's forward takes ``max(G, H)`` plus the refill, the GPU
 idle while the host sees the stream end (``initiation.host_sync``), copies the counts and issues the
 next kernel (two operators' issue).
@@ -42,6 +43,7 @@ from numpy.typing import ArrayLike
 from commodel.hardware.cluster import Cluster
 from commodel.workloads.layout import Layout, module_names
 from commodel.workloads.schema import Transformer
+from commodel.workloads.token_drop import dropless
 
 #: CUDA-graph scopes a job may capture (``--cuda-graphs``, Megatron's ``--cuda-graph-scope`` names),
 #: each a bit of :attr:`~commodel.workloads.layout.Layout.cuda_graphs`; ``none`` is no bit.
@@ -83,12 +85,11 @@ def captures(bits: ArrayLike, scope: str) -> np.ndarray:
 
 def graph_problem(model: Transformer, x: Layout) -> tuple[np.ndarray, str]:
     """Dropless experts have dynamic shapes: their layer, or a whole MoE step, cannot be captured."""
-    dynamic = model.moe is not None and (
-        captures(x.cuda_graphs, "moe") | captures(x.cuda_graphs, "full_iteration")
-    )
-    return np.asarray(dynamic), (
+    captured = captures(x.cuda_graphs, "moe") | captures(x.cuda_graphs, "full_iteration")
+    return np.asarray(model.moe is not None and captured & dropless(x)), (
         "dropless experts have dynamic shapes, so CUDA graphs cannot capture the moe scope or the full "
-        "iteration of a mixture-of-experts model (Megatron captures attn, moe_router and moe_preprocess)"
+        "iteration of a mixture-of-experts model (Megatron captures attn, moe_router and moe_preprocess; "
+        "a --capacity-factor pads them to static shapes)"
     )
 
 
@@ -134,6 +135,6 @@ def host_wait_s(
     fwd, bwd = host_issue_s(model, cluster, x, fp8)
     host = cluster.system.initiation
     op = host.op_dispatch.value + cluster.gpu.launch_overhead.value
-    syncs = (model.moe_layers / model.layers if model.moe is not None else 0.0) * ~x.deepep
+    syncs = (model.moe_layers / model.layers if model.moe is not None else 0.0) * (~x.deepep & dropless(x))
     refill = syncs * (host.host_sync.value + 2 * op)
     return np.maximum(fwd - gpu_fwd_s, 0.0) + np.maximum(bwd - gpu_bwd_s, 0.0) + refill

@@ -94,6 +94,7 @@ class Layout:
     bf16_moments: np.ndarray
     permute_fusion: np.ndarray
     cuda_graphs: np.ndarray
+    capacity_factor: np.ndarray
 
     def select(self, mask: np.ndarray) -> Layout:
         """The layouts where ``mask`` is true (fields broadcast to the mask's shape first)."""
@@ -138,8 +139,10 @@ class Layout:
     @property
     def busiest_expert_rank(self) -> np.ndarray:
         """Tokens the busiest expert-parallel rank handles over the mean: ``expert_load``, at most
-        ``ep`` (every token), and 1 without expert parallelism (one rank holds every expert)."""
-        return np.where(self.ep > 1, np.minimum(self.expert_load, self.ep), 1.0)
+        ``ep`` (every token), 1 without expert parallelism (one rank holds every expert); a capacity
+        factor pads every expert to it (:mod:`commodel.workloads.token_drop`)."""
+        loaded = np.where(self.ep > 1, np.minimum(self.expert_load, self.ep), 1.0)
+        return np.where(self.capacity_factor > 0, self.capacity_factor, loaded)
 
     @cached_property
     def expert_tp(self) -> np.ndarray:

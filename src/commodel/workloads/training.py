@@ -51,6 +51,7 @@ from commodel.workloads.memory import by_category, fits, memory_with_microbatche
 from commodel.workloads.microbatch import per_microbatch
 from commodel.workloads.schema import Transformer
 from commodel.workloads.state_offload import state_offload
+from commodel.workloads.token_drop import dropped_share
 from commodel.workloads.transformer import (
     model_flops_per_token,
     recompute_flops_per_token,
@@ -242,6 +243,7 @@ def _train_step(
         "offloaded_bytes": np.zeros_like(step),
         "offload_all_s": m * slow_layers * p["offload_layer_s"],
         "stage_imbalance": slowest / mean - 1,
+        "dropped_share": dropped_share(model, x),
         "tp_domains": p["tp_domains"],
     }
     result.update({f"{name}_s": value for name, value in parts.items()})
