@@ -28,6 +28,7 @@ CASES = (
         ("--dispatcher", "deepepp"), ("--dispatcher", "deepep"), ("--dtype", "fp8-blocks"),
         ("--recompute-modules", "mlp,moe"), ("--recompute-modules", "shared_experts"), ("--ep-sms", "0"),
         ("--cuda-graphs", "attnn"), ("--cuda-graphs", "attn,,mlp;"), ("--capacity-factor", "1"),
+        ("--recompute-layers", "-1"), ("--recompute-layers", "x"), ("--recompute-layers", "2000"),
     )]
     + [[*SERVE, option, value] for option in ("--prompt", "--output", "--tp", "--pp", "--gpus",
                                               "--max-batch-size", "--max-num-tokens") for value in COUNTS]
@@ -38,7 +39,8 @@ CASES = (
     )]
     + [[*SERVE, "--gpus", "2", "--prefill-gpus", "1", "--kernels"]]
     + [["train", "--model", "qwen3-30b-a3b", "--system", "gb200-nvl72", "--gpus", "8", "--ep", "8", "--cuda-graphs", g]
-       for g in ("attn,moe", "full_iteration")]  # dropless experts have dynamic shapes  # the kernel table is colocated serving's
+       for g in ("attn,moe", "full_iteration")]  # dropless experts have dynamic shapes
+    + [[*TRAIN, "--recompute", "selective", "--recompute-layers", "2"]]  # the kernel table is colocated serving's
     + [[*COLLECTIVE, option, value] for option in ("--nodes", "--gpus", "--channels", "--gpus-per-process")
        for value in ("-1", "0", "x")]
     + [[*COLLECTIVE, option, value] for option, value in (

@@ -1444,3 +1444,24 @@ def test_micro_batch_max_is_the_largest_that_fits(job):
 def test_micro_batch_max_says_when_nothing_fits():
     result = train(model="llama3-70b", system="dgx-h100", gpus=8, global_batch=64, micro_batch="max")
     assert result["micro_batch"] == 1 and not result["fits"] and "no micro-batch fits" in result["notes"][0]
+
+
+def test_block_recomputation_trades_memory_for_time_layer_by_layer():
+    """--recompute-layers N (Megatron's block method): each layer more recomputed frees memory and
+    costs time; all of a stage's layers is --recompute full, none is no recomputation; with virtual
+    stages N counts per chunk."""
+    import pandas as pd
+
+    from commodel.pricing.evaluator import evaluator
+
+    base = {"model": "llama3-70b", "system": "dgx-h100", "gpus": 64, "tp": 8, "pp": 4, "micro_batch": 2,
+            "global_batch": 256}  # fmt: skip
+    jobs = pd.DataFrame([{**base, "recompute_layers": n} for n in range(0, 21)])
+    table = evaluator("training")(jobs)
+    assert table.valid.all()
+    assert (np.diff(table.memory_per_gpu_bytes) < 0).all() and (np.diff(table.step_time_s) > 0).all()
+    full = evaluator("training")(pd.DataFrame([{**base, "recompute": "full"}]))
+    assert table.step_time_s.iloc[-1] == pytest.approx(full.step_time_s[0])
+    assert table.memory_per_gpu_bytes.iloc[-1] == pytest.approx(full.memory_per_gpu_bytes[0])
+    chunked = evaluator("training")(pd.DataFrame([{**base, "vpp": 2, "recompute_layers": 5}]))
+    assert chunked.recompute_share[0] == pytest.approx(0.5)  # 5 of each chunk's 10 layers

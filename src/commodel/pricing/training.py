@@ -33,7 +33,7 @@ from commodel.pricing.table import (
 )
 from commodel.pricing.totals import JOB_OUTPUTS, job_totals
 from commodel.pricing.training_job import TrainingJob
-from commodel.workloads.activation_fit import offload_problem
+from commodel.workloads.activation_fit import offload_problem, recompute_layers_problem
 from commodel.workloads.catalog import model as get_model
 from commodel.workloads.hetero import (
     group_rules,
@@ -88,7 +88,8 @@ def recompute_names(codes: np.ndarray, recomputed: np.ndarray, offloaded: np.nda
     the layers, or offloading a share of the layers' activations to CPU memory (auto's choice, or
     the job's)."""
     named = np.asarray(RECOMPUTE_CHOICES, dtype=object)[np.asarray(codes, dtype=int)]
-    chose = (named == "auto") | (np.asarray(offloaded) > 0)
+    blocks = (np.asarray(recomputed) > 0) & np.isin(named, ("none", "full"))  # --recompute-layers
+    chose = (named == "auto") | (np.asarray(offloaded) > 0) | blocks
     if not chose.any():
         return named
     share, moved = np.asarray(recomputed)[chose], np.asarray(offloaded)[chose]
@@ -179,6 +180,7 @@ def _price_group(columns: Columns, key: dict, rows: np.ndarray, out: Outputs) ->
         offload_problem(clusters, layout),
         graph_problem(net, layout),
         capacity_problem(net, layout),
+        recompute_layers_problem(layout),
     ]
     if len(fleet) == 1:  # DeepEP puts from the GPU across domains
         problems.append(deepep_problem(clusters[0], layout, gpus))

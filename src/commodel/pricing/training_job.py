@@ -178,6 +178,14 @@ class TrainingJob(Job):
         "memory where Megatron-Core can, with one pipeline stage and no other recomputation, the fewest "
         "layers that must).",
     )
+    recompute_layers: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="Block recomputation (Megatron's --recompute-method block --recompute-num-layers N, with "
+        "--recompute full): the first N layers of each pipeline stage (of each virtual chunk) recomputed in "
+        "full, the others not. 0: every layer, as --recompute says.",
+    )
     offload_layers: int = Field(
         0,
         ge=0,

@@ -19,7 +19,9 @@ layers (whole layers) that brings the GPU under its usable memory, ``(1 - r) M_n
 
 A job may also state the layers it offloads (``--offload-layers``, Megatron's
 ``--cpu-offloading-num-layers``): they are priced as above, ``r`` their share, whether or not they
-are the fewest that fit.
+are the fewest that fit; or the layers it recomputes (``--recompute-layers N``, Megatron's
+``--recompute-method block --recompute-num-layers N``: the first ``N`` layers of each virtual chunk
+of ``stage / vpp`` layers), ``r = min(N vpp / stage, 1)``.
 
 Not modelled: the HBM bandwidth the copies take from the kernels (under 3% of it on GB200) and the
 CPU memory bandwidth (Grace's 512 GB/s LPDDR5X carries both GPUs' copies at once).
@@ -90,6 +92,8 @@ def fit_activations(
         np.divide(none["memory_per_gpu_bytes"] - capacity, span, out=np.ones_like(span), where=span > 0), 0, 1
     )
     share = np.where(auto, np.ceil(share * stage - 1e-9) / stage, none["recompute_share"])
+    blocks = np.asarray(x.recompute_layers) > 0  # --recompute-method block: N layers of each chunk
+    share = np.where(blocks, np.minimum(x.recompute_layers * x.vpp / stage, 1.0), share)
     stated = np.asarray(x.offload_layers) > 0  # Megatron's --cpu-offloading-num-layers
     share = np.where(stated, x.offload_layers / stage, share)
     offload_cost = np.multiply(share, none["offload_all_s"], out=np.zeros_like(share), where=share > 0)
@@ -137,3 +141,11 @@ def fit_activations(
             )
         },
     }
+
+
+def recompute_layers_problem(x: Layout) -> tuple[np.ndarray, str]:
+    """Block recomputation recomputes whole layers: it goes with ``--recompute full`` (or none stated)."""
+    given = np.asarray(x.recompute_layers) > 0
+    return given & ~np.isin(np.asarray(x.recompute), (0, 2)), (
+        "--recompute-layers is block recomputation of whole layers: give it with --recompute full (or alone)"
+    )

@@ -95,6 +95,7 @@ class Layout:
     permute_fusion: np.ndarray
     cuda_graphs: np.ndarray
     capacity_factor: np.ndarray
+    recompute_layers: np.ndarray
 
     def select(self, mask: np.ndarray) -> Layout:
         """The layouts where ``mask`` is true (fields broadcast to the mask's shape first)."""

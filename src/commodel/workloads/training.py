@@ -106,7 +106,7 @@ def train_step(
     """
     software = (attention_impl, tp_overlap, ep_overlap)
     auto = np.asarray(x.recompute) == AUTO
-    mixed = auto | (np.asarray(x.offload_layers) > 0)
+    mixed = auto | (np.asarray(x.offload_layers) > 0) | (np.asarray(x.recompute_layers) > 0)
     if np.any(mixed):  # priced without and with full recomputation in one pass, then mixed
         shape = np.broadcast_shapes(x.shape, mixed.shape)
         if not isinstance(strategy, str):  # one per layout: the same again for the second pass
