@@ -2,8 +2,10 @@
 allocation or consumable-resource packing, by the queueing approximation or the simulation
 (:mod:`commodel.ops.scheduling`).
 
-``load`` is the offered load as a share of the node-exclusive capacity (``lambda E[S] / nodes``); both
-policies see the same arrivals, so packing lowers its own utilization. Outputs in minutes.
+``load`` is the offered load as a share of the node-exclusive capacity (``lambda E[runtime] / nodes``);
+both policies see the same arrivals, so packing lowers its own utilization. The scheduler's cycle
+and per-job costs and the arrivals' bursts and daily cycle are row inputs
+(:mod:`commodel.ops.scheduler`), so a sweep varies them beside the policy. Outputs in minutes.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Annotated
 import numpy as np
 from pydantic import Field
 
+from commodel.ops.scheduler import Arrivals, Scheduler
 from commodel.ops.scheduling import POLICIES, approximate_waits, simulate_waits
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.job import MAX_NODES, Choices, Job
@@ -36,11 +39,30 @@ class SchedulingJob(Job):
     method: Annotated[str, Choices("queue-wait method", METHODS)] = Field(
         "approximation", description="The M/G/c approximation or the seeded simulation."
     )
-    jobs: int = Field(10000, ge=1, description="Jobs the simulation runs.")
+    jobs: int = Field(10000, ge=1, le=1_000_000, description="Jobs the simulation runs.")
     seed: int = Field(0, ge=0, description="The simulation's seed.")
+    sched_interval_s: float = Field(
+        60.0, ge=0, le=3600, description="Slurm's main scheduling loop period (sched_interval; default 60 s)."
+    )
+    bf_interval_s: float = Field(
+        30.0, ge=0, le=3600, description="Slurm's backfill loop period (bf_interval; default 30 s)."
+    )
+    defer: bool = Field(False, description="No scheduling at submission (SchedulerParameters=defer).")
+    prolog_s: float = Field(
+        10.0, ge=0, le=3600, description="Prolog and node health check per job (assumed 10 s)."
+    )
+    launch_s: float = Field(5.0, ge=0, le=3600, description="Step launch and container start (assumed 5 s).")
+    epilog_s: float = Field(5.0, ge=0, le=3600, description="Epilog per job (assumed 5 s).")
+    burst: int = Field(1, ge=1, le=10_000, description="Jobs submitted together (a job array of this size).")
+    daily_amplitude: float = Field(
+        0.0, ge=0, lt=1, description="Arrivals modulated by 1 + a sin(2 pi t / 24 h) (simulation only)."
+    )
 
 
-OUTPUTS = ("mean_wait_min", "median_wait_min", "wait_probability", "utilization", "valid")
+OUTPUTS = (
+    "mean_wait_min", "median_wait_min", "wait_probability", "utilization", "start_overhead_min",
+    "median_start_min", "valid",
+)  # fmt: skip
 
 
 def arrivals_per_h(mix_name: str, nodes: float, load: float) -> float:
@@ -49,14 +71,23 @@ def arrivals_per_h(mix_name: str, nodes: float, load: float) -> float:
 
 
 def _waits(row: object) -> dict:
-    """One partition's waits, in minutes, by the row's method."""
+    """One partition's waits, in minutes, by the row's method; the median start adds the start
+    overhead (prolog and launch) to the median wait."""
     mix, rate = job_mix(row.job_mix), arrivals_per_h(row.job_mix, float(row.nodes), float(row.load))
+    costs = Scheduler(float(row.sched_interval_s), float(row.bf_interval_s), bool(row.defer),
+                      float(row.prolog_s), float(row.launch_s), float(row.epilog_s))  # fmt: skip
+    arrivals = Arrivals(int(row.burst), float(row.daily_amplitude))
     if row.method == "approximation":
-        r = {k: float(np.asarray(v)) for k, v in approximate_waits(row.policy, mix, row.nodes, rate).items()}
+        r = approximate_waits(row.policy, mix, row.nodes, rate, costs, arrivals)
+        r = {k: float(np.asarray(v)) for k, v in r.items()}
     else:
-        r = simulate_waits(row.policy, mix, int(row.nodes), rate, int(row.jobs), int(row.seed))
+        r = simulate_waits(
+            row.policy, mix, int(row.nodes), rate, int(row.jobs), int(row.seed), costs, arrivals
+        )
     return {"mean_wait_min": 60 * r["mean_wait_h"], "median_wait_min": 60 * r["median_wait_h"],
-            "wait_probability": r.get("wait_probability", np.nan), "utilization": r["utilization"]}  # fmt: skip
+            "wait_probability": r.get("wait_probability", np.nan), "utilization": r["utilization"],
+            "start_overhead_min": 60 * r["start_overhead_h"],
+            "median_start_min": 60 * (r["median_wait_h"] + r["start_overhead_h"])}  # fmt: skip
 
 
 def scheduling() -> Evaluator:
