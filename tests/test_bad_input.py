@@ -35,7 +35,7 @@ CASES = (
     + [[*SERVE, option, value] for option, value in (
         ("--dtype", "fp4"), ("--kv-dtype", "fp2"), ("--batch", "0"), ("--batch", "-3"), ("--kv-fraction", "0"),
         ("--kv-fraction", "1.5"), ("--slo-ttft", "0"), ("--slo-tpot", "-1"), ("--slo-tpot", "nan"),
-        ("--prompt-cv", "-1"), ("--output-cv", "11"), ("--price-per-gpu-hour", "inf"), ("--ep", "2"),
+        ("--prompt-cv", "-1"), ("--output-cv", "11"), ("--price-per-gpu-hour", "inf"), ("--ep", "2"), ("--kv-reserve", "half"),
     )]
     + [[*SERVE, "--gpus", "2", "--prefill-gpus", "1", "--kernels"]]
     + [["train", "--model", "qwen3-30b-a3b", "--system", "gb200-nvl72", "--gpus", "8", "--ep", "8", "--cuda-graphs", g]

@@ -231,3 +231,16 @@ def test_serving_memory_categories_fill_the_gpu_where_the_weights_fit():
     hbm = 80 * 2**30
     assert np.allclose(result.memory_per_gpu_bytes[:2], hbm) and result.fits[:2].all()
     assert result.memory_per_gpu_bytes[2] > hbm and not result.fits[2]
+
+
+def test_paged_kv_holds_more_requests_the_longer_the_outputs():
+    """--kv-reserve paged holds a request's tokens so far (p + o/2 on average), full reserves p + o:
+    paged admits more wherever the KV cache bounds the batch, the more so as outputs grow."""
+    gains = []
+    for output in (128, 2048, 8192):
+        full, paged = (serve(model="llama3-70b", system="dgx-h100", tp=8, prompt=1024, output=output, kv_reserve=r)
+                       for r in ("full", "paged"))  # fmt: skip
+        assert paged["batch_in_flight"] >= full["batch_in_flight"]
+        assert paged["memory_kv_cache_bytes"] == full["memory_kv_cache_bytes"]  # the same pool, held differently
+        gains.append(paged["batch_in_flight"] / full["batch_in_flight"])
+    assert gains[0] < gains[1] < gains[2] < 2

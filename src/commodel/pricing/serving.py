@@ -26,7 +26,7 @@ from commodel.pricing.table import Columns, blank_outputs, groups, numbers, prob
 from commodel.workloads.catalog import model as get_model
 from commodel.workloads.serving import Engine, kv_dtype_of, replica_problems, steady_state
 from commodel.workloads.serving_batch import disaggregated, slo_batch
-from commodel.workloads.serving_memory import SERVING_CATEGORIES, capacity
+from commodel.workloads.serving_memory import SERVING_CATEGORIES, capacity, kv_tokens_held
 
 OUTPUTS = (
     "ttft_s",
@@ -90,7 +90,20 @@ def price_serving(columns: Columns) -> Columns:
                 net, c, recipe, kv_dtype_of(key["kv_dtype"], recipe), tp[ok], pp[ok], ep[ok],
                 col("max_batch_size")[ok], col("max_num_tokens")[ok], col("kv_fraction")[ok],
             )  # fmt: skip
-            messages[ok] = _price(engine, {n: col(n)[ok] for n in ("prompt", "output", "prompt_cv", "output_cv", "slo_ttft", "slo_tpot", "prefill_gpus")},
+            request = {
+                n: col(n)[ok]
+                for n in (
+                    "prompt",
+                    "output",
+                    "prompt_cv",
+                    "output_cv",
+                    "slo_ttft",
+                    "slo_tpot",
+                    "prefill_gpus",
+                )
+            }
+            request["paged"] = np.full(int(ok.sum()), key["kv_reserve"] == "paged")
+            messages[ok] = _price(engine, request,
                                   _batches(batches[rows][ok]), gpus[ok], rows[ok], out,
                                   c, col("pue")[ok], col("price_per_gpu_hour")[ok])  # fmt: skip
         out["problem"][rows] = messages
@@ -125,7 +138,7 @@ def _price(
     none: an SLO that one request misses is the only one left)."""
     p, o = request["prompt"], request["output"]
     spread = request["prompt_cv"], request["output_cv"]
-    cap = capacity(engine, p, o)
+    cap = capacity(engine, p, o, kv_tokens_held(p, o, request["output_cv"], request["paged"]))
     limit = np.maximum(cap["max_batch"], 1.0)
     ttft, tpot = (np.where(np.isnan(v), np.inf, v) for v in (request["slo_ttft"], request["slo_tpot"]))
     slo = np.isfinite(ttft) | np.isfinite(tpot)

@@ -13,6 +13,7 @@ from commodel.compute.precision import SERVING_RECIPES
 from commodel.hardware import default_db
 from commodel.pricing.job import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ, MODEL, Choices, Job, Pue, make_job
 from commodel.workloads.serving import KV_DTYPES
+from commodel.workloads.serving_memory import KV_RESERVE
 
 
 def _systems() -> list[str]:
@@ -78,6 +79,12 @@ class ServingJob(Job):
         2048, ge=1, le=MAX_GLOBAL_BATCH, description="Engine limit on requests in flight."
     )
     max_num_tokens: int = Field(8192, ge=1, le=MAX_SEQ, description="Engine limit on tokens per iteration.")
+    kv_reserve: Annotated[str, Choices("KV reservation", KV_RESERVE)] = Field(
+        "full",
+        description="How a request holds KV blocks: full (prompt plus the whole output from admission: "
+        "TensorRT-LLM's guaranteed-no-evict scheduler) or paged (only the tokens it has so far: "
+        "max-utilization, vLLM).",
+    )
     kv_fraction: float = Field(0.9, gt=0, le=1, description="Share of free HBM given to the KV cache.")
     pue: Pue = Field(1.0, description="Facility PUE for energy (1.0: IT energy only).")
     price_per_gpu_hour: float = Field(0.0, ge=0, description="Price per GPU-hour (USD), for cost per token.")

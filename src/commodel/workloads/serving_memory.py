@@ -88,12 +88,17 @@ def free_bytes(engine: Engine) -> np.ndarray:
 SERVING_CATEGORIES = ("weights", "activations", "kv_cache", "reserved")
 
 
-def capacity(engine: Engine, prompt: ArrayLike, output: ArrayLike) -> dict[str, np.ndarray]:
+def capacity(
+    engine: Engine, prompt: ArrayLike, output: ArrayLike, held: ArrayLike | None = None
+) -> dict[str, np.ndarray]:
     """Requests the engine can hold in flight: by KV cache (``kv_batch``), and under the engine's
     batch and token limits (``max_batch``); the memory per GPU by category
-    (``memory_CATEGORY_bytes``, :data:`SERVING_CATEGORIES`) and ``memory_per_gpu_bytes``."""
+    (``memory_CATEGORY_bytes``, :data:`SERVING_CATEGORIES`) and ``memory_per_gpu_bytes``. ``held``:
+    the tokens a request's KV blocks hold on average (default ``p + o``, reserved up front:
+    :func:`kv_tokens_held`)."""
     p, o = np.asarray(prompt, dtype=float), np.asarray(output, dtype=float)
-    reserved = np.ceil((p + o) / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+    tokens = p + o if held is None else np.asarray(held, dtype=float)
+    reserved = np.ceil(tokens / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
     free = free_bytes(engine)
     pool = engine.kv_fraction * np.maximum(free, 0.0)
     per_request = kv_bytes_per_sequence(engine.model, reserved, engine.tp, engine.pp, engine.kv_dtype)
@@ -115,3 +120,19 @@ def capacity(engine: Engine, prompt: ArrayLike, output: ArrayLike) -> dict[str, 
         **{f"memory_{k}_bytes": np.broadcast_to(np.asarray(v, dtype=float), shape) for k, v in parts.items()},
         "memory_per_gpu_bytes": np.broadcast_to(sum(parts.values()), shape),
     }
+
+
+#: How a request's KV blocks are held (``--kv-reserve``): ``full``, its prompt plus its whole output
+#: from admission on (TensorRT-LLM's guaranteed-no-evict scheduler); ``paged``, only the tokens it has
+#: so far (TensorRT-LLM's max-utilization scheduler, vLLM's paged attention; a full pool preempts).
+KV_RESERVE = ("full", "paged")
+
+
+def kv_tokens_held(
+    prompt: ArrayLike, output: ArrayLike, output_cv: ArrayLike, paged: ArrayLike
+) -> np.ndarray:
+    """Tokens a request's KV blocks hold on average in flight: ``p + o`` reserved in full; paged, its
+    length-biased mean length ``p + o (1 + cv_o^2) / 2`` (long outputs stay in flight longer)."""
+    p, o = np.asarray(prompt, dtype=float), np.asarray(output, dtype=float)
+    grown = p + o * (1 + np.asarray(output_cv, dtype=float) ** 2) / 2
+    return np.where(np.asarray(paged, dtype=bool), np.minimum(grown, p + o), p + o)
