@@ -33,7 +33,7 @@ CASES = (
     + [[*SERVE, option, value] for option in ("--prompt", "--output", "--tp", "--pp", "--gpus",
                                               "--max-batch-size", "--max-num-tokens") for value in COUNTS]
     + [[*SERVE, option, value] for option, value in (
-        ("--dtype", "fp4"), ("--kv-dtype", "fp2"), ("--batch", "0"), ("--batch", "-3"), ("--kv-fraction", "0"),
+        ("--dtype", "int4"), ("--kv-dtype", "fp2"), ("--batch", "0"), ("--batch", "-3"), ("--kv-fraction", "0"),
         ("--kv-fraction", "1.5"), ("--slo-ttft", "0"), ("--slo-tpot", "-1"), ("--slo-tpot", "nan"),
         ("--prompt-cv", "-1"), ("--output-cv", "11"), ("--price-per-gpu-hour", "inf"), ("--ep", "2"), ("--kv-reserve", "half"),
     )]

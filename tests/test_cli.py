@@ -195,7 +195,7 @@ def test_validate_prints_errors_and_gates():
             ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--batch", "4", "--slo-ttft", "1"],
             "not both",
         ),
-        (["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--dtype", "fp4"], "no fp4 tensor cores"),
+        (["serve", "--model", "llama3-8b", "--system", "dgx-a100", "--dtype", "fp8"], "no fp8 tensor cores"),
         (
             ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", "3", "--gpus", "3"],
             "divisible by tp",

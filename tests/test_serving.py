@@ -241,6 +241,32 @@ def test_paged_kv_holds_more_requests_the_longer_the_outputs():
         full, paged = (serve(model="llama3-70b", system="dgx-h100", tp=8, prompt=1024, output=output, kv_reserve=r)
                        for r in ("full", "paged"))  # fmt: skip
         assert paged["batch_in_flight"] >= full["batch_in_flight"]
-        assert paged["memory_kv_cache_bytes"] == full["memory_kv_cache_bytes"]  # the same pool, held differently
+        assert (
+            paged["memory_kv_cache_bytes"] == full["memory_kv_cache_bytes"]
+        )  # the same pool, held differently
         gains.append(paged["batch_in_flight"] / full["batch_in_flight"])
     assert gains[0] < gains[1] < gains[2] < 2
+
+
+def test_fp4_weights_without_fp4_tensor_cores_run_weight_only():
+    """On Hopper an FP4 checkpoint keeps its 4-bit weights and computes in BF16: the weights take a
+    quarter of BF16's memory, decode reads them at 4 bits (faster than BF16 at the same batch), and a
+    compute-bound prefill is no faster than BF16's; Blackwell keeps its FP4 tensor cores."""
+    from commodel.compute.kernels import gemm
+    from commodel.compute.precision import FP4_WEIGHT_ONLY
+
+    hopper, blackwell = cluster("dgx-h100").gpu, cluster("dgx-b200").gpu
+    assert serving_precision("fp4", hopper) is FP4_WEIGHT_ONLY
+    assert serving_precision("fp4", blackwell).gemm == "fp4"
+    k = gemm(1, 8192, 8192, "w4a16")
+    assert k.dtype == "bf16" and k.bytes == pytest.approx(8192 * 8192 * (0.5 + 1 / 16) + 2 * 8192 * 2)
+    bf16 = engine("llama3-70b", tp=8)
+    fp4 = engine("llama3-70b", dtype="fp4", tp=8)
+    assert (
+        weight_bytes_per_gpu(fp4.model, fp4.tp, fp4.pp, fp4.recipe)[0]
+        < 0.35 * weight_bytes_per_gpu(bf16.model, bf16.tp, bf16.pp, bf16.recipe)[0]
+    )
+    decode = [steady_state(e, [8.0], 1024, 1024)["tpot_s"][0] for e in (bf16, fp4)]
+    assert decode[1] < 0.8 * decode[0]  # the weights are most, not all, of a decode step (KV, comm, host)
+    prefill = [steady_state(e, [1.0], 8192, 1)["ttft_s"][0] for e in (bf16, fp4)]
+    assert prefill[1] >= 0.95 * prefill[0]

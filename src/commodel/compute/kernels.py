@@ -15,7 +15,13 @@ from numpy.typing import ArrayLike
 from commodel.errors import CommodelError, unknown
 
 #: Bytes per element. FP4 is NVFP4 as stored: a 4-bit e2m1 value plus one e4m3 scale per 16 elements.
-DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5 + 1 / 16}
+DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5 + 1 / 16,
+               "w4a16": 0.5 + 1 / 16}  # fmt: skip
+
+#: Weight-only GEMMs (a mixed-input kernel: 4-bit weights with their block scales, dequantized in the
+#: main loop, activations and tensor-core math in BF16): the dtype's weight storage and compute dtype.
+#: What FP4 checkpoints run as on a GPU without FP4 tensor cores (TensorRT-LLM's W4A16 kernels).
+WEIGHT_ONLY = {"w4a16": ("fp4", "bf16")}
 
 #: Output tile of a tensor-core GEMM (rows x cols): CUTLASS/cuBLAS's common 128 x 256 for large
 #: half-precision GEMMs on A100/H100; one tile is one CTA, so tiles / SMs sets the number of waves.
@@ -73,12 +79,14 @@ def _positive(**shapes: ArrayLike) -> list[np.ndarray]:
 def gemm(m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str = "bf16", batch: ArrayLike = 1) -> Kernel:
     """C[m, n] = A[m, k] B[k, n], ``batch`` of them in one launch: ``2 m n k`` FLOPs each,
     ``(m k + k n + m n) x bytes(dtype)`` of HBM traffic (each operand read once, C written once),
-    ``ceil(m/128) ceil(n/256)`` output tiles each."""
+    ``ceil(m/128) ceil(n/256)`` output tiles each. A weight-only ``dtype`` (:data:`WEIGHT_ONLY`) reads
+    the weights ``B`` at their storage bytes and computes in its compute dtype, the kernel's dtype."""
     m, n, k, b = _positive(m=m, n=n, k=k, batch=batch)
-    size = _dtype_bytes(dtype)
+    weights, compute = WEIGHT_ONLY.get(dtype, (dtype, dtype))
+    size = _dtype_bytes(compute)
     tiles = b * np.ceil(m / GEMM_TILE[0]) * np.ceil(n / GEMM_TILE[1])
-    traffic = b * (m * k + k * n + m * n) * size
-    return Kernel("gemm", 2 * b * m * n * k, traffic, tiles, k, dtype, True, (m, n, k, b))
+    traffic = b * ((m * k + m * n) * size + k * n * _dtype_bytes(weights))
+    return Kernel("gemm", 2 * b * m * n * k, traffic, tiles, k, compute, True, (m, n, k, b))
 
 
 def gemm_backward(kernel: Kernel) -> tuple[Kernel, Kernel]:

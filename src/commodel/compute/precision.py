@@ -22,7 +22,8 @@
 Serving (:data:`SERVING_RECIPES`) runs the linear layers with quantized weights and activations, as
 TensorRT-LLM runs ModelOpt checkpoints: ``fp8`` (static per-tensor scales: read 2 B, write 1 B per
 input element) and ``fp4`` (NVFP4 W4A4, Blackwell: read 2 B, write the 4-bit values and their
-16-element block scales); the logits layer, router, norms and attention stay BF16.
+16-element block scales; on a GPU without FP4 tensor cores, weight-only W4A16: the 4-bit weights
+dequantized in the GEMM, BF16 math); the logits layer, router, norms and attention stay BF16.
 
 Per GEMM, the forward quantizes its input (m x k elements) and the backward its output gradient
 (m x n); weights are quantized once per step and cached across micro-batches (negligible).
@@ -97,11 +98,19 @@ def _check_tensor_cores(recipe: Precision, gpu: GPU, recipes: dict[str, Precisio
         raise CommodelError(f"{gpu.description} has no {recipe.gemm} tensor cores; use {usable}")
 
 
+#: FP4 weights on a GPU without FP4 tensor cores: weight-only, dequantized to BF16 in the GEMM
+#: (:data:`commodel.compute.kernels.WEIGHT_ONLY`), the weights at 4 bits and their scales in memory.
+FP4_WEIGHT_ONLY = Precision("fp4 weight-only", "w4a16", "bf16", 0.0)
+
+
 def serving_precision(name: str, gpu: GPU) -> Precision:
-    """The inference recipe called ``name``, checked against ``gpu``'s tensor cores."""
+    """The inference recipe called ``name``, checked against ``gpu``'s tensor cores; FP4 weights where
+    there are no FP4 tensor cores run weight-only (:data:`FP4_WEIGHT_ONLY`)."""
     if name not in SERVING_RECIPES:
         raise unknown("serving precision", name, SERVING_RECIPES)
     recipe = SERVING_RECIPES[name]
+    if name == "fp4" and recipe.gemm not in gpu.peak_flops:
+        return FP4_WEIGHT_ONLY
     _check_tensor_cores(recipe, gpu, SERVING_RECIPES)
     return recipe
 

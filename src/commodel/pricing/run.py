@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from commodel.compute.precision import SERVING_RECIPES, precision, serving_precision
+from commodel.compute.kernels import WEIGHT_ONLY
+from commodel.compute.precision import precision, serving_precision
 from commodel.errors import CommodelError
 from commodel.hardware import cluster
 from commodel.pricing.advice import ADVICE, HOST_BOUND_SHARE
@@ -210,7 +211,13 @@ def serve(job: ServingJob | None = None, kernels: bool = False, **values: Any) -
     job = job if job is not None else serving_job(**values)
     row = _one_row(price_serving, job)
     in_flight, largest = int(row.batch_in_flight), int(row.max_batch)
+    recipe = serving_precision(job.dtype, cluster(job.system).gpu)
     notes = []
+    if recipe.gemm in WEIGHT_ONLY:
+        notes.append(
+            f"{cluster(job.system).gpu.description} has no {job.dtype} tensor cores: the weights stay 4-bit in "
+            f"memory and the GEMMs compute in {WEIGHT_ONLY[recipe.gemm][1]} (weight-only)"
+        )
     if job.slo_ttft is not None or job.slo_tpot is not None:
         notes.append(f"the SLO allows {in_flight} requests in flight per replica (at most {largest} fit)")
     elif job.batch == "max":
@@ -236,7 +243,7 @@ def serve(job: ServingJob | None = None, kernels: bool = False, **values: Any) -
         "replicas": int(row.replicas),
         "layout": {"tp": job.tp, "pp": job.pp, "ep": job.ep},
         "dtype": job.dtype,
-        "kv_dtype": kv_dtype_of(job.kv_dtype, SERVING_RECIPES[job.dtype]),
+        "kv_dtype": kv_dtype_of(job.kv_dtype, recipe),
         "prompt": job.prompt,
         "output": job.output,
         "batch_in_flight": in_flight,
