@@ -22,7 +22,7 @@ def study_text(result: object) -> str:
         ]
         lines += [
             f"      {label}: {text}"
-            for label, text in (("definition", c.definition), ("why", c.reason))
+            for label, text in (("definition", c.definition), ("why", "" if c.holds else c.reason))
             if text
         ]
     lines += ["", "Table:", plain_table(result.table)]
