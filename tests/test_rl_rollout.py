@@ -62,3 +62,15 @@ def test_bad_rollout_inputs_are_errors(change, message):
 
     with pytest.raises(CommodelError, match=message):
         rollout()(pd.DataFrame([{"policy": "fixed", **change}]))
+
+
+def test_a_policy_that_does_not_fit_its_tp_is_an_invalid_row_not_a_crash():
+    import pandas as pd
+
+    from commodel.pricing.evaluator import evaluator
+
+    table = evaluator("rollout")(
+        pd.DataFrame([{"model": "llama3-70b", "tp": t, "policy": "fixed"} for t in (1, 4)])
+    )
+    assert list(table.valid) == [False, True]
+    assert "no room for one rollout" in table.problem[0] and table.samples_per_hour[1] > 0

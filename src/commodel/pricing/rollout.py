@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from commodel.compute.precision import serving_precision
+from commodel.errors import CommodelError
 from commodel.hardware import cluster
 from commodel.ops.rl_rollout import (
     POLICIES,
@@ -86,6 +87,7 @@ OUTPUTS = (
     "weight_sync_s",
     "serving_slots",
     "online_tpot_s",
+    "problem",
     "valid",
 )
 
@@ -106,6 +108,11 @@ def rl_setup(
     mean_len = min(float(np.exp(sigma**2 / 2) * median), longest)  # the lognormal's mean
     rollout = capacity(engine(), prompt, int(mean_len))
     rl_slots = int(rollout["max_batch"][0])
+    if rl_slots < 1:
+        raise CommodelError(
+            f"{model} at tp {tp} leaves no room for one rollout's KV cache beside its BF16 weights on "
+            f"{c.gpu.description}: give a larger tp"
+        )
 
     def iteration(prompt_len: int, output_len: float, slots: int) -> Callable[[np.ndarray], np.ndarray]:
         grid = np.arange(1, max(slots, 1) + 1, dtype=float)
@@ -177,4 +184,5 @@ def rollout() -> Evaluator:
         RolloutJob,
         OUTPUTS,
         day,
+        text=("problem",),
     )
