@@ -83,3 +83,31 @@ def test_thecached_validation_table_is_kept_under_a_digest_of_what_it_reads(tmp_
     monkeypatch.setenv(OVERLAY_ENV, str(overlay))
     assert uncertainty._inputs_digest() != digest
     uncertainty.cached_validation_table.cache_clear()
+
+
+def test_the_software_regime_band_names_the_defaults_and_holds_the_value():
+    """A training job that leaves CUDA graphs and the dispatcher at their defaults gets a band over the
+    tuned settings, which holds its own value; one that states them gets a band of its value alone."""
+    from commodel.pricing.run import train
+    from commodel.validate.bands import regime_bands
+
+    job = {
+        "model": "qwen3-30b-a3b",
+        "system": "gb200-nvl72",
+        "gpus": 8,
+        "ep": 8,
+        "seq": 4096,
+        "global_batch": 64,
+    }
+    result = train(**job)
+    band = regime_bands(result, lambda **changes: train(**{**job, **changes}), job)
+    assert "--cuda-graphs attn,moe_router,moe_preprocess" in band["regime_settings"]
+    assert "--dispatcher deepep" in band["regime_settings"]
+    low, high = band["tokens_per_s_regime_low"], band["tokens_per_s_regime_high"]
+    assert low == pytest.approx(result["tokens_per_s"]) and high > 1.1 * low
+    stated = {**job, "cuda_graphs": "attn,moe_router,moe_preprocess", "dispatcher": "deepep"}
+    tuned = train(**stated)
+    none = regime_bands(tuned, lambda **changes: train(**{**stated, **changes}), stated)
+    assert none["regime_settings"] == "" and none["tokens_per_s_regime_high"] == pytest.approx(
+        tuned["tokens_per_s"]
+    )

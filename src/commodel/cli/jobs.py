@@ -29,7 +29,7 @@ def _job_result(kind: str, run: Callable[..., dict], tables: tuple[Callable, Cal
     if uncertainty:
         from commodel.validate.bands import job_bands  # optional: reads the validation table (pandas)
 
-        result = job_bands(kind, result, lambda: run(**values), values)
+        result = job_bands(kind, result, lambda **changes: run(**{**values, **changes}), values)
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return

@@ -267,7 +267,7 @@ def scheme_text(system: str, records: list[dict]) -> str:
 
 def band_lines(result: dict) -> str:
     """A job result's bands for a person, after its table ("" without bands): the model class's
-    band and the hardware's uncertain numbers' band, with what drives each."""
+    band, the hardware's uncertain numbers' band, with what drives each, and the software regime's."""
     if "band_source" not in result:
         return ""
     pairs = [k[: -len("_p10")] for k in result if k.endswith("_p10") and "_params_" not in k]
@@ -277,8 +277,15 @@ def band_lines(result: dict) -> str:
         + (f", driven by {result[k + '_params_driver']}" if k + "_params_driver" in result else "")
         for k in pairs
     )
+    regime = ""
+    if "regime_settings" in result:
+        settings = result["regime_settings"] or "none: the job states every one"
+        ranges = "; ".join(
+            f"{k} {result[k + '_regime_low']:.4g} to {result[k + '_regime_high']:.4g}" for k in pairs
+        )
+        regime = f"\n  band (software settings left at their defaults, tuned: {settings}): {ranges}"
     return (f"\n  band (p10-p90, {result['band_source']}): {text}"
-            f"\n  band (p10-p90, {result['params_source']}): {params}")  # fmt: skip
+            f"\n  band (p10-p90, {result['params_source']}): {params}{regime}")  # fmt: skip
 
 
 def collective_band_note(frame: pd.DataFrame) -> str:

@@ -35,6 +35,8 @@ from commodel.hardware.uncertain import Uncertain, draws, drivers, on_draws, unc
 from commodel.io import atomic_path, files_digest
 from commodel.resources import resource_dir
 from commodel.validate.table import validation_table
+from commodel.workloads.catalog import model
+from commodel.workloads.host_issue import scope_shares
 
 #: Metrics that are times (a larger value is slower); the rest are speeds.
 TIME_METRICS = ("time",)
@@ -249,13 +251,59 @@ JOB_KEYS = {
 }
 
 
-def job_bands(kind: str, result: dict, run: Callable[[], Mapping], job: Mapping[str, object]) -> dict:
+def job_bands(kind: str, result: dict, run: Callable[..., Mapping], job: Mapping[str, object]) -> dict:
     """A job's ``result`` (of ``kind``: training or serving) with its model class's band
-    (:func:`with_class_bands`) and the band of the uncertain numbers of the hardware records the job
-    names (:func:`parameter_bands`, ``run`` pricing the job again on each draw)."""
+    (:func:`with_class_bands`), the band of the uncertain numbers of the hardware records the job
+    names (:func:`parameter_bands`, ``run`` pricing the job again on each draw) and, for training, the
+    software regime's (:func:`regime_bands`)."""
     speeds, times = JOB_KEYS[kind]
     names = [name for v in job.values() if isinstance(v, str) for name in re.split(r"[,:]", v)]
-    return {**with_class_bands(result, kind, speeds, times), **parameter_bands(run, names, speeds + times)}
+    bands = {**with_class_bands(result, kind, speeds, times), **parameter_bands(run, names, speeds + times)}
+    return {**bands, **(regime_bands(result, run, job) if kind == "training" else {})}
+
+
+def regime_settings(job: Mapping[str, object], result: Mapping) -> dict[str, object]:
+    """The software settings a training job leaves at their defaults that move a step as much as the
+    hardware does, each with the value a tuned recipe sets: CUDA graphs of every scope the model can
+    capture, DeepEP's dispatcher for expert parallelism, Transformer Engine's userbuffers overlap for
+    tensor parallelism with sequence parallelism."""
+    net, tuned = model(str(job["model"])), {}
+    if not job.get("cuda_graphs"):
+        scopes = [s for s, share in scope_shares(net).items() if share > 0 and s != "moe"]
+        tuned["cuda_graphs"] = "full_iteration" if net.moe is None else ",".join(scopes)
+    if (
+        net.moe is not None
+        and int(result["layout"]["ep"]) > 1
+        and job.get("dispatcher", "alltoall") == "alltoall"
+    ):
+        tuned["dispatcher"] = "deepep"
+    if (
+        int(result["layout"]["tp"]) > 1
+        and job.get("sequence_parallel")
+        and job.get("tp_overlap", "none") == "none"
+    ):
+        tuned["tp_overlap"] = "userbuffers"
+    return tuned
+
+
+def regime_bands(result: Mapping, run: Callable[..., Mapping], job: Mapping[str, object]) -> dict:
+    """The range of a training job's speed and time over the software settings it leaves at their
+    defaults (:func:`regime_settings`): the job priced with each tuned setting alone and all together;
+    ``regime_settings`` names them (empty: the job states every one, and the band is its value)."""
+    tuned = regime_settings(job, result)
+    variants = [{name: value} for name, value in tuned.items()] + ([tuned] if len(tuned) > 1 else [])
+    priced = [result]
+    for changes in variants:
+        try:
+            priced.append(run(**changes))
+        except CommodelError:  # a setting this layout cannot take (an overlay's system, a rule)
+            continue
+    speeds, times = JOB_KEYS["training"]
+    out: dict = {"regime_settings": ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in tuned.items())}
+    for key in speeds + times:
+        values = [float(r[key]) for r in priced]
+        out[f"{key}_regime_low"], out[f"{key}_regime_high"] = min(values), max(values)
+    return out
 
 
 def collective_bands(frame: pd.DataFrame, run: Callable[[], pd.DataFrame], system: str) -> pd.DataFrame:
