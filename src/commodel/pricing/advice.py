@@ -16,8 +16,9 @@ from commodel.pricing.table import Columns, job_columns
 from commodel.pricing.training import price_training
 from commodel.pricing.training_job import TrainingJob
 from commodel.workloads.catalog import model
+from commodel.workloads.choice_bits import module_names
 from commodel.workloads.host_issue import scope_shares
-from commodel.workloads.layout import COVERED_BY, RECOMPUTE_MODULES, module_names
+from commodel.workloads.layout import COVERED_BY, RECOMPUTE_MODULES
 from commodel.workloads.transformer import activation_bytes_per_token
 
 #: Stage imbalance (slowest stage over the mean) above which a lighter last stage is looked for, and

@@ -31,6 +31,7 @@ from commodel.pricing.job import (
     make_job,
 )
 from commodel.workloads.catalog import failure_models, known_model
+from commodel.workloads.choice_bits import module_names
 from commodel.workloads.hetero import parse_node_groups
 from commodel.workloads.host_issue import GRAPH_SCOPES, graph_bits
 from commodel.workloads.layout import (
@@ -40,7 +41,6 @@ from commodel.workloads.layout import (
     RECOMPUTE_MODULES,
     SCHEDULES,
     module_bits,
-    module_names,
     offload_bits,
 )
 from commodel.workloads.pipeline_layout import stage_split

@@ -41,7 +41,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from commodel.hardware.cluster import Cluster
-from commodel.workloads.layout import Layout, module_names
+from commodel.workloads.choice_bits import bits_of, has_bit
+from commodel.workloads.layout import Layout
 from commodel.workloads.schema import Transformer
 from commodel.workloads.token_drop import dropless
 
@@ -75,12 +76,12 @@ BACKWARD_OPS = 2.0
 
 def graph_bits(names: str) -> int:
     """The :data:`GRAPH_SCOPES` bits of comma-separated scope names ("" or none for none)."""
-    return sum(GRAPH_SCOPES[name] for name in set(module_names(names)))
+    return bits_of(GRAPH_SCOPES, names)
 
 
 def captures(bits: ArrayLike, scope: str) -> np.ndarray:
     """Where ``bits`` (:attr:`~commodel.workloads.layout.Layout.cuda_graphs`) capture ``scope``."""
-    return np.floor(np.asarray(bits, dtype=float) / GRAPH_SCOPES[scope]) % 2 == 1
+    return has_bit(bits, GRAPH_SCOPES[scope])
 
 
 def graph_problem(model: Transformer, x: Layout) -> tuple[np.ndarray, str]:

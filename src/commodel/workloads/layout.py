@@ -13,6 +13,7 @@ from functools import cached_property
 import numpy as np
 from numpy.typing import ArrayLike
 
+from commodel.workloads.choice_bits import bits_of, has_bit
 from commodel.workloads.schema import Transformer
 
 RECOMPUTE = ("none", "selective", "full")
@@ -210,24 +211,19 @@ def stage_layers_text(model: Transformer, x: Layout) -> np.ndarray:
     return np.array(texts, dtype=object)[which.ravel()].reshape(pp.shape)
 
 
-def module_names(text: str) -> list[str]:
-    """The names in a comma-separated list of recompute modules (``" layernorm, moe_act"``)."""
-    return [name.strip() for name in text.split(",") if name.strip()]
-
-
 def module_bits(names: str) -> int:
-    """The :data:`RECOMPUTE_MODULES` bits of comma-separated module names ("" for none)."""
-    return sum(RECOMPUTE_MODULES[name] for name in set(module_names(names)))
+    """The :data:`RECOMPUTE_MODULES` bits of comma-separated module names."""
+    return bits_of(RECOMPUTE_MODULES, names)
 
 
 def offload_bits(names: str) -> int:
-    """The :data:`OFFLOAD_STATES` bits of comma-separated state names ("" for none)."""
-    return sum(OFFLOAD_STATES[name] for name in set(module_names(names)))
+    """The :data:`OFFLOAD_STATES` bits of comma-separated state names."""
+    return bits_of(OFFLOAD_STATES, names)
 
 
 def offloads(bits: ArrayLike, state: str) -> np.ndarray:
     """Where ``bits`` (:attr:`Layout.offload`) keep ``state`` in CPU memory."""
-    return np.floor(np.asarray(bits, dtype=float) / OFFLOAD_STATES[state]) % 2 == 1
+    return has_bit(bits, OFFLOAD_STATES[state])
 
 
 def has_module(bits: ArrayLike, module: str) -> np.ndarray:
@@ -236,7 +232,7 @@ def has_module(bits: ArrayLike, module: str) -> np.ndarray:
     bits = np.asarray(bits, dtype=float)
     if not bits.any():  # the common case, without the arithmetic
         return np.zeros(bits.shape, dtype=bool)
-    own = np.floor(bits / RECOMPUTE_MODULES[module]) % 2 == 1
+    own = has_bit(bits, RECOMPUTE_MODULES[module])
     return own & ~has_module(bits, COVERED_BY[module]) if module in COVERED_BY else own
 
 
