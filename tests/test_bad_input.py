@@ -40,7 +40,9 @@ CASES = (
     + [[*SERVE, "--gpus", "2", "--prefill-gpus", "1", "--kernels"]]
     + [["train", "--model", "qwen3-30b-a3b", "--system", "gb200-nvl72", "--gpus", "8", "--ep", "8", "--cuda-graphs", g]
        for g in ("attn,moe", "full_iteration")]  # dropless experts have dynamic shapes
-    + [[*TRAIN, "--recompute", "selective", "--recompute-layers", "2"]]  # the kernel table is colocated serving's
+    + [[*TRAIN, "--recompute", "selective", "--recompute-layers", "2"]]
+    + [[*SERVE, "--tp", "8", "--attention-dp"],
+       ["serve", "--model", "deepseek-v3", "--system", "hgx-h200", "--tp", "8", "--ep", "4", "--attention-dp"]]  # the kernel table is colocated serving's
     + [[*COLLECTIVE, option, value] for option in ("--nodes", "--gpus", "--channels", "--gpus-per-process")
        for value in ("-1", "0", "x")]
     + [[*COLLECTIVE, option, value] for option, value in (

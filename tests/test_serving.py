@@ -270,3 +270,15 @@ def test_fp4_weights_without_fp4_tensor_cores_run_weight_only():
     assert decode[1] < 0.8 * decode[0]  # the weights are most, not all, of a decode step (KV, comm, host)
     prefill = [steady_state(e, [1.0], 8192, 1)["ttft_s"][0] for e in (bf16, fp4)]
     assert prefill[1] >= 0.95 * prefill[0]
+
+
+def test_attention_data_parallelism_keeps_one_kv_copy_and_spreads_only_the_experts():
+    """DeepSeek-V3 on 8 H200: under tp 8 every GPU keeps every request's MLA latent; with attention
+    data parallelism each GPU keeps its own requests' only, so the instance holds several times the
+    requests and serves more, while each GPU carries the whole attention and its eighth of the experts."""
+    job = dict(model="deepseek-v3", system="hgx-h200", tp=8, ep=8, dtype="fp8", prompt=1024, output=1024)
+    tp, adp = serve(**job), serve(**job, attention_dp=True)
+    assert adp["replicas"] == 8 and tp["replicas"] == 1
+    assert adp["replicas"] * adp["batch_in_flight"] > 4 * tp["batch_in_flight"]
+    assert adp["output_tokens_per_s"] > tp["output_tokens_per_s"]
+    assert tp["memory_weights_bytes"] < adp["memory_weights_bytes"] < 1.5 * tp["memory_weights_bytes"]

@@ -242,6 +242,7 @@ def serve(job: ServingJob | None = None, kernels: bool = False, **values: Any) -
         "gpus": int(row.gpus),
         "replicas": int(row.replicas),
         "layout": {"tp": job.tp, "pp": job.pp, "ep": job.ep},
+        "attention_dp": job.attention_dp,
         "dtype": job.dtype,
         "kv_dtype": kv_dtype_of(job.kv_dtype, recipe),
         "prompt": job.prompt,

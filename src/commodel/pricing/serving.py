@@ -86,8 +86,10 @@ def price_serving(columns: Columns) -> Columns:
         messages = problem_messages(problems, len(rows))
         ok = messages == ""
         if recipe is not None and ok.any():
+            # Attention data parallelism: each GPU a replica of its own attention, the experts over ep.
+            attention_tp = np.where(col("attention_dp") > 0, 1.0, tp)
             engine = Engine(
-                net, c, recipe, kv_dtype_of(key["kv_dtype"], recipe), tp[ok], pp[ok], ep[ok],
+                net, c, recipe, kv_dtype_of(key["kv_dtype"], recipe), attention_tp[ok], pp[ok], ep[ok],
                 col("max_batch_size")[ok], col("max_num_tokens")[ok], col("kv_fraction")[ok],
             )  # fmt: skip
             request = {

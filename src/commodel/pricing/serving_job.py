@@ -46,6 +46,12 @@ class ServingJob(Job):
     ep: int = Field(
         1, ge=1, description="Expert-parallel size (MoE; divides tp: experts over ep, tp / ep each)."
     )
+    attention_dp: bool = Field(
+        False,
+        description="Attention data parallelism (TensorRT-LLM's enable_attention_dp) with --ep equal to --tp: "
+        "each GPU runs attention and dense layers on its own requests with its own whole KV cache, the "
+        "experts spread over the ep GPUs and reached by all-to-alls; requests in flight are per GPU.",
+    )
     dtype: Annotated[str, Choices("serving precision", SERVING_RECIPES)] = Field(
         "bf16", description="Linear layers' weights and activations: bf16, fp8, fp4 (NVFP4)."
     )
@@ -95,6 +101,14 @@ class ServingJob(Job):
         if value != "max" and not (value.isdigit() and 0 < int(value) <= MAX_GLOBAL_BATCH):
             raise ValueError(f"a number of requests (1 to {MAX_GLOBAL_BATCH}) or max; got '{value}'")
         return value
+
+    @model_validator(mode="after")
+    def _attention_dp(self) -> ServingJob:
+        if self.attention_dp and (self.ep != self.tp or self.tp < 2):
+            raise ValueError(
+                "attention data parallelism spreads the experts over the tp GPUs: give --ep equal to --tp (>= 2)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _batch_or_slo(self) -> ServingJob:

@@ -199,9 +199,12 @@ def iteration_text(iterations: list[dict]) -> str:
 def serving_table(result: dict) -> str:
     """A serving result for a person: the deployment, latency, throughput, memory, power and cost."""
     layout, fits = _layout_and_fit(result)
+    replicas = f"{result['replicas']} replica{'s' if result['replicas'] != 1 else ''} of {layout}"
+    if result.get("attention_dp"):
+        replicas = f"{layout} with attention data parallelism: {result['replicas']} attention replicas"
     head = (
         f"{result['model']} on {result['gpus']} GPU{'s' if result['gpus'] != 1 else ''} of {result['system']} "
-        f"({result['replicas']} replica{'s' if result['replicas'] != 1 else ''} of {layout}), {result['dtype']} weights, "
+        f"({replicas}), {result['dtype']} weights, "
         f"{result['kv_dtype']} KV cache, {result['prompt']} prompt + {result['output']} output tokens"
     )
     memory = f"  memory per GPU   {result['memory_per_gpu_bytes'] / 2**30:.1f} GiB ({fits}): " + ", ".join(

@@ -46,15 +46,20 @@ def kv_bytes_per_sequence(
     return per * held / np.asarray(pp, dtype=float)
 
 
-def weight_bytes_per_gpu(model: Transformer, tp: ArrayLike, pp: ArrayLike, recipe: Precision) -> np.ndarray:
-    """Weights per GPU: a stage's layers, linear weights in the recipe's GEMM dtype split over tp (experts
-    over ep x expert-tp = tp), the router BF16; embedding and logits BF16 and vocabulary-parallel, on
-    the end stages (both on one GPU without pipelining, unless tied)."""
+def weight_bytes_per_gpu(
+    model: Transformer, tp: ArrayLike, pp: ArrayLike, recipe: Precision, ep: ArrayLike = 1
+) -> np.ndarray:
+    """Weights per GPU: a stage's layers, linear weights in the recipe's GEMM dtype split over tp, the
+    routed experts over ``max(tp, ep)`` GPUs (ep x expert-tp = tp; with attention data parallelism tp
+    is 1 and the experts are spread over ep), the router BF16; embedding and logits BF16 and
+    vocabulary-parallel, on the end stages (both on one GPU without pipelining, unless tied)."""
     t, p = np.asarray(tp, dtype=float), np.asarray(pp, dtype=float)
+    spread = np.maximum(t, np.asarray(ep, dtype=float))
     w = layer_weights(model)
     moe_share = model.moe_layers / model.layers
-    linear = w.attention + (1 - moe_share) * w.dense_mlp + moe_share * (w.moe_experts + w.moe_shared)
-    per_layer = linear / t * bytes_per(recipe.gemm) + moe_share * w.router * 2 + 2 * model.hidden * 2
+    shared = w.attention + (1 - moe_share) * w.dense_mlp + moe_share * w.moe_shared
+    linear = (shared / t + moe_share * w.moe_experts / spread) * bytes_per(recipe.gemm)
+    per_layer = linear + moe_share * w.router * 2 + 2 * model.hidden * 2
     tables = np.where((p == 1) & (not model.tied_embeddings), 2.0, 1.0)
     return np.ceil(model.layers / p) * per_layer + tables * model.vocab * model.hidden * 2 / t
 
@@ -74,7 +79,7 @@ def runtime_bytes_per_gpu(
 def free_bytes(engine: Engine) -> np.ndarray:
     """HBM per GPU left after weights and runtime buffers (negative when they do not fit)."""
     capacity = engine.cluster.gpu.memory_capacity.value
-    used = weight_bytes_per_gpu(engine.model, engine.tp, engine.pp, engine.recipe)
+    used = weight_bytes_per_gpu(engine.model, engine.tp, engine.pp, engine.recipe, engine.ep)
     return (
         capacity
         - used
@@ -105,7 +110,7 @@ def capacity(
     kv_batch = np.floor(pool / per_request)
     budget = np.maximum(engine.max_num_tokens * o / (p + o - 1), 1.0)
     parts = {
-        "weights": weight_bytes_per_gpu(engine.model, engine.tp, engine.pp, engine.recipe),
+        "weights": weight_bytes_per_gpu(engine.model, engine.tp, engine.pp, engine.recipe, engine.ep),
         "activations": runtime_bytes_per_gpu(
             engine.model, engine.tp, engine.max_num_tokens, engine.max_batch
         ),
