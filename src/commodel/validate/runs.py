@@ -64,7 +64,6 @@ class RecipeSettings(Strict):
 
     ends_as_layers: bool = False
     bf16_moments: bool = False
-    balanced: bool = True
     layouts: list[PipelineLayout] = []
 
     def layout(self, pp: int, vp: int) -> str:
