@@ -86,11 +86,6 @@ class Arrivals:
         if self.burst < 1 or not 0 <= self.daily_amplitude < 1:
             raise CommodelError("arrivals need a burst of at least 1 job and a daily amplitude in [0, 1)")
 
-    def hourly_factors(self, hours: int = 24) -> np.ndarray:
-        """The rate's factor at the middle of each of ``hours`` equal slices of a day."""
-        t = (np.arange(hours) + 0.5) / hours * DAY_H
-        return 1 + self.daily_amplitude * np.sin(2 * np.pi * t / DAY_H)
-
     def times(self, rng: np.random.Generator, rate_per_h: float, jobs: int) -> np.ndarray:
         """Submission times (hours) of ``jobs`` jobs: batches at ``rate_per_h / burst`` per hour, thinned
         to the daily modulation (candidates at the peak rate, kept with probability factor / peak)."""

@@ -17,7 +17,7 @@ from commodel.pricing.training import price_training
 from commodel.pricing.training_job import TrainingJob
 from commodel.workloads.catalog import model
 from commodel.workloads.choice_bits import module_names
-from commodel.workloads.host_issue import scope_shares
+from commodel.workloads.host_issue import capturable_scopes
 from commodel.workloads.layout import COVERED_BY, RECOMPUTE_MODULES
 from commodel.workloads.transformer import activation_bytes_per_token
 
@@ -124,10 +124,7 @@ def host_fixes(job: TrainingJob, row: SimpleNamespace) -> str:
     :data:`GAIN_WORTH_A_NOTE` and fits where the job does."""
     if float(row.host_s) < HOST_BOUND_SHARE * float(row.step_time_s) or ":" in job.system:
         return ""
-    net = model(job.model)
-    padded = job.capacity_factor is not None  # static expert shapes: the moe scope may be captured too
-    static = [name for name, share in scope_shares(net).items() if share > 0 and (name != "moe" or padded)]
-    graphs = "full_iteration" if net.moe is None else ",".join(static)
+    graphs = capturable_scopes(model(job.model), padded=job.capacity_factor is not None)
     tried = [("cuda_graphs", graphs, f"--cuda-graphs {graphs}"),
              ("micro_batch", 2 * job.micro_batch, f"--micro-batch {2 * job.micro_batch}")]  # fmt: skip
     fixes, now = [], float(row.step_time_s)

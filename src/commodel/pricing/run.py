@@ -211,11 +211,12 @@ def serve(job: ServingJob | None = None, kernels: bool = False, **values: Any) -
     job = job if job is not None else serving_job(**values)
     row = _one_row(price_serving, job)
     in_flight, largest = int(row.batch_in_flight), int(row.max_batch)
-    recipe = serving_precision(job.dtype, cluster(job.system).gpu)
+    gpu = cluster(job.system).gpu
+    recipe = serving_precision(job.dtype, gpu)
     notes = []
     if recipe.gemm in WEIGHT_ONLY:
         notes.append(
-            f"{cluster(job.system).gpu.description} has no {job.dtype} tensor cores: the weights stay 4-bit in "
+            f"{gpu.description} has no {job.dtype} tensor cores: the weights stay 4-bit in "
             f"memory and the GEMMs compute in {WEIGHT_ONLY[recipe.gemm][1]} (weight-only)"
         )
     if job.slo_ttft is not None or job.slo_tpot is not None:

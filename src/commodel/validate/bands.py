@@ -36,7 +36,7 @@ from commodel.io import atomic_path, files_digest
 from commodel.resources import resource_dir
 from commodel.validate.table import validation_table
 from commodel.workloads.catalog import model
-from commodel.workloads.host_issue import scope_shares
+from commodel.workloads.host_issue import capturable_scopes
 
 #: Metrics that are times (a larger value is slower); the rest are speeds.
 TIME_METRICS = ("time",)
@@ -269,8 +269,7 @@ def regime_settings(job: Mapping[str, object], result: Mapping) -> dict[str, obj
     tensor parallelism with sequence parallelism."""
     net, tuned = model(str(job["model"])), {}
     if not job.get("cuda_graphs"):
-        scopes = [s for s, share in scope_shares(net).items() if share > 0 and s != "moe"]
-        tuned["cuda_graphs"] = "full_iteration" if net.moe is None else ",".join(scopes)
+        tuned["cuda_graphs"] = capturable_scopes(net, padded=job.get("capacity_factor") is not None)
     if (
         net.moe is not None
         and int(result["layout"]["ep"]) > 1

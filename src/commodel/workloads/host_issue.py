@@ -103,22 +103,37 @@ def scope_shares(model: Transformer) -> dict[str, float]:
     return {"attn": 1.0, "mlp": mlp, "moe_router": moe, "moe_preprocess": moe, "moe": moe}
 
 
+def capturable_scopes(model: Transformer, padded: bool = False) -> str:
+    """The CUDA graphs a tuned recipe captures for ``model``: the whole iteration of a dense model;
+    every scope an MoE model's layers run but the experts, whose dropless shapes are dynamic (with
+    them too where a capacity factor pads them)."""
+    if model.moe is None:
+        return "full_iteration"
+    shares = scope_shares(model)
+    return ",".join(s for s, share in shares.items() if share > 0 and (s != "moe" or padded))
+
+
 def scope_ops(model: Transformer, x: Layout, fp8: bool) -> dict[str, tuple[np.ndarray, float]]:
     """Per scope: forward operators in a layer that has it, and the share of the layers that do."""
     cast = FP8_OPS_PER_GEMM_MODULE * 2 if fp8 else 0.0
-    local = model.moe.experts / x.ep if model.moe is not None else np.zeros(np.shape(x.ep))
+    local = model.moe.experts / np.asarray(x.ep, dtype=float) if model.moe is not None else 0.0
     extra = {"attn": cast, "mlp": cast, "moe": cast + OPS_PER_LOCAL_EXPERT * local}
+    shape = np.shape(x.ep)
     return {
-        name: (SCOPE_OPS[name] + extra.get(name, 0.0) + 0 * local, share)
+        name: (np.broadcast_to(SCOPE_OPS[name] + extra.get(name, 0.0), shape), share)
         for name, share in scope_shares(model).items()
     }
+
+
+def _op_s(cluster: Cluster) -> float:
+    """Host seconds to issue one operator: the framework's dispatch and the driver's launch."""
+    return cluster.system.initiation.op_dispatch.value + cluster.gpu.launch_overhead.value
 
 
 def host_issue_s(model: Transformer, cluster: Cluster, x: Layout, fp8: bool) -> tuple[np.ndarray, np.ndarray]:
     """Host seconds to issue one layer's forward and backward for one micro-batch, averaged over the
     layers: a captured scope at one graph replay per pass, nothing per layer under ``full_iteration``."""
-    host = cluster.system.initiation
-    op = host.op_dispatch.value + cluster.gpu.launch_overhead.value
+    host, op = cluster.system.initiation, _op_s(cluster)
     fwd = bwd = np.zeros(np.shape(x.cuda_graphs))
     for name, (ops, share) in scope_ops(model, x, fp8).items():
         captured = captures(x.cuda_graphs, name)
@@ -134,8 +149,6 @@ def host_wait_s(
     """Seconds per layer and micro-batch the GPU waits for the host: ``max(0, H - G)`` per pass, plus
     the refill after the all-to-all dispatcher's synchronization in MoE layers (module docstring)."""
     fwd, bwd = host_issue_s(model, cluster, x, fp8)
-    host = cluster.system.initiation
-    op = host.op_dispatch.value + cluster.gpu.launch_overhead.value
     syncs = (model.moe_layers / model.layers if model.moe is not None else 0.0) * (~x.deepep & dropless(x))
-    refill = syncs * (host.host_sync.value + 2 * op)
+    refill = syncs * (cluster.system.initiation.host_sync.value + 2 * _op_s(cluster))
     return np.maximum(fwd - gpu_fwd_s, 0.0) + np.maximum(bwd - gpu_bwd_s, 0.0) + refill

@@ -233,6 +233,13 @@ def iteration_time(
     }
 
 
+def mean_context(prompt: ArrayLike, output: ArrayLike, output_cv: ArrayLike) -> np.ndarray:
+    """A request's length-biased mean length in flight, ``E[p] + E[o^2] / 2 E[o] = p + o (1 + cv_o^2)
+    / 2``: long outputs are in flight longer."""
+    o = np.asarray(output, dtype=float)
+    return np.asarray(prompt, dtype=float) + o * (1 + np.asarray(output_cv, dtype=float) ** 2) / 2
+
+
 def steady_state(
     engine: Engine,
     batch: ArrayLike,
@@ -257,7 +264,7 @@ def steady_state(
     starts = b / life
     share, prompts = np.minimum(starts, 1.0), np.maximum(starts, 1.0)
     queries = b * (o - 1) / life
-    context = p + o * (1 + np.asarray(output_cv, dtype=float) ** 2) / 2
+    context = mean_context(p, o, output_cv)
     mixed = iteration_time(engine, queries, prompts, p, context, prompt_cv)
     # Decode-only iterations occur where requests decode (o > 1); with one output token (no queries)
     # their share is 0 and one query keeps their kernels defined.

@@ -10,7 +10,7 @@ from numpy.typing import ArrayLike
 
 from commodel.compute.precision import Precision
 from commodel.workloads.schema import Transformer
-from commodel.workloads.serving import Engine
+from commodel.workloads.serving import Engine, mean_context
 from commodel.workloads.transformer import bytes_per, layer_weights
 
 #: TensorRT-LLM's KV-cache block (``tokens_per_block``); the engine limits ``max_batch_size``,
@@ -137,7 +137,8 @@ def kv_tokens_held(
     prompt: ArrayLike, output: ArrayLike, output_cv: ArrayLike, paged: ArrayLike
 ) -> np.ndarray:
     """Tokens a request's KV blocks hold on average in flight: ``p + o`` reserved in full; paged, its
-    length-biased mean length ``p + o (1 + cv_o^2) / 2`` (long outputs stay in flight longer)."""
-    p, o = np.asarray(prompt, dtype=float), np.asarray(output, dtype=float)
-    grown = p + o * (1 + np.asarray(output_cv, dtype=float) ** 2) / 2
-    return np.where(np.asarray(paged, dtype=bool), np.minimum(grown, p + o), p + o)
+    length-biased mean length (:func:`~commodel.workloads.serving.mean_context`)."""
+    whole = np.asarray(prompt, dtype=float) + np.asarray(output, dtype=float)
+    return np.where(
+        np.asarray(paged, dtype=bool), np.minimum(mean_context(prompt, output, output_cv), whole), whole
+    )
