@@ -1,61 +1,94 @@
-"""Stream fault tolerance: impacts by hand, async never worse, headroom helps, bad parameters."""
+"""A stream run under faults: expectations by hand, each arm's mechanism moving its extra time the right
+way, and bad parameters."""
 
 import dataclasses
 
 import pytest
-from hypothesis import example, given, settings
-from hypothesis import strategies as st
 
 from commodel.errors import CommodelError
-from commodel.ops.streaming import Stream, crash_impact, fault_impacts, slowdown_impact
+from commodel.ops.streaming import StreamRun, checkpointing, completion_times, outcome
+from commodel.studies.base import study_spec, study_table
+from commodel.studies.streamguard import by_rate
 
-BASE = Stream(workers=16, rate=1.0, headroom=0.25, state_bytes=4e9, storage_Bps=1e9, memory_Bps=2e10,
-              restart_s=60, detect_s=30, mtbf_s=12 * 3600, slowdowns_per_s=2 / 86400, slowdown=4, slowdown_s=300)  # fmt: skip
-
-
-def test_a_synchronous_rollback_by_hand():
-    # down for R, then r (R + a) items drain at spare capacity r h: R + (R + a) / h
-    assert crash_impact("sync", BASE, 100.0) == pytest.approx(60 + (60 + 100) / 0.25)
-    # a slow worker's fixed share: behind at r/W - mu/s for d, caught up at mu - r/W
-    share, mu = 1 / 16, 1.25 / 16
-    behind = (share - mu / 4) * 300
-    assert slowdown_impact("sync", BASE) == pytest.approx(300 + behind / (mu - share))
+BASE = StreamRun(workers=8, work_s=800.0, state_bytes=4.3e9, storage_Bps=1e9, copy_Bps=25e9, restart_s=30.0,
+                 task_s=200.0, fixed_interval_s=60.0, mttf_s=40.0, anomalies_per_s=0.0, anomaly_s=1.0)  # fmt: skip
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    st.floats(0.05, 2.0), st.floats(1.0, 48.0), st.floats(0.0, 10.0), st.floats(1.5, 8.0), st.floats(1, 120)
+def _mean_time(arm, s=BASE, trials=20_000):
+    return float(completion_times(arm, s, trials, seed=3).mean())
+
+
+def test_streamguard_and_sync_by_hand():
+    """Faults strike per working second, so a run meets work / M crashes on average: StreamGuard's each
+    costs (R + S/B + tau/2) / W of the run, a synchronous rollback R + S/B + tau/2 of it."""
+    for arm, spread in (("streamguard", BASE.workers), ("sync", 1)):
+        tau, stop = checkpointing(arm, BASE)
+        work = BASE.work_s * (1 + stop / tau)
+        expected = work * (1 + (BASE.restart_s + BASE.restore_s + tau / 2) / (spread * BASE.mttf_s))
+        assert _mean_time(arm) == pytest.approx(expected, rel=0.02)
+
+
+def test_fixed_partitions_end_with_the_worker_that_lost_the_most():
+    """VeloC's crash costs one worker R + S/B + U(0, tau_f): the run waits for the unluckiest lane, so it
+    takes longer than the mean lane, and longer than spreading the same losses would."""
+    tau, stop = checkpointing("fixed", BASE)
+    work = BASE.work_s * (1 + stop / tau)
+    loss = BASE.restart_s + BASE.restore_s + tau / 2
+    mean_lane = work * (1 + loss / (BASE.workers * BASE.mttf_s))
+    assert _mean_time("fixed") > 1.1 * mean_lane
+
+
+@pytest.mark.parametrize(
+    ("arm", "change", "grows"),
+    [
+        ("streamguard", {"restart_s": 60.0}, True),  # the replacement's absence is capacity lost
+        ("streamguard", {"workers": 16}, False),  # more survivors share a crash
+        ("fixed", {"fixed_interval_s": 120.0}, True),  # more work since the last checkpoint
+        ("sync", {"storage_Bps": 4e9}, False),  # cheaper aligned checkpoints and restores
+        ("none", {"task_s": 100.0}, False),  # a rerun starts over less
+        ("fixed", {"anomalies_per_s": 1 / 4, "anomaly_s": 4.0}, True),  # a slowed fixed partition lags
+    ],
 )
-@example(0.05, 1.0, 9.0, 4.125, 55.0)  # found by a fresh search: the drain once the slowdown ends
-def test_async_with_redistribution_never_does_worse(headroom, mtbf_h, slow_per_day, slowdown, detect):
-    s = dataclasses.replace(BASE, headroom=headroom, mtbf_s=3600 * mtbf_h, slowdowns_per_s=slow_per_day / 86400,
-                            slowdown=slowdown, detect_s=detect)  # fmt: skip
-    sync, asynchronous = (fault_impacts(p, s, 86400 * 3, seed=5) for p in ("sync", "async"))
-    assert asynchronous["overhead"] <= sync["overhead"]
-    assert asynchronous["impact_share"] <= sync["impact_share"]
+def test_each_arm_moves_with_its_mechanism(arm, change, grows):
+    before, after = _mean_time(arm, trials=4000), _mean_time(arm, dataclasses.replace(BASE, **change), 4000)
+    assert (after > before) == grows
 
 
-def test_more_headroom_shrinks_the_impact_and_weibull_lifetimes_are_seeded():
-    impacts = [fault_impacts("sync", dataclasses.replace(BASE, headroom=h), 86400 * 7, seed=3)["impact_share"]
-               for h in (0.1, 0.25, 0.5)]  # fmt: skip
-    assert impacts[0] > impacts[1] > impacts[2]
-    a, b = (fault_impacts("async", BASE, 86400 * 7, "weibull", 0.7, seed=9) for _ in range(2))
-    assert a == b
+def test_the_balancer_spreads_anomalies_a_fixed_partition_keeps():
+    slow = dataclasses.replace(BASE, mttf_s=1e9, anomalies_per_s=1 / 4, anomaly_s=4.0)
+    assert _mean_time("streamguard", slow, 4000) < _mean_time("fixed", slow, 4000) - 20
+
+
+def test_streamguard_gains_over_veloc_as_crashes_get_rarer():
+    """The study's 'up to' is driven by the crash rate: VeloC's fixed interval loses the same work per
+    crash at every rate, StreamGuard's interval and spreading follow it."""
+    table = by_rate(study_table(study_spec("streamguard")))
+    ratios = table[table.anomalies_per_crash > 0].sort_values("mttf_s").fixed_vs_streamguard.to_numpy()
+    assert (ratios[1:] > ratios[:-1]).all()
+
+
+def test_fault_free_overhead_follows_the_snapshot_cost():
+    cheap, dear = (
+        outcome("streamguard", dataclasses.replace(BASE, copy_Bps=b), 1000.0, 50) for b in (25e9, 5e9)
+    )
+    assert dear["overhead"] > cheap["overhead"] and cheap["overhead"] < 0.01
+    assert outcome("none", BASE, 1000.0, 50)["overhead"] == 0
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"headroom": 0.0}, "outrun the stream"),
-        ({"mtbf_s": -1.0}, "mtbf"),
-        ({"slowdowns_per_s": -1.0}, "non-negative"),
+        ({"mttf_s": 0.0}, "mttf"),
+        ({"workers": 0}, "workers"),
+        ({"restart_s": -1.0}, "non-negative"),
+        ({"mttf_s": 0.1}, "faults expected"),
     ],
 )
 def test_bad_stream_parameters_are_errors(change, message):
     with pytest.raises(CommodelError, match=message):
-        dataclasses.replace(BASE, **change)
+        completion_times("streamguard", dataclasses.replace(BASE, **change), 10)
 
 
-def test_a_weibull_shape_must_be_positive():
-    with pytest.raises(CommodelError, match="Weibull shape"):
-        fault_impacts("sync", BASE, 86400, "weibull", 0.0)
+def test_an_unknown_arm_is_named():
+    with pytest.raises(CommodelError, match="stream arm"):
+        checkpointing("flink", BASE)

@@ -28,6 +28,7 @@ def test_study_json_contract(name):
     for claim in data["claims"]:
         assert {"claim", "paper", "model", "unit", "definition", "holds"} <= set(claim) <= {*claim, "reason"}
         assert isinstance(claim["model"], float | list)
+        assert claim["holds"] or claim.get("reason"), f"{claim['claim']}: a miss says why"
 
 
 def test_study_list_names_every_study():

@@ -1,185 +1,165 @@
-"""Fault tolerance of a real-time producer-consumer stream: synchronous checkpoint/restart against
-asynchronous checkpoints with progress-aware load redistribution (StreamGuard, Nguyen et al.,
-arXiv:2606.30848).
+"""A finite real-time stream run under crashes and slow-node anomalies, and four ways to survive them
+(StreamGuard, Nguyen et al., arXiv:2606.30848).
 
-A producer emits ``r`` items/s into ``W`` workers of ``mu`` items/s each, capacity ``K = W mu`` with
-headroom ``h = K / r - 1 > 0``; each worker holds ``S`` bytes of state. A fault's **impact** is how
-long the stream runs behind real time because of it (lost work redone, recovery, slowdown): the time
-until its backlog is drained again (fluid model: a backlog ``Q`` drains at spare capacity).
+A run needs ``T0`` seconds of work on ``W`` workers, each holding ``S`` bytes of state: failure-free and
+fully busy, it ends at ``T0``. Faults strike while the workers work: crashes at ``1 / M`` per second of
+the run (on a random worker), and slow-node anomalies at ``a`` per second, each costing its worker an
+exponential ``d`` seconds (mean ``D``). What each arm pays:
 
-- ``sync`` (checkpoint/restart): every ``tau`` (Daly's optimum for the pipeline's MTBF) all workers
-  stop for ``C = S / B_storage``; fault-free overhead ``C / (tau + C)``. A crash rolls the whole
-  pipeline back: down for ``R``, then the ``r (R + a)`` items (``a``: age of the checkpoint, uniform
-  over ``tau``) drain at ``K - r``: impact ``R + (R + a) / h``. Partitions are fixed, so a worker
-  slowed ``s``-fold for ``d`` seconds falls behind at ``r/W - mu/s`` and catches up at ``mu - r/W``.
-- ``async`` (StreamGuard): each worker snapshots to memory, ``c = S / B_memory``, and persists in the
-  background (``P = S / B_storage``), every ``tau_a = max(P, Daly(c))``: overhead ``c / (tau_a + c)``.
-  A crash restarts only that worker; after detection ``delta`` its partitions move to the others
-  (capacity ``K (W - 1) / W``), which load its persisted state (``P`` more) and redo its
-  ``r / W (a + P)`` lost items and the ``r / W (delta + P)`` that queued, unless the worker's own
-  restart (``R``, then its share's backlog drained at ``K - r``) comes first. A slowed worker's share
-  moves by progress after ``delta``: its backlog then drains at ``K - mu (1 - 1/s) - r`` while the
-  slowdown lasts (or grows, if that is negative) and at ``K - r`` after it.
+- ``none`` (the original pipeline; Parsl reruns a failed task): a crash costs its worker the restart
+  ``R`` plus the task's work so far (uniform over the task length ``L``).
+- ``fixed`` (VeloC every ``tau_f``): a blocking snapshot to host memory, ``c = S / B_copy``, every
+  ``tau_f`` (the flush to storage runs behind); a crash costs its worker ``R``, the restore
+  ``S / B_storage`` and the work since the snapshot (uniform over ``tau_f``).
+- ``sync`` (Flink-like aligned checkpoints, at Daly's interval for ``M``, their best case): all workers
+  stop for ``C = S / B_storage`` every ``tau``; a crash rolls every worker back: ``R + C + U(0, tau)``
+  of the whole run.
+- ``streamguard``: snapshots of ``c`` every ``max(S / B_storage, Daly(c, W M))`` (the persist must
+  finish first); a crash moves the failed worker's partition to the survivors, which load its state
+  (``S / B_storage`` worker-seconds in all) and redo its work since the snapshot, and the run goes on
+  with ``W - 1`` workers until the replacement joins after ``R``: ``R + S / B_storage + U(0, tau)``
+  worker-seconds, spread over ``W``. The progress-aware balancer spreads an anomaly's ``d`` likewise.
 
-Faults: crashes from a per-worker exponential or Weibull lifetime (shape ``k``, same mean), slowdowns
-as a Poisson process per worker; over a horizon, seeded (:func:`fault_impacts`).
+Fixed partitions (``none``, ``fixed``, and a slowed operator under ``sync``'s backpressure) end with the
+worker that lost the most: each worker is a lane that its own faults lengthen. ``streamguard`` is one
+lane whose faults cost their worker-seconds over ``W``; ``sync``'s rollbacks cost the whole run.
+Checkpoints stretch a lane's work by ``1 + c / tau``. Monte Carlo over ``trials`` runs, seeded; the
+fault-free overhead uses the interval a run sets for ``nominal_mttf_s`` (before it observes a fault).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from math import gamma
 
 import numpy as np
 
 from commodel.errors import CommodelError, unknown
 from commodel.ops.goodput import daly_interval
 
-POLICIES = ("sync", "async")
-DISTRIBUTIONS = ("exponential", "weibull")
+ARMS = ("none", "fixed", "sync", "streamguard")
+#: Faults one run may expect, beyond which the fault rates describe a run that never ends.
+MAX_FAULTS = 2000
 
 
 @dataclass(frozen=True)
-class Stream:
-    """A stream pipeline and its fault environment (seconds, bytes, items)."""
+class StreamRun:
+    """A stream run and its fault environment (seconds, bytes; rates per second of the run)."""
 
     workers: int
-    rate: float  # items/s the producer emits
-    headroom: float  # spare capacity share: K = (1 + headroom) r
+    work_s: float  # T0, the failure-free run
     state_bytes: float  # per worker
-    storage_Bps: float  # per worker
-    memory_Bps: float  # per worker, snapshot to host memory
-    restart_s: float
-    detect_s: float
-    mtbf_s: float  # per worker
-    slowdowns_per_s: float  # per worker
-    slowdown: float  # factor
-    slowdown_s: float  # duration
+    storage_Bps: float  # per worker, to and from the parallel file system
+    copy_Bps: float  # per worker, a snapshot to host memory
+    restart_s: float  # a replacement worker's start
+    task_s: float  # the task a rerun starts over (no resilience)
+    fixed_interval_s: float  # VeloC's configured interval
+    mttf_s: float  # the run's mean time between crashes (any worker)
+    anomalies_per_s: float  # slow-node anomalies (any worker)
+    anomaly_s: float  # mean seconds one costs its worker
+    nominal_mttf_s: float = 86400.0  # per worker, what a run expects before it observes a fault
 
     def __post_init__(self) -> None:
-        for name in ("workers", "rate", "state_bytes", "storage_Bps", "memory_Bps", "mtbf_s", "slowdown_s"):
+        positive = ("workers", "work_s", "state_bytes", "storage_Bps", "copy_Bps", "task_s", "fixed_interval_s",
+                    "mttf_s", "nominal_mttf_s")  # fmt: skip
+        for name in positive:
             if not getattr(self, name) > 0:
                 raise CommodelError(
                     f"stream {name.replace('_', ' ')} must be positive, got {getattr(self, name)}"
                 )
-        if self.headroom <= 0:
-            raise CommodelError(
-                f"the workers must outrun the stream: headroom must be positive, got {self.headroom}"
-            )
-        if min(self.restart_s, self.detect_s, self.slowdowns_per_s) < 0 or self.slowdown < 1:
-            raise CommodelError(
-                "restart, detection and slowdown rates must be non-negative; a slowdown at least 1"
-            )
+        if min(self.restart_s, self.anomalies_per_s, self.anomaly_s) < 0:
+            raise CommodelError("restart time, anomaly rate and anomaly length must be non-negative")
 
     @property
-    def capacity(self) -> float:
-        return (1 + self.headroom) * self.rate
+    def restore_s(self) -> float:
+        return self.state_bytes / self.storage_Bps
 
     @property
-    def worker_rate(self) -> float:
-        return self.capacity / self.workers
+    def snapshot_s(self) -> float:
+        return self.state_bytes / self.copy_Bps
 
 
-def checkpointing(policy: str, s: Stream) -> dict[str, float]:
-    """Interval, blocking time per checkpoint, background write and fault-free overhead of ``policy``."""
-    if policy not in POLICIES:
-        raise unknown("checkpoint policy", policy, POLICIES)
-    mtbf = s.mtbf_s / s.workers if policy == "sync" else s.mtbf_s
-    write = s.state_bytes / s.storage_Bps
-    stop = write if policy == "sync" else s.state_bytes / s.memory_Bps
-    interval = float(daly_interval(stop, mtbf))
-    if policy == "async":
-        interval = max(interval, write)
-    return {"interval_s": interval, "stop_s": stop, "write_s": 0.0 if policy == "sync" else write,
-            "overhead": stop / (interval + stop)}  # fmt: skip
+def checkpointing(arm: str, s: StreamRun, mttf_s: float | None = None) -> tuple[float, float]:
+    """``(interval, blocking seconds per checkpoint)`` of ``arm`` for a run that expects a crash every
+    ``mttf_s`` (default: the injected rate); ``(inf, 0)`` without checkpoints."""
+    if arm not in ARMS:
+        raise unknown("stream arm", arm, ARMS)
+    m = s.mttf_s if mttf_s is None else mttf_s
+    if arm == "none":
+        return np.inf, 0.0
+    if arm == "fixed":
+        return s.fixed_interval_s, s.snapshot_s
+    if arm == "sync":
+        return float(daly_interval(s.restore_s, m)), s.restore_s
+    return max(s.restore_s, float(daly_interval(s.snapshot_s, s.workers * m))), s.snapshot_s
 
 
-def crash_impact(policy: str, s: Stream, age: np.ndarray) -> np.ndarray:
-    """Seconds behind real time after a crash whose last checkpoint is ``age`` seconds old."""
-    ck = checkpointing(policy, s)
-    if policy == "sync":
-        return s.restart_s + (s.restart_s + age) / s.headroom
-    share = s.rate / s.workers
-    # whichever comes first resumes the partitions: the others take them after detection (loading the
-    # persisted state), or the worker itself restarts and the whole pipeline drains its backlog
-    restarted = s.restart_s + share * (age + ck["write_s"] + s.restart_s) / (s.capacity - s.rate)
-    spare = s.capacity * (s.workers - 1) / s.workers - s.rate
-    if spare <= 0:
-        return np.asarray(restarted, dtype=float)
-    moved = s.detect_s + share * (age + 2 * ck["write_s"] + s.detect_s) / spare
-    return np.minimum(moved, restarted)
+def _lane_times(
+    work_s: float,
+    rate: float,
+    losses: Callable[[np.random.Generator, tuple[int, ...]], np.ndarray],
+    shape: tuple[int, ...],
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Wall seconds of lanes needing ``work_s`` of work, hit at ``rate`` per working second by events
+    each costing ``losses(rng, shape)`` seconds: ``work_s`` plus the losses of the events that struck
+    before the work was done."""
+    if rate <= 0:
+        return np.full(shape[:-1], work_s)
+    arrivals = np.cumsum(rng.exponential(1 / rate, shape), axis=-1)
+    struck = arrivals < work_s
+    if struck[..., -1].any():
+        raise CommodelError(
+            f"over {shape[-1]} faults strike one run: it would not finish; check the fault rates"
+        )
+    return work_s + np.sum(np.where(struck, losses(rng, shape), 0.0), axis=-1)
 
 
-def slowdown_impact(policy: str, s: Stream) -> float:
-    """Seconds behind real time after one worker runs ``slowdown``-fold slower for ``slowdown_s``."""
-    share, mu = s.rate / s.workers, s.worker_rate
-    slow = mu / s.slowdown
-    if policy == "sync":  # fixed partitions: the slow worker's own share falls behind
-        behind = max(share - slow, 0.0) * s.slowdown_s
-        return s.slowdown_s + behind / (mu - share) if behind else 0.0
-    # behind on its own share until detection; then its share moves by progress and the pipeline runs
-    # at K - mu + mu/s until the slowdown ends, then at K: the backlog drains at whichever spare holds
-    detected = min(s.detect_s, s.slowdown_s)
-    behind = max(share - slow, 0.0) * detected
-    if not behind:
-        return 0.0
-    slowed_spare = s.capacity - (mu - slow) - s.rate
-    if slowed_spare > 0 and detected + behind / slowed_spare <= s.slowdown_s:
-        return detected + behind / slowed_spare
-    left = behind - slowed_spare * (s.slowdown_s - detected)  # grows when the slowed pipeline cannot keep up
-    return s.slowdown_s + left / (s.capacity - s.rate)
-
-
-def _lifetimes(rng: np.random.Generator, distribution: str, shape: float, mean: float, n: int) -> np.ndarray:
-    if distribution == "exponential":
-        return rng.exponential(mean, n)
-    if distribution != "weibull":
-        raise unknown("failure distribution", distribution, DISTRIBUTIONS)
-    if shape <= 0:
-        raise CommodelError(f"a Weibull shape must be positive, got {shape}")
-
-    return mean / gamma(1 + 1 / shape) * rng.weibull(shape, n)
-
-
-def fault_impacts(
-    policy: str,
-    s: Stream,
-    horizon_s: float,
-    distribution: str = "exponential",
-    shape: float = 1.0,
-    seed: int = 0,
-) -> dict[str, float]:
-    """Faults over ``horizon_s`` (renewal crashes per worker, Poisson slowdowns), seeded: their count
-    and the total seconds the stream ran behind because of them, and the fault-free overhead."""
+def completion_times(arm: str, s: StreamRun, trials: int = 400, seed: int = 0) -> np.ndarray:
+    """Seconds each of ``trials`` seeded runs of ``arm`` takes, faults and checkpoints included."""
+    interval, stop = checkpointing(arm, s)
+    work = s.work_s * (1 + stop / interval)
     rng = np.random.default_rng(seed)
-    crashes = 0
-    for _ in range(s.workers):
-        t = np.cumsum(_lifetimes(rng, distribution, shape, s.mtbf_s, int(3 * horizon_s / s.mtbf_s) + 10))
-        crashes += int(np.sum(t < horizon_s))
-    slowdowns = int(rng.poisson(s.slowdowns_per_s * s.workers * horizon_s))
-    ck = checkpointing(policy, s)
-    ages = rng.uniform(0, ck["interval_s"], crashes)
-    crash = float(np.sum(crash_impact(policy, s, ages)))
-    slow = slowdowns * slowdown_impact(policy, s)
-    return {
-        "crashes": crashes,
-        "slowdowns": slowdowns,
-        "crash_impact_s": crash,
-        "slowdown_impact_s": slow,
-        "impact_share": (crash + slow) / horizon_s,
-        "overhead": ck["overhead"],
-        "interval_s": ck["interval_s"],
-    }
+    crash_rate, anomaly_rate = 1 / s.mttf_s, s.anomalies_per_s
+    expected = (crash_rate + anomaly_rate) * work
+    if expected > MAX_FAULTS:
+        raise CommodelError(
+            f"{expected:.0f} faults expected in one run (over {MAX_FAULTS}): a crash every {s.mttf_s:g} s does not "
+            f"let {s.work_s:g} s of work finish; check the fault rates"
+        )
+    events = int(3 * expected + 40)
+    rollback, restore = (s.task_s, 0.0) if arm == "none" else (interval, s.restore_s)
+
+    def crash(r: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        return s.restart_s + restore + r.uniform(0, rollback, shape)
+
+    def slowed(r: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        return r.exponential(s.anomaly_s, shape)
+
+    def either(r: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        is_crash = r.uniform(size=shape) * (crash_rate + anomaly_rate) < crash_rate
+        return np.where(is_crash, crash(r, shape), slowed(r, shape))
+
+    lanes = (trials, s.workers, events)
+    if arm == "streamguard":  # every loss spread over the workers
+        return _lane_times(work, crash_rate + anomaly_rate, lambda r, sh: either(r, sh) / s.workers,
+                           (trials, events), rng)  # fmt: skip
+    if arm == "sync":  # rollbacks cost the whole run; a slowed operator backpressures its partition
+        rollbacks = _lane_times(work, crash_rate, crash, (trials, events), rng)
+        return rollbacks + _lane_times(work, anomaly_rate / s.workers, slowed, lanes, rng).max(axis=-1) - work
+    return _lane_times(work, (crash_rate + anomaly_rate) / s.workers, either, lanes, rng).max(axis=-1)
 
 
-def interval_costs(policy: str, s: Stream, intervals: np.ndarray) -> dict[str, np.ndarray]:
-    """Fault-free overhead and expected crash impact (shares of time) for checkpoints every ``intervals``
-    seconds: the trade-off Daly's interval balances (impact is linear in the checkpoint's age, so its
-    mean is the impact at half the interval)."""
-    tau = np.asarray(intervals, dtype=float)
-    stop = checkpointing(policy, s)["stop_s"]
-    crashes_per_s = s.workers / s.mtbf_s
+def outcome(arm: str, s: StreamRun, deadline_s: float, trials: int = 400, seed: int = 0) -> dict[str, float]:
+    """A run of ``arm``: its fault-free overhead (checkpoints at the nominal rate, no faults), the mean
+    extra time faults and checkpoints cost over ``T0`` (its impact), and the share of runs that meet
+    ``deadline_s``."""
+    interval, stop = checkpointing(arm, s, s.nominal_mttf_s / s.workers)
+    times = completion_times(arm, s, trials, seed)
     return {
-        "overhead": stop / (tau + stop),
-        "impact_share": crashes_per_s * crash_impact(policy, s, tau / 2),
+        "overhead": stop / interval,
+        "impact": float(times.mean()) / s.work_s - 1,
+        "p90_s": float(np.percentile(times, 90)),
+        "on_time": float(np.mean(times <= deadline_s)),
+        "interval_s": checkpointing(arm, s)[0],
     }

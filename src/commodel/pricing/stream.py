@@ -1,5 +1,6 @@
-"""The ``stream`` evaluator: a real-time stream pipeline's checkpoint overhead and fault impact per row
-and policy (:mod:`commodel.ops.streaming`), over a seeded horizon of faults."""
+"""The ``stream`` evaluator: a finite real-time stream run under crashes and slow-node anomalies, per
+arm (:mod:`commodel.ops.streaming`): its fault-free overhead, the extra time faults cost, and how
+often it meets its deadline, over seeded runs."""
 
 from __future__ import annotations
 
@@ -7,63 +8,63 @@ from typing import Annotated
 
 from pydantic import Field
 
-from commodel.ops.streaming import DISTRIBUTIONS, POLICIES, Stream, fault_impacts
+from commodel.ops.streaming import ARMS, StreamRun, outcome
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.job import Choices, Job
 
 
 class StreamJob(Job):
-    """A real-time stream pipeline under faults, checkpointed and recovered by one policy."""
+    """A stream run to a deadline under faults, survived by one arm."""
 
     noun = "stream"
-    policy: Annotated[str, Choices("stream policy", POLICIES)] = Field(
-        description="sync or async checkpoints."
+    arm: Annotated[str, Choices("stream arm", ARMS)] = Field(
+        description="none (rerun the failed task), fixed (VeloC every fixed_interval_s), sync (aligned "
+        "checkpoints, global rollback) or streamguard (async snapshots, redistribution)."
     )
-    workers: int = Field(16, ge=1, description="Workers the stream runs on.")
-    headroom: float = Field(0.25, ge=0, description="Spare capacity over the stream's rate, a share.")
-    state_GB: float = Field(4.0, gt=0, description="State per worker, GB.")
-    storage_GBps: float = Field(1.0, gt=0, description="Checkpoint storage bandwidth per worker, GB/s.")
-    memory_GBps: float = Field(20.0, gt=0, description="Memory bandwidth per worker for snapshots, GB/s.")
-    restart_s: float = Field(60.0, ge=0, description="Seconds to restart a worker.")
-    detect_s: float = Field(30.0, ge=0, description="Seconds to detect a failure.")
-    mtbf_hours: float = Field(12.0, gt=0, description="Mean time between a worker's failures, hours.")
-    slowdowns_per_day: float = Field(0.0, ge=0, description="Slow-node episodes per worker per day.")
-    slowdown: float = Field(4.0, ge=1, description="How many times slower a slow node runs.")
-    slowdown_s: float = Field(300.0, ge=0, description="Seconds a slow-node episode lasts.")
-    distribution: Annotated[str, Choices("failure distribution", DISTRIBUTIONS)] = Field(
-        "exponential", description="Failure inter-arrival times: exponential or weibull."
+    workers: int = Field(8, ge=2, description="Workers the stream runs on.")
+    work_s: float = Field(800.0, gt=0, description="Seconds of the failure-free run.")
+    deadline_s: float = Field(1000.0, gt=0, description="Seconds the run must end within.")
+    state_GB: float = Field(4.3, gt=0, description="State per worker, GB.")
+    storage_GBps: float = Field(1.0, gt=0, description="File-system bandwidth per worker, GB/s.")
+    copy_GBps: float = Field(25.0, gt=0, description="Snapshot bandwidth to host memory per worker, GB/s.")
+    restart_s: float = Field(30.0, ge=0, description="Seconds until a replacement worker runs.")
+    task_s: float = Field(200.0, gt=0, description="Seconds of the task a rerun starts over (arm none).")
+    fixed_interval_s: float = Field(
+        60.0, gt=0, description="Seconds between VeloC's checkpoints (arm fixed)."
     )
-    shape: float = Field(1.0, gt=0, description="Weibull shape.")
-    horizon_days: float = Field(7.0, gt=0, description="Days simulated.")
+    mttf_s: float = Field(40.0, gt=0, description="Mean seconds between crashes, any worker.")
+    anomalies_per_crash: float = Field(
+        0.0, ge=0, description="Slow-node anomalies per crash (their rate over the crashes')."
+    )
+    anomaly_s: float = Field(1.0, ge=0, description="Mean seconds an anomaly costs its worker.")
+    trials: int = Field(400, ge=1, le=10_000, description="Seeded runs averaged.")
     seed: int = Field(0, ge=0, description="The simulation's seed.")
 
 
-OUTPUTS = ("overhead_pct", "impact_pct", "crashes", "slowdowns", "interval_s", "valid")
+OUTPUTS = ("overhead_pct", "impact_pct", "p90_s", "on_time_pct", "interval_s", "valid")
 
 
-def stream_of(row: object) -> Stream:
-    """The :class:`Stream` a row describes (per-worker figures; items in units of the stream's rate)."""
-    return Stream(
-        workers=int(row.workers), rate=1.0, headroom=float(row.headroom), state_bytes=1e9 * float(row.state_GB),
-        storage_Bps=1e9 * float(row.storage_GBps), memory_Bps=1e9 * float(row.memory_GBps),
-        restart_s=float(row.restart_s), detect_s=float(row.detect_s), mtbf_s=3600 * float(row.mtbf_hours),
-        slowdowns_per_s=float(row.slowdowns_per_day) / 86400, slowdown=float(row.slowdown),
-        slowdown_s=float(row.slowdown_s),
+def run_of(row: object) -> StreamRun:
+    """The :class:`StreamRun` a row describes."""
+    return StreamRun(
+        workers=int(row.workers), work_s=float(row.work_s), state_bytes=1e9 * float(row.state_GB),
+        storage_Bps=1e9 * float(row.storage_GBps), copy_Bps=1e9 * float(row.copy_GBps),
+        restart_s=float(row.restart_s), task_s=float(row.task_s), fixed_interval_s=float(row.fixed_interval_s),
+        mttf_s=float(row.mttf_s), anomalies_per_s=float(row.anomalies_per_crash) / float(row.mttf_s), anomaly_s=float(row.anomaly_s),
     )  # fmt: skip
 
 
-def _impact(row: object) -> dict:
-    r = fault_impacts(row.policy, stream_of(row), 86400 * float(row.horizon_days), row.distribution,
-                      float(row.shape), int(row.seed))  # fmt: skip
-    return {"overhead_pct": 100 * r["overhead"], "impact_pct": 100 * r["impact_share"], "crashes": r["crashes"],
-            "slowdowns": r["slowdowns"], "interval_s": r["interval_s"]}  # fmt: skip
+def _outcome(row: object) -> dict:
+    r = outcome(row.arm, run_of(row), float(row.deadline_s), int(row.trials), int(row.seed))
+    return {"overhead_pct": 100 * r["overhead"], "impact_pct": 100 * r["impact"], "p90_s": r["p90_s"],
+            "on_time_pct": 100 * r["on_time"], "interval_s": r["interval_s"]}  # fmt: skip
 
 
 def stream() -> Evaluator:
     return Evaluator.row_by_row(
         "stream",
-        "a real-time stream pipeline under faults: checkpoint overhead and time behind real time, per policy",
+        "a real-time stream run to a deadline under crashes and slow nodes: overhead, extra time, on-time share",
         StreamJob,
         OUTPUTS,
-        _impact,
+        _outcome,
     )

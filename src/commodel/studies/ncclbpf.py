@@ -13,11 +13,13 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from commodel.comm import tables
 from commodel.comm.calls import run as run_collective
 from commodel.hardware import cluster as make_cluster
 from commodel.ops.policy_plugin import PluginCost, overhead_share
 from commodel.studies.base import Claim, StudyResult, study_spec
 from commodel.units import format_bytes, parse_quantity, parse_sizes
+from commodel.validate.measurements import load_measurements
 
 
 def size(text: str) -> float:
@@ -73,6 +75,29 @@ def decision_claims(p: Mapping[str, object]) -> list[Claim]:
     ]
 
 
+def miss_reasons(table: pd.DataFrame, p: Mapping[str, object]) -> tuple[str, str]:
+    """Why the model's NVLS on 8 B300 misses the paper at mid sizes and at large ones, in the model's
+    own figures: its NVLS is Hopper's per-channel multimem rate on Blackwell's 24 channels."""
+    at_8mib = table.set_index("size_bytes").loc[8 * 2**20]
+    rack = load_measurements().set_index("id").loc[str(p["blackwell_nvls_row"])]
+    g, busbw = int(rack.gpus), float(rack.value)
+    per_channel = busbw / (2 * (g - 1) / (g + 1) * tables.NVLS_CHANNELS["blackwell_single"])
+    mid = (
+        f"the paper's +27% at 8 MiB puts NVLS at {at_8mib.ring_ll128_busbw_GBps / 1.27:.0f} GB/s busbw there, "
+        f"{at_8mib.nvls_busbw_GBps:.0f} in the model, whose NVLS is H100's calibrated per-channel multimem rate on "
+        "Blackwell's 24 channels with NCCL's chunk schedule; that model meets H100's measured NVLS curve within 3% "
+        "from 64 MiB, and no measurement in the data shows a Blackwell cost that slows NVLS at 4-128 MiB"
+    )
+    large = (
+        f"the model's NVLS on 8 B300 plateaus at {table.nvls_busbw_GBps.max():.0f} GB/s busbw, level with "
+        f"Ring/Simple's link bound ({table.ring_simple_busbw_GBps.max():.0f}); Ring 17% slower at 8 GiB needs a "
+        "Blackwell multimem rate per channel about 1.2x Hopper's, where the Blackwell NVLS rows measured (GB200 "
+        f"NVL72, {busbw:.0f} GB/s at {format_bytes(rack.size_bytes)} on {g} GPUs) imply {per_channel:.1f} GB/s "
+        "per channel, Hopper's rate"
+    )
+    return mid, large
+
+
 def run() -> StudyResult:
     spec = study_spec("ncclbpf")
     p = spec.parameters
@@ -89,13 +114,14 @@ def run() -> StudyResult:
     definition = (
         "AllReduce busbw with Ring forced over NCCL's default (NVLS at every size on this box), minus 1"
     )
+    mid, large = miss_reasons(table, p)
     claims = [
         Claim(f"Ring over the default at its best size in {'-'.join(p['window'])} ({format_bytes(best.size_bytes)} "
-              "in the model; the paper's is 8 MiB)", 27.0, float(best.ring_gain_pct), "%", definition),
+              "in the model; the paper's is 8 MiB)", 27.0, float(best.ring_gain_pct), "%", definition, mid),
         Claim(f"the policy's gain over the sizes it changes in {'-'.join(p['window'])} (least, most)",
               (5.5, 26.5), (float(window.policy_gain_pct[window.policy != "default"].min()),
-                            float(window.policy_gain_pct.max())), "%", definition),
-        *(Claim(f"Ring over the default at {s}", "<0", float(slower.ring_gain_pct.iloc[i]), "%", definition)
+                            float(window.policy_gain_pct.max())), "%", definition, mid),
+        *(Claim(f"Ring over the default at {s}", "<0", float(slower.ring_gain_pct.iloc[i]), "%", definition, large)
           for i, s in enumerate(p["ring_slower_at"])),
         *decision_claims(p),
         Claim("the plugin's fixed cost per collective below 256 KiB (noop policy)", 1.3,

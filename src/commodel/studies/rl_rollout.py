@@ -15,6 +15,19 @@ from commodel.ops.rl_rollout import Rollout, load_share, response_lengths, rl_ho
 from commodel.pricing.rollout import rl_setup
 from commodel.studies.base import Claim, StudyResult, study_spec, study_table
 
+#: Why the two gains the model misses stay out of reach (reported while they miss).
+DAPO_TAIL = (
+    "the paper's 3.31x is Qwen3-32B with DAPO against ROLL-DAPO, whose dynamic sampling regenerates groups "
+    "(trajectories per step vary up to 5.7x) behind stragglers taking 5-10x; the model's step is one GRPO pass "
+    "of lognormal lengths, where training plus the longest response's decode bound every policy (Amdahl)"
+)
+FREE_LENDING = (
+    "the model's instance-elastic baseline lends whole idle serving replicas at no switching cost, and its "
+    "rollouts decode at a small batch, faster per token than ROSE's co-served at the SLO batch; RLBoost+'s "
+    "measured 6.8-7.3% allocation overhead, draining and engine restarts are not priced, and the paper's "
+    "1.20-1.26x over it is a rollout-time gain, not end-to-end"
+)
+
 
 def gains(table: pd.DataFrame) -> pd.DataFrame:
     """One row per (tail, headroom): samples per hour of each policy and ROSE's gains over the others."""
@@ -49,8 +62,10 @@ def run() -> StudyResult:
     violations = int((table.online_tpot_s > table.slo_tpot).sum())
     claims = [
         Claim("end-to-end RL throughput, ROSE over resource-fixed: lowest in the sweep", 1.20, float(table.rose_vs_fixed.min()), "x"),
-        Claim("end-to-end RL throughput, ROSE over resource-fixed: highest in the sweep", 3.31, float(table.rose_vs_fixed.max()), "x"),
-        Claim("end-to-end RL throughput, ROSE over instance-elastic (median)", (1.20, 3.31), float(table.rose_vs_elastic.median()), "x"),
+        Claim("end-to-end RL throughput, ROSE over resource-fixed: highest in the sweep", 3.31, float(table.rose_vs_fixed.max()), "x",
+              reason=DAPO_TAIL),
+        Claim("end-to-end RL throughput, ROSE over instance-elastic (median)", (1.20, 3.31), float(table.rose_vs_elastic.median()), "x",
+              reason=FREE_LENDING),
         Claim("online requests over the SLO (configurations)", 0.0, float(violations), "count"),
     ]  # fmt: skip
     f = spec.fixed
@@ -60,10 +75,5 @@ def run() -> StudyResult:
         f"online load {f['load_low']:.0%} to load_high of the SLO capacity ({1e3 * f['slo_tpot']:.0f} ms per token)",
         "ROSE's gain over resource-fixed grows with the tail (more tokens queued behind the RL cluster's KV "
         "cache) and shrinks as serving headroom falls; the longest response's decode time bounds every policy",
-        "the model's instance-elastic baseline lends whole idle serving replicas at no switching cost; rollouts "
-        "there decode at a small batch, faster per token than rollouts co-served at the SLO batch, so it beats "
-        "ROSE here: the paper's 1.20-3.31x over elastic baselines needs costs this baseline does not pay "
-        "(draining online requests, restarting engines as load moves, a safety margin for bursts), which the "
-        "paper's summary does not quantify",
     ]
     return StudyResult.of(spec, claims, table, notes)
