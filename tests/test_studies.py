@@ -43,7 +43,12 @@ def test_every_study_has_a_spec_and_a_notebook_and_the_spec_sweeps(tmp_path):
         assert list(folder.glob("*.ipynb")), folder.name
         load_spec(folder / "study.toml")  # every study specification is a valid sweep specification
     # the paper studies, and the design-space studies that are sweeps only
-    assert {p.name for p in STUDIES_DIR.iterdir() if p.is_dir()} == {*STUDIES, "default", "fabric-tiers"}
+    assert {p.name for p in STUDIES_DIR.iterdir() if p.is_dir()} == {
+        *STUDIES,
+        "default",
+        "fabric-tiers",
+        "scheduling-power",
+    }
 
 
 @pytest.mark.parametrize("notebook_path", sorted(STUDIES_DIR.glob("*/*.ipynb")), ids=lambda p: p.parent.name)

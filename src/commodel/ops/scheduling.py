@@ -38,13 +38,17 @@ import simpy
 from numpy.typing import ArrayLike
 
 from commodel.errors import CommodelError, unknown
+from commodel.ops.node_power import ALWAYS_ON, NodeLedger, PowerSaving, steady_power_W
 from commodel.ops.scheduler import IDEAL, POISSON, Arrivals, Scheduler
-from commodel.workloads.schema import JobMixSpec
+from commodel.workloads.schema import JobMixSpec, NodePowerSpec
 
 POLICIES = ("exclusive", "tres")
 
 #: Share of the simulated jobs discarded as warm-up before waits are recorded.
 WARMUP_SHARE = 0.2
+
+#: Node power for a mix that states none: its simulation runs, its energy is not reported.
+UNPRICED = NodePowerSpec(busy=1.0, idle=0.0, off=0.0, source="not stated")
 
 
 def node_share(mix: JobMixSpec) -> float:
@@ -85,6 +89,7 @@ def approximate_waits(
     arrivals_per_h: ArrayLike,
     scheduler: Scheduler = IDEAL,
     arrivals: Arrivals = POISSON,
+    saving: PowerSaving = ALWAYS_ON,
 ) -> dict:
     """Mean and median wait (hours), probability of waiting, utilization of the job slots (held
     time included) and the start overhead (hours), by the module docstring's approximation with the
@@ -92,7 +97,13 @@ def approximate_waits(
     its slot ``S = E[runtime] + prolog + epilog``, ``c_s^2 = (cv E[runtime] / S)^2``, ``c_a^2 = burst``;
     a job that finds room waits for its pass (0, or half a cycle with ``defer``), one that waits
     beyond the queue's exponential tail for the backfill pass. A daily cycle is the simulation's
-    alone: the queue smooths a peak over hours-long jobs, which a stationary approximation cannot."""
+    alone: the queue smooths a peak over hours-long jobs, which a stationary approximation cannot; so
+    is power saving, whose boots depend on how long each node stays empty. Energy per job (kWh): every
+    node idles, the jobs' use adds to it (:func:`~commodel.ops.node_power.steady_power_W`)."""
+    if saving.on:
+        raise CommodelError(
+            "power saving is simulated (a boot depends on how long each node stayed empty): use method simulation"
+        )
     if arrivals.daily_amplitude:
         raise CommodelError(
             "the queueing approximation assumes the same arrival rate all day: give a daily cycle to the "
@@ -119,7 +130,20 @@ def approximate_waits(
         "wait_probability": wait,
         "utilization": load / c,
         "start_overhead_h": np.full(np.shape(wait), scheduler.start_overhead_h),
+        "energy_kWh_per_job": _steady_energy_kWh(mix, nodes, lam, held),
+        "boots_per_job": np.zeros(np.shape(wait)),
     }
+
+
+def _steady_energy_kWh(mix: JobMixSpec, nodes: ArrayLike, lam: np.ndarray, held: float) -> np.ndarray:
+    """kWh per job of always-on nodes: their mean power over the arrival rate."""
+    if mix.node_power is None:
+        return np.full(np.shape(lam), np.nan)
+    return (
+        steady_power_W(mix.node_power, np.asarray(nodes, dtype=float), lam * held * node_share(mix))
+        / lam
+        / 1e3
+    )
 
 
 def _runtimes(rng: np.random.Generator, mean: float, cv: float, n: int) -> np.ndarray:
@@ -148,19 +172,23 @@ def simulate_waits(
     seed: int = 0,
     scheduler: Scheduler = IDEAL,
     arrivals: Arrivals = POISSON,
+    saving: PowerSaving = ALWAYS_ON,
 ) -> dict[str, float]:
-    """Mean and median wait (hours) and utilization of the job slots from a SimPy simulation. With a
-    scheduler that charges a cycle, a job starts on submission only if it finds room and nobody waits
-    ahead of it (none with ``defer``); waiting jobs start at the periodic passes
-    (:attr:`~commodel.ops.scheduler.Scheduler.pass_h`); a job holds its resources for its runtime,
-    prolog and epilog."""
+    """Mean and median wait (hours), utilization of the job slots and energy per job (kWh) from a
+    SimPy simulation. With a scheduler that charges a cycle, a job starts on submission only if it
+    finds room and nobody waits ahead of it (none with ``defer``); waiting jobs start at the periodic
+    passes (:attr:`~commodel.ops.scheduler.Scheduler.pass_h`); a job holds its resources for its
+    runtime, prolog and epilog. Jobs go to powered nodes first; one placed on a suspended node waits
+    for its boot (:mod:`commodel.ops.node_power`)."""
     if policy not in POLICIES:
         raise unknown("scheduling policy", policy, POLICIES)
     arrive, kinds, demand, runtime = _draw_jobs(mix, arrivals, arrivals_per_h, jobs, seed)
     server = np.array(mix.server, dtype=float)
-    free, needs = (
-        np.tile(server, (nodes, 1)),
-        (np.broadcast_to(server, demand.shape) if policy == "exclusive" else demand),
+    free = np.tile(server, (nodes, 1))
+    needs = np.broadcast_to(server, demand.shape) if policy == "exclusive" else demand
+    use = np.max(demand / server, axis=1)  # power follows the most-used resource, not the allocation
+    ledger = NodeLedger(
+        nodes, mix.node_power or UNPRICED, saving, (arrive[int(WARMUP_SHARE * jobs)], arrive[-1])
     )
     env, queue, start = simpy.Environment(), [], np.full(jobs, np.nan)
     periodic = scheduler.pass_h > 0
@@ -169,14 +197,16 @@ def simulate_waits(
         fits = np.flatnonzero(np.all(free >= needs[job] - 1e-9, axis=1))
         if not fits.size:
             return False
-        free[fits[0]] -= needs[job]
-        start[job] = env.now
-        env.process(run(job, int(fits[0])))
+        node = ledger.first_awake(fits, env.now)
+        free[node] -= needs[job]
+        start[job] = env.now + ledger.occupy(node, env.now, use[job])
+        env.process(run(job, node))
         return True
 
     def run(job: int, node: int) -> Generator[simpy.events.Event, None, None]:
-        yield env.timeout(runtime[job] + scheduler.held_h)
+        yield env.timeout(start[job] - env.now + runtime[job] + scheduler.held_h)
         free[node] += needs[job]
+        ledger.release(node, env.now, use[job])
         if not periodic:
             schedule()
 
@@ -210,6 +240,17 @@ def simulate_waits(
     if periodic:
         env.process(passes())
     env.run()
+    return _simulated(
+        policy, mix, nodes, arrive, start, runtime, scheduler, ledger.close(env.now), ledger.boots
+    )
+
+
+def _simulated(
+    policy: str, mix: JobMixSpec, nodes: int, arrive: np.ndarray, start: np.ndarray, runtime: np.ndarray,
+    scheduler: Scheduler, joules: float, boots: int,
+) -> dict[str, float]:  # fmt: skip
+    """A simulation's waits, utilization and energy over the jobs after the warm-up."""
+    jobs = arrive.size
     kept = slice(int(WARMUP_SHARE * jobs), jobs)
     waits = (start - arrive)[kept]
     busy = np.sum(runtime[kept] + scheduler.held_h) / (arrive[-1] - arrive[kept.start])
@@ -218,4 +259,6 @@ def simulate_waits(
         "median_wait_h": float(np.median(waits)),
         "utilization": float(busy / servers(policy, mix, nodes)),
         "start_overhead_h": scheduler.start_overhead_h,
+        "energy_kWh_per_job": joules / 3.6e6 / (jobs - kept.start) if mix.node_power else np.nan,
+        "boots_per_job": boots / jobs,
     }

@@ -15,6 +15,7 @@ from typing import Annotated
 import numpy as np
 from pydantic import Field
 
+from commodel.ops.node_power import ALWAYS_ON, PowerSaving
 from commodel.ops.scheduler import Arrivals, Scheduler
 from commodel.ops.scheduling import POLICIES, approximate_waits, simulate_waits
 from commodel.pricing.evaluator import Evaluator
@@ -57,11 +58,25 @@ class SchedulingJob(Job):
     daily_amplitude: float = Field(
         0.0, ge=0, lt=1, description="Arrivals modulated by 1 + a sin(2 pi t / 24 h) (simulation only)."
     )
+    suspend_after_min: float = Field(
+        0.0,
+        ge=0,
+        le=10_080,
+        description="Minutes a node stays empty before it powers down (Slurm's SuspendTime; "
+        "0: never; simulation only).",
+    )
+    resume_min: float = Field(
+        5.0,
+        ge=0,
+        le=120,
+        description="Minutes a suspended node takes to boot (assumed 5: a large-memory "
+        "server's POST and OS boot).",
+    )
 
 
 OUTPUTS = (
     "mean_wait_min", "median_wait_min", "wait_probability", "utilization", "start_overhead_min",
-    "median_start_min", "valid",
+    "median_start_min", "mean_start_min", "energy_kWh_per_job", "boots_per_job", "valid",
 )  # fmt: skip
 
 
@@ -71,23 +86,27 @@ def arrivals_per_h(mix_name: str, nodes: float, load: float) -> float:
 
 
 def _waits(row: object) -> dict:
-    """One partition's waits, in minutes, by the row's method; the median start adds the start
-    overhead (prolog and launch) to the median wait."""
+    """One partition's waits, in minutes, by the row's method; the median and mean starts add the
+    start overhead (prolog and launch) to the median and mean waits; energy per job in kWh."""
     mix, rate = job_mix(row.job_mix), arrivals_per_h(row.job_mix, float(row.nodes), float(row.load))
     costs = Scheduler(float(row.sched_interval_s), float(row.bf_interval_s), bool(row.defer),
                       float(row.prolog_s), float(row.launch_s), float(row.epilog_s))  # fmt: skip
     arrivals = Arrivals(int(row.burst), float(row.daily_amplitude))
+    suspend = float(row.suspend_after_min)
+    saving = PowerSaving(suspend / 60, float(row.resume_min) / 60) if suspend else ALWAYS_ON
     if row.method == "approximation":
-        r = approximate_waits(row.policy, mix, row.nodes, rate, costs, arrivals)
+        r = approximate_waits(row.policy, mix, row.nodes, rate, costs, arrivals, saving)
         r = {k: float(np.asarray(v)) for k, v in r.items()}
     else:
         r = simulate_waits(
-            row.policy, mix, int(row.nodes), rate, int(row.jobs), int(row.seed), costs, arrivals
+            row.policy, mix, int(row.nodes), rate, int(row.jobs), int(row.seed), costs, arrivals, saving
         )
     return {"mean_wait_min": 60 * r["mean_wait_h"], "median_wait_min": 60 * r["median_wait_h"],
             "wait_probability": r.get("wait_probability", np.nan), "utilization": r["utilization"],
             "start_overhead_min": 60 * r["start_overhead_h"],
-            "median_start_min": 60 * (r["median_wait_h"] + r["start_overhead_h"])}  # fmt: skip
+            "median_start_min": 60 * (r["median_wait_h"] + r["start_overhead_h"]),
+            "mean_start_min": 60 * (r["mean_wait_h"] + r["start_overhead_h"]),
+            "energy_kWh_per_job": r["energy_kWh_per_job"], "boots_per_job": r["boots_per_job"]}  # fmt: skip
 
 
 def scheduling() -> Evaluator:

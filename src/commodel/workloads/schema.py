@@ -123,10 +123,26 @@ class JobClass(Strict):
     demand: list[float]
 
 
+class NodePowerSpec(Strict):
+    """A node's draw in watts: ``busy`` (its resources fully used), ``idle`` (empty and powered) and
+    ``off`` (suspended: the BMC and standby power), and where the figures come from."""
+
+    busy: PositiveFloat
+    idle: float
+    off: float
+    source: str
+
+    @model_validator(mode="after")
+    def _ordered(self) -> NodePowerSpec:
+        if not 0 <= self.off <= self.idle <= self.busy:
+            raise ValueError("node power needs 0 <= off <= idle <= busy watts")
+        return self
+
+
 class JobMixSpec(Strict):
     """A stated job mix and the server bundle it runs on (``workloads/job_mixes/*.toml``): mean job
     duration ``job_hours`` with coefficient of variation ``runtime_cv`` (lognormal runtimes),
-    ``devices_per_job`` devices a disaggregated job composes."""
+    ``devices_per_job`` devices a disaggregated job composes, ``node_power`` the server's draw."""
 
     description: str
     source: str
@@ -136,6 +152,7 @@ class JobMixSpec(Strict):
     job_hours: float
     runtime_cv: float = 1.0
     classes: list[JobClass]
+    node_power: NodePowerSpec | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> JobMixSpec:
