@@ -122,6 +122,10 @@ BAD_FILES = {
     "model='llama3-8b'\nsystem='dgx-h100'\n[variables]\ntp={choice=[1,2]}\n[objectives]\nstep_time_s='min'\n",
     "all-invalid.toml": "[study]\nname='x'\nevaluate='training'\n[fixed]\nmodel='llama3-8b'\nsystem='dgx-h100'\n"
     "[variables]\ntp={choice=[3,5]}\n[objectives]\nstep_time_s='min'\n",
+    "negative-suspend.toml": "[study]\nname='x'\nevaluate='scheduling'\n[fixed]\nload=0.8\nmethod='simulation'\n"
+    "suspend_after_min=-5.0\n[variables]\npolicy={choice=['tres']}\n[objectives]\nmean_start_min='min'\n",
+    "stream-arm.toml": "[study]\nname='x'\nevaluate='stream'\n[variables]\narm={choice=['flink']}\n"
+    "[objectives]\nimpact_pct='min'\n",
     "folder.toml": "folder",
     "fifo.toml": "fifo",
     "empty-hardware-folder": "folder",
@@ -154,6 +158,7 @@ FILE_CASES = [
     ["sweep", "{objective-on-words.toml}", "-o", "{out}"], ["sweep", "{constraint-on-words.toml}", "-o", "{out}"],
     ["sweep", "{infinite-range.toml}", "-o", "{out}"], ["sweep", "{escaping-name.toml}", "-o", "{out}"],
     ["sweep", "studies/fabric-tiers/study.toml", "-o", "{a-file}"],
+    ["sweep", "{negative-suspend.toml}", "-o", "{out}"], ["sweep", "{stream-arm.toml}", "-o", "{out}"],
     ["--hardware", "{binary.toml}", "hw", "list"], ["--hardware", "{infinite-count.toml}", "hw", "list"],
     ["--hardware", "{empty-hardware-folder}", "hw", "list"], ["--hardware", "{fifo.toml}", "hw", "list"],
     ["compare", "--a", "{binary.toml}", "--b", "tp=2", "--common", "model=llama3-8b,system=dgx-h100"],
