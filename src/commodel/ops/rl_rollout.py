@@ -20,13 +20,16 @@ slot until it ends.
 **Policies**:
 
 - ``fixed``: rollout on the RL cluster's replicas only.
-- ``elastic``: the serving replicas online traffic does not need (``floor((1 - u) R_serve)``, online
-  requests packed onto the rest at the SLO batch) are lent whole, after a dense weight transfer (BF16
-  weights over the cross-cluster link).
+- ``elastic`` (RLBoost+-like): the serving replicas online traffic does not need (``floor((1 - u)
+  R_serve)``, online requests packed onto the rest at the SLO batch) are lent whole, each step after
+  an engine cold start and a dense weight transfer (BF16 weights over the cross-cluster link).
 - ``rose``: every serving replica co-serves rollouts in its spare slots and KV cache: beside its
-  ``u B_slo`` online requests, at most ``(1 - u) B_slo`` rollouts, so its batch never passes the SLO
-  batch and online requests never miss the SLO; after a sparse weight transfer (the changed share of
-  the weights, index and value). Once nothing is queued, the RL cluster takes back, into its free
+  ``u B_slo`` online requests, at most ``(1 - u) B_slo`` rollouts, so its batch stays at the SLO
+  batch at the hour's mean load; a burst above it halves the rollouts' share at once (ROSE's KV
+  budget cut), and whether online requests then meet the SLO is checked, not assumed
+  (:func:`peak_tpot`, for every policy). Lending starts after an activation (remapping the rollout model's pages and
+  loading its weights) and a sparse weight transfer (the changed share of the weights, index and
+  value). Once nothing is queued, the RL cluster takes back, into its free
   slots, the requests that have run longest on serving slots (its elastic scheduler), so the long
   tail ends on lightly loaded replicas rather than at the SLO batch's pace (their KV caches, a few
   hundred MB, move in milliseconds and are not charged).
@@ -169,11 +172,14 @@ class Setup:
     ``serve_iteration``, ``slo_batch``: a serving replica's seconds per token at a batch (online request
     shapes) and its largest batch under the SLO; ``spare_kv_slots``: rollout requests one idle serving
     replica's KV cache holds;
-    ``train_s``: the policy update; ``dense_s``, ``sparse_s``: weight transfers to the serving cluster."""
+    ``train_s``: the policy update; ``dense_s``, ``sparse_s``: weight transfers to the serving cluster;
+    ``activation_s``: ROSE's lending activation, ``cold_start_s``: an elastic replica's engine start."""
 
     rl_iteration: Callable[[np.ndarray], np.ndarray]
     rl_slots: int
     rl_replicas: int
+    activation_s: float
+    cold_start_s: float
     serve_replicas: int
     serve_iteration: Callable[[np.ndarray], np.ndarray]
     slo_batch: float
@@ -188,18 +194,46 @@ def pools_for(policy: str, setup: Setup, load: float) -> list[Pool]:
     per = setup.rl_slots
     pools = [Pool("RL cluster", per * setup.rl_replicas, setup.rl_replicas, setup.rl_iteration)]
     if policy == "elastic":
-        lent = int(np.floor((1 - load) * setup.serve_replicas))
+        lent = lent_replicas(setup, load)
         if lent:
-            pools.append(Pool("lent replicas", per * lent, lent, setup.rl_iteration, setup.dense_s))
+            start = setup.cold_start_s + setup.dense_s
+            pools.append(Pool("lent replicas", per * lent, lent, setup.rl_iteration, start))
     elif policy == "rose":
         # each replica keeps its online requests and fills up to the SLO batch (and its spare KV)
         online = load * setup.slo_batch
         slots = min(setup.slo_batch - online, (1 - load) * setup.spare_kv_slots)
         pools.append(
             Pool("serving spare", int(slots * setup.serve_replicas), setup.serve_replicas, setup.serve_iteration,
-                 setup.sparse_s, online)
+                 setup.activation_s + setup.sparse_s, online)
         )  # fmt: skip
     return pools
+
+
+def lending_s(policy: str, setup: Setup) -> float:
+    """Seconds a step spends making borrowed serving GPUs ready to roll out (the allocation overhead):
+    none for ``fixed``, a cold start and dense weights for ``elastic``, an activation and sparse
+    deltas for ``rose``."""
+    return {"fixed": 0.0, "elastic": setup.cold_start_s + setup.dense_s,
+            "rose": setup.activation_s + setup.sparse_s}[policy]  # fmt: skip
+
+
+def lent_replicas(setup: Setup, load: float) -> int:
+    """Serving replicas an elastic policy lends at online load share ``load``: those the online
+    requests do not need when packed at the SLO batch."""
+    return int(np.floor((1 - load) * setup.serve_replicas))
+
+
+def peak_tpot(
+    policy: str, setup: Setup, load: float, peak: float, rollouts_per_replica: float = 0.0
+) -> float:
+    """Seconds per token of a serving replica that serves online requests at a burst of ``peak`` times
+    the hour's load: the online share of the SLO batch on the replicas left to them (``elastic``: the
+    ones not lent), beside half the rollouts a replica held (``rose``: it cuts the rollouts' KV budget
+    by half at once on a burst)."""
+    kept = setup.serve_replicas - (lent_replicas(setup, load) if policy == "elastic" else 0)
+    online = peak * load * setup.serve_replicas / max(kept, 1) * setup.slo_batch
+    rollouts = rollouts_per_replica / 2 if policy == "rose" else 0.0
+    return float(setup.serve_iteration(np.array([online + rollouts]))[0])
 
 
 def rl_hour(policy: str, setup: Setup, lengths: np.ndarray, load: float) -> tuple[float, Rollout]:

@@ -27,7 +27,9 @@ from commodel.ops.rl_rollout import (
     SPARSE_SHARE,
     TRAIN_PASSES,
     Setup,
+    lending_s,
     load_share,
+    peak_tpot,
     response_lengths,
     rl_hour,
 )
@@ -69,6 +71,22 @@ class RolloutJob(Job):
         0.9, gt=0, lt=1, description="Highest online load of the day, a share of SLO capacity."
     )
     link_GBps: float = Field(50.0, gt=0, description="Cross-cluster link for weights, GB/s.")
+    concurrency: int = Field(
+        0, ge=0, description="Rollouts in flight per RL GPU at most (0: what the KV cache holds)."
+    )
+    activation_s: float = Field(
+        5.0,
+        ge=0,
+        description="Seconds ROSE takes to activate the rollout model on a serving GPU (the paper: within 5 s).",
+    )
+    cold_start_s: float = Field(
+        60.0,
+        ge=0,
+        description="Seconds an elastic replica's engine takes to start (assumed: about a minute).",
+    )
+    minute_peak: float = Field(
+        1.7, ge=1, description="Per-minute peak of online load over the hour's mean (the paper's trace: 1.7)."
+    )
     hours: int = Field(8, ge=1, description="Samples of the day (one RL step each).")
     seed: int = Field(0, ge=0, description="Seed of the response lengths.")
 
@@ -87,6 +105,7 @@ OUTPUTS = (
     "weight_sync_s",
     "serving_slots",
     "online_tpot_s",
+    "allocation_overhead_pct",
     "problem",
     "valid",
 )
@@ -96,6 +115,7 @@ OUTPUTS = (
 def rl_setup(
     model: str, system: str, rl_gpus: int, serve_gpus: int, tp: int, samples: int, prompt: int,
     median: int, sigma: float, longest: int, online_prompt: int, online_output: int, slo_tpot: float, link_GBps: float,
+    concurrency: int = 0, activation_s: float = 5.0, cold_start_s: float = 60.0,
 ) -> Setup:  # fmt: skip
     """The priced pieces of an RL job beside a serving cluster (module docstring)."""
     net, c = get_model(model), cluster(system)
@@ -113,6 +133,8 @@ def rl_setup(
             f"{model} at tp {tp} leaves no room for one rollout's KV cache beside its BF16 weights on "
             f"{c.gpu.description}: give a larger tp"
         )
+    if concurrency:
+        rl_slots = min(rl_slots, concurrency * tp)
 
     def iteration(prompt_len: int, output_len: float, slots: int) -> Callable[[np.ndarray], np.ndarray]:
         grid = np.arange(1, max(slots, 1) + 1, dtype=float)
@@ -128,8 +150,10 @@ def rl_setup(
         rl_iteration=iteration(prompt, mean_len, rl_slots),
         rl_slots=rl_slots,
         rl_replicas=rl_gpus // tp,
+        activation_s=activation_s,
+        cold_start_s=cold_start_s,
         serve_replicas=serve_gpus // tp,
-        serve_iteration=iteration(online_prompt, online_output, int(batch)),
+        serve_iteration=iteration(online_prompt, online_output, int(online["max_batch"][0])),
         slo_batch=float(batch),
         spare_kv_slots=float(rollout["kv_batch"][0]),
         train_s=TRAIN_PASSES * job["step_time_s"],
@@ -139,15 +163,17 @@ def rl_setup(
 
 
 def day(row: object) -> dict[str, float]:
-    """Day means of one policy's RL steps (module docstring)."""
+    """Day means of one policy's RL steps (module docstring); the online time per token is the worst
+    hour's at its per-minute peak (:func:`~commodel.ops.rl_rollout.peak_tpot`)."""
     setup = rl_setup(
         row.model, row.system, int(row.rl_gpus), int(row.serve_gpus), int(row.tp), int(row.samples),
         int(row.prompt), int(row.median_response), float(row.tail_sigma), int(row.longest), int(row.online_prompt),
-        int(row.online_output), float(row.slo_tpot), float(row.link_GBps),
+        int(row.online_output), float(row.slo_tpot), float(row.link_GBps), int(row.concurrency),
+        float(row.activation_s), float(row.cold_start_s),
     )  # fmt: skip
     hours = np.arange(int(row.hours)) * 24 / int(row.hours)
     loads = load_share(hours, float(row.load_low), float(row.load_high))
-    steps, rollouts, slots, online = [], [], [], [0.0]
+    steps, rollouts, slots, online = [], [], [], []
     for h, load in enumerate(loads):
         lengths = response_lengths(
             int(row.samples), row.median_response, row.tail_sigma, row.longest, int(row.seed) * 1000 + h
@@ -157,23 +183,19 @@ def day(row: object) -> dict[str, float]:
         rollouts.append(rollout.t_last)
         spare = max((counts.get("serving spare", 0) for _, counts in rollout.timeline), default=0)
         slots.append(spare)
-        if row.policy == "rose":  # the busiest a serving replica got: online requests plus rollouts
-            online.append(
-                float(
-                    setup.serve_iteration(np.array([load * setup.slo_batch + spare / setup.serve_replicas]))[
-                        0
-                    ]
-                )
-            )
-    sync = {"fixed": 0.0, "elastic": setup.dense_s, "rose": setup.sparse_s}[row.policy]
+        online.append(
+            peak_tpot(row.policy, setup, float(load), float(row.minute_peak), spare / setup.serve_replicas)
+        )
+    lending = lending_s(row.policy, setup)
     return {
         "samples_per_hour": float(np.mean(int(row.samples) * 3600 / np.array(steps))),
         "step_s": float(np.mean(steps)),
         "rollout_s": float(np.mean(rollouts)),
         "train_s": setup.train_s,
-        "weight_sync_s": sync,
+        "weight_sync_s": {"fixed": 0.0, "elastic": setup.dense_s, "rose": setup.sparse_s}[row.policy],
         "serving_slots": float(np.mean(slots)),
         "online_tpot_s": max(online),
+        "allocation_overhead_pct": 100 * lending / float(np.mean(steps)),
     }
 
 
