@@ -29,6 +29,7 @@ CASES = (
         ("--recompute-modules", "mlp,moe"), ("--recompute-modules", "shared_experts"), ("--ep-sms", "0"),
         ("--cuda-graphs", "attnn"), ("--cuda-graphs", "attn,,mlp;"), ("--capacity-factor", "1"),
         ("--recompute-layers", "-1"), ("--recompute-layers", "x"), ("--recompute-layers", "2000"),
+        ("--storage-share", "0"), ("--storage-share", "1.5"), ("--storage-node-GBps", "0"), ("--failures", "bloom"),
     )]
     + [[*SERVE, option, value] for option in ("--prompt", "--output", "--tp", "--pp", "--gpus",
                                               "--max-batch-size", "--max-num-tokens") for value in COUNTS]

@@ -56,3 +56,41 @@ def test_train_reports_goodput_and_a_shorter_mtbf_lowers_it():
     assert short["time_to_train_days"] > long["time_to_train_days"] > none["time_to_train_days"]
     no_spares = train(**job, failures="llama3-h100", spares=False)
     assert no_spares["goodput"] < train(**job, failures="llama3-h100")["goodput"]
+
+
+def test_a_checkpoint_burst_gets_its_share_of_the_file_system_and_no_more_than_its_links():
+    """A small job is bound by its nodes' links to storage, a large one by its share of the file
+    system; a slower write lengthens Daly's interval (as the square root) and costs goodput."""
+    from commodel.ops.goodput import checkpoint_bandwidth
+
+    assert checkpoint_bandwidth(2e12, 1.0, 8, 1e11) == pytest.approx(8e11)  # 8 nodes' links
+    assert checkpoint_bandwidth(2e12, 0.25, 2048, 1e11) == pytest.approx(5e11)  # a quarter of the FS
+    job = {"model": "llama3-70b", "system": "dgx-h100", "gpus": 64, "tp": 8, "global_batch": 64, "seq": 4096,
+           "failures": "llama3-h100"}  # fmt: skip
+    roomy, narrow = (train(**job, storage_node_GBps=b) for b in (1000.0, 25.0))
+    assert narrow["goodput"] < roomy["goodput"]
+    assert narrow["checkpoint_interval_min"] > roomy["checkpoint_interval_min"]
+    shared = train(**job, storage_node_GBps=1000.0, storage_share=0.1)
+    assert shared["checkpoint_interval_min"] > roomy["checkpoint_interval_min"]
+
+
+def test_each_fleet_states_its_source_and_rates_follow_its_counts():
+    from commodel.workloads.catalog import failure_models
+
+    fleets = failure_models()
+    assert {"llama3-h100", "bloom-a100", "opt-a100"} <= set(fleets)
+    for fleet in fleets.values():
+        total = sum(fleet.interruptions.values())
+        assert fleet.source and fleet.rate_per_gpu_hour() == pytest.approx(
+            total / (fleet.gpus * 24 * fleet.days)
+        )
+    job = {
+        "model": "llama3-70b",
+        "system": "dgx-h100",
+        "gpus": 1024,
+        "tp": 8,
+        "global_batch": 1024,
+        "seq": 4096,
+    }
+    worse = [train(**job, failures=f)["goodput"] for f in ("llama3-h100", "opt-a100")]
+    assert worse[1] < worse[0]  # OPT's fleet failed 3.5x as often per GPU-hour

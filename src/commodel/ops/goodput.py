@@ -9,6 +9,10 @@ from a failure model, :class:`commodel.workloads.schema.FailureModel`); the job'
   ``C = (S / G) / B_pcie``; the write to storage, ``P = S / B_write``, runs in the background, so
   checkpoints come no closer than ``P`` and a failure also loses the write in flight (``P`` more of
   work). It beats ``sync`` whenever the GPUs' host links outrun the storage, as they do at scale.
+- The write bandwidth ``B_write`` is what a checkpoint burst gets (:func:`checkpoint_bandwidth`):
+  the file system's bandwidth less what other tenants and the job's own reads take, and at most
+  what the job's nodes' links to storage carry; a small job is bound by its links, a large one by
+  its share of the file system, and Daly's interval grows as ``sqrt(1 / B_write)``.
 - Restart: ``R = R0 + S / B_read``, plus, for the hardware share of failures, the repair time when no
   spare node is at hand.
 
@@ -38,6 +42,15 @@ def daly_interval(checkpoint_s: ArrayLike, mtbf_s: ArrayLike) -> np.ndarray:
     ratio = c / (2 * m)
     tau = np.sqrt(2 * c * m) * (1 + np.sqrt(ratio) / 3 + ratio / 9) - c
     return np.where(c < 2 * m, tau, m)
+
+
+def checkpoint_bandwidth(
+    storage_Bps: ArrayLike, share: ArrayLike, nodes: ArrayLike, node_Bps: ArrayLike
+) -> np.ndarray:
+    """Bytes/s a checkpoint burst writes: ``min(share x B_fs, nodes x B_node)``, the share of the file
+    system's bandwidth ``B_fs`` the job gets against what its ``nodes`` links to storage carry."""
+    fs = np.asarray(storage_Bps, dtype=float) * np.asarray(share, dtype=float)
+    return np.minimum(fs, np.asarray(nodes, dtype=float) * np.asarray(node_Bps, dtype=float))
 
 
 def goodput(

@@ -8,7 +8,7 @@ import numpy as np
 
 from commodel.hardware.cluster import Cluster
 from commodel.ops.energy import energy_costs, gpu_power_W, it_power_W, network_capex_usd, node_power_W
-from commodel.ops.goodput import STATE_BYTES_PER_PARAM, goodput
+from commodel.ops.goodput import STATE_BYTES_PER_PARAM, checkpoint_bandwidth, goodput
 from commodel.pricing.table import Columns, flags, numbers, take
 from commodel.workloads.catalog import failure_model
 from commodel.workloads.schema import Transformer
@@ -43,7 +43,7 @@ def _failures(
     step_s: np.ndarray,
 ) -> dict[str, np.ndarray]:
     """Goodput of each row under its failure model or per-GPU MTBF (:mod:`commodel.ops.goodput`):
-    the model state checkpointed, the storage bandwidth, each GPU's PCIe link for async snapshots,
+    the model state checkpointed, the write bandwidth a checkpoint burst gets, each GPU's PCIe link for async snapshots,
     and a restart that waits for a repair when a hardware failure finds no spare; checkpoints every
     whole number of steps (``step_s``)."""
 
@@ -59,9 +59,13 @@ def _failures(
     spares = flags(take(columns, "spares", rows))
     restart = 60 * col("restart_min") + np.where(spares, 0.0, hardware * 3600 * col("repair_hours"))
     pcie = min(c.host_link_Bps for c, _ in fleet)
+    nodes = sum(np.asarray(n, dtype=float) for _, n in fleet)
+    write = checkpoint_bandwidth(
+        col("storage_GBps") * 1e9, col("storage_share"), nodes, col("storage_node_GBps") * 1e9
+    )
     return goodput(
         key["checkpoint"], rate, gpus, parameters(net)["total"] * STATE_BYTES_PER_PARAM,
-        col("storage_GBps") * 1e9, pcie, restart, 60 * col("checkpoint_interval_min"), step_s,
+        write, pcie, restart, 60 * col("checkpoint_interval_min"), step_s,
     )  # fmt: skip
 
 

@@ -302,7 +302,9 @@ class TrainingJob(Job):
         description="Layers per pipeline stage across node groups, e.g. 18,14 (default: balanced by speed).",
     )
     failures: Annotated[str, Choices("failure model", _failure_models)] = Field(
-        "", description="Failure model (workloads/failures/): llama3-h100; empty: no failures, goodput 1."
+        "",
+        description="Failure model (workloads/failures/): llama3-h100, bloom-a100 or opt-a100, each a "
+        "fleet's published interruptions; empty: no failures, goodput 1.",
     )
     mtbf_gpu_hours: float | None = Field(
         None, gt=0, description="MTBF of one GPU's share of the cluster, hours (instead of a failure model)."
@@ -314,7 +316,20 @@ class TrainingJob(Job):
         None, gt=0, description="Minutes of training between checkpoints (default: Daly's optimum)."
     )
     storage_GBps: float = Field(
-        2000.0, gt=0, description="Checkpoint storage write and read bandwidth, GB/s."
+        2000.0, gt=0, description="The file system's checkpoint write and read bandwidth, GB/s."
+    )
+    storage_share: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Share of it a checkpoint burst gets (other tenants and the job's own "
+        "reads take the rest).",
+    )
+    storage_node_GBps: float = Field(
+        100.0,
+        gt=0,
+        description="Each node's link to storage, GB/s (assumed: two 400 Gb/s storage ports, "
+        "as DGX H100 and B200 have).",
     )
     restart_min: float = Field(
         10.0, ge=0, description="Minutes from a failure to training again, less the reload."
