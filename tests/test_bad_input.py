@@ -25,7 +25,7 @@ CASES = (
         ("--checkpoint", "never"), ("--mtbf-gpu-hours", "0"), ("--storage-GBps", "0"), ("--pue", "0.5"),
         ("--global-batch", "1e30"), ("--seq", "0"), ("--tp", "3"), ("--gpus", "7"),
         ("--system", "mi300x-8:1,"), ("--stage-layers", "1,2"), ("--checkpoint-interval-min", "-5"),
-        ("--dispatcher", "deepepp"), ("--dispatcher", "deepep"), ("--dtype", "fp8-blocks"),
+        ("--dispatcher", "deepepp"), ("--dispatcher", "deepep"), ("--dispatcher", "hybrid"), ("--dtype", "fp8-blocks"),
         ("--recompute-modules", "mlp,moe"), ("--recompute-modules", "shared_experts"), ("--ep-sms", "0"),
         ("--cuda-graphs", "attnn"), ("--cuda-graphs", "attn,,mlp;"), ("--capacity-factor", "1"),
         ("--recompute-layers", "-1"), ("--recompute-layers", "x"), ("--recompute-layers", "2000"),

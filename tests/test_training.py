@@ -1138,7 +1138,7 @@ def test_deepep_crosses_the_network_once_per_node_and_group_limited_routing_caps
     assert ep_comm("hgx-h800", 64, "deepep") == pytest.approx(
         inside / NVLINK_SHARE / 7 * ep_comm("hgx-h800", 64, "alltoall"), rel=0.05
     )
-    with pytest.raises(CommodelError, match="deepep dispatcher needs a mixture-of-experts model"):
+    with pytest.raises(CommodelError, match="hybridep dispatchers need a mixture-of-experts model"):
         train(model="llama3-8b", system="dgx-h100", gpus=8, dispatcher="deepep")
     # DeepEP puts from the GPU over RDMA: across nodes it needs a NIC that takes GPU-initiated work
     # requests (Slingshot's does not), inside one node it runs over the scale-up links
@@ -1192,6 +1192,29 @@ def test_deepep_holds_its_20_sms_unless_told_otherwise():
                 overlap="sm-partition", ep_overlap="1f1b", dispatcher="deepep")  # fmt: skip
     assert train(**base)["step_time_s"] == train(**base, ep_sms=20)["step_time_s"]
     assert train(**base)["step_time_s"] != train(**base, ep_sms=24)["step_time_s"]
+
+
+def test_deepep_reaches_8_nvlink_peers_and_hybridep_the_whole_domain():
+    """On a GB200 NVL72 rack, DeepEP's internode kernels cross RDMA between groups of its 8 NVLink
+    peers (NUM_MAX_NVL_PEERS), where HybridEP stays on NVLink across the 64 GPUs; on 8-GPU H100 nodes
+    the two move the same bytes and differ only in the SMs they hold (20 and 16). Asked for advice on
+    the rack, ``train`` names HybridEP, not DeepEP."""
+    rack = dict(model="qwen3-30b-a3b", system="gb200-nvl72", gpus=64, ep=64, global_batch=512, seq=4096)
+    deep, hybrid = (train(**rack, dispatcher=d)["breakdown"]["ep_comm"] for d in ("deepep", "hybridep"))
+    assert hybrid < 0.5 * deep
+    inside = dict(rack, gpus=8, ep=8)  # one group of 8 NVLink peers: the same dispatch
+    assert train(**inside, dispatcher="deepep")["breakdown"]["ep_comm"] == pytest.approx(
+        train(**inside, dispatcher="hybridep")["breakdown"]["ep_comm"]
+    )
+    nodes = dict(rack, system="dgx-h100", gpus=16, ep=16)
+    deep, hybrid = (train(**nodes, dispatcher=d)["breakdown"]["ep_comm"] for d in ("deepep", "hybridep"))
+    assert deep == pytest.approx(hybrid)
+    overlapped = dict(nodes, overlap="sm-partition", ep_overlap="1f1b")
+    assert train(**overlapped, dispatcher="deepep", ep_sms=16)["step_time_s"] == pytest.approx(
+        train(**overlapped, dispatcher="hybridep")["step_time_s"]
+    )
+    notes = train(**dict(rack, dispatcher="alltoall"), advise=True)["notes"]
+    assert not any(n.startswith("--dispatcher deepep") for n in notes)
 
 
 def test_sms_held_by_the_expert_all_to_all_slow_the_layer_it_overlaps():

@@ -64,21 +64,31 @@ def lighter_last_stage(job: TrainingJob, row: SimpleNamespace) -> str:
     )
 
 
+#: The flex dispatchers a note may name, and what each does.
+FLEX_DISPATCHERS = {
+    "deepep": "sends a token across the network once per group of 8 NVLink peers its experts are on",
+    "hybridep": "keeps a token on NVLink across the whole domain and crosses the network once per remote domain",
+}
+
+
 def deepep_to_try(job: TrainingJob, row: SimpleNamespace) -> str:
-    """Where NCCL's all-to-all dispatches a MoE job's tokens: DeepEP's dispatch priced instead (one
-    network copy per remote domain and one NVLink copy per GPU holding the token's experts,
-    :func:`~commodel.workloads.moe_dispatch.forwarded_copies`), named if it saves at least
-    :data:`GAIN_WORTH_A_NOTE` and fits where the job does; else no note."""
+    """Where NCCL's all-to-all dispatches a MoE job's tokens: Megatron's flex dispatcher priced instead,
+    with DeepEP and with HybridEP (one network copy per remote NVLink group and one NVLink copy per GPU
+    holding the token's experts, :func:`~commodel.workloads.moe_dispatch.forwarded_copies`); the faster
+    is named if it saves at least :data:`GAIN_WORTH_A_NOTE` and fits where the job does; else no note."""
     if job.dispatcher != "alltoall" or job.ep < 2 or float(row.ep_comm_s) <= 0 or ":" in job.system:
         return ""
-    table = variants(job, "dispatcher", ["deepep"])
-    faster, now = float(table["step_time_s"][0]), float(row.step_time_s)
-    if not (table["valid"][0] and (table["fits"][0] or not row.fits)) or not _saves(faster, now):
+    names = list(FLEX_DISPATCHERS)
+    table = variants(job, "dispatcher", names)
+    usable = np.asarray(table["valid"], dtype=bool) & (np.asarray(table["fits"], dtype=bool) | (not row.fits))
+    steps = np.where(usable, np.asarray(table["step_time_s"], dtype=float), np.inf)
+    best, now = int(np.argmin(steps)), float(row.step_time_s)
+    if not _saves(float(steps[best]), now):
         return ""
     return (
-        f"--dispatcher deepep sends a token across the network once per node its experts are on: expert "
-        f"all-to-alls {float(row.ep_comm_s):.4g} -> {float(table['ep_comm_s'][0]):.4g} s ({now:.4g} -> "
-        f"{faster:.4g} s per step)"
+        f"--dispatcher {names[best]} {FLEX_DISPATCHERS[names[best]]}: expert all-to-alls "
+        f"{float(row.ep_comm_s):.4g} -> {float(table['ep_comm_s'][best]):.4g} s ({now:.4g} -> "
+        f"{float(steps[best]):.4g} s per step)"
     )
 
 

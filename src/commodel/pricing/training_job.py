@@ -219,14 +219,16 @@ class TrainingJob(Job):
         None,
         ge=1,
         description="SMs the expert all-to-all kernels hold while they overlap compute (--ep-overlap): "
-        "DeepEP's (Megatron's --moe-deepep-num-sms; DeepSeek-V3: 20); default: NCCL's CTAs, or 20 with "
-        "--dispatcher deepep.",
+        "DeepEP's (Megatron's --moe-deepep-num-sms; DeepSeek-V3: 20); default: NCCL's CTAs, 20 with "
+        "--dispatcher deepep, 16 with hybridep.",
     )
     dispatcher: Annotated[str, Choices("expert dispatcher", DISPATCHERS, group=False)] = Field(
         "alltoall",
         description="Expert token dispatcher: alltoall (Megatron's, over NCCL: every routed copy to its "
-        "expert's GPU) or deepep (Megatron's flex dispatcher with DeepEP: a token crosses the network once "
-        "per remote domain its experts are in, then NVLink; on 20 SMs unless --ep-sms).",
+        "expert's GPU), deepep (Megatron's flex dispatcher with DeepEP: a token crosses RDMA once per remote "
+        "group of 8 NVLink peers its experts are in, then NVLink; on 20 SMs unless --ep-sms) or hybridep "
+        "(the flex dispatcher with HybridEP: NVLink across the whole NVLink domain, RDMA once per remote "
+        "domain; on 16 SMs).",
     )
     fp8_dispatch: bool = Field(
         False,

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from commodel.errors import CommodelError
+from commodel.hardware import cluster
 from commodel.hardware.loader import active_overlays, cache_dir, default_db
 from commodel.hardware.uncertain import Uncertain, draws, drivers, on_draws, uncertain_numbers
 from commodel.io import atomic_path, files_digest
@@ -37,6 +38,7 @@ from commodel.resources import resource_dir
 from commodel.validate.table import validation_table
 from commodel.workloads.catalog import model
 from commodel.workloads.host_issue import capturable_scopes
+from commodel.workloads.moe_dispatch import DEEPEP_NVL_PEERS
 
 #: Metrics that are times (a larger value is slower); the rest are speeds.
 TIME_METRICS = ("time",)
@@ -265,7 +267,8 @@ def job_bands(kind: str, result: dict, run: Callable[..., Mapping], job: Mapping
 def regime_settings(job: Mapping[str, object], result: Mapping) -> dict[str, object]:
     """The software settings a training job leaves at their defaults that move a step as much as the
     hardware does, each with the value a tuned recipe sets: CUDA graphs of every scope the model can
-    capture, DeepEP's dispatcher for expert parallelism, Transformer Engine's userbuffers overlap for
+    capture, the flex dispatcher for expert parallelism (HybridEP where the NVLink domain
+    outgrows DeepEP's 8 peers, else DeepEP), Transformer Engine's userbuffers overlap for
     tensor parallelism with sequence parallelism."""
     net, tuned = model(str(job["model"])), {}
     if not job.get("cuda_graphs"):
@@ -275,7 +278,8 @@ def regime_settings(job: Mapping[str, object], result: Mapping) -> dict[str, obj
         and int(result["layout"]["ep"]) > 1
         and job.get("dispatcher", "alltoall") == "alltoall"
     ):
-        tuned["dispatcher"] = "deepep"
+        first = str(job["system"]).split(",")[0].split(":")[0]
+        tuned["dispatcher"] = "hybridep" if cluster(first).domain_gpus > DEEPEP_NVL_PEERS else "deepep"
     if (
         int(result["layout"]["tp"]) > 1
         and job.get("sequence_parallel")

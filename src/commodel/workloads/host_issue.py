@@ -149,6 +149,6 @@ def host_wait_s(
     """Seconds per layer and micro-batch the GPU waits for the host: ``max(0, H - G)`` per pass, plus
     the refill after the all-to-all dispatcher's synchronization in MoE layers (module docstring)."""
     fwd, bwd = host_issue_s(model, cluster, x, fp8)
-    syncs = (model.moe_layers / model.layers if model.moe is not None else 0.0) * (~x.deepep & dropless(x))
+    syncs = (model.moe_layers / model.layers if model.moe is not None else 0.0) * (~x.flex & dropless(x))
     refill = syncs * (cluster.system.initiation.host_sync.value + 2 * _op_s(cluster))
     return np.maximum(fwd - gpu_fwd_s, 0.0) + np.maximum(bwd - gpu_bwd_s, 0.0) + refill

@@ -112,7 +112,7 @@ class _Experts:
 
 
 def _experts(model: Transformer, T: np.ndarray, t: np.ndarray, sp_tokens: np.ndarray, recipe: Precision,
-             ep: ArrayLike, etp: ArrayLike | None, expert_load: ArrayLike, deepep: ArrayLike,
+             ep: ArrayLike, etp: ArrayLike | None, expert_load: ArrayLike, flex: ArrayLike,
              permute_fusion: ArrayLike) -> _Experts:  # fmt: skip
     """A MoE layer's kernels (:func:`layer_kernels` says how experts, tokens and permutes are priced)."""
     m, h, share = model.moe, model.hidden, model.moe_layers / model.layers
@@ -141,7 +141,7 @@ def _experts(model: Transformer, T: np.ndarray, t: np.ndarray, sp_tokens: np.nda
     # flex dispatcher (DeepEP) sends the tokens as they are and permutes the received ones into its
     # experts' order and back (``get_permuted_hidden_states_by_experts``,
     # ``get_restored_hidden_states_by_experts``): the received copies' two passes only.
-    deep = np.asarray(deepep, dtype=bool)
+    deep = np.asarray(flex, dtype=bool)
     rows = np.where(np.asarray(permute_fusion, dtype=bool), (1 + m.top_k) / 2, m.top_k)  # read + write
     permute = named(elementwise(sp_tokens * rows * h, recipe.other, reads=1, writes=1), "token permute")
     label = "received-token permute" if deep.all() else "token sort"
@@ -203,7 +203,7 @@ def layer_kernels(
     expert_load: ArrayLike = 1.0,
     etp: ArrayLike | None = None,
     fp8_dispatch: ArrayLike = False,
-    deepep: ArrayLike = False,
+    flex: ArrayLike = False,
     permute_fusion: ArrayLike = False,
 ) -> LayerKernels:
     """Forward kernels of one layer on one GPU for ``tokens`` = micro_batch x seq / cp local tokens.
@@ -220,8 +220,8 @@ def layer_kernels(
     routed experts touch no tensor-parallel collective of the layer (the dispatcher gathers and
     scatters their tokens); the tokens are permuted to their experts and back (and, across GPUs
     holding several experts each, the received ones sorted by local expert after the dispatch and
-    back before the combine, as Megatron's all-to-all dispatcher does; with ``deepep``, Megatron-Core's
-    flex dispatcher sends the tokens unpermuted and permutes the received ones into its experts' order
+    back before the combine, as Megatron's all-to-all dispatcher does; with ``flex``, Megatron-Core's
+    flex dispatcher (DeepEP or HybridEP) sends the tokens unpermuted and permutes the received ones into its experts' order
     and back, whatever their number; with ``permute_fusion``, Transformer Engine's fused permute reads
     each token once and writes its ``top_k`` copies, and its unpermute reads the copies and writes one
     row: ``1 + top_k`` rows a pass where the unfused one reads and writes ``2 top_k``). With
@@ -235,7 +235,7 @@ def layer_kernels(
     # Norms, residual adds and the router run on tokens / tp with sequence parallelism, on all without.
     sp_tokens = dispatched_tokens(T, t, sequence_parallel)
     own, up_projections = _projections(model, T, t, recipe.gemm)
-    moe = _experts(model, T, t, sp_tokens, recipe, ep, etp, expert_load, deepep, permute_fusion)
+    moe = _experts(model, T, t, sp_tokens, recipe, ep, etp, expert_load, flex, permute_fusion)
     # The GEMMs by the recompute module that runs them again (the rest of attention's: by none).
     groups = {
         "": own,

@@ -225,9 +225,9 @@ def layer_work_of(
     """:func:`layer_work` of every layout in ``x``, computed once per distinct layer shape; with
     ``shared_experts``, of the layer's shared experts alone (nothing without them)."""
 
-    def work(T, mb, seq, tp, cp, ep, sp, recompute, modules, load, etp, fp8_dispatch, deepep, fused, sms):
+    def work(T, mb, seq, tp, cp, ep, sp, recompute, modules, load, etp, fp8_dispatch, flex, fused, sms):
         lk = layer_kernels(
-            model, T, mb, seq, tp, cp, ep, sp, recipe, attention_impl, load, etp, fp8_dispatch, deepep, fused
+            model, T, mb, seq, tp, cp, ep, sp, recipe, attention_impl, load, etp, fp8_dispatch, flex, fused
         )
         if shared_experts:
             lk = lk.shared_experts or LayerKernels([], [], [], {})
@@ -248,7 +248,7 @@ def layer_work_of(
         x.busiest_expert_rank,
         x.expert_tp,
         x.fp8_dispatch,
-        x.deepep,
+        x.flex,
         x.permute_fusion,
         sms,
     )
@@ -262,7 +262,7 @@ def kernel_table(
     expert kernels weighed by the share of MoE layers) and the forward and backward milliseconds per
     layer. The rows add up to :func:`layer_work_of`'s forward and backward, recomputation aside."""
     lk = layer_kernels(model, x.tokens, x.micro_batch, x.seq, x.tp, x.cp, x.ep, x.sequence_parallel, recipe,
-                       attention_impl, x.busiest_expert_rank, x.expert_tp, x.fp8_dispatch, x.deepep,
+                       attention_impl, x.busiest_expert_rank, x.expert_tp, x.fp8_dispatch, x.flex,
                        x.permute_fusion)  # fmt: skip
     return [
         {**kernel_row(gpu, e.kernel, e.fwd_s), "forward": first_design(e.forward), "backward": first_design(e.backward),

@@ -46,7 +46,7 @@ SCHEDULES = ("1f1b", "dualpipe")
 #: expert's GPU) and its flex dispatcher's DeepEP backend (one copy per remote scale-up domain over
 #: the network, forwarded over NVLink once per GPU holding its experts;
 #: :func:`commodel.workloads.moe_dispatch.high_throughput_s`).
-DISPATCHERS = ("alltoall", "deepep")
+DISPATCHERS = ("alltoall", "deepep", "hybridep")
 
 
 @dataclass(frozen=True)
@@ -56,12 +56,12 @@ class Layout:
     says what each means): numbers as floats, flags as booleans, a choice as its code.
 
     ``recompute``: code 0-2 of :data:`RECOMPUTE`, 3 = auto; ``schedule``: code of :data:`SCHEDULES`
-    (:attr:`dualpipe`); ``dispatcher``: code of :data:`DISPATCHERS` (:attr:`deepep`);
+    (:attr:`dualpipe`); ``dispatcher``: code of :data:`DISPATCHERS` (:attr:`flex`, :attr:`deepep`);
     ``recompute_modules``: the sum of the :data:`RECOMPUTE_MODULES` bits; ``offload``: of the
     :data:`OFFLOAD_STATES` bits; ``cuda_graphs``: of the :data:`~commodel.workloads.host_issue.GRAPH_SCOPES` bits. A size the job leaves unset
     is 0: ``first_stage_layers``, ``last_stage_layers`` (an even split, :func:`stage_split`), ``etp``
     (tp, Megatron's default; :attr:`expert_tp`) and ``ep_sms`` (the collective library's CTAs, or
-    DeepEP's :data:`~commodel.workloads.moe_dispatch.DEEPEP_SMS`).
+    DeepEP's or HybridEP's, :func:`~commodel.workloads.moe_dispatch.flex_sms`).
     """
 
     tp: np.ndarray
@@ -125,8 +125,13 @@ class Layout:
         return self.schedule == SCHEDULES.index("dualpipe")
 
     @property
+    def flex(self) -> np.ndarray:
+        """Where Megatron's flex dispatcher (DeepEP or HybridEP) dispatches the experts' tokens."""
+        return self.dispatcher >= DISPATCHERS.index("deepep")
+
+    @property
     def deepep(self) -> np.ndarray:
-        """Where DeepEP dispatches the experts' tokens."""
+        """Where DeepEP (not HybridEP) dispatches them: NVLink to at most its 8 peers."""
         return self.dispatcher == DISPATCHERS.index("deepep")
 
     @property
@@ -313,7 +318,7 @@ def _expert_rules(x: Layout, model: Transformer) -> list[tuple[np.ndarray, str]]
     if model.moe is None:
         return [
             (x.ep > 1, "expert parallelism (ep > 1) needs a mixture-of-experts model"),
-            (x.deepep, "the deepep dispatcher needs a mixture-of-experts model"),
+            (x.flex, "the deepep and hybridep dispatchers need a mixture-of-experts model"),
         ]
     return [
         (np.mod(model.moe.experts, x.ep) != 0, f"experts ({model.moe.experts}) must be divisible by ep"),

@@ -30,7 +30,7 @@ from commodel.workloads.layer_work import (
 )
 from commodel.workloads.layout import Layout, has_module, stage_split
 from commodel.workloads.memory import OPTIMIZER_BYTES, gradient_bytes, memory_parts, optimizer_bytes
-from commodel.workloads.moe_dispatch import DEEPEP_SMS, DISPATCH_BYTES, high_throughput_s
+from commodel.workloads.moe_dispatch import DISPATCH_BYTES, flex_group, flex_sms, high_throughput_s
 from commodel.workloads.schema import Transformer
 from commodel.workloads.tensor_parallel import tensor_parallel_exposed
 from commodel.workloads.transformer import (
@@ -186,14 +186,14 @@ def _expert_comm(m: MicroBatch, ep_overlap: str, tp_comm: np.ndarray) -> tuple[n
     if np.any(x.fp8_dispatch):
         fp8, _ = collective("alltoall", np.where(x.fp8_dispatch, routed * DISPATCH_BYTES, 0.0), m.ep, fab)
         towards = np.where(x.fp8_dispatch, fp8, a2a)
-    if np.any(x.deepep):
-        tokens = held * x.busiest_expert_rank
-        by_deepep = [
-            high_throughput_s(model, m.cluster, fab, m.ep, tokens, np.where(in_fp8, DISPATCH_BYTES, size))
+    if np.any(x.flex):
+        tokens, where = held * x.busiest_expert_rank, flex_group(m.ep, x.deepep)
+        by_flex = [
+            high_throughput_s(model, m.cluster, fab, where, tokens, np.where(in_fp8, DISPATCH_BYTES, size))
             for in_fp8 in (False, x.fp8_dispatch)
         ]
         a2a, towards = (
-            np.where(x.deepep, fast, nccl) for fast, nccl in zip(by_deepep, (a2a, towards), strict=True)
+            np.where(x.flex, fast, nccl) for fast, nccl in zip(by_flex, (a2a, towards), strict=True)
         )
     gathered = np.where(x.sequence_parallel & (x.expert_tp > 1), routed * size * x.expert_tp, 0.0)
     tp_gather, _ = collective("allgather", gathered, m.etp, fab)
@@ -208,7 +208,7 @@ def _expert_comm(m: MicroBatch, ep_overlap: str, tp_comm: np.ndarray) -> tuple[n
         return ep_exposed, ep_exposed
     # the all-to-all kernels hold the library's CTAs, or the SMs stated
     sms = np.where(
-        x.ep_sms > 0, x.ep_sms, np.where(x.deepep, DEEPEP_SMS, ctas(m.strategy, domain(fab, m.ep)))
+        x.ep_sms > 0, x.ep_sms, np.where(x.flex, flex_sms(x.deepep), ctas(m.strategy, domain(fab, m.ep)))
     )
     kwargs = {"traffic_Bps": 2 * a2a_bw, "calls": 2 * ep_passes * moe_share}
     if ep_overlap == "1f1b":  # beside another micro-batch's layer

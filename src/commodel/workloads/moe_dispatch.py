@@ -48,6 +48,29 @@ def issuers(scheme: str) -> int:
 #: DeepSeek-V3 report's 20).
 DEEPEP_SMS = 20
 
+#: GPUs DeepEP's high-throughput kernels reach over NVLink (its ``NUM_MAX_NVL_PEERS``, 8): beyond
+#: them its internode kernels go over RDMA, even inside a larger NVLink domain (a GB200 NVL72 rack).
+DEEPEP_NVL_PEERS = 8
+
+#: SMs HybridEP's kernels hold (assumed, range 8-32: NVIDIA's HybridEP copies with the Tensor Memory
+#: Accelerator and names no default here).
+HYBRIDEP_SMS = 16
+
+
+def flex_group(ep: Group, deepep: ArrayLike) -> Group:
+    """The expert-parallel group as Megatron's flex dispatcher sees it: HybridEP over the whole
+    NVLink domain, DeepEP over at most :data:`DEEPEP_NVL_PEERS` of its GPUs (the rest across RDMA)."""
+    per_node = np.where(
+        np.asarray(deepep, dtype=bool), np.minimum(ep.per_node, DEEPEP_NVL_PEERS), ep.per_node
+    )
+    return Group(ep.ranks, per_node)
+
+
+def flex_sms(deepep: ArrayLike) -> np.ndarray:
+    """SMs the flex dispatcher's kernels hold: DeepEP's or HybridEP's."""
+    return np.where(np.asarray(deepep, dtype=bool), DEEPEP_SMS, HYBRIDEP_SMS)
+
+
 #: Bytes per element dispatched (FP8 with per-128 scales) and combined (BF16).
 DISPATCH_BYTES, COMBINE_BYTES = 1 + 4 / 128, 2.0
 
@@ -103,12 +126,14 @@ def cross_domain_problem(c: Cluster) -> str:
 
 
 def deepep_problem(c: Cluster, x: Layout, gpus: np.ndarray) -> tuple[np.ndarray, str]:
-    """``(mask, message)``: layouts whose expert groups DeepEP would dispatch across scale-up domains
-    of ``c`` where it cannot (:func:`cross_domain_problem`)."""
-    reason = cross_domain_problem(c) if np.any(x.deepep) else ""
+    """``(mask, message)``: layouts whose expert groups the flex dispatcher (DeepEP beyond its NVLink
+    peers, HybridEP beyond the domain) would send over RDMA where ``c`` cannot
+    (:func:`cross_domain_problem`)."""
+    reason = cross_domain_problem(c) if np.any(x.flex) else ""
     if not reason:
         return np.zeros(np.shape(gpus), dtype=bool), ""
-    return x.deepep & group(x.ep, x.expert_tp, job_domain(gpus, c.domain_gpus)).spans_nodes, reason
+    where = flex_group(group(x.ep, x.expert_tp, job_domain(gpus, c.domain_gpus)), x.deepep)
+    return x.flex & where.spans_nodes, reason
 
 
 #: Share of a GPU's achievable NVLink rate DeepEP's high-throughput kernels sustain: their SMs copy
