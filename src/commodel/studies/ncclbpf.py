@@ -91,9 +91,9 @@ def miss_reasons(table: pd.DataFrame, p: Mapping[str, object]) -> tuple[str, str
     large = (
         f"the model's NVLS on 8 B300 plateaus at {table.nvls_busbw_GBps.max():.0f} GB/s busbw, level with "
         f"Ring/Simple's link bound ({table.ring_simple_busbw_GBps.max():.0f}); Ring 17% slower at 8 GiB needs a "
-        "Blackwell multimem rate per channel about 1.2x Hopper's, where the Blackwell NVLS rows measured (GB200 "
-        f"NVL72, {busbw:.0f} GB/s at {format_bytes(rack.size_bytes)} on {g} GPUs) imply {per_channel:.1f} GB/s "
-        "per channel, Hopper's rate"
+        "Blackwell multimem rate per channel about 1.2x Hopper's on an 8-GPU baseboard; the only Blackwell NVLS "
+        f"rows in the data (GB200 NVL72, {busbw:.0f} GB/s at {format_bytes(rack.size_bytes)} on {g} GPUs, over "
+        f"the rack's switch trays) imply {per_channel:.1f} GB/s per channel, Hopper's rate, and none measures 8 GPUs"
     )
     return mid, large
 
