@@ -167,6 +167,11 @@ def test_disaggregation_claims_follow_the_scheduler():
     assert fifo.util_mean.iloc[-1] > fifo.util_mean.iloc[0]
     assert fifo.pue.iloc[-1] < fifo.pue.iloc[0]
     assert fifo.sched_overhead_pct.is_monotonic_increasing
+    # memory stranded on single servers is what a deeper backfill or a larger pool recovers
+    server = table[table.level == "server"].sort_values("backfill")
+    assert server.util_memory.is_monotonic_increasing and server.util_memory.iloc[0] < fifo.util_memory.iloc[-1]
+    stranded = next(c for c in result.claims if "stranded" in c.claim)
+    assert stranded.model == pytest.approx(100 * (1 - server.util_memory.iloc[0]))
 
 
 def test_pooling_utilization_grows_with_pool_size_and_matches_a_direct_count():
