@@ -124,8 +124,8 @@ def completion_times(arm: str, s: StreamRun, trials: int = 400, seed: int = 0) -
     expected = (crash_rate + anomaly_rate) * work
     if expected > MAX_FAULTS:
         raise CommodelError(
-            f"{expected:.0f} faults expected in one run (over {MAX_FAULTS}): a crash every {s.mttf_s:g} s does not "
-            f"let {s.work_s:g} s of work finish; check the fault rates"
+            f"{expected:.0f} faults expected in one run (over {MAX_FAULTS}): crashes every {s.mttf_s:g} s and "
+            f"{anomaly_rate:g} anomalies per second over {s.work_s:g} s of work; check the fault rates"
         )
     events = int(3 * expected + 40)
     rollback, restore = (s.task_s, 0.0) if arm == "none" else (interval, s.restore_s)
