@@ -169,7 +169,9 @@ def test_disaggregation_claims_follow_the_scheduler():
     assert fifo.sched_overhead_pct.is_monotonic_increasing
     # memory stranded on single servers is what a deeper backfill or a larger pool recovers
     server = table[table.level == "server"].sort_values("backfill")
-    assert server.util_memory.is_monotonic_increasing and server.util_memory.iloc[0] < fifo.util_memory.iloc[-1]
+    assert (
+        server.util_memory.is_monotonic_increasing and server.util_memory.iloc[0] < fifo.util_memory.iloc[-1]
+    )
     stranded = next(c for c in result.claims if "stranded" in c.claim)
     assert stranded.model == pytest.approx(100 * (1 - server.util_memory.iloc[0]))
 
