@@ -4,6 +4,8 @@ between sleeping nodes and the boots jobs wait for."""
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from commodel.errors import CommodelError
 from commodel.ops.node_power import ALWAYS_ON, NodeLedger, PowerSaving
@@ -67,3 +69,28 @@ def test_power_saving_is_simulated_and_bad_power_is_refused():
     assert np.isfinite(
         scheduling()(pd.DataFrame([row | {"method": "simulation", "jobs": 200}])).energy_kWh_per_job
     ).all()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.floats(0.3, 0.95), st.floats(1.0, 600.0), st.floats(0.0, 30.0), st.sampled_from(["exclusive", "tres"])
+)
+def test_energy_stays_between_all_asleep_and_all_busy_and_sleeping_never_costs_energy(
+    load, suspend, resume, policy
+):
+    """Physical bounds: a partition draws between every node off and every node busy, and powering
+    empty nodes down never raises the energy per job (a boot draws idle power, as an awake empty node)."""
+    rate = load * 20 / MIX.job_hours
+    awake = simulate_waits(policy, MIX, 20, rate, 600, 3, Scheduler())
+    asleep = simulate_waits(
+        policy, MIX, 20, rate, 600, 3, Scheduler(), saving=PowerSaving(suspend / 60, resume / 60)
+    )
+    power = MIX.node_power
+    hours_per_job = 20 / rate  # node-hours of the partition per job, at the offered rate
+    for run in (awake, asleep):
+        assert (
+            power.off * hours_per_job / 1e3 * 0.8
+            <= run["energy_kWh_per_job"]
+            <= power.busy * hours_per_job / 1e3 * 1.2
+        )
+    assert asleep["energy_kWh_per_job"] <= awake["energy_kWh_per_job"] * 1.02
