@@ -36,7 +36,7 @@ def _day(**change):
     from commodel.studies.base import study_spec
 
     fixed = dict(study_spec("rl-rollout").fixed) | {"load_high": 0.32}
-    rows = [fixed | {"policy": p} | change for p in ("fixed", "elastic", "rose")]
+    rows = [fixed | {"policy": p} | change for p in ("fixed", "elastic", "rose", "async")]
     return evaluator("rollout")(pd.DataFrame(rows)).set_index("policy")
 
 
@@ -52,6 +52,23 @@ def test_the_slo_is_checked_at_the_peaks_so_a_tighter_one_fails(study):
     assert next(c for c in study.claims if "SLO" in c.claim).model == 0
     tight = _day(slo_tpot=0.03, load_high=0.7)
     assert (tight.loc[["elastic", "rose"], "online_tpot_s"] > 0.03).all()
+
+
+def test_an_asynchronous_run_takes_the_slower_of_its_generation_and_its_training():
+    """AReaL-like: half the RL GPUs generate while the other half train one step behind; its step is
+    the slower of the two, each on its own GPUs, and it lends nothing."""
+    from types import SimpleNamespace
+
+    from commodel.pricing.rollout import async_setups
+    from commodel.studies.base import study_spec
+
+    day = _day()
+    row = SimpleNamespace(**(dict(study_spec("rl-rollout").fixed) | {"load_high": 0.32, "policy": "async"}))
+    setups = async_setups(row)
+    assert setups and all(s.rl_replicas < row.rl_gpus for s in setups)
+    assert day.step_s["async"] == pytest.approx(max(day.rollout_s["async"], day.train_s["async"]))
+    assert day.train_s["async"] > day.train_s["fixed"]  # fewer GPUs train
+    assert day.allocation_overhead_pct["async"] == 0
 
 
 def test_lending_costs_are_the_allocation_overhead():

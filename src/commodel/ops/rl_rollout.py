@@ -19,7 +19,10 @@ slot until it ends.
 
 **Policies**:
 
-- ``fixed``: rollout on the RL cluster's replicas only.
+- ``fixed``: rollout on the RL cluster's replicas only (ROLL's colocated GRPO).
+- ``async`` (AReaL-like, fully asynchronous): part of the RL GPUs generate while the rest train on the
+  previous step's samples (one step stale); a step takes the slower of the two
+  (:data:`ASYNC_SPLITS`: the split is the run's best).
 - ``elastic`` (RLBoost+-like): the serving replicas online traffic does not need (``floor((1 - u)
   R_serve)``, online requests packed onto the rest at the SLO batch) are lent whole, each step after
   an engine cold start and a dense weight transfer (BF16 weights over the cross-cluster link).
@@ -34,7 +37,7 @@ slot until it ends.
   tail ends on lightly loaded replicas rather than at the SLO batch's pace (their KV caches, a few
   hundred MB, move in milliseconds and are not charged).
 
-Every policy trains after its rollout: ``step = t_last + T_train``.
+Every policy but ``async`` trains after its rollout: ``step = t_last + T_train``.
 
 Requests go to the ready pool with the fewest requests per replica (online ones included), as a
 least-loaded router does.
@@ -49,7 +52,11 @@ import numpy as np
 
 from commodel.errors import unknown
 
-POLICIES = ("fixed", "elastic", "rose")
+POLICIES = ("fixed", "elastic", "rose", "async")
+
+#: Shares of the RL GPUs an asynchronous run (AReaL) generates on, the rest training; the run is priced
+#: at the best of them (the split AReaL leaves to its user).
+ASYNC_SPLITS = (0.5, 0.625, 0.75, 0.875)
 
 #: GRPO per step: a policy update (forward and backward: 3 units) and two forward passes (old and
 #: reference log-probabilities: 1 unit each), in training steps: 5/3.
@@ -213,7 +220,7 @@ def lending_s(policy: str, setup: Setup) -> float:
     """Seconds a step spends making borrowed serving GPUs ready to roll out (the allocation overhead):
     none for ``fixed``, a cold start and dense weights for ``elastic``, an activation and sparse
     deltas for ``rose``."""
-    return {"fixed": 0.0, "elastic": setup.cold_start_s + setup.dense_s,
+    return {"fixed": 0.0, "async": 0.0, "elastic": setup.cold_start_s + setup.dense_s,
             "rose": setup.activation_s + setup.sparse_s}[policy]  # fmt: skip
 
 
@@ -240,5 +247,8 @@ def rl_hour(policy: str, setup: Setup, lengths: np.ndarray, load: float) -> tupl
     """One RL step at online load share ``load``: its seconds and its rollout."""
     if policy not in POLICIES:
         raise unknown("RL rollout policy", policy, POLICIES)
+    if policy == "async":  # generation and training side by side, on their own GPUs
+        rollout = simulate_rollout(lengths, pools_for("fixed", setup, load))
+        return max(rollout.t_last, setup.train_s), rollout
     rollout = simulate_rollout(lengths, pools_for(policy, setup, load), steal=policy == "rose")
     return rollout.t_last + setup.train_s, rollout

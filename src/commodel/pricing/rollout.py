@@ -22,6 +22,7 @@ from commodel.compute.precision import serving_precision
 from commodel.errors import CommodelError
 from commodel.hardware import cluster
 from commodel.ops.rl_rollout import (
+    ASYNC_SPLITS,
     POLICIES,
     SPARSE_BYTES,
     SPARSE_SHARE,
@@ -51,7 +52,7 @@ class RolloutJob(Job):
     model: Annotated[str, MODEL] = Field("llama3-8b", description="The policy model.")
     system: Annotated[str, SYSTEM] = Field("dgx-h100", description="System (node) name of both clusters.")
     policy: Annotated[str, Choices("RL rollout policy", POLICIES)] = Field(
-        description="fixed, elastic or rose."
+        description="fixed (ROLL), elastic (RLBoost+-like), rose or async (AReaL-like, at its best split)."
     )
     rl_gpus: int = Field(32, ge=1, description="GPUs of the RL cluster.")
     serve_gpus: int = Field(64, ge=1, description="GPUs of the serving cluster.")
@@ -115,9 +116,10 @@ OUTPUTS = (
 def rl_setup(
     model: str, system: str, rl_gpus: int, serve_gpus: int, tp: int, samples: int, prompt: int,
     median: int, sigma: float, longest: int, online_prompt: int, online_output: int, slo_tpot: float, link_GBps: float,
-    concurrency: int = 0, activation_s: float = 5.0, cold_start_s: float = 60.0,
+    concurrency: int = 0, activation_s: float = 5.0, cold_start_s: float = 60.0, train_gpus: int = 0,
 ) -> Setup:  # fmt: skip
-    """The priced pieces of an RL job beside a serving cluster (module docstring)."""
+    """The priced pieces of an RL job beside a serving cluster (module docstring); the update trains
+    on ``train_gpus`` (default: the ``rl_gpus`` that generate)."""
     net, c = get_model(model), cluster(system)
 
     def engine(replicas: int = 1) -> Engine:
@@ -143,7 +145,7 @@ def rl_setup(
 
     online = capacity(engine(), online_prompt, online_output)
     batch = slo_batch(engine(), online["max_batch"], online_prompt, online_output, np.inf, slo_tpot)[0]
-    job = train(model=model, system=system, gpus=rl_gpus, tp=tp, global_batch=samples,
+    job = train(model=model, system=system, gpus=train_gpus or rl_gpus, tp=tp, global_batch=samples,
                 seq=int(prompt + mean_len), zero=3, recompute="auto")  # fmt: skip
     weights = parameters(net)["total"]
     return Setup(
@@ -162,15 +164,47 @@ def rl_setup(
     )
 
 
-def day(row: object) -> dict[str, float]:
-    """Day means of one policy's RL steps (module docstring); the online time per token is the worst
-    hour's at its per-minute peak (:func:`~commodel.ops.rl_rollout.peak_tpot`)."""
-    setup = rl_setup(
-        row.model, row.system, int(row.rl_gpus), int(row.serve_gpus), int(row.tp), int(row.samples),
+def setup_of(row: object, rl_gpus: int, train_gpus: int = 0) -> Setup:
+    """The priced pieces of ``row``'s job with ``rl_gpus`` RL GPUs generating, ``train_gpus`` (default:
+    the same) training."""
+    return rl_setup(
+        row.model, row.system, rl_gpus, int(row.serve_gpus), int(row.tp), int(row.samples),
         int(row.prompt), int(row.median_response), float(row.tail_sigma), int(row.longest), int(row.online_prompt),
         int(row.online_output), float(row.slo_tpot), float(row.link_GBps), int(row.concurrency),
-        float(row.activation_s), float(row.cold_start_s),
+        float(row.activation_s), float(row.cold_start_s), train_gpus,
     )  # fmt: skip
+
+
+def async_setups(row: object) -> list[Setup]:
+    """An asynchronous run's setups, one per split of :data:`~commodel.ops.rl_rollout.ASYNC_SPLITS`
+    its GPUs allow (whole replicas generating, a training batch the rest divide): the generating GPUs'
+    rollout with the training GPUs' update."""
+    rl, tp, setups = int(row.rl_gpus), int(row.tp), []
+    for share in ASYNC_SPLITS:
+        generating = int(share * rl) // tp * tp
+        if 0 < generating < rl:
+            try:
+                setups.append(setup_of(row, generating, rl - generating))
+            except CommodelError:  # the training GPUs do not divide the batch
+                continue
+    if not setups:
+        raise CommodelError(
+            f"no split of {rl} RL GPUs into generating replicas and a trainer that divides the batch"
+        )
+    return setups
+
+
+def day(row: object) -> dict[str, float]:
+    """Day means of one policy's RL steps (module docstring; an asynchronous run at its best split);
+    the online time per token is the worst hour's at its per-minute peak
+    (:func:`~commodel.ops.rl_rollout.peak_tpot`)."""
+    if row.policy == "async":
+        return max((day_of(row, s) for s in async_setups(row)), key=lambda d: d["samples_per_hour"])
+    return day_of(row, setup_of(row, int(row.rl_gpus)))
+
+
+def day_of(row: object, setup: Setup) -> dict[str, float]:
+    """Day means of ``row``'s policy on ``setup``."""
     hours = np.arange(int(row.hours)) * 24 / int(row.hours)
     loads = load_share(hours, float(row.load_low), float(row.load_high))
     steps, rollouts, slots, online = [], [], [], []
@@ -192,7 +226,7 @@ def day(row: object) -> dict[str, float]:
         "step_s": float(np.mean(steps)),
         "rollout_s": float(np.mean(rollouts)),
         "train_s": setup.train_s,
-        "weight_sync_s": {"fixed": 0.0, "elastic": setup.dense_s, "rose": setup.sparse_s}[row.policy],
+        "weight_sync_s": {"elastic": setup.dense_s, "rose": setup.sparse_s}.get(row.policy, 0.0),
         "serving_slots": float(np.mean(slots)),
         "online_tpot_s": max(online),
         "allocation_overhead_pct": 100 * lending / float(np.mean(steps)),
