@@ -50,13 +50,13 @@ def test_fixed_partitions_end_with_the_worker_that_lost_the_most():
     ],
 )
 def test_each_arm_moves_with_its_mechanism(arm, change, grows):
-    before, after = _mean_time(arm, trials=4000), _mean_time(arm, dataclasses.replace(BASE, **change), 4000)
+    before, after = _mean_time(arm, trials=2000), _mean_time(arm, dataclasses.replace(BASE, **change), 2000)
     assert (after > before) == grows
 
 
 def test_the_balancer_spreads_anomalies_a_fixed_partition_keeps():
     slow = dataclasses.replace(BASE, mttf_s=1e9, anomalies_per_s=1 / 4, anomaly_s=4.0)
-    assert _mean_time("streamguard", slow, 4000) < _mean_time("fixed", slow, 4000) - 20
+    assert _mean_time("streamguard", slow, 2000) < _mean_time("fixed", slow, 2000) - 20
 
 
 def test_streamguard_gains_over_veloc_as_crashes_get_rarer():
@@ -82,11 +82,12 @@ def test_fault_free_overhead_follows_the_snapshot_cost():
         ({"workers": 0}, "workers"),
         ({"restart_s": -1.0}, "non-negative"),
         ({"mttf_s": 0.1}, "faults expected"),
+        ({"workers": 4096, "mttf_s": 4.0}, "fewer trials"),
     ],
 )
 def test_bad_stream_parameters_are_errors(change, message):
     with pytest.raises(CommodelError, match=message):
-        completion_times("streamguard", dataclasses.replace(BASE, **change), 10)
+        completion_times("fixed", dataclasses.replace(BASE, **change), 10_000)
 
 
 def test_an_unknown_arm_is_named():

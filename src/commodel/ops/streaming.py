@@ -41,6 +41,9 @@ ARMS = ("none", "fixed", "sync", "streamguard")
 #: Faults one run may expect, beyond which the fault rates describe a run that never ends.
 MAX_FAULTS = 2000
 
+#: Fault draws one call may hold (trials x workers x faults per lane), about 160 MB of them.
+MAX_DRAWS = 20_000_000
+
 
 @dataclass(frozen=True)
 class StreamRun:
@@ -128,6 +131,11 @@ def completion_times(arm: str, s: StreamRun, trials: int = 400, seed: int = 0) -
             f"{anomaly_rate:g} anomalies per second over {s.work_s:g} s of work; check the fault rates"
         )
     events = int(3 * expected + 40)
+    if trials * s.workers * events > MAX_DRAWS:
+        raise CommodelError(
+            f"{trials} runs of {s.workers} workers with up to {events} faults each are more than {MAX_DRAWS:,} "
+            "draws: ask for fewer trials"
+        )
     rollback, restore = (s.task_s, 0.0) if arm == "none" else (interval, s.restore_s)
 
     def crash(r: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:

@@ -35,7 +35,7 @@ from commodel.ops.rl_rollout import (
     rl_hour,
 )
 from commodel.pricing.evaluator import Evaluator
-from commodel.pricing.job import MODEL, SYSTEM, Choices, Job
+from commodel.pricing.job import MAX_GPUS, MODEL, SYSTEM, Choices, Job
 from commodel.pricing.run import train
 from commodel.workloads.catalog import model as get_model
 from commodel.workloads.serving import Engine, steady_state
@@ -54,10 +54,10 @@ class RolloutJob(Job):
     policy: Annotated[str, Choices("RL rollout policy", POLICIES)] = Field(
         description="fixed (ROLL), elastic (RLBoost+-like), rose or async (AReaL-like, at its best split)."
     )
-    rl_gpus: int = Field(32, ge=1, description="GPUs of the RL cluster.")
-    serve_gpus: int = Field(64, ge=1, description="GPUs of the serving cluster.")
+    rl_gpus: int = Field(32, ge=1, le=MAX_GPUS, description="GPUs of the RL cluster.")
+    serve_gpus: int = Field(64, ge=1, le=MAX_GPUS, description="GPUs of the serving cluster.")
     tp: int = Field(1, ge=1, description="Tensor-parallel size of a replica.")
-    samples: int = Field(512, ge=1, description="Rollouts per RL step.")
+    samples: int = Field(512, ge=1, le=200_000, description="Rollouts per RL step.")
     prompt: int = Field(512, ge=1, description="Prompt tokens per rollout.")
     median_response: float = Field(1024, gt=0, description="Median response tokens.")
     tail_sigma: float = Field(1.0, gt=0, description="Lognormal spread of response lengths.")
@@ -88,7 +88,7 @@ class RolloutJob(Job):
     minute_peak: float = Field(
         1.7, ge=1, description="Per-minute peak of online load over the hour's mean (the paper's trace: 1.7)."
     )
-    hours: int = Field(8, ge=1, description="Samples of the day (one RL step each).")
+    hours: int = Field(8, ge=1, le=48, description="Samples of the day (one RL step each).")
     seed: int = Field(0, ge=0, description="Seed of the response lengths.")
 
     @model_validator(mode="after")

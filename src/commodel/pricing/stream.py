@@ -21,7 +21,7 @@ class StreamJob(Job):
         description="none (rerun the failed task), fixed (VeloC every fixed_interval_s), sync (aligned "
         "checkpoints, global rollback) or streamguard (async snapshots, redistribution)."
     )
-    workers: int = Field(8, ge=2, description="Workers the stream runs on.")
+    workers: int = Field(8, ge=2, le=4096, description="Workers the stream runs on.")
     work_s: float = Field(800.0, gt=0, description="Seconds of the failure-free run.")
     deadline_s: float = Field(1000.0, gt=0, description="Seconds the run must end within.")
     state_GB: float = Field(4.3, gt=0, description="State per worker, GB.")
