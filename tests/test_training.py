@@ -1217,6 +1217,18 @@ def test_deepep_reaches_8_nvlink_peers_and_hybridep_the_whole_domain():
     assert not any(n.startswith("--dispatcher deepep") for n in notes)
 
 
+@pytest.mark.parametrize("system", ["gb200-nvl72", "gb300-nvl72"])
+@pytest.mark.parametrize("model_name", ["qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b"])
+def test_hybridep_never_moves_tokens_slower_than_deepep_on_a_rack(system, model_name):
+    """HybridEP's NVLink group holds DeepEP's 8 peers and more, so a token crosses the rack's NICs no
+    more often and its exchange is never slower, at every expert-parallel size."""
+    for ep, gpus in ((16, 64), (32, 128), (64, 256)):
+        job = dict(model=model_name, system=system, gpus=gpus, ep=ep, global_batch=gpus * 2, seq=4096,
+                   recompute="auto", pp=max(1, gpus // ep // 2))  # fmt: skip
+        deep, hybrid = (train(**job, dispatcher=d) for d in ("deepep", "hybridep"))
+        assert hybrid["breakdown"]["ep_comm"] <= deep["breakdown"]["ep_comm"] * (1 + 1e-9), (ep, gpus)
+
+
 def test_sms_held_by_the_expert_all_to_all_slow_the_layer_it_overlaps():
     """Under 1F1B expert overlap the all-to-all kernels hold SMs the paired layer's GEMMs lose: NCCL's
     CTAs by default (24 on an NVSwitch node), or the SMs stated (DeepEP's 20): more SMs, a slower
