@@ -176,6 +176,25 @@ def test_disaggregation_claims_follow_the_scheduler():
     assert stranded.model == pytest.approx(100 * (1 - server.util_memory.iloc[0]))
 
 
+def test_powering_down_pooled_gpus_saves_energy_and_raises_pue_and_leaves_servers_alone():
+    """Idle pooled GPUs powered down: less IT power under the same fixed facility overhead, so a
+    lower energy per unit of work but a higher PUE; a server-bound GPU idles beside its server's jobs."""
+    import pandas as pd
+
+    from commodel.pricing.evaluator import evaluator
+
+    table = evaluator("disaggregation")(
+        pd.DataFrame([{"pool_servers": p, "power_down": d} for p in (1, 8) for d in (False, True)])
+    )
+    server, pooled = table.iloc[:2], table.iloc[2:]
+    assert server.energy_kWh_per_work.iloc[0] == server.energy_kWh_per_work.iloc[1]
+    assert pooled.energy_kWh_per_work.iloc[1] < pooled.energy_kWh_per_work.iloc[0]
+    assert (
+        pooled.pue.iloc[1] > pooled.pue.iloc[0]
+        and pooled.server_power_kW.iloc[1] < pooled.server_power_kW.iloc[0]
+    )
+
+
 def test_pooling_utilization_grows_with_pool_size_and_matches_a_direct_count():
     import numpy as np
 

@@ -19,7 +19,7 @@ from commodel.ops.energy import node_power_W
 from commodel.ops.pooling import JobMix, facility_pue, pool_utilization, remote_slowdown, scheduling_overhead
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.job import LINK, SYSTEM, Choices, Job
-from commodel.pricing.table import Columns, blank_outputs, groups, numbers
+from commodel.pricing.table import Columns, blank_outputs, flags, groups, numbers
 from commodel.workloads.catalog import job_mix, job_mixes
 
 
@@ -42,6 +42,11 @@ class PoolingJob(Job):
     sensitivity: float = Field(0.01, ge=0, description="Slowdown per unit of remote-access deficit.")
     scan_us: float = Field(20.0, ge=0, description="Scheduler time per candidate device, us.")
     attach_s: float = Field(2.0, ge=0, description="Seconds to attach pooled devices to a job.")
+    power_down: bool = Field(
+        False,
+        description="Pooled GPUs no job holds are powered down (a server-bound GPU idles beside its "
+        "server's jobs).",
+    )
 
 
 OUTPUTS = (
@@ -96,7 +101,8 @@ def price_pooling(columns: Columns) -> Columns:
             pool, backfill, spec.devices_per_job, numbers(sub["scan_us"]) * 1e-6,
             numbers(sub["attach_s"]), spec.job_hours * 3600,
         )  # fmt: skip
-        power = node_power_W(c, busy) + ports * port_W
+        asleep = np.where(flags(sub["power_down"]) & (pool > 1), c.gpus_per_node * (1 - busy), 0.0)
+        power = node_power_W(c, busy) - asleep * c.gpu.idle_power.value + ports * port_W
         base_power = node_power_W(c, base_busy)
         pue = facility_pue(power / full, base_power / full)
         mean = util.mean(axis=1)
