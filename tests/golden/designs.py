@@ -20,6 +20,16 @@ DESIGNS = {
                             ["busbw_GBps", "time_s"]),
     "allgather-frontier-2": ("collective", dict(op="allgather", system="frontier-node", nodes=2,
                              size_bytes=2**26), ["busbw_GBps"]),
+    "qwen3-30b-hybridep-gb200-64": ("training", dict(model="qwen3-30b-a3b", system="gb200-nvl72", gpus=64, ep=64,
+                                    global_batch=512, seq=4096, dispatcher="hybridep"), ["step_time_s"]),
+    "cpu-partition-power-saving": ("scheduling", dict(job_mix="hpc-cpu", load=0.8, policy="tres",
+                                   method="simulation", jobs=2000, seed=1, suspend_after_min=5.0),
+                                   ["mean_start_min", "energy_kWh_per_job", "boots_per_job"]),
+    "stream-streamguard-40s": ("stream", dict(arm="streamguard", mttf_s=40.0, anomalies_per_crash=1.0, trials=200,
+                               seed=1), ["impact_pct", "overhead_pct"]),
+    "rl-rollout-rose-8b": ("rollout", dict(model="qwen3-8b", system="hgx-h800", policy="rose", rl_gpus=32,
+                           samples=1024, median_response=1024, concurrency=16, hours=2),
+                           ["samples_per_hour", "allocation_overhead_pct"]),
 }  # fmt: skip
 
 HEADER = """\
