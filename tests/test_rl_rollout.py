@@ -41,7 +41,7 @@ def _day(**change):
 
 
 def test_less_serving_headroom_shrinks_roses_gain(study):
-    ordered = study.table.sort_values("load_high")
+    ordered = study.table[study.table.algorithm == "grpo"].sort_values("load_high")
     assert ordered.rose_vs_fixed.is_monotonic_decreasing and (ordered.rose_vs_fixed > 1).all()
     assert ordered.rollout_elastic_over_rose.is_monotonic_decreasing
 
@@ -71,6 +71,24 @@ def test_an_asynchronous_run_takes_the_slower_of_its_generation_and_its_training
     assert day.allocation_overhead_pct["async"] == 0
 
 
+def test_dapo_generates_rounds_until_its_kept_groups_fill_the_batch():
+    """DAPO's dynamic sampling: every group kept takes one round; fewer kept, more rounds (seeded). The
+    rounds lengthen the rollout against the same update, so borrowed GPUs gain more the more rounds a
+    step needs."""
+    from commodel.ops.rl_rollout import dapo_rounds
+
+    rng = lambda: np.random.default_rng(3)  # noqa: E731
+    assert dapo_rounds(256, 1.0, rng()) == 1
+    assert dapo_rounds(256, 0.5, rng()) in (2, 3) and dapo_rounds(256, 0.2, rng()) >= 5
+    assert dapo_rounds(256, 0.3, rng()) == dapo_rounds(256, 0.3, rng())
+    gains = []
+    for keep in (0.6, 0.3):
+        day = _day(algorithm="dapo", keep_share=keep)
+        assert day.rounds["fixed"] > 1 and day.train_s["fixed"] == _day().train_s["fixed"]
+        gains.append(day.samples_per_hour["rose"] / day.samples_per_hour["fixed"])
+    assert gains[1] > gains[0] > _day().samples_per_hour["rose"] / _day().samples_per_hour["fixed"]
+
+
 def test_lending_costs_are_the_allocation_overhead():
     base, slow = _day(), _day(cold_start_s=240.0, activation_s=20.0)
     assert base.allocation_overhead_pct["fixed"] == 0
@@ -87,6 +105,8 @@ def test_lending_costs_are_the_allocation_overhead():
         ({"load_high": 1.2}, "load"),
         ({"concurrency": -1}, "--concurrency"),
         ({"minute_peak": 0.5}, "--minute-peak"),
+        ({"algorithm": "dapoo"}, "did you mean 'dapo'"),
+        ({"keep_share": 0.0}, "--keep-share"),
     ],
 )
 def test_bad_rollout_inputs_are_errors(change, message):

@@ -243,12 +243,36 @@ def peak_tpot(
     return float(setup.serve_iteration(np.array([online + rollouts]))[0])
 
 
-def rl_hour(policy: str, setup: Setup, lengths: np.ndarray, load: float) -> tuple[float, Rollout]:
-    """One RL step at online load share ``load``: its seconds and its rollout."""
+def rollout_phase(policy: str, setup: Setup, lengths: np.ndarray, load: float) -> Rollout:
+    """One round of generation under ``policy`` at online load share ``load`` (an asynchronous run
+    generates on its own GPUs, as the fixed policy does)."""
     if policy not in POLICIES:
         raise unknown("RL rollout policy", policy, POLICIES)
-    if policy == "async":  # generation and training side by side, on their own GPUs
-        rollout = simulate_rollout(lengths, pools_for("fixed", setup, load))
-        return max(rollout.t_last, setup.train_s), rollout
-    rollout = simulate_rollout(lengths, pools_for(policy, setup, load), steal=policy == "rose")
-    return rollout.t_last + setup.train_s, rollout
+    pools = pools_for("fixed" if policy == "async" else policy, setup, load)
+    return simulate_rollout(lengths, pools, steal=policy == "rose")
+
+
+def step_seconds(policy: str, rollout_s: float, train_s: float) -> float:
+    """A step from its generation and its update: their sum, or for an asynchronous run, whose
+    trainer works on the previous step's samples meanwhile, the slower of the two."""
+    return max(rollout_s, train_s) if policy == "async" else rollout_s + train_s
+
+
+def rl_hour(policy: str, setup: Setup, lengths: np.ndarray, load: float) -> tuple[float, Rollout]:
+    """One RL step (one round of generation) at online load share ``load``: its seconds and its rollout."""
+    rollout = rollout_phase(policy, setup, lengths, load)
+    return step_seconds(policy, rollout.t_last, setup.train_s), rollout
+
+
+#: RL algorithms: GRPO generates one batch per step; DAPO's dynamic sampling drops the groups whose
+#: rewards are all equal and generates again until the batch is full (ROLL's and verl's rounds).
+ALGORITHMS = ("grpo", "dapo")
+
+
+def dapo_rounds(prompts: int, keep: float, rng: np.random.Generator) -> int:
+    """Rounds of ``prompts`` groups DAPO's dynamic sampling generates until ``prompts`` groups with
+    differing rewards are kept, each kept with probability ``keep`` (seeded)."""
+    kept, rounds = 0, 0
+    while kept < prompts:
+        kept, rounds = kept + rng.binomial(prompts, keep), rounds + 1
+    return rounds

@@ -22,17 +22,20 @@ from commodel.compute.precision import serving_precision
 from commodel.errors import CommodelError
 from commodel.hardware import cluster
 from commodel.ops.rl_rollout import (
+    ALGORITHMS,
     ASYNC_SPLITS,
     POLICIES,
     SPARSE_BYTES,
     SPARSE_SHARE,
     TRAIN_PASSES,
     Setup,
+    dapo_rounds,
     lending_s,
     load_share,
     peak_tpot,
     response_lengths,
-    rl_hour,
+    rollout_phase,
+    step_seconds,
 )
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.job import MAX_GPUS, MODEL, SYSTEM, Choices, Job
@@ -57,7 +60,18 @@ class RolloutJob(Job):
     rl_gpus: int = Field(32, ge=1, le=MAX_GPUS, description="GPUs of the RL cluster.")
     serve_gpus: int = Field(64, ge=1, le=MAX_GPUS, description="GPUs of the serving cluster.")
     tp: int = Field(1, ge=1, description="Tensor-parallel size of a replica.")
-    samples: int = Field(512, ge=1, le=200_000, description="Rollouts per RL step.")
+    samples: int = Field(512, ge=1, le=200_000, description="Rollouts per RL step (prompts x group).")
+    algorithm: Annotated[str, Choices("RL algorithm", ALGORITHMS)] = Field(
+        "grpo",
+        description="grpo (one batch per step) or dapo (dynamic sampling: rounds until the batch is full).",
+    )
+    group: int = Field(16, ge=1, le=1024, description="Responses per prompt (GRPO's group).")
+    keep_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="DAPO: share of groups whose rewards differ (kept); the rest are generated again.",
+    )
     prompt: int = Field(512, ge=1, description="Prompt tokens per rollout.")
     median_response: float = Field(1024, gt=0, description="Median response tokens.")
     tail_sigma: float = Field(1.0, gt=0, description="Lognormal spread of response lengths.")
@@ -107,6 +121,7 @@ OUTPUTS = (
     "serving_slots",
     "online_tpot_s",
     "allocation_overhead_pct",
+    "rounds",
     "problem",
     "valid",
 )
@@ -207,14 +222,21 @@ def day_of(row: object, setup: Setup) -> dict[str, float]:
     """Day means of ``row``'s policy on ``setup``."""
     hours = np.arange(int(row.hours)) * 24 / int(row.hours)
     loads = load_share(hours, float(row.load_low), float(row.load_high))
-    steps, rollouts, slots, online = [], [], [], []
+    steps, rollouts, slots, online, rounds = [], [], [], [], []
+    prompts = max(int(row.samples) // int(row.group), 1)
     for h, load in enumerate(loads):
-        lengths = response_lengths(
-            int(row.samples), row.median_response, row.tail_sigma, row.longest, int(row.seed) * 1000 + h
-        )
-        seconds, rollout = rl_hour(row.policy, setup, lengths, float(load))
-        steps.append(seconds)
-        rollouts.append(rollout.t_last)
+        rng = np.random.default_rng([int(row.seed), h])
+        rounds.append(dapo_rounds(prompts, float(row.keep_share), rng) if row.algorithm == "dapo" else 1)
+        generated = []
+        for r in range(rounds[-1]):  # each round new responses (round 0: the GRPO step's)
+            seed = int(row.seed) * 1000 + h + 100_000 * r
+            lengths = response_lengths(
+                int(row.samples), row.median_response, row.tail_sigma, row.longest, seed
+            )
+            generated.append(rollout_phase(row.policy, setup, lengths, float(load)))
+        rollout = generated[0]
+        steps.append(step_seconds(row.policy, sum(g.t_last for g in generated), setup.train_s))
+        rollouts.append(sum(g.t_last for g in generated))
         spare = max((counts.get("serving spare", 0) for _, counts in rollout.timeline), default=0)
         slots.append(spare)
         online.append(
@@ -230,6 +252,7 @@ def day_of(row: object, setup: Setup) -> dict[str, float]:
         "serving_slots": float(np.mean(slots)),
         "online_tpot_s": max(online),
         "allocation_overhead_pct": 100 * lending / float(np.mean(steps)),
+        "rounds": float(np.mean(rounds)),
     }
 
 
