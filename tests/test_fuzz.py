@@ -114,10 +114,12 @@ def training_jobs(draw: st.DrawFn) -> dict:
         "first_stage_layers": st.integers(1, 6), "last_stage_layers": st.integers(1, 6), "mtp_layers": st.just(1),
         "ends_as_layers": st.just(True), "schedule": st.sampled_from(["1f1b", "dualpipe"]),
         "pipeline_layout": st.sampled_from(["Et*4|(t*4|)*14tmL", "Et|t|tL", "E|t*2|L"]),
-        "dispatcher": st.sampled_from(["alltoall", "deepep"]), "bf16_moments": st.just(True),
+        "dispatcher": st.sampled_from(["alltoall", "deepep", "hybridep"]), "bf16_moments": st.just(True),
         "permute_fusion": st.just(True), "sequence_parallel": st.just(True), "expert_load": st.floats(1, 3),
         "overlap": st.sampled_from(["serial", "sm-partition", "occupancy-shaped", "in-network"]),
         "tp_overlap": st.sampled_from(["none", "userbuffers", "t3", "cais"]),
+        "failures": st.sampled_from(["llama3-h100", "bloom-a100", "opt-a100"]),
+        "storage_share": st.floats(0.01, 1.0), "storage_node_GBps": st.floats(1.0, 1000.0),
     }  # fmt: skip
     for key in draw(st.lists(st.sampled_from(sorted(optional)), max_size=5, unique=True)):
         job[key] = draw(optional[key])
@@ -239,3 +241,52 @@ def test_any_model_config_loads_or_is_one_commodel_error(tmp_path_factory, confi
         assert str(path) in str(exc) and "\n" not in str(exc).strip()
         return
     assert model.layers >= 1 and model.hidden >= 1 and model.vocab >= 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from(["none", "fixed", "sync", "streamguard"]), st.integers(2, 64), st.floats(10.0, 5000.0),
+    st.floats(0.1, 100.0), st.floats(1.0, 2000.0), st.floats(0.0, 5.0), st.floats(0.0, 600.0),
+)  # fmt: skip
+def test_any_stream_run_prices_or_is_one_commodel_error(
+    arm, workers, work_s, state_GB, mttf_s, anomalies, restart_s
+):
+    """A stream run is priced (its extra time at least its checkpoints', none negative, an on-time share
+    between 0 and 100%) or refused with one CommodelError."""
+    import pandas as pd
+
+    from commodel.pricing.evaluator import evaluator
+
+    row = {"arm": arm, "workers": workers, "work_s": work_s, "state_GB": state_GB, "mttf_s": mttf_s,
+           "anomalies_per_crash": anomalies, "restart_s": restart_s, "trials": 50}  # fmt: skip
+    try:
+        out = evaluator("stream")(pd.DataFrame([row])).iloc[0]
+    except CommodelError as exc:
+        assert str(exc).strip()
+        return
+    assert out.impact_pct >= out.overhead_pct - 1e-9 >= -1e-9 and 0 <= out.on_time_pct <= 100
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from(["hpc-cpu", "hpc-gpu", "shared-ai"]), st.sampled_from(["exclusive", "tres"]),
+    st.floats(0.05, 0.97), st.floats(0.0, 600.0), st.floats(0.0, 60.0), st.integers(1, 64),
+)  # fmt: skip
+def test_any_partition_with_power_saving_prices_or_is_one_commodel_error(
+    mix, policy, load, suspend, resume, nodes
+):
+    """A simulated partition with Slurm's power saving is priced (waits and boots non-negative,
+    energy positive where the mix states node power) or refused with one CommodelError."""
+    import pandas as pd
+
+    from commodel.pricing.evaluator import evaluator
+
+    row = {"job_mix": mix, "policy": policy, "load": load, "method": "simulation", "jobs": 300, "nodes": nodes,
+           "suspend_after_min": suspend, "resume_min": resume}  # fmt: skip
+    try:
+        out = evaluator("scheduling")(pd.DataFrame([row])).iloc[0]
+    except CommodelError as exc:
+        assert str(exc).strip()
+        return
+    assert out.mean_wait_min >= 0 and out.boots_per_job >= 0
+    assert np.isnan(out.energy_kWh_per_job) or out.energy_kWh_per_job > 0
