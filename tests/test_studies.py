@@ -31,6 +31,21 @@ def test_study_json_contract(name):
         assert claim["holds"] or claim.get("reason"), f"{claim['claim']}: a miss says why"
 
 
+def test_study_list_counts_each_studys_claims(monkeypatch):
+    import commodel.cli.studies as cli_studies
+
+    monkeypatch.setattr(cli_studies, "STUDIES", {n: STUDIES[n] for n in ("gin", "rl-rollout")})
+    output = CliRunner().invoke(app, ["study", "list", "--claims"]).output
+    counted = {
+        line.split()[0]: line.split()[1:4] for line in output.splitlines()[1:] if not line.startswith(" ")
+    }
+    for name in ("gin", "rl-rollout"):
+        claims = run_study(name).claims
+        held = sum(c.holds for c in claims)
+        assert counted[name] == [str(len(claims)), str(held), str(len(claims) - held)]
+    assert output.count("misses:") == sum(not c.holds for c in run_study("rl-rollout").claims)
+
+
 def test_study_list_names_every_study():
     output = CliRunner().invoke(app, ["study", "list"]).output
     assert all(name in output for name in STUDIES)

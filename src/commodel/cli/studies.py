@@ -13,10 +13,30 @@ from commodel.studies import STUDIES, run_study
 
 
 @study_app.command("list")
-def study_list() -> None:
+def study_list(
+    claims: Annotated[
+        bool,
+        typer.Option(
+            "--claims", help="Run every study and count its claims: held, and missed with a reason."
+        ),
+    ] = False,
+) -> None:
     """The studies commodel ships."""
+    if claims:
+        typer.echo(
+            f"{'study':<16} {'claims':>6} {'hold':>5} {'miss':>5}  misses (why: commodel study run NAME)"
+        )
     for name, (_, description) in STUDIES.items():
-        typer.echo(f"{name:<16} {description}")
+        if not claims:
+            typer.echo(f"{name:<16} {description}")
+            continue
+        result = run_study(name)
+        missed = [c.claim for c in result.claims if not c.holds]
+        typer.echo(
+            f"{name:<16} {len(result.claims):>6} {len(result.claims) - len(missed):>5} {len(missed):>5}"
+        )
+        for claim in missed:
+            typer.echo(f"{'':<18}misses: {claim}")
 
 
 @study_app.command("run")

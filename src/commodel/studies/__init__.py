@@ -30,7 +30,7 @@ STUDIES: dict[str, tuple[str, str]] = {
     ),
     "streamguard": (
         "commodel.studies.streamguard",
-        "asynchronous checkpoints and load redistribution for streams",
+        "a real-time stream to its deadline: no resilience, VeloC, Flink-like and StreamGuard",
     ),
     "gpu-centric": ("commodel.studies.gpu_centric", "who drives a message: GPU-centric schemes per fabric"),
     "gicc": ("commodel.studies.gicc", "GPU-triggered communication for a stencil on Slingshot"),
