@@ -267,7 +267,7 @@ def test_any_stream_run_prices_or_is_one_commodel_error(
     assert out.impact_pct >= out.overhead_pct - 1e-9 >= -1e-9 and 0 <= out.on_time_pct <= 100
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(
     st.sampled_from(["hpc-cpu", "hpc-gpu", "shared-ai"]), st.sampled_from(["exclusive", "tres"]),
     st.floats(0.05, 0.97), st.floats(0.0, 600.0), st.floats(0.0, 60.0), st.integers(1, 64),
