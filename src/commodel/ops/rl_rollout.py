@@ -216,12 +216,17 @@ def pools_for(policy: str, setup: Setup, load: float) -> list[Pool]:
     return pools
 
 
+def weight_sync_s(policy: str, setup: Setup) -> float:
+    """Seconds a step spends sending the new weights to borrowed serving GPUs: dense for ``elastic``,
+    sparse deltas for ``rose``, none for the policies that borrow nothing."""
+    return {"elastic": setup.dense_s, "rose": setup.sparse_s}.get(policy, 0.0)
+
+
 def lending_s(policy: str, setup: Setup) -> float:
     """Seconds a step spends making borrowed serving GPUs ready to roll out (the allocation overhead):
-    none for ``fixed``, a cold start and dense weights for ``elastic``, an activation and sparse
-    deltas for ``rose``."""
-    return {"fixed": 0.0, "async": 0.0, "elastic": setup.cold_start_s + setup.dense_s,
-            "rose": setup.activation_s + setup.sparse_s}[policy]  # fmt: skip
+    the weight sync, after a cold start for ``elastic`` or an activation for ``rose``."""
+    start = {"elastic": setup.cold_start_s, "rose": setup.activation_s}.get(policy, 0.0)
+    return start + weight_sync_s(policy, setup)
 
 
 def lent_replicas(setup: Setup, load: float) -> int:

@@ -36,6 +36,7 @@ from commodel.ops.rl_rollout import (
     response_lengths,
     rollout_phase,
     step_seconds,
+    weight_sync_s,
 )
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.job import MAX_GPUS, MODEL, SYSTEM, Choices, Job
@@ -248,7 +249,7 @@ def day_of(row: object, setup: Setup) -> dict[str, float]:
         "step_s": float(np.mean(steps)),
         "rollout_s": float(np.mean(rollouts)),
         "train_s": setup.train_s,
-        "weight_sync_s": {"elastic": setup.dense_s, "rose": setup.sparse_s}.get(row.policy, 0.0),
+        "weight_sync_s": weight_sync_s(row.policy, setup),
         "serving_slots": float(np.mean(slots)),
         "online_tpot_s": max(online),
         "allocation_overhead_pct": 100 * lending / float(np.mean(steps)),

@@ -97,6 +97,14 @@ class StudyResult:
         }
 
 
+def side_by_side(table: pd.DataFrame, index: list[str], arm: str, metrics: list[str]) -> pd.DataFrame:
+    """One row per ``index`` setting with each arm's ``metrics`` beside the others' as columns named
+    ``ARM_METRIC`` (the arms of a study compared at the same inputs)."""
+    wide = table.pivot_table(index=index, columns=arm, values=metrics)
+    wide.columns = [f"{name}_{metric}" for metric, name in wide.columns]
+    return wide
+
+
 def spec_path(name: str) -> Path:
     """``studies/NAME/study.toml``."""
     return resource_dir("studies") / name / "study.toml"

@@ -10,12 +10,14 @@ the per-minute peaks of every load in the sweep. The timeline is one RL step at 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pandas as pd
 
 from commodel.ops.rl_rollout import Rollout, load_share, response_lengths, rl_hour
-from commodel.pricing.rollout import rl_setup
-from commodel.studies.base import Claim, StudyResult, study_spec, study_table
+from commodel.pricing.rollout import setup_of
+from commodel.studies.base import Claim, StudyResult, side_by_side, study_spec, study_table
 
 #: Policies as the paper's baselines are named.
 BASELINES = {"fixed": "ROLL-GRPO", "async": "AReaL", "elastic": "RLBoost+"}
@@ -25,11 +27,15 @@ def gains(table: pd.DataFrame) -> pd.DataFrame:
     """One row per algorithm and day's peak load: each policy's samples per hour, rollout time and
     allocation overhead, ROSE's gains over the others, and each policy's online time per token at the
     peaks."""
-    wide = table.pivot_table(
-        index=["algorithm", "load_high"], columns="policy",
-        values=["samples_per_hour", "rollout_s", "step_s", "allocation_overhead_pct", "online_tpot_s", "rounds"],
-    )  # fmt: skip
-    wide.columns = [f"{policy}_{metric}" for metric, policy in wide.columns]
+    metrics = [
+        "samples_per_hour",
+        "rollout_s",
+        "step_s",
+        "allocation_overhead_pct",
+        "online_tpot_s",
+        "rounds",
+    ]
+    wide = side_by_side(table, ["algorithm", "load_high"], "policy", metrics)
     wide["rose_vs_fixed"] = wide.rose_samples_per_hour / wide.fixed_samples_per_hour
     wide["rose_vs_elastic"] = wide.rose_samples_per_hour / wide.elastic_samples_per_hour
     wide["rose_vs_async"] = wide.rose_samples_per_hour / wide.async_samples_per_hour
@@ -41,11 +47,7 @@ def gains(table: pd.DataFrame) -> pd.DataFrame:
 def timeline(spec_fixed: dict, load_high: float, policy: str, hour: float = 4.0) -> Rollout:
     """One RL step's rollout under ``policy`` at ``hour`` (the day's quietest), for plotting."""
     f = spec_fixed
-    setup = rl_setup(
-        f["model"], f["system"], f["rl_gpus"], f["serve_gpus"], f["tp"], f["samples"], f["prompt"],
-        f["median_response"], f["tail_sigma"], f["longest"], f["online_prompt"], f["online_output"], f["slo_tpot"],
-        f["link_GBps"], f["concurrency"], f["activation_s"], f["cold_start_s"],
-    )  # fmt: skip
+    setup = setup_of(SimpleNamespace(**f), int(f["rl_gpus"]))
     lengths = response_lengths(
         f["samples"], f["median_response"], f["tail_sigma"], f["longest"], f["seed"] * 1000
     )

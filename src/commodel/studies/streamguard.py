@@ -10,18 +10,19 @@ import numpy as np
 import pandas as pd
 
 from commodel.ops.goodput import STATE_BYTES_PER_PARAM, goodput
-from commodel.studies.base import Claim, StudyResult, study_spec, study_table
+from commodel.studies.base import Claim, StudyResult, side_by_side, study_spec, study_table
 from commodel.workloads.catalog import failure_model
 
 
 def by_rate(table: pd.DataFrame) -> pd.DataFrame:
     """One row per fault setting: each arm's extra time, on-time share and fault-free overhead, and how
     many times StreamGuard's extra time each other arm's is."""
-    keys = ["mttf_s", "anomalies_per_crash"]
-    wide = table.pivot_table(
-        index=keys, columns="arm", values=["impact_pct", "on_time_pct", "overhead_pct", "p90_s"]
+    wide = side_by_side(
+        table,
+        ["mttf_s", "anomalies_per_crash"],
+        "arm",
+        ["impact_pct", "on_time_pct", "overhead_pct", "p90_s"],
     )
-    wide.columns = [f"{arm}_{metric}" for metric, arm in wide.columns]
     for arm in ("none", "fixed", "sync"):
         wide[f"{arm}_vs_streamguard"] = wide[f"{arm}_impact_pct"] / wide.streamguard_impact_pct
     return wide.reset_index()

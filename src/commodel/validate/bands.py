@@ -37,6 +37,7 @@ from commodel.io import atomic_path, files_digest
 from commodel.resources import resource_dir
 from commodel.validate.table import validation_table
 from commodel.workloads.catalog import model
+from commodel.workloads.hetero import is_node_groups, parse_node_groups
 from commodel.workloads.host_issue import capturable_scopes
 from commodel.workloads.moe_dispatch import DEEPEP_NVL_PEERS
 
@@ -278,8 +279,10 @@ def regime_settings(job: Mapping[str, object], result: Mapping) -> dict[str, obj
         and int(result["layout"]["ep"]) > 1
         and job.get("dispatcher", "alltoall") == "alltoall"
     ):
-        first = str(job["system"]).split(",")[0].split(":")[0]
-        tuned["dispatcher"] = "hybridep" if cluster(first).domain_gpus > DEEPEP_NVL_PEERS else "deepep"
+        system = str(job["system"])
+        names = [name for name, _ in parse_node_groups(system)] if is_node_groups(system) else [system]
+        domain = min(cluster(name).domain_gpus for name in names)  # the narrowest group's NVLink domain
+        tuned["dispatcher"] = "hybridep" if domain > DEEPEP_NVL_PEERS else "deepep"
     if (
         int(result["layout"]["tp"]) > 1
         and job.get("sequence_parallel")
