@@ -19,7 +19,8 @@ import numpy as np
 from commodel.hardware import cluster
 from commodel.pricing.training import job_layouts
 from commodel.workloads.catalog import model
-from commodel.workloads.layout import RECOMPUTE, valid
+from commodel.workloads.layout import RECOMPUTE
+from commodel.workloads.layout_rules import valid
 from commodel.workloads.training import train_step
 
 

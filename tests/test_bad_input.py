@@ -30,6 +30,7 @@ CASES = (
         ("--cuda-graphs", "attnn"), ("--cuda-graphs", "attn,,mlp;"), ("--capacity-factor", "1"),
         ("--recompute-layers", "-1"), ("--recompute-layers", "x"), ("--recompute-layers", "2000"),
         ("--storage-share", "0"), ("--storage-share", "1.5"), ("--storage-node-GBps", "0"), ("--failures", "bloom"),
+        ("--elementwise", "eagr"), ("--elementwise", ""), ("--reshard-after-forward", "yes"),
     )]
     + [[*SERVE, option, value] for option in ("--prompt", "--output", "--tp", "--pp", "--gpus",
                                               "--max-batch-size", "--max-num-tokens") for value in COUNTS]

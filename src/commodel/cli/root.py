@@ -78,8 +78,9 @@ PANEL_FIELDS = {
     "ends_as_layers mtp_layers stage_layers global_batch micro_batch seq",
     "Precision": "dtype kv_dtype fp8_param_gather fp8_activation_input grad_reduce_in_fp32 bf16_moments",
     "MoE": "expert_load capacity_factor ep_sms dispatcher fp8_dispatch permute_fusion ep_overlap",
-    "Schedule and overlap": "overlap tp_overlap sequence_parallel attention cuda_graphs",
-    "Memory": "recompute recompute_layers recompute_modules offload_layers offload zero kv_fraction kv_reserve",
+    "Schedule and overlap": "overlap tp_overlap sequence_parallel attention elementwise cuda_graphs",
+    "Memory": "recompute recompute_layers recompute_modules offload_layers offload zero reshard_after_forward "
+    "kv_fraction kv_reserve",
     "Serving load": "prompt output prompt_cv output_cv batch slo_ttft slo_tpot max_batch_size max_num_tokens",
     "Failures": "failures mtbf_gpu_hours checkpoint checkpoint_interval_min storage_GBps storage_share "
     "storage_node_GBps restart_min spares repair_hours",

@@ -43,7 +43,8 @@ from commodel.workloads.hetero import (
     parse_node_groups,
 )
 from commodel.workloads.host_issue import graph_problem
-from commodel.workloads.layout import RECOMPUTE_CHOICES, Layout, layout_problems, stage_layers_text
+from commodel.workloads.layout import RECOMPUTE_CHOICES, Layout, stage_layers_text
+from commodel.workloads.layout_rules import layout_problems
 from commodel.workloads.memory import CATEGORIES as MEMORY_CATEGORIES
 from commodel.workloads.moe_dispatch import deepep_problem
 from commodel.workloads.pipeline_layout import stage_split
@@ -253,7 +254,7 @@ def job_layouts(jobs: Columns | object) -> Layout:
     """The layouts of a table of training jobs of one model (a DataFrame, or columns: arrays that
     broadcast, scalars included), every field it leaves out at the declaration's default, checked by
     its rules, ``gpus`` and ``dp`` resolved as the evaluator resolves them (layout rules not checked:
-    :func:`~commodel.workloads.layout.layout_problems`); one job of scalars gives one layout of
+    :func:`~commodel.workloads.layout_rules.layout_problems`); one job of scalars gives one layout of
     scalars. For scripts and tests that call the models directly with jobs as a user states them."""
     given = {name: np.atleast_1d(np.asarray(v)) for name, v in dict(jobs).items()}
     scalar = all(np.ndim(v) == 0 for v in dict(jobs).values())

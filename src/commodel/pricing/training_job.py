@@ -1,18 +1,16 @@
 """The training job as a user states it (:class:`TrainingJob`): model, system, parallel layout,
 batch, software settings, and the facility and price figures its energy and cost use. ``commodel
 train``'s options, :func:`commodel.pricing.run.train` and the ``training`` evaluator's inputs are its
-fields; cross-field rules of a layout are the model's (:func:`commodel.workloads.layout.layout_problems`)."""
+fields; cross-field rules of a layout are the model's (:func:`commodel.workloads.layout_rules.layout_problems`)."""
 
 from __future__ import annotations
 
-import numbers
 from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
 from commodel.comm.cross_vendor import TRANSPORTS
 from commodel.compute.precision import PRECISIONS
-from commodel.errors import CommodelError
 from commodel.hardware import default_db
 from commodel.ops.goodput import CHECKPOINT_MODES
 from commodel.overlap import STRATEGIES
@@ -30,10 +28,12 @@ from commodel.pricing.job import (
     TraysPerRack,
     make_job,
 )
-from commodel.workloads.catalog import failure_models, known_model
+from commodel.pricing.pipeline_fields import with_pipeline_layout
+from commodel.workloads.catalog import failure_models
 from commodel.workloads.choice_bits import module_names
 from commodel.workloads.hetero import parse_node_groups
 from commodel.workloads.host_issue import GRAPH_SCOPES, graph_bits
+from commodel.workloads.layer_kernels import ELEMENTWISE
 from commodel.workloads.layout import (
     DISPATCHERS,
     OFFLOAD_STATES,
@@ -43,7 +43,6 @@ from commodel.workloads.layout import (
     module_bits,
     offload_bits,
 )
-from commodel.workloads.pipeline_layout import stage_split
 from commodel.workloads.tensor_parallel import TP_OVERLAP
 from commodel.workloads.training import EP_OVERLAP
 from commodel.workloads.transformer import ATTENTION_IMPLEMENTATIONS
@@ -269,6 +268,13 @@ class TrainingJob(Job):
         "beside their FP8 copies (4 B per parameter). No effect in BF16.",
     )
     zero: int = Field(1, ge=0, le=3, description="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP).")
+    reshard_after_forward: bool = Field(
+        True,
+        description="ZeRO-3 (FSDP): free each layer's gathered parameters after its forward and gather them "
+        "again for its backward (PyTorch FSDP2's reshard_after_forward; torchtitan's default without "
+        "pipeline parallelism); off: one gather per micro-batch, every layer of the stage held whole from "
+        "its forward to its backward. No effect below ZeRO-3.",
+    )
     dtype: Annotated[str, Choices("training precision", PRECISIONS)] = Field(
         "bf16",
         description="Training precision: bf16, fp16, fp8 (TE current scaling), mxfp8, fp8-block (TE blockwise, DeepSeek-V3's).",
@@ -291,6 +297,11 @@ class TrainingJob(Job):
     )
     attention: Annotated[str, Choices("attention implementation", ATTENTION_IMPLEMENTATIONS)] = Field(
         "flash", description="Attention kernel: flash or unfused."
+    )
+    elementwise: Annotated[str, Choices("elementwise kernels", ELEMENTWISE)] = Field(
+        "fused",
+        description="Memory-bound kernels: fused (Transformer Engine's and Megatron's, or torch.compile's) or eager "
+        "(PyTorch eager mode, torchtitan without --compile: RMSNorm and SwiGLU as a kernel per operation).",
     )
     transport: Annotated[str, Choices("cross-vendor transport", TRANSPORTS, group=False)] = Field(
         "device-direct",
@@ -321,20 +332,15 @@ class TrainingJob(Job):
         2000.0, gt=0, description="The file system's checkpoint write and read bandwidth, GB/s."
     )
     storage_share: float = Field(
-        1.0,
-        gt=0,
-        le=1,
-        description="Share of it a checkpoint burst gets (other tenants and the job's own "
-        "reads take the rest).",
-    )
+        1.0, gt=0, le=1, description="Share of it a checkpoint burst gets (other tenants and the job's own reads "
+        "take the rest).",
+    )  # fmt: skip
     storage_node_GBps: float = Field(
-        100.0,
-        gt=0,
-        description="Each node's link to storage, GB/s (assumed: two 400 Gb/s storage ports, "
-        "as DGX H100 and B200 have).",
-    )
+        100.0, gt=0, description="Each node's link to storage, GB/s (assumed: two 400 Gb/s storage ports, as DGX "
+        "H100 and B200 have).",
+    )  # fmt: skip
     restart_min: float = Field(
-        10.0, ge=0, description="Minutes from a failure to training again, less the reload."
+        10.0, ge=0, description="Minutes from a failure to training again (less reload)."
     )
     spares: bool = Field(
         True, description="Hot spare nodes replace failed ones (else repairs stall the job)."
@@ -343,9 +349,7 @@ class TrainingJob(Job):
     pue: Pue = Field(1.0, description="Facility PUE for energy (1.0: IT energy only).")
     carbon_g_per_kWh: float = Field(0.0, ge=0, description="Grid carbon intensity (g CO2 per kWh).")
     price_per_gpu_hour: float = Field(0.0, ge=0, description="Price per GPU-hour (USD).")
-    train_tokens: float = Field(
-        1e12, gt=0, description="Tokens to train on (for time to train, energy, cost)."
-    )
+    train_tokens: float = Field(1e12, gt=0, description="Tokens to train on (time to train, energy, cost).")
 
     @model_validator(mode="after")
     def _one_failure_rate(self) -> TrainingJob:
@@ -359,27 +363,7 @@ class TrainingJob(Job):
     @model_validator(mode="before")
     @classmethod
     def _from_pipeline_layout(cls, data: Any) -> Any:
-        """A pipeline layout states vpp, the first and last stages' layers and the prediction modules
-        (:func:`commodel.workloads.pipeline_layout.stage_split`); Megatron-Core refuses it beside its
-        first and last stage flags or the embedding and loss counted as layers, and so does this."""
-        text = data.get("pipeline_layout") if isinstance(data, dict) else None
-        if not text:
-            return data
-        config, pp = known_model(data.get("model")), data.get("pp") or 1
-        if config is None or not isinstance(pp, numbers.Integral) or pp < 1:
-            return data  # the model's and pp's own checks name them
-        try:
-            split = stage_split(text, pp, config.layers)
-        except CommodelError as exc:
-            raise ValueError(str(exc)) from None
-        agree = {"vpp": (1, split.vpp), "mtp_layers": (0, split.mtp), "ends_as_layers": (False,)}
-        clash = [name for name in ("first_stage_layers", "last_stage_layers") if data.get(name) is not None]
-        clash += [name for name, fine in agree.items() if data.get(name) not in (None, *fine)]
-        if clash:
-            options = ", ".join("--" + name.replace("_", "-") for name in clash)
-            raise ValueError(f"a pipeline layout states the pipeline split itself: drop {options}")
-        return data | {"vpp": split.vpp, "mtp_layers": split.mtp,
-                       "first_stage_layers": split.first or None, "last_stage_layers": split.last or None}  # fmt: skip
+        return with_pipeline_layout(data)
 
     @field_validator("recompute_modules", mode="before")
     @classmethod

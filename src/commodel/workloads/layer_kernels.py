@@ -24,6 +24,21 @@ from commodel.workloads.transformer import attention_dims, dispatched_tokens
 #: its backward consumes the gathered output gradient; a ``local`` GEMM touches no TP collective.
 GEMM_ROLES = ("column", "row", "local")
 
+#: Memory-bound kernels: ``fused`` (Transformer Engine's and Megatron's kernels, or torch.compile's:
+#: each reads its inputs and writes its outputs once) or ``eager`` (PyTorch eager mode, torchtitan
+#: without ``--compile``: each operation a kernel of its own, :data:`EAGER_PASSES`).
+ELEMENTWISE = ("fused", "eager")
+
+#: (reads, writes) per element, in 16-bit activations, of the memory-bound kernels PyTorch runs
+#: eagerly where a fused kernel has its own counts. RMSNorm: ATen's composite ``rms_norm`` (PyTorch
+#: 2.4-2.7, behind ``nn.RMSNorm``) upcasts to FP32 (r 1, w 2), squares (r 2, w 2), takes the mean
+#: (r 2), multiplies by its reciprocal root (r 2, w 2), casts back (r 2, w 1) and multiplies by the
+#: weight (r 1, w 1): 10 and 8 where the fused norm has 1 and 1. SwiGLU (torchtitan's
+#: ``F.silu(w1(x)) * w3(x)``): silu (r 1, w 1), then the product (r 2, w 1): 3 and 2 where the fused
+#: one has 2 and 1. Their backward passes scale alike (assumed); residual adds and casts are one
+#: kernel either way.
+EAGER_PASSES = {"norm": (10, 8), "swiglu": (3, 2)}
+
 #: A GEMM, how many run per layer, and its tensor-parallel role.
 Gemm = tuple[Kernel, float, str]
 #: A memory-bound kernel and how many run per layer forward and backward.
@@ -205,6 +220,7 @@ def layer_kernels(
     fp8_dispatch: ArrayLike = False,
     flex: ArrayLike = False,
     permute_fusion: ArrayLike = False,
+    eager: ArrayLike = False,
 ) -> LayerKernels:
     """Forward kernels of one layer on one GPU for ``tokens`` = micro_batch x seq / cp local tokens.
 
@@ -228,7 +244,8 @@ def layer_kernels(
     ``fp8_dispatch`` under an FP8 recipe the experts' inputs are quantized before the dispatch and
     their output gradients before the combine's backward (DeepSeek-V3 report, section 3.3.2), once
     per token the GPU holds, where the received copies (``top_k`` per token) would each be cast after
-    it. Sliding-window layers attend to at most ``window`` keys.
+    it. Sliding-window layers attend to at most ``window`` keys. Where ``eager``, the norms and SwiGLU
+    run as PyTorch's eager operations (:data:`EAGER_PASSES`).
     """
     T, t, h = np.asarray(tokens, dtype=float), np.asarray(tp, dtype=float), model.hidden
     dense = 1 - model.moe_layers / model.layers
@@ -256,19 +273,46 @@ def layer_kernels(
     gemms = [entry for entries in groups.values() for entry in entries]
     if moe.routing:  # the router stays in BF16 and is never quantized
         gemms.append((moe.routing[0][0], moe.routing[0][1], "local"))
-    norm = named(elementwise(sp_tokens * h, recipe.other, reads=1, writes=1, flops_per_element=5), "norms")
-    residual = named(elementwise(sp_tokens * h, recipe.other, reads=2, writes=1), "residual adds")
-    activations = [(T * model.ffn_hidden / t, dense, "mlp")] if dense > 0 else []
-    acts = {
-        name: (named(elementwise(n, recipe.other, reads=2 if model.gated_mlp else 1, writes=1, flops_per_element=8),
-                     f"activation ({name.replace('_', ' ')})"), share)
-        for n, share, name in [*activations, *moe.activations]
-    }  # fmt: skip
+    norm, residual, acts = _layer_passes(model, T / t, sp_tokens, dense, moe.activations, recipe.other, eager)
     passes += [(norm, 2.0, 4.0), (residual, 2.0, 4.0), *((k, share, 2 * share) for k, share in acts.values())]
     core = _attention_core(model, micro_batch, seq, cp, t, recipe.other, attention_impl)
     return LayerKernels(
         gemms, core, passes, _remade(groups, casts, acts, moe.routing, norm), _shared(moe, casts, acts)
     )
+
+
+def _layer_passes(
+    model: Transformer,
+    tp_tokens: np.ndarray,
+    sp_tokens: np.ndarray,
+    dense: float,
+    moe_activations: list[tuple[np.ndarray, float, str]],
+    dtype: str,
+    eager: ArrayLike,
+) -> tuple[Kernel, Kernel, dict[str, tuple[Kernel, float]]]:
+    """A layer's norms and residual adds (over ``sp_tokens`` of ``hidden``), and its activation
+    functions by module with their share of the layers: the dense MLP's over ``tp_tokens`` of its
+    width, and the experts'; fused or, where ``eager``, PyTorch's eager operations."""
+    h = model.hidden
+    norm = named(
+        elementwise(sp_tokens * h, dtype, *_passes(eager, "norm", (1, 1)), flops_per_element=5), "norms"
+    )
+    residual = named(elementwise(sp_tokens * h, dtype, reads=2, writes=1), "residual adds")
+    activations = [(tp_tokens * model.ffn_hidden, dense, "mlp")] if dense > 0 else []
+    reads, writes = _passes(eager, "swiglu", (2, 1)) if model.gated_mlp else (1, 1)
+    acts = {
+        name: (named(elementwise(n, dtype, reads, writes, flops_per_element=8),
+                     f"activation ({name.replace('_', ' ')})"), share)
+        for n, share, name in [*activations, *moe_activations]
+    }  # fmt: skip
+    return norm, residual, acts
+
+
+def _passes(eager: ArrayLike, kind: str, fused: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """(reads, writes) per element of a ``kind`` of :data:`EAGER_PASSES`: eager where ``eager``, else
+    the ``fused`` kernel's."""
+    on = np.asarray(eager, dtype=bool)
+    return tuple(np.where(on, e, f) for e, f in zip(EAGER_PASSES[kind], fused, strict=True))  # type: ignore[return-value]
 
 
 def _remade(groups: dict[str, list[Gemm]], casts: dict[str, list[Casts]], acts: dict[str, tuple[Kernel, float]],

@@ -225,10 +225,11 @@ def layer_work_of(
     """:func:`layer_work` of every layout in ``x``, computed once per distinct layer shape; with
     ``shared_experts``, of the layer's shared experts alone (nothing without them)."""
 
-    def work(T, mb, seq, tp, cp, ep, sp, recompute, modules, load, etp, fp8_dispatch, flex, fused, sms):
-        lk = layer_kernels(
-            model, T, mb, seq, tp, cp, ep, sp, recipe, attention_impl, load, etp, fp8_dispatch, flex, fused
-        )
+    def work(
+        T, mb, seq, tp, cp, ep, sp, recompute, modules, load, etp, fp8_dispatch, flex, fused, eager, sms
+    ):
+        lk = layer_kernels(model, T, mb, seq, tp, cp, ep, sp, recipe, attention_impl, load, etp, fp8_dispatch,
+                           flex, fused, eager)  # fmt: skip
         if shared_experts:
             lk = lk.shared_experts or LayerKernels([], [], [], {})
         return layer_work(gpu, lk, recompute, modules, sms)
@@ -250,6 +251,7 @@ def layer_work_of(
         x.fp8_dispatch,
         x.flex,
         x.permute_fusion,
+        x.elementwise,
         sms,
     )
 
@@ -263,7 +265,7 @@ def kernel_table(
     layer. The rows add up to :func:`layer_work_of`'s forward and backward, recomputation aside."""
     lk = layer_kernels(model, x.tokens, x.micro_batch, x.seq, x.tp, x.cp, x.ep, x.sequence_parallel, recipe,
                        attention_impl, x.busiest_expert_rank, x.expert_tp, x.fp8_dispatch, x.flex,
-                       x.permute_fusion)  # fmt: skip
+                       x.permute_fusion, x.elementwise)  # fmt: skip
     return [
         {**kernel_row(gpu, e.kernel, e.fwd_s), "forward": first_design(e.forward), "backward": first_design(e.backward),
          "fwd_ms": 1e3 * first_design(e.forward) * first_design(e.fwd_s), "bwd_ms": 1e3 * first_design(e.backward) * first_design(e.bwd_s)}

@@ -8,7 +8,9 @@ weights are FP8 row-wise and column-wise copies, without it BF16 weights beside 
 without it),
 12 B of fp32 master weights, momentum and variance; ZeRO stage 1 (the distributed optimizer) shards
 the optimizer state, 2 also the gradients, 3 (FSDP) also the weights, over the dp x cp ranks (expert
-parameters, split etp x ep ways, over their tp x cp x dp / (etp x ep) replicas). Activations follow
+parameters, split etp x ep ways, over their tp x cp x dp / (etp x ep) replicas). ZeRO-3 also holds
+unsharded copies beside its shards (:func:`unsharded_state`): the gathered layers and the gradients
+waiting for their reduce-scatter. Activations follow
 :func:`activation_bytes_per_token`; 1F1B keeps ``min(m, pp - i)`` micro-batches in flight on stage
 i, interleaving ``1 + (pp - 1) / (pp vpp)`` times more (Narayanan et al. 2021), each stage its own
 layers (:func:`stage_split`). The last stage also holds fp32 logits of one micro-batch, and the
@@ -31,6 +33,11 @@ WEIGHT_BYTES, OPTIMIZER_BYTES = 2.0, 12.0
 #: Adam's two moments, 4 B each in FP32 or 2 B each in BF16 (Megatron's precision-aware optimizer,
 #: ``--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``): 4 B of :data:`OPTIMIZER_BYTES` less per parameter.
 BF16_MOMENTS_SAVING = 4.0
+
+#: Layers a ZeRO-3 (FSDP) GPU holds gathered at once when it frees each after its forward: the layer
+#: computing and the next, prefetched (PyTorch FSDP2's implicit prefetch, Megatron-FSDP's double
+#: buffer); as many layers' unsharded gradients wait for their reduce-scatter.
+FSDP_LAYERS_IN_FLIGHT = 2
 
 #: Weight bytes per parameter under FP8 without ``fp8_param_gather``: BF16 weights and the row-wise and
 #: column-wise FP8 copies Transformer Engine keeps of them.
@@ -82,20 +89,28 @@ def _stage_loads(
     ]
 
 
-def stage_parameters(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndarray]:
-    """(dense, expert) parameters held by one GPU of the largest pipeline stage (of the two stages a
-    GPU holds under DualPipe): its layers, its vocabulary-sized tables and, on the last stage, the
-    multi-token prediction modules' ``2h x h`` projections."""
+def layer_parameters(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, expert) parameters of one (average) layer on one GPU before any ZeRO sharding: its
+    attention, dense MLP or router and shared experts and its two norms over tp, its routed experts
+    over etp x ep."""
     w = layer_weights(model)
     moe_share = model.moe_layers / model.layers
     per_layer = w.attention + (1 - moe_share) * w.dense_mlp + moe_share * (w.moe_shared + w.router)
+    return (per_layer + 2 * model.hidden) / x.tp, moe_share * w.moe_experts / (x.expert_tp * x.ep)
+
+
+def stage_parameters(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, expert) parameters held by one GPU of the largest pipeline stage (of the two stages a
+    GPU holds under DualPipe): its layers (:func:`layer_parameters`), its vocabulary-sized tables and,
+    on the last stage, the multi-token prediction modules' ``2h x h`` projections."""
+    layer_dense, layer_experts = layer_parameters(model, x)
     copies = np.where(x.dualpipe, 2, 1)
     h = model.hidden
     best_dense = best_experts = np.zeros(np.shape(x.pp))
     for valid, layers, tables, end in _stage_loads(model, x):
         held = copies * layers
-        dense = (held * (per_layer + 2 * h) + tables * model.vocab * h + end * x.mtp_layers * 2 * h**2) / x.tp
-        experts = held * moe_share * w.moe_experts / (x.expert_tp * x.ep)
+        dense = held * layer_dense + (tables * model.vocab * h + end * x.mtp_layers * 2 * h**2) / x.tp
+        experts = held * layer_experts
         larger = valid & (dense + experts > best_dense + best_experts)
         best_dense, best_experts = (
             np.where(larger, dense, best_dense),
@@ -111,6 +126,28 @@ def weight_bytes(x: Layout, recipe: Precision | None) -> np.ndarray:
     return np.where(
         quantized & ~np.asarray(x.fp8_param_gather, dtype=bool), FP8_BESIDE_BF16_BYTES, WEIGHT_BYTES
     )
+
+
+def gathered_bytes(x: Layout, recipe: Precision | None) -> np.ndarray:
+    """Bytes per parameter a data-parallel all-gather delivers: the 16-bit weights, or under FP8 with
+    ``fp8_param_gather`` the recipe's gathered FP8 weights (:attr:`Precision.gathered_bytes`)."""
+    quantized = recipe is not None and recipe.quantized
+    fp8 = quantized & np.asarray(x.fp8_param_gather, dtype=bool)
+    return np.where(fp8, recipe.gathered_bytes if quantized else WEIGHT_BYTES, WEIGHT_BYTES)
+
+
+def unsharded_state(model: Transformer, x: Layout, recipe: Precision | None) -> tuple[np.ndarray, np.ndarray]:
+    """(weight, gradient) bytes ZeRO-3 (FSDP) holds unsharded beside its shards: the gathered
+    parameters (:func:`gathered_bytes` each) of :data:`FSDP_LAYERS_IN_FLIGHT` layers, or with
+    ``reshard_after_forward`` off of every layer of the largest stage (each held from its forward to
+    its backward), and the unsharded gradients of :data:`FSDP_LAYERS_IN_FLIGHT` layers waiting for
+    their reduce-scatter. Nothing below ZeRO-3."""
+    dense, experts = layer_parameters(model, x)
+    layers = np.maximum.reduce(stage_split(model, x)) * np.where(x.dualpipe, 2, 1)
+    held = np.where(x.reshard_after_forward, np.minimum(FSDP_LAYERS_IN_FLIGHT, layers), layers)
+    zero3 = np.asarray(x.zero) == 3
+    per_layer = np.where(zero3, dense + experts, 0.0)
+    return per_layer * held * gathered_bytes(x, recipe), per_layer * FSDP_LAYERS_IN_FLIGHT * gradient_bytes(x)
 
 
 def memory_parts(
@@ -136,11 +173,12 @@ def memory_parts(
         per_token / x.tp,
         np.maximum(per_token - replicated, 0) / x.tp + np.minimum(per_token, replicated),
     )
+    gathered, unsharded_grads = unsharded_state(model, x, recipe)
     return {
         "dense_parameters": dense,
         "expert_parameters": experts,
-        "weights": sharded(1.0, 3) * weight_bytes(x, recipe),
-        "gradients": sharded(gradient_bytes(x), 2),
+        "weights": sharded(1.0, 3) * weight_bytes(x, recipe) + gathered,
+        "gradients": sharded(gradient_bytes(x), 2) + unsharded_grads,
         "optimizer": sharded(optimizer_bytes(x), 1),
         "layer_activations": x.tokens * split,
         "logits": (1 + x.mtp_layers) * 4.0 * x.tokens * model.vocab / x.tp,

@@ -1,27 +1,24 @@
 """One micro-batch of a training step, vectorized over layouts (:func:`per_microbatch`): a layer's
 compute and the communication each kind of parallelism exposes beside it (tensor, expert, context,
-pipeline, data), the last stage's extra work, the optimizer, and the memory parts. Everything here
+pipeline; data and the optimizer: :mod:`commodel.workloads.data_parallel`), the last stage's extra
+work, and the memory parts. Everything here
 is independent of the number of micro-batches; :mod:`commodel.workloads.training` schedules it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
-from numpy.typing import ArrayLike
 
-from commodel.comm.fabric import Fabric, fabric_of
 from commodel.compute.kernels import gemm, gemm_backward
 from commodel.compute.precision import Precision
 from commodel.hardware.cluster import Cluster
-from commodel.overlap import Window, ctas, exposed, overlapping
+from commodel.overlap import Window, ctas
 from commodel.workloads.activation_fit import offload_exposed
-from commodel.workloads.groups import Group, collective, domain, group, in_switch, job_domain, shared_nics
+from commodel.workloads.data_parallel import data_parallel
+from commodel.workloads.groups import collective, domain
 from commodel.workloads.host_issue import host_wait_s
 from commodel.workloads.layer_work import (
     ATTENTION_BACKWARD,
-    Work,
     either,
     layer_work_of,
     repeat,
@@ -29,138 +26,18 @@ from commodel.workloads.layer_work import (
     window,
 )
 from commodel.workloads.layout import Layout, has_module, stage_split
-from commodel.workloads.memory import OPTIMIZER_BYTES, gradient_bytes, memory_parts, optimizer_bytes
+from commodel.workloads.memory import memory_parts
+from commodel.workloads.microbatch_context import MicroBatch
 from commodel.workloads.moe_dispatch import DISPATCH_BYTES, flex_group, flex_sms, high_throughput_s
 from commodel.workloads.schema import Transformer
 from commodel.workloads.tensor_parallel import tensor_parallel_exposed
 from commodel.workloads.transformer import (
     attention_dims,
-    bytes_per,
     dispatched_tokens,
     recomputed_pairs,
     routed_copies,
     tensor_parallel_mlps,
 )
-
-#: Adam with fp32 master weights: read master, gradient, momentum, variance (16 B), write master,
-#: momentum, variance and the bf16 copy (14 B), read the gradient again for the norm (4 B).
-ADAM_BYTES_PER_PARAM = 34.0
-
-#: Parameters per data-parallel gradient bucket, and per data-parallel rank: Megatron-Core's default
-#: bucket, ``max(40 M, 1 M x dp)`` (``DistributedDataParallel``, 0.15: larger buckets at large dp
-#: keep NCCL's ring chunks bandwidth-bound).
-BUCKET_PARAMS, BUCKET_PARAMS_PER_RANK = 40e6, 1e6
-
-
-@dataclass
-class MicroBatch:
-    """What every part of a micro-batch's pricing shares: the layouts, the fabric and its groups
-    (ranks tp-first, the expert grid folded over the same ranks), a layer's work on all SMs, and
-    the layer's work on the SMs a collective leaves where the strategy partitions them."""
-
-    model: Transformer
-    cluster: Cluster
-    x: Layout
-    recipe: Precision
-    strategy: str | np.ndarray
-    attention_impl: str
-    fab: Fabric = field(init=False)
-    full: Work = field(init=False)
-    _on_sms: dict[bytes, Work] = field(init=False, default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.fab = shared_nics(fabric_of(self.cluster))
-        self.full = layer_work_of(self.model, self.gpu, self.x, self.recipe, self.attention_impl)
-        self.partitioning = overlapping(self.strategy)
-        x, gpn = self.x, job_domain(self.x.gpus, self.fab.domain)
-        self.tp, self.cp, self.dp = group(x.tp, 1, gpn), group(x.cp, x.tp, gpn), group(x.dp * x.cp, x.tp, gpn)
-        self.etp, self.ep = group(x.expert_tp, 1, gpn), group(x.ep, x.expert_tp, gpn)
-        self.edp = group(x.expert_dp, x.expert_tp * x.ep, gpn)
-        pp_nodes = np.where(x.tp * x.cp * x.dp >= gpn, 2.0, 1.0)
-        self.pp = Group(np.full_like(pp_nodes, 2.0), 2.0 / pp_nodes)
-
-    @property
-    def gpu(self) -> object:
-        return self.cluster.gpu
-
-    @property
-    def size(self) -> float:
-        """Bytes per element of activations and gradients on the wire (BF16)."""
-        return bytes_per(self.recipe.other)
-
-    @property
-    def hbm(self) -> float:
-        return self.gpu.memory_bandwidth.value * self.gpu.memory_efficiency.value
-
-    @property
-    def units(self) -> float:
-        return self.gpu.compute_units.value
-
-    def partitioned(self, k: np.ndarray) -> Work:
-        """The layer's compute on the SMs a collective of ``k`` CTAs leaves where the strategy
-        partitions them (priced once per ``k``), on all SMs elsewhere."""
-        if not np.any(self.partitioning):
-            return self.full
-        key = np.asarray(k, dtype=float).tobytes()
-        if key not in self._on_sms:
-            m = self
-            self._on_sms[key] = layer_work_of(m.model, m.gpu, m.x, m.recipe, m.attention_impl, m.units - k)
-        return either(self.partitioning, self._on_sms[key], self.full)
-
-    def exposed(self, layer: Window, comm_s: np.ndarray, **kwargs: object) -> np.ndarray:
-        return exposed(self.strategy, layer, comm_s, hbm_Bps=self.hbm, **kwargs)
-
-
-def gradient_sync(
-    params: np.ndarray,
-    grad_bytes: ArrayLike,
-    gathered_bytes: ArrayLike,
-    sharded: np.ndarray,
-    where: Group,
-    fab: Fabric,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(reduce seconds, its per-GPU bytes/s, parameter gather seconds, its bytes/s) of the gradients
-    of ``params`` parameters (``grad_bytes`` each) over a data-parallel group: an allreduce, or with a
-    sharded optimizer (ZeRO >= 1) a reduce-scatter and an allgather of the updated parameters,
-    ``gathered_bytes`` each (:attr:`~commodel.compute.precision.Precision.gathered_bytes` under FP8
-    with ``fp8_param_gather``). Only what a layout runs is priced."""
-    nbytes = params * grad_bytes
-    rs, rs_bw = collective("reducescatter", np.where(sharded, nbytes, 0.0), where, fab)
-    ar, ar_bw = collective("allreduce", np.where(sharded, 0.0, nbytes), where, fab)
-    ag, ag_bw = collective("allgather", np.where(sharded, params * gathered_bytes, 0.0), where, fab)
-    return np.where(sharded, rs, ar), np.where(sharded, rs_bw, ar_bw), ag, ag_bw
-
-
-def chunked_exposed(
-    strategy: str | np.ndarray,
-    layer: Window,
-    stage_layers: np.ndarray,
-    x: Layout,
-    comm_s: np.ndarray,
-    traffic_Bps: np.ndarray,
-    buckets: np.ndarray,
-    **kwargs: object,
-) -> np.ndarray:
-    """Seconds a data-parallel collective of ``comm_s`` (the whole stage's parameters, in
-    ``buckets`` launches) adds to a step, each of the ``vpp`` model chunks' share launched as that
-    chunk's work is done.
-
-    Megatron-Core's interleaved schedule reduces a chunk's gradients at its last backward and gathers
-    a chunk's parameters one chunk ahead of its first forward (``schedules.py``, 0.15), and the
-    chunks take their turns ``pp`` chunk-passes apart (``pp L / vpp`` layers of a stage of ``L``).
-    Queued on one stream, chunk ``k``'s share and those after it must fit in ``k`` such gaps and
-    the last chunk's own pass, so the exposure is the larger of two ends (it is linear in ``k``): the
-    last chunk's share ``comm / vpp`` behind its ``L / vpp`` layers, and all of ``comm`` behind
-    ``(1 + (vpp - 1) pp) L / vpp`` layers. Without interleaving (vpp 1) both are ``comm`` behind
-    the stage's ``L`` layers."""
-
-    def behind(layers: np.ndarray, share: np.ndarray) -> np.ndarray:
-        """Exposure of ``share`` of the collective behind ``layers`` layers' passes."""
-        comm, calls = share * comm_s, share * buckets
-        return exposed(strategy, repeat(layer, layers), comm, traffic_Bps=traffic_Bps, calls=calls, **kwargs)
-
-    chunk = stage_layers / x.vpp
-    return np.maximum(behind(chunk, 1 / x.vpp), behind(chunk * (1 + (x.vpp - 1) * x.pp), 1.0))
 
 
 def _expert_comm(m: MicroBatch, ep_overlap: str, tp_comm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -273,52 +150,6 @@ def _pipeline_comm(m: MicroBatch, stage_layers: np.ndarray) -> np.ndarray:
     return m.exposed(mb_window, p2p_comm, traffic_Bps=2 * p2p_bw, calls=2 * x.vpp)
 
 
-def _data_parallel(
-    m: MicroBatch, stage_layers: np.ndarray, dense: np.ndarray, experts: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Data parallelism and ZeRO: the seconds ZeRO-3's gathers and reduce-scatters expose per
-    micro-batch, the seconds the end-of-step gradient reduction and parameter gather expose, and the
-    optimizer's on the local (ZeRO-sharded) parameters."""
-    x, fab, size = m.x, m.fab, m.size
-    dp_part = m.partitioned(ctas(m.strategy, domain(fab, m.dp), in_switch(fab, m.dp)))
-    zero3, sharded = x.zero == 3, x.zero >= 1
-    gathered = np.where(x.fp8_param_gather, m.recipe.gathered_bytes, size)  # bytes per parameter
-    grad_size = gradient_bytes(x)
-    reduce_s, reduce_bw, gather_s, ag_bw = gradient_sync(dense, grad_size, gathered, sharded, m.dp, fab)
-    expert_reduce_s, _, expert_gather_s, _ = gradient_sync(experts, grad_size, gathered, sharded, m.edp, fab)
-    reduce_s, gather_s = reduce_s + expert_reduce_s, gather_s + expert_gather_s
-    dp_kw = {"hbm_Bps": m.hbm, "in_network": in_switch(fab, m.dp)}
-    buckets = np.ceil((dense + experts) / np.maximum(BUCKET_PARAMS, BUCKET_PARAMS_PER_RANK * x.dp))
-    # ZeRO-3: gather parameters for forward and backward and reduce-scatter gradients every micro-batch.
-    z3_comm = np.where(zero3, 2 * gather_s + reduce_s, 0.0)
-    z3_bytes = 2 * gather_s * ag_bw + reduce_s * reduce_bw  # per GPU: the HBM traffic is twice these
-    z3_traffic = 2 * np.divide(z3_bytes, z3_comm, out=np.zeros_like(z3_comm), where=z3_comm > 0)
-    z3_window = repeat(window(m.full, dp_part, "both"), stage_layers)
-    z3_exposed = exposed(
-        m.strategy, z3_window, z3_comm, traffic_Bps=z3_traffic, calls=3 * stage_layers, **dp_kw
-    )
-    # ZeRO 0-2: reduce gradients behind the last micro-batches' backward ...
-    end_reduce = np.where(zero3, 0.0, reduce_s)
-    dp_exposed = chunked_exposed(
-        m.strategy,
-        window(m.full, dp_part, "bwd"),
-        stage_layers,
-        x,
-        end_reduce,
-        2 * reduce_bw,
-        buckets,
-        **dp_kw,
-    )
-    # ... and with ZeRO 1-2 gather the updated parameters behind the next step's first forwards.
-    param_gather = np.where(sharded & ~zero3, gather_s, 0.0)
-    dp_exposed = dp_exposed + chunked_exposed(
-        m.strategy, window(m.full, dp_part, "fwd"), stage_layers, x, param_gather, 2 * ag_bw, buckets, **dp_kw
-    )
-    local = dense / np.where(sharded, x.dp * x.cp, 1) + experts / np.where(sharded, x.expert_dp, 1)
-    moments_saved = OPTIMIZER_BYTES - optimizer_bytes(x)  # BF16 moments: each read and written once
-    return z3_exposed, dp_exposed, local * (ADAM_BYTES_PER_PARAM - 2 * moments_saved) / m.hbm
-
-
 def per_microbatch(
     model: Transformer,
     cluster: Cluster,
@@ -351,7 +182,7 @@ def per_microbatch(
     stage_layers = np.maximum(np.maximum(first, middle), last + x.mtp_layers)  # the largest stage's
     memory = memory_parts(model, x, attention_impl, recipe)
     dense, experts = memory.pop("dense_parameters"), memory.pop("expert_parameters")
-    z3_exposed, dp_exposed, optimizer = _data_parallel(m, stage_layers, dense, experts)
+    z3_exposed, dp_exposed, optimizer = data_parallel(m, stage_layers, dense, experts)
     # Offloading this layer's activations to CPU memory (what --recompute auto may choose instead).
     offload = offload_exposed(
         memory["layer_activations"],

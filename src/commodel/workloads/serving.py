@@ -45,7 +45,7 @@ from commodel.hardware.cluster import Cluster
 from commodel.workloads.groups import Group, collective, group
 from commodel.workloads.layer_kernels import layer_kernels
 from commodel.workloads.layer_work import first_design, kernel_row, timed
-from commodel.workloads.layout import heads_problem
+from commodel.workloads.layout_rules import heads_problem
 from commodel.workloads.schema import Transformer
 from commodel.workloads.transformer import attention_dims, bytes_per
 

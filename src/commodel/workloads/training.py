@@ -21,9 +21,9 @@ model; it derives nothing of its own but the schedule:
   assumed).
 - **Data parallelism**: gradients reduce (allreduce, or reduce-scatter then parameter allgather with
   ZeRO >= 1) behind the last micro-batch's backward and the first one's forward, each interleaved
-  model chunk's share as its work ends (:func:`commodel.workloads.microbatch.chunked_exposed`); ZeRO-3 gathers parameters every
+  model chunk's share as its work ends (:func:`commodel.workloads.data_parallel.chunked_exposed`); ZeRO-3 gathers parameters every
   micro-batch.
-- **Optimizer**: Adam reads and writes :data:`~commodel.workloads.microbatch.ADAM_BYTES_PER_PARAM` bytes per local parameter, 8 fewer
+- **Optimizer**: Adam reads and writes :data:`~commodel.workloads.data_parallel.ADAM_BYTES_PER_PARAM` bytes per local parameter, 8 fewer
   with its moments in BF16 (read and written at 2 B instead of 4).
 - **Fitting in memory** (``--recompute auto``): the fewest layers recomputed or offloaded to CPU
   memory, whichever costs less (:mod:`commodel.workloads.activation_fit`).

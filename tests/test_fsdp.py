@@ -1,0 +1,89 @@
+"""ZeRO-3 as FSDP runs it (PyTorch FSDP2, Megatron-FSDP): per-layer gathers prefetched one layer
+ahead, reduce-scatters behind the next layer's backward, the gathered layers and gradients held, and
+``reshard_after_forward``."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from conftest import layouts
+
+from commodel.hardware import cluster
+from commodel.pricing.run import train
+from commodel.workloads.catalog import model
+from commodel.workloads.memory import FSDP_LAYERS_IN_FLIGHT, layer_parameters, memory_per_gpu
+from commodel.workloads.training import train_step
+
+#: Llama 3 8B on 32 H100s (4 nodes), FSDP, one 8K-token sequence per GPU: the torchtitan shape.
+JOB = dict(model="llama3-8b", system="dgx-h100", gpus=32, global_batch=32, seq=8192, zero=3)
+
+
+def _step(x, strategy="serial", dtype="bf16"):
+    return train_step(model("llama3-8b"), cluster("dgx-h100", 4), x, dtype, strategy)
+
+
+def test_resharding_after_forward_gathers_twice_and_holds_two_layers():
+    """Freeing each layer after its forward costs a second gather per micro-batch (serial: all of it
+    exposed) and saves holding every layer gathered from forward to backward."""
+    on = layouts(**JOB)
+    off = dataclasses.replace(on, reshard_after_forward=np.asarray(False))
+    steps = {name: _step(x) for name, x in (("on", on), ("off", off))}
+    assert steps["on"]["dp_comm_s"] > steps["off"]["dp_comm_s"]
+    assert steps["on"]["step_time_s"] > steps["off"]["step_time_s"]
+    mem_on, mem_off = memory_per_gpu(model("llama3-8b"), on), memory_per_gpu(model("llama3-8b"), off)
+    layer = float(sum(layer_parameters(model("llama3-8b"), on)))
+    extra = (model("llama3-8b").layers - FSDP_LAYERS_IN_FLIGHT) * layer * 2  # BF16, the other layers
+    assert float(mem_off["weights"] - mem_on["weights"]) == pytest.approx(extra)
+    assert float(mem_off["gradients"]) == float(mem_on["gradients"])
+
+
+def test_the_first_gather_and_last_reduce_scatter_stay_exposed_behind_ideal_overlap():
+    """With perfect overlap and far more compute than communication, ZeRO-3 still exposes one layer's
+    gather and reduce-scatter per micro-batch (the prefetch pipeline's two ends), and no more than its
+    communication; more layers make that share smaller."""
+    x = layouts(**JOB)
+    ideal, serial = _step(x, "ideal"), _step(x, "serial")
+    z3_serial = float(serial["dp_comm_s"])  # serial: every gather and reduce-scatter exposed
+    assert 0 < float(ideal["dp_comm_s"]) < z3_serial
+    # gathers 2G + R in serial; the ends G / L + R / L, at least a third of the layer's share
+    layers = model("llama3-8b").layers
+    assert float(ideal["dp_comm_s"]) >= z3_serial / layers / 3
+    assert float(ideal["dp_comm_s"]) <= z3_serial / layers * (1 + 1e-9)
+
+
+def test_fp8_gathers_hold_and_move_fewer_bytes():
+    """Under FP8 with ``fp8_param_gather`` (torchao's float8 all-gather, Megatron's FP8 primary
+    weights) FSDP gathers 1 B per parameter instead of BF16's 2: less to move and less held."""
+    x = layouts(**JOB)
+    fp8 = train(**JOB, dtype="fp8", overlap="serial")
+    bf16_gather = train(**JOB, dtype="fp8", overlap="serial", fp8_param_gather=False)
+    assert fp8["step_time_s"] < bf16_gather["step_time_s"]
+    layer = float(sum(layer_parameters(model("llama3-8b"), x)))
+    gathered = FSDP_LAYERS_IN_FLIGHT * layer
+    # BF16 gathers add 1 B per gathered parameter, beside the 4 B of FP8 copies and BF16 weights per shard
+    assert fp8["memory_weights_bytes"] < bf16_gather["memory_weights_bytes"]
+    assert bf16_gather["memory_weights_bytes"] - fp8["memory_weights_bytes"] >= gathered
+
+
+def test_reshard_after_forward_is_a_job_setting():
+    on, off = train(**JOB), train(**JOB, reshard_after_forward=False)
+    assert on["memory_weights_bytes"] < off["memory_weights_bytes"]
+    assert train(**{**JOB, "zero": 1}, reshard_after_forward=False) == train(**{**JOB, "zero": 1})
+
+
+def test_eager_elementwise_kernels_never_make_a_step_faster():
+    """PyTorch's eager norms and SwiGLU (torchtitan without --compile) read and write more than fused
+    ones: never a faster step, and a norm moves 9 times the bytes (18 where the fused one moves 2)."""
+    from commodel.compute.precision import precision
+    from commodel.workloads.layer_kernels import layer_kernels
+
+    for name in ("llama3-8b", "gpt3-175b", "qwen3-30b-a3b"):
+        job = dict(model=name, system="dgx-h100", gpus=64, global_batch=64, seq=4096)
+        fused, eager = train(**job), train(**job, elementwise="eager")
+        assert eager["step_time_s"] >= fused["step_time_s"]
+    args = (model("llama3-8b"), 8192.0, 1.0, 8192.0, 1.0, 1.0, 1.0, False, precision("bf16"))
+    norms = [
+        next(k for k, _, _ in layer_kernels(*args, eager=eager).elementwise if k.label == "norms")
+        for eager in (False, True)
+    ]
+    assert float(norms[1].bytes / norms[0].bytes) == pytest.approx(9.0)
