@@ -129,3 +129,21 @@ def test_two_domain_trees_exceed_the_nic_rate_without_reducing_in_the_network():
     more: measured 440 GB/s busbw on 2 x 8 H100 with 8 x 400 Gb/s NICs (400 GB/s)."""
     frame = run("allreduce", cluster("dgx-h100", 2), [8 * 2**30])
     assert frame.algo.iloc[0] in ("tree", "nvls-tree") and frame.busbw_GBps.iloc[0] > 400
+
+
+def test_nccl_choice_takes_no_less_time_as_the_message_grows_across_nodes():
+    """Across 2-8 H100 or B200 nodes, NCCL's own choice never gets faster as the message doubles: tree
+    LL and LL128 forward a line round at a time (a 128 KiB allreduce on two H100 nodes was priced
+    slower than 256 KiB when the pipeline fill moved whole chunks), and NCCL's LL cap bounds the whole
+    call rather than each of the channels a small message keeps."""
+    from commodel.comm.collectives import library_algorithms
+
+    sizes = 2.0 ** np.arange(3, 31)
+    for system in ("dgx-h100", "dgx-b200"):
+        for nodes in (2, 4, 8):
+            c = cluster(system, nodes)
+            fab = fabric_of(c)
+            for op in ("allreduce", "allgather", "reducescatter", "broadcast", "reduce"):
+                pairs = candidates(op, fab, library_algorithms(op, "nccl"))
+                times = tune(op, sizes, c.total_gpus, nodes, fab, pairs, policy="auto").time_s
+                assert np.all(np.diff(times) >= -1e-12), (system, nodes, op)

@@ -183,21 +183,37 @@ def _tree_ll128_chunk(
     return chunk
 
 
+def line_round_bytes(proto: str) -> float:
+    """Bytes one channel's threads move per round of LL or LL128 lines, each line carrying its own
+    flag: ``threads x`` NCCL's thread threshold (LL 512 x 8 B = 4 KiB, LL128 640 x 8 B = 5 KiB), the
+    granule by which a receiver can forward what has arrived."""
+    return float(tables.MAX_THREADS[proto] * tables.THREAD_THRESHOLD[proto])
+
+
 def pipeline_fill(
-    algo: str, n: np.ndarray, g: np.ndarray, nodes: np.ndarray, chunk: np.ndarray, rate: np.ndarray
+    algo: str,
+    n: np.ndarray,
+    g: np.ndarray,
+    nodes: np.ndarray,
+    chunk: np.ndarray,
+    rate: np.ndarray,
+    proto: str = "simple",
 ) -> np.ndarray:
     """Time before a chunk pipeline reaches its steady state, in seconds.
 
-    The first chunk crosses every stage before the last stage starts: ``stages x chunk / rate`` with
+    The first piece crosses every stage before the last stage starts: ``stages x piece / rate`` with
     ``rate`` one channel's bytes/s through a hop (its links' rate: NCCL's LL cap bounds the whole
-    call's throughput, not a hop). Tree: down a chain of g GPUs and lg N tree levels and back up,
-    ``2 ((g-1) + ceil(lg N))`` stages. NVLS: a step of g heads' chunks through scatter, multimem
-    reduce and gather, 2 extra steps of ``g x chunk``; NVLS-tree adds the tree's ``2 ceil(lg N)``.
-    A ring has none: every rank sends from the first step on.
+    call's throughput, not a hop). A Simple piece is a chunk, forwarded once its step's flag is
+    posted; LL and LL128 flag every line, so a hop forwards what one round of the channel's threads
+    moves (:func:`line_round_bytes`), at most the chunk. Tree: down a chain of g GPUs and lg N tree
+    levels and back up, ``2 ((g-1) + ceil(lg N))`` stages. NVLS: a step of g heads' chunks through
+    scatter, multimem reduce and gather, 2 extra steps of ``g x chunk``; NVLS-tree adds the tree's
+    ``2 ceil(lg N)``. A ring has none: every rank sends from the first step on.
     """
     depth = np.ceil(np.log2(np.maximum(nodes, 1)))
     if algo == "tree":
-        return 2 * ((g - 1) + depth) * chunk / rate
+        piece = np.minimum(chunk, line_round_bytes(proto)) if proto != "simple" else chunk
+        return 2 * ((g - 1) + depth) * piece / rate
     if algo in ("nvls", "nvls-tree"):
         fill = 2 * g * chunk / rate
         return fill + (2 * depth * chunk / rate if algo == "nvls-tree" else 0.0)
@@ -216,7 +232,8 @@ def physical_time(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(seconds, channels used, chunk bytes) of one call of (algorithm, protocol).
 
-    ``time = launch(latency + pipeline fill + bandwidth time x default / used channels)`` (see
+    ``time = launch(latency + pipeline fill + max(bandwidth time, link time x default / used
+    channels))`` (the LL cap on the whole call, the links' share on each channel used; see
     :meth:`Fabric.call_time`), with the link's measured latencies; ``channels`` (default: NCCL's,
     reduced for small messages) may be forced by a tuner policy; more channels than the default do
     not beat the links.
@@ -227,11 +244,13 @@ def physical_time(
     used = used_channels(algo, proto, n, p, wanted)
     with np.errstate(divide="ignore", invalid="ignore"):
         full = bandwidth_time(op, algo, proto, n, p, nodes, fab)
-        moving = full * default / np.minimum(used, default)
+        # The links' share falls with the channels used; NCCL's LL cap bounds the whole call, however
+        # many channels carry it.
+        uncapped = bandwidth_time(op, algo, proto, n, p, nodes, fab, ll_cap=False) if proto == "ll" else full
+        moving = np.maximum(full, uncapped * default / np.minimum(used, default))
         chunk = chunk_bytes(op, algo, proto, n, g, nodes, used)
         # One channel's bytes per second through one hop: the links' rate, not the LL cap on the whole call.
-        uncapped = bandwidth_time(op, algo, proto, n, p, nodes, fab, ll_cap=False) if proto == "ll" else full
         rate = n / (uncapped * default / np.minimum(used, default) * used)
-        fill = pipeline_fill(algo, n, g, nodes, chunk, rate)
+        fill = pipeline_fill(algo, n, g, nodes, chunk, rate, proto)
     kernel = latency(op, algo, proto, p, nodes, fab, measured=True) + fill + moving
     return fab.call_time(kernel), np.floor(used), chunk
