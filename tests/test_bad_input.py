@@ -38,6 +38,7 @@ CASES = (
         ("--dtype", "int4"), ("--kv-dtype", "fp2"), ("--batch", "0"), ("--batch", "-3"), ("--kv-fraction", "0"),
         ("--kv-fraction", "1.5"), ("--slo-ttft", "0"), ("--slo-tpot", "-1"), ("--slo-tpot", "nan"),
         ("--prompt-cv", "-1"), ("--output-cv", "11"), ("--price-per-gpu-hour", "inf"), ("--ep", "2"), ("--kv-reserve", "half"),
+        ("--host-schedule", "async"),
     )]
     + [[*SERVE, "--gpus", "2", "--prefill-gpus", "1", "--kernels"]]
     + [["train", "--model", "qwen3-30b-a3b", "--system", "gb200-nvl72", "--gpus", "8", "--ep", "8", "--cuda-graphs", g]

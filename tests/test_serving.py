@@ -16,12 +16,14 @@ from commodel.workloads.serving import Engine, steady_state
 from commodel.workloads.serving_memory import capacity, kv_bytes_per_token_layer, weight_bytes_per_gpu
 
 
-def engine(name="llama3-8b", system="dgx-h100", dtype="bf16", kv="bf16", tp=1, pp=1, ep=1):
+def engine(
+    name="llama3-8b", system="dgx-h100", dtype="bf16", kv="bf16", tp=1, pp=1, ep=1, host_schedule="serial"
+):
     c = cluster(system)
     one = np.ones(1)
     return Engine(
         model(name), c, serving_precision(dtype, c.gpu), kv, tp * one, pp * one, ep * one,
-        2048 * one, 8192 * one, 0.9 * one,
+        2048 * one, 8192 * one, 0.9 * one, host_schedule,
     )  # fmt: skip
 
 
@@ -170,12 +172,14 @@ def test_a_wider_spread_of_lengths_costs_throughput_at_the_same_means():
     ("name", "system", "tp", "pp", "prompt", "output"),
     [("qwen3-30b-a3b", "gb200-nvl72", 1, 1, 1000, 1000), ("llama3-70b", "dgx-h100", 4, 2, 128, 4096)],
 )
-def test_the_iteration_table_adds_up_to_the_steady_state(name, system, tp, pp, prompt, output):
+@pytest.mark.parametrize("host_schedule", ["serial", "overlapped"])
+def test_the_iteration_table_adds_up_to_the_steady_state(name, system, tp, pp, prompt, output, host_schedule):
     """serve --kernels: each kind of iteration's kernels, logits, communication and host time add up
     to its time, and the iterations weighed by their shares give the time per output token."""
     job = dict(
-        model=name, system=system, gpus=tp * pp, tp=tp, pp=pp, prompt=prompt, output=output, dtype="fp8"
-    )
+        model=name, system=system, gpus=tp * pp, tp=tp, pp=pp, prompt=prompt, output=output, dtype="fp8",
+        host_schedule=host_schedule,
+    )  # fmt: skip
     result = serve(kernels=True, **job)
     iterations = result["kernels"]
     assert sum(it["share"] for it in iterations) == pytest.approx(1.0)
@@ -282,3 +286,27 @@ def test_attention_data_parallelism_keeps_one_kv_copy_and_spreads_only_the_exper
     assert adp["replicas"] * adp["batch_in_flight"] > 4 * tp["batch_in_flight"]
     assert adp["output_tokens_per_s"] > tp["output_tokens_per_s"]
     assert tp["memory_weights_bytes"] < adp["memory_weights_bytes"] < 1.5 * tp["memory_weights_bytes"]
+
+
+def test_an_overlapped_host_loop_hides_behind_the_gpu_and_never_slows_an_iteration():
+    """TensorRT-LLM's overlap scheduler prepares the next iteration while the GPU runs this one: each
+    iteration takes the longer of the two where the serial loop adds them, so it is never slower, and
+    no faster than its GPU work; where the GPU's work is the longer (both models here) the host loop
+    hides entirely."""
+    from commodel.workloads.serving import iteration_time
+
+    for name, tp in (("qwen3-30b-a3b", 1), ("llama3-70b", 1)):
+        job = dict(model=name, system="gb200-nvl72", gpus=tp, tp=tp, prompt=1000, output=1000, dtype="fp4")
+        serial, overlapped = serve(**job), serve(**job, host_schedule="overlapped")
+        assert overlapped["tpot_s"] <= serial["tpot_s"] and overlapped["host_share"] <= serial["host_share"]
+        assert serial["host_share"] > 0.1 and overlapped["host_share"] == 0.0  # all of it hidden here
+    engines = {
+        h: engine("llama3-70b", "gb200-nvl72", "fp4", "fp8", host_schedule=h)
+        for h in ("serial", "overlapped")
+    }
+    queries = np.array([1.0, 64.0, 2048.0])
+    times = {
+        h: iteration_time(e, queries, np.zeros(3), 1000.0, np.full(3, 1500.0)) for h, e in engines.items()
+    }
+    gpu = times["serial"]["time_s"] - times["serial"]["host_s"]
+    assert np.all(times["overlapped"]["time_s"] == np.maximum(gpu, times["serial"]["host_s"]))

@@ -81,7 +81,8 @@ PANEL_FIELDS = {
     "Schedule and overlap": "overlap tp_overlap sequence_parallel attention elementwise cuda_graphs",
     "Memory": "recompute recompute_layers recompute_modules offload_layers offload zero reshard_after_forward "
     "kv_fraction kv_reserve",
-    "Serving load": "prompt output prompt_cv output_cv batch slo_ttft slo_tpot max_batch_size max_num_tokens",
+    "Serving load": "prompt output prompt_cv output_cv batch slo_ttft slo_tpot max_batch_size max_num_tokens "
+    "host_schedule",
     "Failures": "failures mtbf_gpu_hours checkpoint checkpoint_interval_min storage_GBps storage_share "
     "storage_node_GBps restart_min spares repair_hours",
     "Energy and cost": "pue carbon_g_per_kWh price_per_gpu_hour train_tokens",

@@ -197,7 +197,12 @@ def _iteration_table(job: ServingJob, batch: int) -> list[dict[str, object]]:
     recipe = serving_precision(job.dtype, where.gpu)
     sizes = (job.tp, job.pp, job.ep, job.max_batch_size, job.max_num_tokens, job.kv_fraction)
     engine = Engine(
-        model(job.model), where, recipe, kv_dtype_of(job.kv_dtype, recipe), *map(np.atleast_1d, sizes)
+        model(job.model),
+        where,
+        recipe,
+        kv_dtype_of(job.kv_dtype, recipe),
+        *map(np.atleast_1d, sizes),
+        job.host_schedule,
     )
     state = steady_state(engine, batch, job.prompt, job.output, job.prompt_cv, job.output_cv)
     return iteration_table(engine, state, job.prompt)

@@ -90,7 +90,7 @@ def price_serving(columns: Columns) -> Columns:
             attention_tp = np.where(col("attention_dp") > 0, 1.0, tp)
             engine = Engine(
                 net, c, recipe, kv_dtype_of(key["kv_dtype"], recipe), attention_tp[ok], pp[ok], ep[ok],
-                col("max_batch_size")[ok], col("max_num_tokens")[ok], col("kv_fraction")[ok],
+                col("max_batch_size")[ok], col("max_num_tokens")[ok], col("kv_fraction")[ok], key["host_schedule"],
             )  # fmt: skip
             request = {
                 n: col(n)[ok]

@@ -12,7 +12,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from commodel.compute.precision import SERVING_RECIPES
 from commodel.hardware import default_db
 from commodel.pricing.job import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ, MODEL, Choices, Job, Pue, make_job
-from commodel.workloads.serving import KV_DTYPES
+from commodel.workloads.serving import HOST_SCHEDULES, KV_DTYPES
 from commodel.workloads.serving_memory import KV_RESERVE
 
 
@@ -92,6 +92,12 @@ class ServingJob(Job):
         "max-utilization, vLLM).",
     )
     kv_fraction: float = Field(0.9, gt=0, le=1, description="Share of free HBM given to the KV cache.")
+    host_schedule: Annotated[str, Choices("host schedule", HOST_SCHEDULES)] = Field(
+        "serial",
+        description="The engine's host loop against the GPU: serial (each iteration prepared after the last "
+        "ends: GPU + host) or overlapped (TensorRT-LLM's overlap scheduler, vLLM's async scheduling: "
+        "max(GPU, host)).",
+    )
     pue: Pue = Field(1.0, description="Facility PUE for energy (1.0: IT energy only).")
     price_per_gpu_hour: float = Field(0.0, ge=0, description="Price per GPU-hour (USD), for cost per token.")
 

@@ -58,6 +58,11 @@ KV_DTYPES = ("auto", "bf16", "fp8")
 #: serialized with the GPU work it prepares. Calibrated: trt-gb200-qwen3-30b-a3b-128-2048.
 HOST_PER_REQUEST_S = 18.45e-6
 
+#: How the engine's host loop meets the GPU: ``serial`` (it prepares the next iteration after the
+#: GPU ends this one: ``GPU + host``) or ``overlapped`` (TensorRT-LLM's overlap scheduler, vLLM's
+#: async scheduling: it prepares iteration i + 1 while the GPU runs i, ``max(GPU, host)``).
+HOST_SCHEDULES = ("serial", "overlapped")
+
 #: The per-design fields of an :class:`Engine`.
 _SIZES = ("tp", "pp", "ep", "max_batch", "max_num_tokens", "kv_fraction")
 
@@ -85,6 +90,7 @@ class Engine:
     max_batch: np.ndarray
     max_num_tokens: np.ndarray
     kv_fraction: np.ndarray
+    host_schedule: str = "serial"
 
     def repeated(self, times: int) -> Engine:
         """Each design repeated ``times`` times in a row (a grid per design)."""
@@ -101,6 +107,12 @@ class Engine:
     @property
     def tp_group(self) -> Group:
         return group(self.tp, 1, self.cluster.domain_gpus)
+
+
+def _with_host(engine: Engine, gpu_s: np.ndarray, host_s: np.ndarray) -> np.ndarray:
+    """An iteration's seconds from its GPU work and its host loop under the engine's
+    :data:`HOST_SCHEDULES`: serial adds them, overlapped takes the longer."""
+    return np.maximum(gpu_s, host_s) if engine.host_schedule == "overlapped" else gpu_s + host_s
 
 
 def replica_problems(
@@ -221,11 +233,13 @@ def iteration_time(
     stage_comm = stage_layers * comm + np.where(pp > 1, send, 0.0)
     stage_compute = stage_layers * layer + logits_s
     host = HOST_PER_REQUEST_S * (np.asarray(queries, dtype=float) + np.asarray(prompts, dtype=float))
+    gpu_s = pp * (stage_compute + stage_comm)
+    time_s = _with_host(engine, gpu_s, host)
     return {
-        "time_s": pp * (stage_compute + stage_comm) + host,
+        "time_s": time_s,
         "compute_s": pp * stage_compute,
         "comm_s": pp * stage_comm,
-        "host_s": host,
+        "host_s": time_s - gpu_s,  # what the host adds: all of it serial, its excess overlapped
         "compute_bound_s": pp * (stage_layers * bound + logits_s - logits_memory_s),
         "hbm_bytes": pp * (stage_layers * streamed + logits.bytes * (logits_memory_s > 0)),
         "layer": priced,
