@@ -91,8 +91,16 @@ def training_table(result: dict) -> str:
     overlap = result["overlap"] + (f" ({', '.join(mechanisms)})" if mechanisms else "")
     modules = result.get("recompute_modules", "") if result["recompute"] != "full" else ""
     recompute = result["recompute"] + (f" (modules {modules})" if modules else "")
+    software = []
+    if result.get("zero") == 3:
+        software.append(
+            "ZeRO-3 (FSDP" + ("" if result["reshard_after_forward"] else ", no reshard after forward") + ")"
+        )
+    if result.get("elementwise") == "eager":
+        software.append("eager elementwise")
+    extra = "".join(f", {name}" for name in software)
     lines = [
-        f"{result['model']} on {result['gpus']} GPUs ({where}), {layout}, {result['dtype']}, "
+        f"{result['model']} on {result['gpus']} GPUs ({where}), {layout}, {result['dtype']}{extra}, "
         f"recompute {recompute}, overlap {overlap}",
         f"  step time        {result['step_time_s']:.4g} s",
         f"  throughput       {result['tokens_per_s']:,.0f} tokens/s",
