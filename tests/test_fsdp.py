@@ -68,7 +68,9 @@ def test_fp8_gathers_hold_and_move_fewer_bytes():
 def test_reshard_after_forward_is_a_job_setting():
     on, off = train(**JOB), train(**JOB, reshard_after_forward=False)
     assert on["memory_weights_bytes"] < off["memory_weights_bytes"]
-    assert train(**{**JOB, "zero": 1}, reshard_after_forward=False) == train(**{**JOB, "zero": 1})
+    # No effect below ZeRO-3: the results differ only in the setting they echo.
+    kept, freed = (train(**{**JOB, "zero": 1}, reshard_after_forward=r) for r in (False, True))
+    assert {k for k in kept if kept[k] != freed[k]} == {"reshard_after_forward"}
 
 
 def test_eager_elementwise_kernels_never_make_a_step_faster():

@@ -100,14 +100,36 @@ def test_the_software_regime_band_names_the_defaults_and_holds_the_value():
         "global_batch": 64,
     }
     result = train(**job)
-    band = regime_bands(result, lambda **changes: train(**{**job, **changes}), job)
+    band = regime_bands("training", result, lambda **changes: train(**{**job, **changes}), job)
     assert "--cuda-graphs attn,moe_router,moe_preprocess" in band["regime_settings"]
     assert "--dispatcher hybridep" in band["regime_settings"]  # the rack outgrows DeepEP's 8 NVLink peers
     low, high = band["tokens_per_s_regime_low"], band["tokens_per_s_regime_high"]
     assert low == pytest.approx(result["tokens_per_s"]) and high > 1.1 * low
     stated = {**job, "cuda_graphs": "attn,moe_router,moe_preprocess", "dispatcher": "deepep"}
     tuned = train(**stated)
-    none = regime_bands(tuned, lambda **changes: train(**{**stated, **changes}), stated)
+    none = regime_bands("training", tuned, lambda **changes: train(**{**stated, **changes}), stated)
     assert none["regime_settings"] == "" and none["tokens_per_s_regime_high"] == pytest.approx(
         tuned["tokens_per_s"]
     )
+
+
+def test_a_serving_job_band_spans_the_engine_settings_it_leaves_at_their_defaults():
+    """serve --uncertainty: a job that leaves the host loop serial and the KV reservation full gets a
+    band reaching the overlap scheduler's and paged KV's throughput, both higher here; one that states
+    both gets a band of its value alone."""
+    from commodel.pricing.run import serve
+    from commodel.validate.bands import regime_bands
+
+    job = {"model": "qwen3-30b-a3b", "system": "gb200-nvl72", "tp": 1, "gpus": 1, "prompt": 1000,
+           "output": 1000, "dtype": "fp4"}  # fmt: skip
+    result = serve(**job)
+    band = regime_bands("serving", result, lambda **changes: serve(**{**job, **changes}), job)
+    assert band["regime_settings"] == "--host-schedule overlapped, --kv-reserve paged"
+    low, high = band["output_tokens_per_s_regime_low"], band["output_tokens_per_s_regime_high"]
+    assert low == pytest.approx(result["output_tokens_per_s"]) and high > 1.2 * low
+    assert band["tpot_s_regime_low"] < result["tpot_s"] * (1 + 1e-12)
+    stated = {**job, "host_schedule": "overlapped", "kv_reserve": "paged"}
+    mine = serve(**stated)
+    none = regime_bands("serving", mine, lambda **changes: serve(**{**stated, **changes}), stated)
+    assert none["regime_settings"] == ""
+    assert none["output_tokens_per_s_regime_high"] == pytest.approx(mine["output_tokens_per_s"])

@@ -262,15 +262,28 @@ def job_bands(kind: str, result: dict, run: Callable[..., Mapping], job: Mapping
     speeds, times = JOB_KEYS[kind]
     names = [name for v in job.values() if isinstance(v, str) for name in re.split(r"[,:]", v)]
     bands = {**with_class_bands(result, kind, speeds, times), **parameter_bands(run, names, speeds + times)}
-    return {**bands, **(regime_bands(result, run, job) if kind == "training" else {})}
+    return {**bands, **regime_bands(kind, result, run, job)}
 
 
-def regime_settings(job: Mapping[str, object], result: Mapping) -> dict[str, object]:
-    """The software settings a training job leaves at their defaults that move a step as much as the
-    hardware does, each with the value a tuned recipe sets: CUDA graphs of every scope the model can
-    capture, the flex dispatcher for expert parallelism (HybridEP where the NVLink domain
-    outgrows DeepEP's 8 peers, else DeepEP), Transformer Engine's userbuffers overlap for
-    tensor parallelism with sequence parallelism."""
+def regime_settings(kind: str, job: Mapping[str, object], result: Mapping) -> dict[str, object]:
+    """The software settings a job leaves at their defaults that move it as much as the hardware
+    does, each with the value a tuned engine or recipe sets (:func:`training_regime`; serving: the
+    overlap scheduler's host loop and paged KV where the job leaves them serial and full)."""
+    if kind == "training":
+        return training_regime(job, result)
+    tuned: dict[str, object] = {}
+    if job.get("host_schedule", "serial") == "serial":
+        tuned["host_schedule"] = "overlapped"
+    if job.get("kv_reserve", "full") == "full" and not job.get("prefill_gpus"):
+        tuned["kv_reserve"] = "paged"
+    return tuned
+
+
+def training_regime(job: Mapping[str, object], result: Mapping) -> dict[str, object]:
+    """A training job's regime settings: CUDA graphs of every scope the model can capture, the flex
+    dispatcher for expert parallelism (HybridEP where the NVLink domain outgrows DeepEP's 8 peers,
+    else DeepEP), Transformer Engine's userbuffers overlap for tensor parallelism with sequence
+    parallelism."""
     net, tuned = model(str(job["model"])), {}
     if not job.get("cuda_graphs"):
         tuned["cuda_graphs"] = capturable_scopes(net, padded=job.get("capacity_factor") is not None)
@@ -292,11 +305,11 @@ def regime_settings(job: Mapping[str, object], result: Mapping) -> dict[str, obj
     return tuned
 
 
-def regime_bands(result: Mapping, run: Callable[..., Mapping], job: Mapping[str, object]) -> dict:
-    """The range of a training job's speed and time over the software settings it leaves at their
-    defaults (:func:`regime_settings`): the job priced with each tuned setting alone and all together;
+def regime_bands(kind: str, result: Mapping, run: Callable[..., Mapping], job: Mapping[str, object]) -> dict:
+    """The range of a job's speed and time over the software settings it leaves at their defaults
+    (:func:`regime_settings`): the job priced with each tuned setting alone and all together;
     ``regime_settings`` names them (empty: the job states every one, and the band is its value)."""
-    tuned = regime_settings(job, result)
+    tuned = regime_settings(kind, job, result)
     variants = [{name: value} for name, value in tuned.items()] + ([tuned] if len(tuned) > 1 else [])
     priced = [result]
     for changes in variants:
@@ -304,7 +317,7 @@ def regime_bands(result: Mapping, run: Callable[..., Mapping], job: Mapping[str,
             priced.append(run(**changes))
         except CommodelError:  # a setting this layout cannot take (an overlay's system, a rule)
             continue
-    speeds, times = JOB_KEYS["training"]
+    speeds, times = JOB_KEYS[kind]
     out: dict = {"regime_settings": ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in tuned.items())}
     for key in speeds + times:
         values = [float(r[key]) for r in priced]
