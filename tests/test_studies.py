@@ -66,6 +66,7 @@ def test_every_study_has_a_spec_and_a_notebook_and_the_spec_sweeps(tmp_path):
         "default",
         "fabric-tiers",
         "scheduling-power",
+        "fsdp",
     }
 
 
