@@ -89,3 +89,13 @@ def test_eager_elementwise_kernels_never_make_a_step_faster():
         for eager in (False, True)
     ]
     assert float(norms[1].bytes / norms[0].bytes) == pytest.approx(9.0)
+
+
+def test_the_advice_names_compiled_kernels_and_holding_the_layers_only_where_they_pay():
+    """commodel train's notes: an eager FSDP job is told what fused kernels and holding its layers
+    gathered would save, priced; a fused job that already holds them gets neither note."""
+    eager = train(**JOB, overlap="serial", elementwise="eager", advise=True)
+    notes = " ".join(eager["notes"])
+    assert "--elementwise fused" in notes and "--no-reshard-after-forward" in notes
+    tuned = train(**JOB, overlap="serial", reshard_after_forward=False, advise=True)
+    assert not any("--elementwise" in n or "--no-reshard" in n for n in tuned["notes"])

@@ -1,6 +1,6 @@
 """What ``commodel train`` suggests beside its answer: the changes worth trying on a job (a lighter
 last pipeline stage, recompute modules, DeepEP's dispatcher, CUDA graphs or a larger micro-batch for a
-host-bound step), each priced as one batch of variants of
+host-bound step, compiled kernels, FSDP holding its layers), each priced as one batch of variants of
 the job through the same table pricing (:func:`~commodel.pricing.training.price_training`), and
 named only where it pays."""
 
@@ -38,6 +38,18 @@ def variants(job: TrainingJob, field: str, choices: list[Any]) -> Columns:
 
 def _saves(faster: float, now: float) -> bool:
     return faster < (1 - GAIN_WORTH_A_NOTE) * now
+
+
+def _priced_fixes(job: TrainingJob, row: SimpleNamespace, tried: list[tuple[str, Any, str]]) -> str:
+    """Each ``(field, value, flag)`` of ``tried`` priced on ``job``: the flags that save at least
+    :data:`GAIN_WORTH_A_NOTE` and fit where the job does, with the step they give."""
+    fixes, now = [], float(row.step_time_s)
+    for field, value, flag in tried:
+        table = variants(job, field, [value])
+        faster = float(table["step_time_s"][0])
+        if table["valid"][0] and (table["fits"][0] or not row.fits) and _saves(faster, now):
+            fixes.append(f"{flag}: {now:.4g} -> {faster:.4g} s per step")
+    return "; ".join(fixes)
 
 
 def lighter_last_stage(job: TrainingJob, row: SimpleNamespace) -> str:
@@ -137,13 +149,22 @@ def host_fixes(job: TrainingJob, row: SimpleNamespace) -> str:
     graphs = capturable_scopes(model(job.model), padded=job.capacity_factor is not None)
     tried = [("cuda_graphs", graphs, f"--cuda-graphs {graphs}"),
              ("micro_batch", 2 * job.micro_batch, f"--micro-batch {2 * job.micro_batch}")]  # fmt: skip
-    fixes, now = [], float(row.step_time_s)
-    for field, value, flag in tried:
-        table = variants(job, field, [value])
-        faster = float(table["step_time_s"][0])
-        if table["valid"][0] and (table["fits"][0] or not row.fits) and _saves(faster, now):
-            fixes.append(f"{flag}: {now:.4g} -> {faster:.4g} s per step")
-    return "; ".join(fixes)
+    return _priced_fixes(job, row, tried)
 
 
-ADVICE = (lighter_last_stage, recompute_modules_to_try, deepep_to_try, host_fixes)
+def software_to_try(job: TrainingJob, row: SimpleNamespace) -> str:
+    """Where a job runs PyTorch's eager elementwise kernels, or a ZeRO-3 job frees its layers after
+    each forward: fused kernels (torch.compile), and holding the layers gathered (FSDP's
+    ``reshard_after_forward=False``), each priced; named if it saves at least
+    :data:`GAIN_WORTH_A_NOTE` and fits where the job does."""
+    if ":" in job.system:
+        return ""
+    tried = []
+    if job.elementwise == "eager":
+        tried.append(("elementwise", "fused", "--elementwise fused (torch.compile)"))
+    if job.zero == 3 and job.reshard_after_forward:
+        tried.append(("reshard_after_forward", False, "--no-reshard-after-forward"))
+    return _priced_fixes(job, row, tried)
+
+
+ADVICE = (lighter_last_stage, recompute_modules_to_try, deepep_to_try, host_fixes, software_to_try)
