@@ -120,6 +120,7 @@ def training_jobs(draw: st.DrawFn) -> dict:
         "tp_overlap": st.sampled_from(["none", "userbuffers", "t3", "cais"]),
         "failures": st.sampled_from(["llama3-h100", "bloom-a100", "opt-a100"]),
         "storage_share": st.floats(0.01, 1.0), "storage_node_GBps": st.floats(1.0, 1000.0),
+        "reshard_after_forward": st.booleans(), "elementwise": st.sampled_from(["fused", "eager"]),
     }  # fmt: skip
     for key in draw(st.lists(st.sampled_from(sorted(optional)), max_size=5, unique=True)):
         job[key] = draw(optional[key])
@@ -147,7 +148,8 @@ def test_any_training_job_prices_or_is_one_commodel_error(job):
 @given(
     st.sampled_from(sorted(models())), SYSTEMS, POWERS, st.sampled_from([1, 2]),
     st.sampled_from([1, 128, 8192]), st.sampled_from([1, 2, 2048]), st.sampled_from(["bf16", "fp8", "fp4"]),
-    st.sampled_from([{}, {"prompt_cv": 1.0}, {"slo_ttft": 1.0}, {"max_num_tokens": 4}, {"prefill_gpus": 2}]),
+    st.sampled_from([{}, {"prompt_cv": 1.0}, {"slo_ttft": 1.0}, {"max_num_tokens": 4}, {"prefill_gpus": 2},
+                     {"host_schedule": "overlapped"}, {"host_schedule": "overlapped", "slo_tpot": 0.05}]),
 )  # fmt: skip
 def test_any_serving_job_prices_or_is_one_commodel_error(name, system, tp, pp, prompt, output, dtype, extra):
     """Likewise for serving, with one output token (prefill only, which once failed on an empty
