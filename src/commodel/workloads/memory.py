@@ -143,7 +143,8 @@ def unsharded_state(model: Transformer, x: Layout, recipe: Precision | None) -> 
     its backward), and the unsharded gradients of :data:`FSDP_LAYERS_IN_FLIGHT` layers waiting for
     their reduce-scatter. Nothing below ZeRO-3."""
     dense, experts = layer_parameters(model, x)
-    layers = np.maximum.reduce(stage_split(model, x)) * np.where(x.dualpipe, 2, 1)
+    first, middle, last = stage_split(model, x)
+    layers = np.maximum(np.maximum(first, middle), last) * np.where(x.dualpipe, 2, 1)
     held = np.where(x.reshard_after_forward, np.minimum(FSDP_LAYERS_IN_FLIGHT, layers), layers)
     zero3 = np.asarray(x.zero) == 3
     per_layer = np.where(zero3, dense + experts, 0.0)
