@@ -127,6 +127,14 @@ def default_channels(algo: str, fab: Fabric, g: np.ndarray, nodes: np.ndarray) -
     return graph.runtime
 
 
+def line_round_bytes(proto: str) -> float:
+    """Bytes one channel's threads move per round: ``threads x`` NCCL's thread threshold (Simple
+    512 x 64 B = 32 KiB, LL 512 x 8 B = 4 KiB, LL128 640 x 8 B = 5 KiB). NCCL keeps a channel for each
+    such round a message fills (:func:`used_channels`); LL and LL128 flag every line, so it is also
+    the granule by which a receiver can forward what has arrived (:func:`pipeline_fill`)."""
+    return float(tables.MAX_THREADS[proto] * tables.THREAD_THRESHOLD[proto])
+
+
 def used_channels(algo: str, proto: str, n: np.ndarray, p: np.ndarray, channels: np.ndarray) -> np.ndarray:
     """Run-time channel reduction (digest 3.6): ring, tree and PAT drop channels while
     ``nBytes < nc x threads x bytes-per-thread`` (Simple 32 KiB per channel, LL128 5 KiB, ring LL
@@ -134,8 +142,8 @@ def used_channels(algo: str, proto: str, n: np.ndarray, p: np.ndarray, channels:
     time stays monotone in size: each channel then carries at least its threshold of bytes."""
     if algo not in ("ring", "tree", "pat"):
         return channels
-    threshold = tables.THREAD_THRESHOLD[proto] * (p if (algo == "ring" and proto == "ll") else 1)
-    return np.clip(n / (tables.MAX_THREADS[proto] * threshold), 1, channels)
+    per_channel = line_round_bytes(proto) * (p if (algo == "ring" and proto == "ll") else 1)
+    return np.clip(n / per_channel, 1, channels)
 
 
 def chunk_bytes(
@@ -181,13 +189,6 @@ def _tree_ll128_chunk(
             shrink = (n / (channels * chunk) < factor * s / ppn) & (chunk > floor)
             chunk = np.where(shrink, chunk / 2, chunk)
     return chunk
-
-
-def line_round_bytes(proto: str) -> float:
-    """Bytes one channel's threads move per round of LL or LL128 lines, each line carrying its own
-    flag: ``threads x`` NCCL's thread threshold (LL 512 x 8 B = 4 KiB, LL128 640 x 8 B = 5 KiB), the
-    granule by which a receiver can forward what has arrived."""
-    return float(tables.MAX_THREADS[proto] * tables.THREAD_THRESHOLD[proto])
 
 
 def pipeline_fill(

@@ -131,9 +131,8 @@ def weight_bytes(x: Layout, recipe: Precision | None) -> np.ndarray:
 def gathered_bytes(x: Layout, recipe: Precision | None) -> np.ndarray:
     """Bytes per parameter a data-parallel all-gather delivers: the 16-bit weights, or under FP8 with
     ``fp8_param_gather`` the recipe's gathered FP8 weights (:attr:`Precision.gathered_bytes`)."""
-    quantized = recipe is not None and recipe.quantized
-    fp8 = quantized & np.asarray(x.fp8_param_gather, dtype=bool)
-    return np.where(fp8, recipe.gathered_bytes if quantized else WEIGHT_BYTES, WEIGHT_BYTES)
+    gathered = WEIGHT_BYTES if recipe is None else recipe.gathered_bytes  # 16-bit recipes: 2 B
+    return np.where(np.asarray(x.fp8_param_gather, dtype=bool), gathered, WEIGHT_BYTES)
 
 
 def unsharded_state(model: Transformer, x: Layout, recipe: Precision | None) -> tuple[np.ndarray, np.ndarray]:
