@@ -147,3 +147,48 @@ def test_nccl_choice_takes_no_less_time_as_the_message_grows_across_nodes():
                 pairs = candidates(op, fab, library_algorithms(op, "nccl"))
                 times = tune(op, sizes, c.total_gpus, nodes, fab, pairs, policy="auto").time_s
                 assert np.all(np.diff(times) >= -1e-12), (system, nodes, op)
+
+
+def test_rccl_applies_its_own_size_corrections_on_mi300x_nodes(monkeypatch):
+    """RCCL's tuning model 5 (8-GPU xGMI boards) scales each pair's bandwidth by a factor per size:
+    ring Simple takes 0.1 below 512 MiB across nodes, so on two MI300X nodes RCCL runs the tree until
+    then and the ring after, and its choice never gets faster as the message doubles. Without the
+    factors its tuner kept ring LL to 16 MiB, 3.6x slower than ring Simple at 32 MiB."""
+    from commodel.comm import tables
+    from commodel.comm.collectives import library_algorithms
+
+    sizes = 2.0 ** np.arange(10, 31)
+    c = cluster("mi300x-8", 2)
+    fab = fabric_of(c)
+
+    def choice(op: str):
+        return tune(
+            op, sizes, c.total_gpus, 2, fab, candidates(op, fab, library_algorithms(op, "nccl")), "auto"
+        )
+
+    picked = choice("allreduce")
+    assert set(picked.protocol[(sizes >= 4 * 2**20) & (sizes < 512 * 2**20)]) == {"simple"}
+    assert set(picked.algo[(sizes >= 4 * 2**20) & (sizes < 512 * 2**20)]) == {"tree"}
+    assert picked.algo[-1] == "ring"
+    for op in ("allreduce", "allgather", "reducescatter", "broadcast", "reduce"):
+        assert np.all(np.diff(choice(op).time_s) >= -1e-12), op
+    monkeypatch.setattr(tables, "RCCL_TREE_CORRECTION", np.ones_like(tables.RCCL_TREE_CORRECTION))
+    monkeypatch.setattr(tables, "RCCL_RING_CORRECTION", np.ones_like(tables.RCCL_RING_CORRECTION))
+    from commodel.comm import collectives
+
+    monkeypatch.setattr(
+        collectives, "_tuner_terms", collectives._tuner_terms.__wrapped__
+    )  # not the cached terms
+    assert np.any(np.diff(choice("allreduce").time_s) < 0)
+
+
+def test_rccl_rates_rooted_ring_ll_higher_on_one_mi300x_node(monkeypatch):
+    """On one gfx94x node RCCL's tuner gives ring LL broadcast and reduce 1.65x the bandwidth."""
+    from commodel.comm import nccl, tables
+
+    fab = fabric_of(cluster("mi300x-8"))
+    one = np.array([1.0])
+    rates = [nccl.tuner_terms(op, "ring", "ll", 8 * one, one, fab).alg_Bps for op in ("broadcast", "reduce")]
+    monkeypatch.setattr(tables, "RCCL_RING_LL_ROOTED_SINGLE_NODE", 1.0)
+    plain = [nccl.tuner_terms(op, "ring", "ll", 8 * one, one, fab).alg_Bps for op in ("broadcast", "reduce")]
+    np.testing.assert_allclose(np.array(rates) / np.array(plain), 1.65)

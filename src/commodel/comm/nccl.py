@@ -21,7 +21,7 @@ domain (placed domain-major).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -136,13 +136,18 @@ def latency(
     return np.asarray(us, dtype=float) * 1e-6
 
 
+def rccl_tuning_model(fab: Fabric) -> int:
+    """RCCL's tuning model: 5 on 8-GPU fully connected xGMI boards (MI300X-class), 0 elsewhere."""
+    return 5 if fab.topology == "mesh" and fab.arch == "cdna3" else 0
+
+
 def _latency_tables(fab: Fabric, a: int, pr: int, intra_class: int) -> tuple[float, float, float]:
     """(base, intra-domain, inter-domain) latency in us of one (algorithm, protocol): NCCL 2.30's
     tables, or RCCL's base latency and tuning-model hwLat rows (model 5 on 8-GPU xGMI meshes)."""
     if fab.nvidia or tables.ALGOS[a] not in ("tree", "ring"):
         base = tables.BASE_LAT[a, pr] if fab.nvidia else 0.0
         return base, tables.HW_LAT[intra_class, a, pr], tables.HW_LAT[2, a, pr]
-    model = tables.RCCL_HW_LAT[5 if fab.topology == "mesh" and fab.arch == "cdna3" else 0]
+    model = tables.RCCL_HW_LAT[rccl_tuning_model(fab)]
     algo = tables.ALGOS[a]
     intra = model["nvlink"][algo][pr] if intra_class == 0 else tables.HW_LAT[1, a, pr]
     return tables.RCCL_BASE_LAT[pr], intra, model["net"][algo][pr]
@@ -173,24 +178,23 @@ def _nsteps(op: str, p: np.ndarray) -> np.ndarray:
 class TunerTerms:
     """NCCL's tuner cost of one (algorithm, protocol) without the message size: ``n`` bytes take
     ``lat + n / (algBw x correction)``, where ``lat`` is ``plateau`` times the table latency from
-    ``plateau_bytes`` on (the ring plateau) and ``correction`` the tree correction factor of the
-    protocol's row at ``log2(n / 64)`` below ``correction_bins`` (0: none)."""
+    ``plateau_bytes`` on (the ring plateau) and ``correction``, where ``corrected``, the factor of
+    the ``correction`` row at ``log2(n / 64)`` from 64 B on (the last beyond the row)."""
 
     latency_s: np.ndarray
     alg_Bps: np.ndarray
     plateau: float = 1.0
     plateau_bytes: np.ndarray | float = np.inf
-    correction_bins: int = 0
-    protocol: int = 0
+    correction: np.ndarray = field(default_factory=lambda: np.ones(1))
+    corrected: np.ndarray | bool = False
 
     def time(self, n: np.ndarray) -> np.ndarray:
         """Predicted seconds of ``n``-byte calls (``n`` broadcasts against the terms)."""
         alg, lat = self.alg_Bps, self.latency_s
-        if self.correction_bins:
+        if np.any(self.corrected):
             log_size = np.floor(np.log2(np.maximum(n, 1) / 64)).astype(int)
-            valid = (log_size >= 0) & (log_size < self.correction_bins)
-            correction = tables.TREE_CORRECTION[self.protocol, np.clip(log_size, 0, 23)]
-            alg = alg * np.where(valid, correction, 1.0)
+            factor = self.correction[np.clip(log_size, 0, self.correction.size - 1)]
+            alg = alg * np.where(self.corrected & (log_size >= 0), factor, 1.0)
         if self.plateau != 1.0:
             lat = np.where(n >= self.plateau_bytes, self.plateau * lat, lat)
         with np.errstate(divide="ignore"):
@@ -223,6 +227,8 @@ def tuner_terms(op: str, algo: str, proto: str, p: np.ndarray, nodes: np.ndarray
         bus = ch * per_channel
     if not fab.nvidia:
         bus = bus * _rccl_bw_ratio(algo, proto, fab, nodes)
+        if algo == "ring" and proto == "ll" and op in ("broadcast", "reduce") and fab.arch == "cdna3":
+            bus = bus * np.where(nodes == 1, tables.RCCL_RING_LL_ROOTED_SINGLE_NODE, 1.0)
     elif algo == "ring" and proto == "ll":
         bus = np.minimum(ll_max_GBps(fab, nodes), bus * 0.5)
     elif algo == "ring" and proto == "ll128":
@@ -248,9 +254,7 @@ def tuner_terms(op: str, algo: str, proto: str, p: np.ndarray, nodes: np.ndarray
         alg = bus * p / _nsteps(op, p)
     else:
         alg = bus * 0.5
-    correct = op == "allreduce" and (
-        algo == "tree" or (algo == "nvls-tree" and arch >= 3 and fab.cpu != "arm")
-    )
+    correction, corrected = _correction(op, algo, proto, fab, nodes)
     plateau, plateau_bytes = 1.0, np.inf  # ring Simple allreduce across nodes: the plateau latency
     if fab.nvidia and algo == "ring" and proto == "simple" and op == "allreduce":
         plateau = tables.RING_PLATEAU["ampere_or_later" if arch >= 1 else "pre_ampere"]
@@ -260,15 +264,34 @@ def tuner_terms(op: str, algo: str, proto: str, p: np.ndarray, nodes: np.ndarray
         alg_Bps=alg * 1e9,
         plateau=plateau,
         plateau_bytes=plateau_bytes,
-        correction_bins=(23 if algo == "tree" else 24) if correct else 0,
-        protocol=tables.PROTOCOLS.index(proto),
+        correction=correction,
+        corrected=corrected,
     )
+
+
+def _correction(
+    op: str, algo: str, proto: str, fab: Fabric, nodes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | bool]:
+    """The tuner's size-dependent correction row of a pair and where it applies: RCCL model 5's tree
+    factors for every collective and ring factors across nodes (digest 7.1-7.2); else NCCL's tree
+    factors for allreduce (23 sizes; 24 for NVLS-tree on Blackwell with an x86 host), 1 beyond (RCCL's
+    other models assumed to keep NCCL's: the digest gives only model 5's)."""
+    pr = tables.PROTOCOLS.index(proto)
+    if not fab.nvidia and rccl_tuning_model(fab) == 5 and algo in ("tree", "ring"):
+        if algo == "tree":
+            return tables.RCCL_TREE_CORRECTION[pr], True
+        return tables.RCCL_RING_CORRECTION[pr], nodes > 1
+    blackwell_x86 = fab.arch_index >= 3 and fab.cpu != "arm"
+    if op != "allreduce" or not (algo == "tree" or (algo == "nvls-tree" and blackwell_x86)):
+        return np.ones(1), False
+    bins = 23 if algo == "tree" else 24
+    return np.append(tables.TREE_CORRECTION[pr, :bins], 1.0), True
 
 
 def _rccl_bw_ratio(algo: str, proto: str, fab: Fabric, nodes: np.ndarray) -> np.ndarray:
     """RCCL's bwRatio for tree and ring (model 5 on 8-GPU xGMI meshes, model 0 otherwise); RCCL
     applies none of NCCL's protocol refinements."""
-    model = 5 if fab.topology == "mesh" and fab.arch == "cdna3" else 0
+    model = rccl_tuning_model(fab)
     if algo not in ("ring", "tree"):
         return np.ones_like(nodes)
     simple = np.where(nodes <= 2, *tables.RCCL_BW_RATIO[model][algo])

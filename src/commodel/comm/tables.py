@@ -152,5 +152,24 @@ RCCL_HW_LAT = {
 }  # fmt: skip
 #: RCCL bwRatio (nNodes <= 2, > 2) for tree and ring Simple (LL128 off in model 5).
 RCCL_BW_RATIO = {5: {"tree": (0.11, 0.59), "ring": (1.0, 1.0)}, 0: {"tree": (0.91, 0.95), "ring": (1.0, 1.0)}}
+#: RCCL tuning model 5's size-dependent correction factors (digest 7.2), by protocol (LL, LL128,
+#: Simple) and ``log2(nBytes / 64)`` from 64 B to 4 GiB (27 entries; larger sizes take the last):
+#: tree for every collective, ring for calls across nodes. Model 0's are not in the digest.
+RCCL_TREE_CORRECTION = np.array(
+    [
+        [0.1] * 6 + [1.0] * 5 + [0.6, 1.0, 0.9, 1.0, 1.0] + [0.1] * 11,
+        [0.0] * 27,
+        [0.1] * 15 + [0.7] + [1.0] * 10 + [0.8],
+    ]
+)
+RCCL_RING_CORRECTION = np.array(
+    [
+        [0.1] * 11 + [1.0, 0.2, 1.0, 0.4, 0.4, 0.1, 0.2, 0.2] + [0.1] * 8,
+        [0.0] * 27,
+        [0.1] * 23 + [0.8, 1.0, 1.0, 1.0],
+    ]
+)
+#: RCCL's ring LL broadcast and reduce bandwidth on one gfx94x (MI300) node (digest 7.1).
+RCCL_RING_LL_ROOTED_SINGLE_NODE = 1.65
 RCCL_LL128_USEFUL = 56 / 64  # 64-byte lines: 7 data words + 1 flag
 XGMI_LINK_BW = {"cdna2": 36.0, "cdna3": 48.0}  # RCCL's xGMI speed per link (GB/s)
