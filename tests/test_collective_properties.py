@@ -192,3 +192,23 @@ def test_rccl_rates_rooted_ring_ll_higher_on_one_mi300x_node(monkeypatch):
     monkeypatch.setattr(tables, "RCCL_RING_LL_ROOTED_SINGLE_NODE", 1.0)
     plain = [nccl.tuner_terms(op, "ring", "ll", 8 * one, one, fab).alg_Bps for op in ("broadcast", "reduce")]
     np.testing.assert_allclose(np.array(rates) / np.array(plain), 1.65)
+
+
+def test_the_fastest_path_never_falls_as_the_message_grows_where_the_choice_can():
+    """The fastest path the library offers is the least of paths whose times never fall, so it never
+    falls either and never trails the library's choice; the choice itself can fall (four A100 nodes:
+    ring LL keeps one channel at 128 KiB where ring LL128 spreads 256 KiB over all), and the table
+    names that gap."""
+    from commodel.report.tables import nccl_tests_table
+
+    sizes = 2.0 ** np.arange(3, 31)
+    for system, nodes in (("dgx-a100", 4), ("dgx-h100", 1), ("mi300x-8", 4), ("gb200-nvl72", 16)):
+        for op in ("allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall"):
+            frame = run(op, cluster(system, nodes), sizes)
+            assert (frame.fastest_time_s <= frame.time_s * (1 + 1e-12)).all(), (system, op)
+            assert np.all(np.diff(frame.fastest_time_s) >= -1e-12), (system, op)
+    frame = run("allgather", cluster("dgx-a100", 4), sizes)
+    assert np.any(np.diff(frame.time_s) < 0)
+    note = nccl_tests_table(frame, "dgx-a100").splitlines()[-1]
+    assert "trails its fastest path" in note and "128 KiB" in note
+    assert "trails" not in nccl_tests_table(run("allgather", cluster("dgx-a100", 4), sizes, algo="best"), "x")

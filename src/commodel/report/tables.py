@@ -37,7 +37,27 @@ def nccl_tests_table(frame: pd.DataFrame, system: str, dtype_bytes: int = 4) -> 
         lines.append(
             f"# Avg bus bandwidth for sizes >= {format_bytes(2**20)}: {big.busbw_GBps.mean():.2f} GB/s"
         )
-    return "\n".join(lines)
+    return "\n".join([*lines, *_tuner_headroom(frame)])
+
+
+#: How much slower than the fastest path a choice must be for the table to point it out.
+HEADROOM_NOTED = 0.05
+
+
+def _tuner_headroom(frame: pd.DataFrame) -> list[str]:
+    """A note where the library's choice is at least :data:`HEADROOM_NOTED` slower than the fastest path
+    it offers: how many sizes, and the largest gap (what a tuner plugin or NCCL_ALGO/NCCL_PROTO takes)."""
+    gap = 1 - frame.fastest_time_s / frame.time_s.where(frame.time_s > 0)
+    slow = frame[gap >= HEADROOM_NOTED]
+    if slow.empty:
+        return []
+    worst = slow.loc[gap[slow.index].idxmax()]
+    return [
+        f"# the library's choice trails its fastest path at {len(slow)} of {len(frame)} sizes; most at "
+        f"{format_bytes(worst.size_bytes)}: {worst.algo}/{worst.protocol} {worst.time_s * 1e6:.1f} us where "
+        f"{worst.fastest} takes {worst.fastest_time_s * 1e6:.1f} us ({gap[worst.name]:.0%} less; a tuner "
+        "plugin or NCCL_ALGO/NCCL_PROTO would take it)"
+    ]
 
 
 def _layout_and_fit(result: dict) -> tuple[str, str]:
