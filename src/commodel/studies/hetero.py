@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from commodel.compute.roofline import peak_flops
+from commodel.hardware import default_db
 from commodel.pricing.evaluator import evaluator
 from commodel.studies.base import Claim, StudyResult, study_spec, study_table
 
@@ -47,10 +49,14 @@ def run() -> StudyResult:
     def pct(model: str, arm: str, base: str) -> float:
         return 100 * float(tflops[model, arm] / tflops[model, base])
 
+    db = default_db()
+    amd, nvidia = (db.gpu(db.system(p[side]).gpu) for side in ("amd", "nvidia"))
     gemm = (
-        "the model's MI325X computes at MI300X's measured GEMM efficiency (0.514 of 1307 TFLOP/s, ROCm 6.3) "
-        "against H200's 0.803 of 989, so its AMD node reaches about 81% of its NVIDIA node; the paper's AMD "
-        "node reaches 97%, a software stack the data here does not measure"
+        f"the model's MI325X computes at {amd.efficiency('bf16'):.3f} of {peak_flops(amd, 'bf16') / 1e12:.0f} "
+        "TFLOP/s (MI300X's measured GEMM efficiency, ROCm 6.3, at MI325X's 1000 W) against H200's "
+        f"{nvidia.efficiency('bf16'):.3f} of {peak_flops(nvidia, 'bf16') / 1e12:.0f}, so its AMD node reaches "
+        f"{pct('llama3-8b', 'amd-only', 'nvidia-only'):.0f}% of its NVIDIA node; the paper's AMD node reaches "
+        "97%, a software stack the data here does not measure"
     )
     nvidia_only = p["paper_device_direct_tflops"] / 0.982  # the paper: device-direct is 98.2% of NVIDIA-only
     claims = [
