@@ -84,15 +84,16 @@ def test_multi_domain_trees_beat_rings_as_measured(table):
 def test_held_out_training_runs_hold(table):
     """Megatron 1T (A100), Llama 3 405B's three runs and GPT-3 (H100), DeepSeek-V3 (H800), and the
     Megatron-Bridge recipes on GB200 and GB300: one row calibrates the MXFP8 cast speed, the 23
-    others are held out; the dense ones within 20% (median 10%) but the H100 runs of the Llama 3 paper
-    and the Megatron-LM README, whose known gap is stated (within 30%), all of them median 8%."""
+    others are held out; the dense ones within 20% (median 10%; the Megatron-LM README's GPT-3 on H100
+    since userbuffers' GEMM chunks are priced) but the Llama 3 paper's H100 runs, whose known gap is
+    stated (within 30%), all of them median 8%."""
     training = table[(table.kind == "training") & table.error_pct.notna()]
     held_out = training[training.role == "validation"]
     dense = held_out[~held_out.experts]
     assert len(training) == 24 and len(held_out) == 23 and len(dense) == 12
     assert not dense.id.str.contains("dsv3|deepseek|gptoss|qwen3").any()
     gapped = dense.id.isin(gates().known_gaps())
-    assert set(dense[gapped].id) == {"megatron-gpt3-96", *(f"llama3-405b-{k}" for k in ("8k", "16k", "128k"))}
+    assert set(dense[gapped].id) == {f"llama3-405b-{k}" for k in ("8k", "16k", "128k")}
     assert dense[~gapped].error_pct.abs().max() <= 20 and dense[gapped].error_pct.abs().max() <= 30
     assert dense.error_pct.abs().median() <= 10
     assert held_out.error_pct.abs().median() <= 8

@@ -26,6 +26,7 @@ from commodel.vectorize import on_unique
 from commodel.workloads.layer_kernels import LayerKernels, layer_kernels
 from commodel.workloads.layout import Layout, has_module
 from commodel.workloads.schema import Transformer
+from commodel.workloads.userbuffers import UB_SMS, UB_SPLITS, chunk_groups
 
 #: Flash-attention backward runs five matmuls to the forward's two (Dao 2023): 2.5x the forward's
 #: tensor FLOPs, and recomputes the softmax (one exponential per score again).
@@ -48,7 +49,10 @@ class Work:
     forward, column GEMMs' input gradients backward); ``gather_fwd_s``/``gather_bwd_s``: GEMMs that
     consume gathered input (column forward, row input gradients backward); ``reduce_*_hbm_s``: the
     roofline memory term of the reducing GEMMs (what shared HBM bandwidth would stretch);
-    ``wgrad_s``: the weight-gradient GEMMs of the backward (what zero-bubble schedules defer).
+    ``wgrad_s``: the weight-gradient GEMMs of the backward (what zero-bubble schedules defer);
+    ``*_ub_s``: those GEMMs as Transformer Engine's userbuffers overlap cuts them
+    (:mod:`commodel.workloads.userbuffers`): the gathered ones in ``tp`` chunks, the forward
+    reducing ones in its pipeline's chunks on the SMs its reduce-scatter leaves.
     """
 
     fwd_s: np.ndarray
@@ -63,6 +67,9 @@ class Work:
     gather_bwd_s: np.ndarray
     reduce_fwd_hbm_s: np.ndarray
     reduce_bwd_hbm_s: np.ndarray
+    reduce_fwd_ub_s: np.ndarray
+    gather_fwd_ub_s: np.ndarray
+    gather_bwd_ub_s: np.ndarray
 
     @property
     def total_s(self) -> np.ndarray:
@@ -96,8 +103,8 @@ class Priced:
     """One entry of a layer's kernels, priced: ``forward`` calls of ``fwd_s`` each and ``backward``
     of ``bwd_s`` (a GEMM's input- and weight-gradient GEMMs together, ``wgrad_s`` of it the weight
     gradient's), ``memory_calls`` of ``memory_s`` memory-bound time and ``launches`` kernel launches;
-    a GEMM carries its tensor-parallel ``role``, its forward's and input gradient's times (``dgrad_s``)
-    and HBM times (roofline memory terms)."""
+    a GEMM carries its tensor-parallel ``role``, its forward's and input gradient's times (``dgrad_s``),
+    HBM times (roofline memory terms) and both times as userbuffers' overlap cuts them (``*_ub_s``)."""
 
     kernel: Kernel
     forward: float
@@ -113,18 +120,53 @@ class Priced:
     dgrad_s: np.ndarray | float = 0.0
     fwd_hbm_s: np.ndarray | float = 0.0
     dgrad_hbm_s: np.ndarray | float = 0.0
+    fwd_ub_s: np.ndarray | float = 0.0
+    dgrad_ub_s: np.ndarray | float = 0.0
 
 
-def priced_kernels(gpu: GPU, lk: LayerKernels, units: ArrayLike | None = None) -> list[Priced]:
+def chunked_s(gpu: GPU, kernel: Kernel, chunks: ArrayLike, units: ArrayLike | None) -> np.ndarray:
+    """Seconds of a GEMM cut into ``chunks`` (:func:`~commodel.workloads.userbuffers.chunk_groups`),
+    at least the GEMM's whole: the pieces do all of its work and more, where the roofline, which
+    prices a part tile by its FLOPs, could price them a little cheaper."""
+    cut = sum(np.asarray(n) * timed(gpu, piece, units)[0] for piece, n in chunk_groups(kernel, chunks))
+    return np.maximum(cut, timed(gpu, kernel, units)[0])
+
+
+def _userbuffers_s(
+    gpu: GPU,
+    kernel: Kernel,
+    role: str,
+    f: np.ndarray,
+    dgrad: np.ndarray,
+    tp: ArrayLike,
+    units: ArrayLike | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, input gradient) of a ``role`` GEMM as userbuffers runs them: a column GEMM's forward
+    and a row GEMM's input gradient in ``tp`` ring-exchange chunks, a row GEMM's forward in
+    :data:`UB_SPLITS` chunks on ``SMs - UB_SMS``; the rest, and everything at tp 1, as priced."""
+    if role not in ("column", "row") or np.all(np.asarray(tp) == 1):
+        return f, dgrad
+    sms = gpu.compute_units.value if units is None else units
+    if role == "column":
+        return chunked_s(gpu, kernel, tp, units), dgrad
+    pipelined = chunked_s(gpu, kernel, UB_SPLITS, np.asarray(sms) - UB_SMS)
+    return pipelined, chunked_s(gpu, gemm_backward(kernel)[0], tp, units)
+
+
+def priced_kernels(
+    gpu: GPU, lk: LayerKernels, units: ArrayLike | None = None, tp: ArrayLike = 1
+) -> list[Priced]:
     """Every forward kernel of one layer and micro-batch with its backward (module docstring), in
     the order :func:`layer_work` adds them up: GEMMs, attention cores, memory-bound kernels."""
     entries = []
     for kernel, count, role in lk.gemms:
         f, m, hbm = timed(gpu, kernel, units)
         dgrad, wgrad = (timed(gpu, b, units) for b in gemm_backward(kernel))
+        fwd_ub, dgrad_ub = _userbuffers_s(gpu, kernel, role, f, dgrad[0], tp, units)
         entries.append(
             Priced(kernel, count, count, f, dgrad[0] + wgrad[0], count, m + dgrad[1] + wgrad[1], 3 * count,
-                   role=role, wgrad_s=wgrad[0], dgrad_s=dgrad[0], fwd_hbm_s=hbm, dgrad_hbm_s=dgrad[2])
+                   role=role, wgrad_s=wgrad[0], dgrad_s=dgrad[0], fwd_hbm_s=hbm, dgrad_hbm_s=dgrad[2],
+                   fwd_ub_s=fwd_ub, dgrad_ub_s=dgrad_ub)
         )  # fmt: skip
     for kernel, count in lk.attention:
         f, m, _ = timed(gpu, kernel, units)
@@ -147,7 +189,12 @@ def priced_kernels(gpu: GPU, lk: LayerKernels, units: ArrayLike | None = None) -
 
 
 def layer_work(
-    gpu: GPU, lk: LayerKernels, recompute: np.ndarray, modules: ArrayLike = 0, units: ArrayLike | None = None
+    gpu: GPU,
+    lk: LayerKernels,
+    recompute: np.ndarray,
+    modules: ArrayLike = 0,
+    units: ArrayLike | None = None,
+    tp: ArrayLike = 1,
 ) -> Work:
     """Forward and backward (with recomputation) compute of one layer for one micro-batch: the sum of
     its :func:`priced_kernels`.
@@ -159,8 +206,9 @@ def layer_work(
     kernels' forward again.
     """
     fwd = bwd = weights = mem = launches = attn = 0.0
-    by_role = {(role, p): 0.0 for role in ("column", "row") for p in ("fwd", "dgrad", "fwd_hbm", "dgrad_hbm")}
-    for e in priced_kernels(gpu, lk, units):
+    parts = ("fwd", "dgrad", "fwd_hbm", "dgrad_hbm", "fwd_ub", "dgrad_ub")
+    by_role = {(role, p): 0.0 for role in ("column", "row") for p in parts}
+    for e in priced_kernels(gpu, lk, units, tp):
         fwd, bwd = fwd + e.forward * e.fwd_s, bwd + e.backward * e.bwd_s
         mem, launches = mem + e.memory_calls * e.memory_s, launches + e.launches
         if e.attention:
@@ -168,13 +216,8 @@ def layer_work(
         if e.role:
             weights = weights + e.forward * e.wgrad_s
         if e.role in ("column", "row"):
-            times = (
-                ("fwd", e.fwd_s),
-                ("dgrad", e.dgrad_s),
-                ("fwd_hbm", e.fwd_hbm_s),
-                ("dgrad_hbm", e.dgrad_hbm_s),
-            )
-            for key, value in times:
+            times = (e.fwd_s, e.dgrad_s, e.fwd_hbm_s, e.dgrad_hbm_s, e.fwd_ub_s, e.dgrad_ub_s)
+            for key, value in zip(parts, times, strict=True):
                 by_role[e.role, key] = by_role[e.role, key] + e.forward * value
     remade = 0.0
     for name, kernels in lk.remade.items():
@@ -195,6 +238,9 @@ def layer_work(
         gather_bwd_s=by_role["row", "dgrad"],
         reduce_fwd_hbm_s=by_role["row", "fwd_hbm"],
         reduce_bwd_hbm_s=by_role["column", "dgrad_hbm"],
+        reduce_fwd_ub_s=by_role["row", "fwd_ub"],
+        gather_fwd_ub_s=by_role["column", "fwd_ub"],
+        gather_bwd_ub_s=by_role["row", "dgrad_ub"],
     )
 
 
@@ -232,7 +278,7 @@ def layer_work_of(
                            flex, fused, eager)  # fmt: skip
         if shared_experts:
             lk = lk.shared_experts or LayerKernels([], [], [], {})
-        return layer_work(gpu, lk, recompute, modules, sms)
+        return layer_work(gpu, lk, recompute, modules, sms, tp)
 
     sms = gpu.compute_units.value if units is None else units
     return on_unique(

@@ -16,6 +16,7 @@ from commodel.errors import CommodelError, unknown
 from commodel.workloads.groups import Group, collective, forced
 from commodel.workloads.layer_work import Work
 from commodel.workloads.layout import Layout
+from commodel.workloads.userbuffers import UB_SMS, UB_SPLITS
 
 #: Tensor-parallel communication mechanisms, each with what it can use:
 #: ``none`` (collectives after/before their GEMMs, NCCL's choice of algorithm: NVLS where the switch
@@ -30,13 +31,6 @@ from commodel.workloads.layout import Layout
 #: :func:`userbuffers_exposed`; needs sequence parallelism). The switch-reducing ones need NVLS.
 TP_OVERLAP = ("none", "t3", "cais", "userbuffers", "t3-nvls", "cais-base")
 IN_SWITCH = ("t3-nvls", "cais", "cais-base")
-
-#: Transformer Engine's userbuffers defaults (``transformer_engine.pytorch.module.base.initialize_ub``):
-#: a pipelined reduce-scatter splits its GEMM into 4 chunks, and the reduce-scatter and bulk kernels
-#: run on 16 SMs the GEMMs give up (``num_sm``, ``set_sm_margin``); the ring-exchange gathers are
-#: copy-engine sends (``use_ce``) and take no SMs.
-UB_SPLITS = 4
-UB_SMS = 16
 
 #: One GEMM output tile (128 x 256 bf16 = 64 KiB): the unit a fused mechanism hands to the network.
 TILE_BYTES = 128 * 256 * 2
@@ -79,32 +73,37 @@ def userbuffers_exposed(
     again: np.ndarray,
 ) -> np.ndarray:
     """Exposed TP communication of one layer and micro-batch under Transformer Engine's userbuffers
-    overlap (all passes; recomputation repeats ``again`` of the forward's).
+    overlap (all passes; recomputation repeats ``again`` of the forward's), against the layer's
+    uncut GEMMs: what the communication adds and what cutting the GEMMs costs them
+    (:mod:`commodel.workloads.userbuffers`).
 
     - Gathers (forward before the column GEMMs, backward before the row GEMMs' input gradients) are
-      *ring exchanges*: the GEMM runs chunk by chunk, the local chunk first, while the next chunk
-      arrives from a neighbour, so the ring all-gather hides behind ``(tp - 1) / tp`` of its GEMM.
+      *ring exchanges* by the copy engines (``use_ce``, no SMs): the GEMM runs in ``tp`` chunks
+      (``G'`` in all), the local one first, so the ring all-gather hides behind ``(tp - 1) / tp``
+      of them and the last chunk follows: ``max(AG, G' (tp - 1) / tp) + G' / tp - G``.
     - Forward reductions are *pipelined*: the row GEMM runs in :data:`UB_SPLITS` chunks on
-      ``SMs - UB_SMS`` SMs, each chunk's reduce-scatter behind the next chunk; the last chunk's
-      reduce-scatter stays exposed.
+      ``SMs - UB_SMS`` SMs (``R'``), each chunk's reduce-scatter behind the next; the last chunk's
+      reduce-scatter stays exposed: ``max(RS, R') + RS(1 / splits) - R``.
     - Backward reductions (the column GEMMs' input gradients) are *bulk*: reduce-scattered during the
       same layer's weight-gradient GEMM (the same FLOPs as the input gradient), also on ``UB_SMS`` SMs.
-
-    Not priced: what splitting a GEMM into chunks costs it. The roofline's fixed 128 x 256 tiles would
-    price a chunk of ``m / tp`` rows as a mostly empty wave (Llama 3 70B, TP 8, 4,096 tokens: 1.8x its
-    GEMMs), where cuBLAS picks smaller tiles for small GEMMs; no published measurement separates it, so
-    this is optimistic where the chunks are small (narrow models, short micro-batches, large TP).
     """
     rs, _ = collective("reducescatter", act, where, fab)
     last_chunk, _ = collective("reducescatter", act / UB_SPLITS, where, fab)
     ag, _ = forced("allgather", "ring", act, where, fab)
-    slow = units / (units - UB_SMS)
     ahead = (x.tp - 1) / x.tp
-    no_tail = np.zeros_like(rs)
-    forward = _fused(work.reduce_fwd_s, pairs * rs, pairs * last_chunk, slow)
-    forward = forward + _fused(work.gather_fwd_s * ahead, pairs * ag, no_tail, 1.0)
-    backward = _fused(work.reduce_bwd_s, pairs * rs, no_tail, slow)
-    backward = backward + _fused(work.gather_bwd_s * ahead, pairs * ag, no_tail, 1.0)
+
+    def cut(uncut: np.ndarray, chunked: np.ndarray) -> np.ndarray:
+        return np.divide(chunked, uncut, out=np.ones_like(chunked), where=uncut > 0)
+
+    def gathered(uncut: np.ndarray, chunked: np.ndarray) -> np.ndarray:
+        return _fused(uncut * ahead, pairs * ag, (chunked - uncut) / x.tp, cut(uncut, chunked))
+
+    forward = _fused(
+        work.reduce_fwd_s, pairs * rs, pairs * last_chunk, cut(work.reduce_fwd_s, work.reduce_fwd_ub_s)
+    )
+    forward = forward + gathered(work.gather_fwd_s, work.gather_fwd_ub_s)
+    backward = _fused(work.reduce_bwd_s, pairs * rs, np.zeros_like(rs), units / (units - UB_SMS))
+    backward = backward + gathered(work.gather_bwd_s, work.gather_bwd_ub_s)
     return forward * (1 + again) + backward
 
 
