@@ -1047,6 +1047,21 @@ def test_userbuffers_chunks_cost_small_gemms_their_waves(monkeypatch):
     assert tp_comm() < chunked
 
 
+def test_the_advice_turns_userbuffers_on_or_off_where_it_pays():
+    """commodel train prices the other tensor-parallel mechanism: userbuffers for Llama 3 70B at TP 8
+    on H100 (its collectives exposed between the GEMMs otherwise), and none for GPT-3 175B at 512
+    tokens, where 64-row GEMM chunks cost more than the communication they hide."""
+    common = dict(system="dgx-h100", tp=8, sequence_parallel=True, overlap="sm-partition", advise=True)
+    exposed = train(model="llama3-70b", gpus=64, global_batch=64, recompute="auto", **common)
+    assert any("--tp-overlap userbuffers" in n for n in exposed["notes"])
+    short = train(model="gpt3-175b-mcore", gpus=96, pp=12, global_batch=96, seq=512, tp_overlap="userbuffers",
+                  recompute="selective", **common)  # fmt: skip
+    assert any("--tp-overlap none" in n for n in short["notes"])
+    long = train(model="gpt3-175b-mcore", gpus=96, pp=12, global_batch=96, tp_overlap="userbuffers",
+                 recompute="selective", **common)  # fmt: skip
+    assert not any("--tp-overlap" in n for n in long["notes"])
+
+
 def test_with_sequence_parallelism_a_gpu_dispatches_only_its_sequence_shard():
     """With tp 2 and sequence parallelism each GPU sends its half of the tokens over the expert group
     (here across two nodes) and the TP pair all-gathers them over NVLink: less expert communication
