@@ -365,13 +365,17 @@ def test_recompute_modules_free_their_outputs_and_run_their_kernels_again(dtype)
 
 def test_recomputing_the_mlp_runs_its_gemms_and_its_tensor_parallel_collectives_again():
     """``--recompute-modules mlp`` on a dense model: the MLP's forward runs again in the backward, its
-    sequence-parallel gather and reduce-scatter with it (one of the layer's two pairs: a quarter more
-    TP communication where full recomputation adds half), for less memory than none and more than full."""
+    sequence-parallel gather and reduce-scatter with it (one of the layer's two pairs: half what full
+    recomputation adds, each pair's forward two of the five collectives it runs without, the backward
+    gathering its column GEMM's input again), for less memory than none and more than full."""
     base = dict(model="llama3-70b", system="dgx-h100", gpus=64, tp=8, pp=4, global_batch=256, seq=8192,
                 sequence_parallel=True)  # fmt: skip
     none, mlp, full = train(**base), train(**base, recompute_modules="mlp"), train(**base, recompute="full")
     tp = [r["breakdown"]["tp_comm"] for r in (none, mlp, full)]
-    assert tp[1] / tp[0] == pytest.approx(1.25) and tp[2] / tp[0] == pytest.approx(1.5)
+    assert tp[2] - tp[0] == pytest.approx(2 * (tp[1] - tp[0]))
+    assert (
+        3.5 / 3 < tp[1] / tp[0] < 2.5 / 2 and 4 / 3 < tp[2] / tp[0] < 3 / 2
+    )  # as gathers and reductions weigh
     assert none["step_time_s"] < mlp["step_time_s"] < full["step_time_s"]
     assert full["memory_per_gpu_bytes"] < mlp["memory_per_gpu_bytes"] < none["memory_per_gpu_bytes"]
     net = model("llama3-70b")

@@ -3,7 +3,11 @@
 Per pass, ``pairs`` reductions (reduce-scatter with sequence parallelism, else allreduce) follow their
 producer GEMMs, and with sequence parallelism ``pairs`` allgathers precede their consumer GEMMs: two
 in a dense layer (attention's and the MLP's), fewer where routed experts replace the MLP
-(:func:`commodel.workloads.transformer.tensor_parallel_mlps`).
+(:func:`commodel.workloads.transformer.tensor_parallel_mlps`). With sequence parallelism a column
+GEMM keeps only its input's shard for the backward and gathers it again for its weight gradient
+(Korthikanti et al. 2022, section 4.2.2; Megatron-Core's
+``LinearWithGradAccumulationAndAsyncCommunication``; Transformer Engine's ``qkv_dgrad`` and
+``fc1_dgrad`` gathers): ``pairs`` more allgathers in the backward.
 """
 
 from __future__ import annotations
@@ -84,8 +88,9 @@ def userbuffers_exposed(
     - Forward reductions are *pipelined*: the row GEMM runs in :data:`UB_SPLITS` chunks on
       ``SMs - UB_SMS`` SMs (``R'``), each chunk's reduce-scatter behind the next; the last chunk's
       reduce-scatter stays exposed: ``max(RS, R') + RS(1 / splits) - R``.
-    - Backward reductions (the column GEMMs' input gradients) are *bulk*: reduce-scattered during the
-      same layer's weight-gradient GEMM (the same FLOPs as the input gradient), also on ``UB_SMS`` SMs.
+    - The column GEMMs' backward is *bulk*: their input gathered again during their input-gradient
+      GEMM, and that gradient reduce-scattered during their weight-gradient GEMM (the same FLOPs),
+      each on ``UB_SMS`` SMs the GEMM gives up.
     """
     rs, _ = collective("reducescatter", act, where, fab)
     last_chunk, _ = collective("reducescatter", act / UB_SPLITS, where, fab)
@@ -102,7 +107,8 @@ def userbuffers_exposed(
         work.reduce_fwd_s, pairs * rs, pairs * last_chunk, cut(work.reduce_fwd_s, work.reduce_fwd_ub_s)
     )
     forward = forward + gathered(work.gather_fwd_s, work.gather_fwd_ub_s)
-    backward = _fused(work.reduce_bwd_s, pairs * rs, np.zeros_like(rs), units / (units - UB_SMS))
+    bulk = units / (units - UB_SMS)
+    backward = sum(_fused(work.reduce_bwd_s, pairs * comm, np.zeros_like(rs), bulk) for comm in (ag, rs))
     backward = backward + gathered(work.gather_bwd_s, work.gather_bwd_ub_s)
     return forward * (1 + again) + backward
 
@@ -125,7 +131,8 @@ def tensor_parallel_exposed(
     their producer GEMMs, and with sequence parallelism ``pairs`` allgathers precede their consumer
     GEMMs (module docstring; 2 in a dense layer). Recomputation repeats ``again`` of the forward
     pass's communication (:func:`~commodel.workloads.transformer.recomputed_pairs`: all of it under
-    full recomputation). ``units``: the GPU's SMs.
+    full recomputation); the backward gathers each column GEMM's input again (module docstring).
+    ``units``: the GPU's SMs.
     """
     if mechanism not in TP_OVERLAP:
         raise unknown("tensor-parallel overlap", mechanism, TP_OVERLAP)
@@ -133,13 +140,14 @@ def tensor_parallel_exposed(
     passes = [(work.reduce_fwd_s, work.gather_fwd_s), (work.reduce_bwd_s, work.gather_bwd_s)]
     passes.append(passes[0])  # the forward again, ``again`` times
     repeats = [1.0, 1.0, again]
+    regathers = [0.0, 1.0, 0.0]  # the backward gathers the column GEMMs' inputs again
     # Sequence parallelism gathers and reduce-scatters, else it allreduces: price only what runs.
     ag, _ = collective("allgather", np.where(sp, act, 0.0), where, fab)
     gathers = np.where(sp, pairs * ag, 0.0)
     if mechanism in ("none", "userbuffers"):
         rs, _ = collective("reducescatter", np.where(sp, act, 0.0), where, fab)
         ar, _ = collective("allreduce", np.where(sp, 0.0, act), where, fab)
-        serial = (np.where(sp, pairs * rs, pairs * ar) + gathers) * sum(repeats)
+        serial = np.where(sp, pairs * rs, pairs * ar) * sum(repeats) + gathers * (sum(repeats) + 1)
         if mechanism == "none":
             return serial
         # Userbuffers overlap needs sequence parallelism (TE refuses it otherwise).
@@ -150,7 +158,7 @@ def tensor_parallel_exposed(
             f"{mechanism} needs a switch that reduces in the network (NVLS); this system has none"
         )
     if mechanism in ("t3", "t3-nvls"):
-        exposed = _t3_exposed(mechanism, work, act, where, fab, tile, hbm, pairs, repeats)
+        exposed = _t3_exposed(mechanism, work, act, where, fab, tile, hbm, pairs, repeats, regathers)
         return np.where(where.ranks > 1, exposed, 0.0)
     rs = switch_stores("reducescatter", act, where, fab)
     ar = switch_stores("allreduce", act, where, fab)
@@ -158,13 +166,13 @@ def tensor_parallel_exposed(
     tail = switch_stores("allreduce", tile, where, fab)
     multicast = pairs * switch_stores("allgather", np.where(sp, act, 0.0), where, fab)
     total = 0.0
-    for (producer, consumer), r in zip(passes, repeats, strict=True):
+    for (producer, consumer), r, again_gathered in zip(passes, repeats, regathers, strict=True):
         fused = _fused(producer, reduce, tail, np.ones_like(producer))
         # cais-base: without the dataflow optimizer the consumer waits for the whole multicast gather
         gather = (
             _fused(consumer, multicast, tail, np.ones_like(consumer)) if mechanism == "cais" else multicast
         )
-        total = total + r * (fused + np.where(sp, gather, 0.0))
+        total = total + r * (fused + np.where(sp, gather + again_gathered * multicast, 0.0))
     return np.where(where.ranks > 1, total, 0.0)
 
 
@@ -178,6 +186,7 @@ def _t3_exposed(
     hbm: float,
     pairs: float,
     repeats: list,
+    regathers: list,
 ) -> np.ndarray:
     """T3's exposed TP communication: the producer GEMMs' tiles feed a reduce-scatter as they are
     written (``t3``: a ring by DMA, reduced in memory; ``t3-nvls``: reduced by the switch,
@@ -197,9 +206,9 @@ def _t3_exposed(
     total = 0.0
     producers = [(work.reduce_fwd_s, work.reduce_fwd_hbm_s), (work.reduce_bwd_s, work.reduce_bwd_hbm_s)]
     producers.append(producers[0])
-    for (producer, hbm_s), r in zip(producers, repeats, strict=True):
+    for (producer, hbm_s), r, again_gathered in zip(producers, repeats, regathers, strict=True):
         slow = np.divide(
             np.maximum(producer, hbm_s * stretch), producer, out=np.ones_like(producer), where=producer > 0
         )
-        total = total + r * (_fused(producer, pairs * rs, tail, slow) + pairs * ag)
+        total = total + r * (_fused(producer, pairs * rs, tail, slow) + (1 + again_gathered) * pairs * ag)
     return total
