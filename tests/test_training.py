@@ -1004,7 +1004,8 @@ def test_block_scaled_fp8_pays_for_its_casts(monkeypatch, recipe, system):
 def test_userbuffers_hides_tensor_parallel_communication_behind_its_gemms():
     """Transformer Engine's userbuffers overlap exposes less TP communication than running the
     collectives between the GEMMs, more of it the less compute there is to hide behind (shorter
-    sequences), and nothing changes without sequence parallelism (TE needs it)."""
+    sequences), nothing changes without sequence parallelism (TE needs it), and without a TP group
+    its cut GEMMs and SM margins cost nothing."""
     net, c = model("llama3-405b"), cluster("gb200-nvl72", 256)
 
     def tp_comm(mechanism, seq=8192, sp=True):
@@ -1017,6 +1018,10 @@ def test_userbuffers_hides_tensor_parallel_communication_behind_its_gemms():
     assert 0 < tp_comm("userbuffers") < 0.5 * tp_comm("none")
     assert tp_comm("userbuffers", seq=1024) > tp_comm("userbuffers")
     assert tp_comm("userbuffers", sp=False) == pytest.approx(tp_comm("none", sp=False))
+    alone = dict(model="llama3-8b", system="dgx-h100", gpus=8, sequence_parallel=True)
+    assert (
+        train(**alone, tp_overlap="userbuffers")["breakdown"]["tp_comm"] == 0
+    )  # no TP group: nothing to hide
 
 
 def test_userbuffers_chunks_cost_small_gemms_their_waves(monkeypatch):

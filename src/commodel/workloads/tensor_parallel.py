@@ -150,8 +150,9 @@ def tensor_parallel_exposed(
         serial = np.where(sp, pairs * rs, pairs * ar) * sum(repeats) + gathers * (sum(repeats) + 1)
         if mechanism == "none":
             return serial
-        # Userbuffers overlap needs sequence parallelism (TE refuses it otherwise).
-        return np.where(sp, userbuffers_exposed(work, act, where, fab, x, units, pairs, again), serial)
+        # Userbuffers overlap needs sequence parallelism (TE refuses it otherwise) and a TP group.
+        overlapped = userbuffers_exposed(work, act, where, fab, x, units, pairs, again)
+        return np.where(sp & (where.ranks > 1), overlapped, serial)
     tile = TILE_BYTES * x.tp
     if mechanism in IN_SWITCH and fab.nvls_Bps is None:
         raise CommodelError(
