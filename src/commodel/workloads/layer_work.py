@@ -267,9 +267,11 @@ def layer_work_of(
     attention_impl: str,
     units: ArrayLike | None = None,
     shared_experts: bool = False,
+    cut: bool = False,
 ) -> Work:
     """:func:`layer_work` of every layout in ``x``, computed once per distinct layer shape; with
-    ``shared_experts``, of the layer's shared experts alone (nothing without them)."""
+    ``shared_experts``, of the layer's shared experts alone (nothing without them); with ``cut``, its
+    tensor-parallel GEMMs also as userbuffers cuts them (``*_ub_s``; else those are the uncut times)."""
 
     def work(
         T, mb, seq, tp, cp, ep, sp, recompute, modules, load, etp, fp8_dispatch, flex, fused, eager, sms
@@ -278,7 +280,7 @@ def layer_work_of(
                            flex, fused, eager)  # fmt: skip
         if shared_experts:
             lk = lk.shared_experts or LayerKernels([], [], [], {})
-        return layer_work(gpu, lk, recompute, modules, sms, tp)
+        return layer_work(gpu, lk, recompute, modules, sms, tp if cut else 1)
 
     sms = gpu.compute_units.value if units is None else units
     return on_unique(

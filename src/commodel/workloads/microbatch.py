@@ -162,7 +162,7 @@ def per_microbatch(
 ) -> dict[str, np.ndarray]:
     """Everything that does not depend on the number of micro-batches: per-layer and per-stage times
     of one micro-batch, the end-of-step data-parallel and optimizer times, and memory parts."""
-    m = MicroBatch(model, cluster, x, recipe, strategy, attention_impl)
+    m = MicroBatch(model, cluster, x, recipe, strategy, attention_impl, tp_overlap == "userbuffers")
     full = m.full
     # Tensor parallelism: its mechanism decides what is exposed; ideal overlap hides it behind the layer.
     act = x.tokens * model.hidden * m.size

@@ -22,7 +22,8 @@ from commodel.workloads.transformer import bytes_per
 class MicroBatch:
     """What every part of a micro-batch's pricing shares: the layouts, the fabric and its groups
     (ranks tp-first, the expert grid folded over the same ranks), a layer's work on all SMs, and
-    the layer's work on the SMs a collective leaves where the strategy partitions them."""
+    the layer's work on the SMs a collective leaves where the strategy partitions them; ``cut``: the
+    layer's tensor-parallel GEMMs are also priced as userbuffers cuts them (its TP mechanism)."""
 
     model: Transformer
     cluster: Cluster
@@ -30,13 +31,16 @@ class MicroBatch:
     recipe: Precision
     strategy: str | np.ndarray
     attention_impl: str
+    cut: bool = False
     fab: Fabric = field(init=False)
     full: Work = field(init=False)
     _on_sms: dict[bytes, Work] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.fab = shared_nics(fabric_of(self.cluster))
-        self.full = layer_work_of(self.model, self.gpu, self.x, self.recipe, self.attention_impl)
+        self.full = layer_work_of(
+            self.model, self.gpu, self.x, self.recipe, self.attention_impl, cut=self.cut
+        )
         self.partitioning = overlapping(self.strategy)
         x, gpn = self.x, job_domain(self.x.gpus, self.fab.domain)
         self.tp, self.cp, self.dp = group(x.tp, 1, gpn), group(x.cp, x.tp, gpn), group(x.dp * x.cp, x.tp, gpn)
