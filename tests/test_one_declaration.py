@@ -91,3 +91,10 @@ def test_a_collective_call_prices_the_same_from_the_cli_and_a_one_row_sweep():
     assert cli["time_s"] == pytest.approx(float(row.time_s), rel=1e-12)  # (JSON keeps 15 digits)
     assert row.chosen == f"{cli['algo']}/{cli['protocol']}"
     assert np.isfinite(row.busbw_GBps) and row.busbw_GBps == pytest.approx(cli["busbw_GBps"])
+    assert row.fastest == cli["fastest"] and row.fastest_time_s == pytest.approx(
+        cli["fastest_time_s"], rel=1e-12
+    )
+    # where NCCL's tuner trails its fastest path, a sweep sees what a tuner plugin could take
+    gap = evaluator("collective")(pd.DataFrame([{"system": "dgx-a100", "nodes": 4, "op": "allgather",
+                                                  "size_bytes": 2**17}])).iloc[0]  # fmt: skip
+    assert gap.chosen == "ring/ll" and gap.fastest == "ring/ll128" and gap.fastest_time_s < 0.9 * gap.time_s

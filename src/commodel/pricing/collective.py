@@ -4,8 +4,10 @@ its table pricing: one collective call per row, as nccl-tests reports it.
 Rows give the collective, system, GPUs, size and the choice policy (``auto``: NCCL's own choice;
 ``best``: the fastest; or one algorithm), plus run settings (forced channels, launch mode, NVLS,
 SHARP, partition). Outputs: time, algbw and busbw (nccl-tests conventions), the channels and chunk
-size used, and the chosen algorithm/protocol as text; a choice the system cannot run (an algorithm it
-lacks) makes the row invalid with the reason in ``problem``.
+size used, the chosen algorithm/protocol as text, and the fastest path the library offers there with
+its time (``fastest``, ``fastest_time_s``: what a tuner plugin could take, where the choice trails it);
+a choice the system cannot run (an algorithm it lacks) makes the row invalid with the reason in
+``problem``.
 """
 
 from __future__ import annotations
@@ -85,7 +87,19 @@ class CollectiveJob(Job):
     )
 
 
-OUTPUTS = ("time_s", "algbw_GBps", "busbw_GBps", "channels_used", "chunk_bytes", "chosen", "problem", "valid")
+OUTPUTS = (
+    "time_s",
+    "algbw_GBps",
+    "busbw_GBps",
+    "channels_used",
+    "chunk_bytes",
+    "chosen",
+    "fastest",
+    "fastest_time_s",
+    "problem",
+    "valid",
+)
+TEXT_OUTPUTS = ("chosen", "fastest", "problem")
 
 
 def _optional(value: object) -> int | None:
@@ -111,7 +125,7 @@ def cluster_and_fabric(job: Mapping[str, Any]) -> tuple[Cluster, Fabric]:
 def price_collectives(columns: Columns) -> Columns:
     """The ``collective`` evaluator's pricing: every size of a group of rows that share their settings
     in one call of the collective model."""
-    out = blank_outputs(len(columns["size_bytes"]), OUTPUTS, text=("chosen", "problem"))
+    out = blank_outputs(len(columns["size_bytes"]), OUTPUTS, text=TEXT_OUTPUTS)
     settings = [name for name in CollectiveJob.model_fields if name != "size_bytes"]
     for key, rows in groups(columns, settings):
         try:
@@ -121,10 +135,11 @@ def price_collectives(columns: Columns) -> Columns:
         except CommodelError as exc:  # a choice this system cannot run
             out["problem"][rows] = str(exc)
             continue
-        for name in ("time_s", "algbw_GBps", "busbw_GBps", "chunk_bytes"):
+        for name in ("time_s", "algbw_GBps", "busbw_GBps", "chunk_bytes", "fastest_time_s"):
             out[name][rows] = result[name].to_numpy(dtype=float)
         out["channels_used"][rows] = result["channels"].to_numpy(dtype=float)
         out["chosen"][rows] = (result.algo + "/" + result.protocol).to_numpy()
+        out["fastest"][rows] = result.fastest.to_numpy()
         out["valid"][rows] = np.isfinite(result.time_s.to_numpy())
     return out
 
@@ -132,9 +147,9 @@ def price_collectives(columns: Columns) -> Columns:
 def collective() -> Evaluator:
     return Evaluator(
         "collective",
-        "a collective call per row: time, algbw, busbw, channels, chunk and the chosen algorithm",
+        "a collective call per row: time, algbw, busbw, channels, chunk, the chosen algorithm and the fastest",
         CollectiveJob,
         OUTPUTS,
         price_collectives,
-        text=("chosen", "problem"),
+        text=TEXT_OUTPUTS,
     )
