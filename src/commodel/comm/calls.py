@@ -1,9 +1,9 @@
 """A collective call as nccl-tests runs it (:func:`run`): ``op`` over a range of sizes on some GPUs of
 a cluster, the algorithm and protocol chosen as the library chooses them (``auto``), the fastest
 (``best``) or one forced, with a forced channel count where a tuner plugin sets one; the results as
-nccl-tests prints them (size, time, algbw, busbw, with the algorithm, protocol, channels and chunk), beside the fastest path
-the library offers there: a choice slower than it is the tuner's, and only it can fall as the message
-grows (every path's own time never does, so neither does the fastest).
+nccl-tests prints them (size, time, algbw, busbw, with the algorithm, protocol, channels and chunk),
+beside the fastest path the library offers there: a choice slower than it is the tuner's, and only
+the choice can fall as the message grows (no path's own time does, so neither does the fastest).
 """
 
 from __future__ import annotations
