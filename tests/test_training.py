@@ -1015,7 +1015,9 @@ def test_userbuffers_hides_tensor_parallel_communication_behind_its_gemms():
         r = train_step(net, c, x, dtype="fp8", strategy="sm-partition", tp_overlap=mechanism)
         return float(r["tp_comm_s"] / r["step_time_s"])
 
-    assert 0 < tp_comm("userbuffers") < 0.5 * tp_comm("none")
+    assert (
+        0 < tp_comm("userbuffers") < 0.75 * tp_comm("none")
+    )  # what stays: the last chunk, cut GEMMs, SM margins
     assert tp_comm("userbuffers", seq=1024) > tp_comm("userbuffers")
     assert tp_comm("userbuffers", sp=False) == pytest.approx(tp_comm("none", sp=False))
     alone = dict(model="llama3-8b", system="dgx-h100", gpus=8, sequence_parallel=True)
@@ -1054,6 +1056,25 @@ def test_userbuffers_chunks_cost_small_gemms_their_waves(monkeypatch):
         lw, "chunk_groups", lambda kernel, chunks: [(kernel, np.ones_like(np.asarray(chunks)))]
     )
     assert tp_comm() < chunked
+
+
+def test_fp8_recipes_gather_quantized_activations(monkeypatch):
+    """Under FP8, Transformer Engine quantizes a GEMM's input before its sequence-parallel all-gather:
+    the gathers move one byte per element and the recipe's scales, the reduce-scatters still two, so
+    TP time falls where the gathers are exposed, and as far as their bytes go."""
+    import dataclasses
+
+    from commodel.compute import precision as precision_module
+
+    job = dict(model="llama3-70b", system="dgx-h100", gpus=64, tp=8, global_batch=64, dtype="fp8",
+               sequence_parallel=True, recompute="full")  # fmt: skip
+    quantized = train(**job)["breakdown"]["tp_comm"]
+    sixteen_bit = dataclasses.replace(precision_module.RECIPES["fp8"], activation_gather_bytes=2.0)
+    monkeypatch.setitem(precision_module.RECIPES, "fp8", sixteen_bit)
+    wide = train(**job)["breakdown"]["tp_comm"]
+    assert quantized < 0.9 * wide
+    assert precision_module.RECIPES["bf16"].activation_gather_bytes == 2.0
+    assert precision_module.RECIPES["mxfp8"].activation_gather_bytes == pytest.approx(1 + 1 / 32)
 
 
 def test_the_advice_turns_userbuffers_on_or_off_where_it_pays():

@@ -49,7 +49,10 @@ class Precision:
     FP8 the primary FP8 weights Megatron's ``--fp8-param-gather`` gathers (per-tensor scaling: the
     row-wise copy, its transpose made after the gather; ``fp8-block``: the 128 x 128-block weights,
     whose transpose keeps its blocks and scales; MXFP8's 1 x 32 blocks do not transpose, so both copies
-    with their scales)."""
+    with their scales); ``activation_gather_bytes``: bytes per element a sequence-parallel all-gather
+    of activations moves: Transformer Engine quantizes a GEMM's input (and output gradient) before it
+    gathers them under FP8 (its FP8, MXFP8 and blockwise all-gathers, and userbuffers' ``fp8_buf``),
+    so one byte and the recipe's scales (MXFP8's E8M0 per 32, blockwise FP32 per 1 x 128)."""
 
     name: str
     gemm: str
@@ -57,6 +60,7 @@ class Precision:
     cast_bytes: float
     cast_bandwidth: float = 1.0
     gathered_bytes: float = 2.0
+    activation_gather_bytes: float = 2.0
 
     @property
     def quantized(self) -> bool:
@@ -75,10 +79,12 @@ BLOCK_CAST_BANDWIDTH = 0.349
 RECIPES = {
     "bf16": Precision("bf16", "bf16", "bf16", 0.0),
     "fp16": Precision("fp16", "fp16", "fp16", 0.0),
-    "fp8": Precision("fp8", "fp8", "bf16", 2 + 2 + 1 + 1, gathered_bytes=1.0),
-    "mxfp8": Precision("mxfp8", "fp8", "bf16", 2 + 1 + 1 + 2 / 32, BLOCK_CAST_BANDWIDTH, 2 + 2 / 32),
+    "fp8": Precision("fp8", "fp8", "bf16", 2 + 2 + 1 + 1, gathered_bytes=1.0, activation_gather_bytes=1.0),
+    "mxfp8": Precision(
+        "mxfp8", "fp8", "bf16", 2 + 1 + 1 + 2 / 32, BLOCK_CAST_BANDWIDTH, 2 + 2 / 32, 1 + 1 / 32
+    ),
     "fp8-block": Precision(
-        "fp8-block", "fp8", "bf16", 2 + 1 + 1 + 2 * 4 / 128, BLOCK_CAST_BANDWIDTH, 1 + 4 / 128**2
+        "fp8-block", "fp8", "bf16", 2 + 1 + 1 + 2 * 4 / 128, BLOCK_CAST_BANDWIDTH, 1 + 4 / 128**2, 1 + 4 / 128
     ),
 }
 

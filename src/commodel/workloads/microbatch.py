@@ -168,7 +168,10 @@ def per_microbatch(
     act = x.tokens * model.hidden * m.size
     pairs = 1 + tensor_parallel_mlps(model)
     again = recomputed_pairs(model, x.recompute, x.recompute_modules)
-    tp_comm = tensor_parallel_exposed(tp_overlap, full, act, m.tp, m.fab, x, m.hbm, m.units, pairs, again)
+    gathered = x.tokens * model.hidden * recipe.activation_gather_bytes  # quantized first under FP8
+    tp_comm = tensor_parallel_exposed(
+        tp_overlap, full, act, gathered, m.tp, m.fab, x, m.hbm, m.units, pairs, again
+    )
     ideal = np.asarray(strategy, dtype=object) == "ideal"
     tp_exposed = np.where(ideal, np.maximum(tp_comm - full.total_s, 0.0), tp_comm)
     paired, unpaired = _expert_comm(m, ep_overlap, tp_comm)

@@ -69,6 +69,7 @@ def switch_stores(op: str, size: np.ndarray, where: Group, fab: Fabric) -> np.nd
 def userbuffers_exposed(
     work: Work,
     act: np.ndarray,
+    gathered: np.ndarray,
     where: Group,
     fab: Fabric,
     x: Layout,
@@ -94,7 +95,7 @@ def userbuffers_exposed(
     """
     rs, _ = collective("reducescatter", act, where, fab)
     last_chunk, _ = collective("reducescatter", act / UB_SPLITS, where, fab)
-    ag, _ = forced("allgather", "ring", act, where, fab)
+    ag, _ = forced("allgather", "ring", gathered, where, fab)
     ahead = (x.tp - 1) / x.tp
 
     def cut(uncut: np.ndarray, chunked: np.ndarray) -> np.ndarray:
@@ -117,6 +118,7 @@ def tensor_parallel_exposed(
     mechanism: str,
     work: Work,
     act: np.ndarray,
+    gathered: np.ndarray,
     where: Group,
     fab: Fabric,
     x: Layout,
@@ -132,6 +134,8 @@ def tensor_parallel_exposed(
     GEMMs (module docstring; 2 in a dense layer). Recomputation repeats ``again`` of the forward
     pass's communication (:func:`~commodel.workloads.transformer.recomputed_pairs`: all of it under
     full recomputation); the backward gathers each column GEMM's input again (module docstring).
+    ``act``: bytes a reduction moves; ``gathered``: bytes a gather moves (fewer where the recipe
+    gathers quantized activations, :attr:`~commodel.compute.precision.Precision.activation_gather_bytes`).
     ``units``: the GPU's SMs.
     """
     if mechanism not in TP_OVERLAP:
@@ -142,7 +146,7 @@ def tensor_parallel_exposed(
     repeats = [1.0, 1.0, again]
     regathers = [0.0, 1.0, 0.0]  # the backward gathers the column GEMMs' inputs again
     # Sequence parallelism gathers and reduce-scatters, else it allreduces: price only what runs.
-    ag, _ = collective("allgather", np.where(sp, act, 0.0), where, fab)
+    ag, _ = collective("allgather", np.where(sp, gathered, 0.0), where, fab)
     gathers = np.where(sp, pairs * ag, 0.0)
     if mechanism in ("none", "userbuffers"):
         rs, _ = collective("reducescatter", np.where(sp, act, 0.0), where, fab)
@@ -151,7 +155,7 @@ def tensor_parallel_exposed(
         if mechanism == "none":
             return serial
         # Userbuffers overlap needs sequence parallelism (TE refuses it otherwise) and a TP group.
-        overlapped = userbuffers_exposed(work, act, where, fab, x, units, pairs, again)
+        overlapped = userbuffers_exposed(work, act, gathered, where, fab, x, units, pairs, again)
         return np.where(sp & (where.ranks > 1), overlapped, serial)
     tile = TILE_BYTES * x.tp
     if mechanism in IN_SWITCH and fab.nvls_Bps is None:
@@ -159,13 +163,15 @@ def tensor_parallel_exposed(
             f"{mechanism} needs a switch that reduces in the network (NVLS); this system has none"
         )
     if mechanism in ("t3", "t3-nvls"):
-        exposed = _t3_exposed(mechanism, work, act, where, fab, tile, hbm, pairs, repeats, regathers)
+        exposed = _t3_exposed(
+            mechanism, work, (act, gathered), where, fab, tile, hbm, pairs, repeats, regathers
+        )
         return np.where(where.ranks > 1, exposed, 0.0)
     rs = switch_stores("reducescatter", act, where, fab)
     ar = switch_stores("allreduce", act, where, fab)
     reduce = np.where(sp, pairs * rs, pairs * ar)
     tail = switch_stores("allreduce", tile, where, fab)
-    multicast = pairs * switch_stores("allgather", np.where(sp, act, 0.0), where, fab)
+    multicast = pairs * switch_stores("allgather", np.where(sp, gathered, 0.0), where, fab)
     total = 0.0
     for (producer, consumer), r, again_gathered in zip(passes, repeats, regathers, strict=True):
         fused = _fused(producer, reduce, tail, np.ones_like(producer))
@@ -180,7 +186,7 @@ def tensor_parallel_exposed(
 def _t3_exposed(
     mechanism: str,
     work: Work,
-    act: np.ndarray,
+    sizes: tuple[np.ndarray, np.ndarray],
     where: Group,
     fab: Fabric,
     tile: float,
@@ -194,14 +200,18 @@ def _t3_exposed(
     :func:`switch_stores`), the gathers run after it, exposed (a ring; a multicast). Each GPU's HBM serves 3 bytes per byte a
     ring reduces (read the tile, receive a partial, read-modify-write the sum) and 1 per byte the
     switch reduces (the tile read once), which stretches the producer GEMMs' memory term:
-    ``slow = max(C, hbm_s B / (B - k r)) / C``."""
+    ``slow = max(C, hbm_s B / (B - k r)) / C``. ``sizes``: the bytes a reduction and a gather move."""
+    act, gathered = sizes
     if mechanism == "t3":
-        ag, _ = forced("allgather", "ring", act, where, fab)
+        ag, _ = forced("allgather", "ring", gathered, where, fab)
         rs, rs_bw = forced("reducescatter", "ring", act, where, fab)
         tail, _ = forced("reducescatter", "ring", tile, where, fab)
         hbm_bytes = 3.0
     else:
-        ag, rs = switch_stores("allgather", act, where, fab), switch_stores("reducescatter", act, where, fab)
+        ag, rs = (
+            switch_stores("allgather", gathered, where, fab),
+            switch_stores("reducescatter", act, where, fab),
+        )
         tail, rs_bw, hbm_bytes = switch_stores("reducescatter", tile, where, fab), act / rs, 1.0
     stretch = hbm / np.maximum(hbm - hbm_bytes * rs_bw, 0.1 * hbm)
     total = 0.0
