@@ -117,7 +117,7 @@ def training_jobs(draw: st.DrawFn) -> dict:
         "dispatcher": st.sampled_from(["alltoall", "deepep", "hybridep"]), "bf16_moments": st.just(True),
         "permute_fusion": st.just(True), "sequence_parallel": st.just(True), "expert_load": st.floats(1, 3),
         "overlap": st.sampled_from(["serial", "sm-partition", "occupancy-shaped", "in-network"]),
-        "tp_overlap": st.sampled_from(["none", "userbuffers", "t3", "cais"]),
+        "tp_overlap": st.sampled_from(["none", "async", "userbuffers", "t3", "cais"]),
         "failures": st.sampled_from(["llama3-h100", "bloom-a100", "opt-a100"]),
         "storage_share": st.floats(0.01, 1.0), "storage_node_GBps": st.floats(1.0, 1000.0),
         "reshard_after_forward": st.booleans(), "elementwise": st.sampled_from(["fused", "eager"]),

@@ -156,9 +156,9 @@ def host_fixes(job: TrainingJob, row: SimpleNamespace) -> str:
 def software_to_try(job: TrainingJob, row: SimpleNamespace) -> str:
     """Where a job runs PyTorch's eager elementwise kernels, or a ZeRO-3 job frees its layers after
     each forward: fused kernels (torch.compile), and holding the layers gathered (FSDP's
-    ``reshard_after_forward=False``); where tensor parallelism runs with sequence parallelism, the
-    other of its collectives between the GEMMs and userbuffers' overlap (whose GEMM chunks can cost
-    more than the communication it hides); each priced, named if it saves at least
+    ``reshard_after_forward=False``); where tensor parallelism runs with sequence parallelism,
+    userbuffers' overlap, or for a job that runs it Megatron's default without it (its GEMM chunks
+    can cost more than the communication it hides); each priced, named if it saves at least
     :data:`GAIN_WORTH_A_NOTE` and fits where the job does."""
     if ":" in job.system:
         return ""
@@ -167,7 +167,7 @@ def software_to_try(job: TrainingJob, row: SimpleNamespace) -> str:
         tried.append(("elementwise", "fused", "--elementwise fused (torch.compile)"))
     if job.zero == 3 and job.reshard_after_forward:
         tried.append(("reshard_after_forward", False, "--no-reshard-after-forward"))
-    swap = {"none": "userbuffers", "userbuffers": "none"}.get(job.tp_overlap)
+    swap = {"none": "userbuffers", "async": "userbuffers", "userbuffers": "async"}.get(job.tp_overlap)
     if job.tp > 1 and job.sequence_parallel and swap:
         tried.append(("tp_overlap", swap, f"--tp-overlap {swap}"))
     return _priced_fixes(job, row, tried)

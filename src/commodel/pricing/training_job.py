@@ -285,7 +285,8 @@ class TrainingJob(Job):
     )
     tp_overlap: Annotated[str, Choices("tensor-parallel overlap", TP_OVERLAP)] = Field(
         "none",
-        description="Tensor-parallel communication: none, t3 (fused GEMM+RS), cais, "
+        description="Tensor-parallel communication: none (between the GEMMs), async (Megatron-Core's and "
+        "TE's default: the backward's column collectives beside their GEMMs), t3 (fused GEMM+RS), cais, "
         "userbuffers (Transformer Engine's comm+GEMM overlap; needs --sequence-parallel).",
     )
     ep_overlap: Annotated[str, Choices("expert-parallel overlap", EP_OVERLAP)] = Field(

@@ -17,14 +17,17 @@ import numpy as np
 from commodel.comm.fabric import Fabric
 from commodel.comm.nccl import MAX_NVLS_ARITY
 from commodel.errors import CommodelError, unknown
-from commodel.workloads.groups import Group, collective, forced
+from commodel.overlap import ctas
+from commodel.workloads.groups import Group, collective, domain, forced
 from commodel.workloads.layer_work import Work
 from commodel.workloads.layout import Layout
 from commodel.workloads.userbuffers import UB_SMS, UB_SPLITS
 
 #: Tensor-parallel communication mechanisms, each with what it can use:
 #: ``none`` (collectives after/before their GEMMs, NCCL's choice of algorithm: NVLS where the switch
-#: reduces); ``t3`` (Pati et al., ASPLOS'24: the producer GEMM's tiles feed a ring reduce-scatter as
+#: reduces); ``async`` (Megatron-Core's and Transformer Engine's layers without ``--tp-comm-overlap``:
+#: as ``none``, but the backward's column collectives start asynchronously beside the GEMMs they do
+#: not feed, :func:`async_exposed`); ``t3`` (Pati et al., ASPLOS'24: the producer GEMM's tiles feed a ring reduce-scatter as
 #: they are written, by DMA, reduced in memory; a ring design: no in-switch reduction and no multicast,
 #: so its gathers run as exposed ring all-gathers); ``t3-nvls`` (T3's fusion with the reduction done by
 #: the switch, its gathers exposed NVLS multicasts); ``cais`` (compute-aware in-switch: tiles are
@@ -33,7 +36,7 @@ from commodel.workloads.userbuffers import UB_SMS, UB_SPLITS
 #: but without its dataflow optimizer the consumer GEMM waits for the whole gather); ``userbuffers``
 #: (Transformer Engine's comm+GEMM overlap, what Megatron's ``--tp-comm-overlap`` turns on: see
 #: :func:`userbuffers_exposed`; needs sequence parallelism). The switch-reducing ones need NVLS.
-TP_OVERLAP = ("none", "t3", "cais", "userbuffers", "t3-nvls", "cais-base")
+TP_OVERLAP = ("none", "async", "t3", "cais", "userbuffers", "t3-nvls", "cais-base")
 IN_SWITCH = ("t3-nvls", "cais", "cais-base")
 
 #: One GEMM output tile (128 x 256 bf16 = 64 KiB): the unit a fused mechanism hands to the network.
@@ -64,6 +67,33 @@ def switch_stores(op: str, size: np.ndarray, where: Group, fab: Fabric) -> np.nd
     fallback, _ = collective(op, size, where, fab)
     local = ~np.asarray(where.spans_nodes) & (where.ranks <= MAX_NVLS_ARITY)
     return np.where(local, direct, fallback)
+
+
+def async_exposed(
+    work: Work,
+    reduce: np.ndarray,
+    ag: np.ndarray,
+    sp: np.ndarray,
+    pairs: float,
+    again: np.ndarray,
+    share: np.ndarray,
+) -> np.ndarray:
+    """Exposed TP communication of one layer and micro-batch as Megatron-Core's and Transformer
+    Engine's linear layers run it without userbuffers: the forward's collectives and the backward's
+    gather before the row GEMMs' input gradients between the GEMMs, while a column GEMM's backward
+    starts its collectives asynchronously on NCCL's stream (``async_op=True``): the gather of its input
+    beside its input-gradient GEMM, and the reduce-scatter (allreduce without sequence parallelism) of
+    that gradient beside its weight-gradient GEMM (the same FLOPs). The collective's CTAs hold
+    ``share`` of the SMs while it runs, so a GEMM of ``G`` beside a collective of ``M`` ends at
+    ``max(M, G + share M)``: ``max(M - G, share M)`` exposed each. ``reduce``: one reduction
+    (reduce-scatter, or allreduce without sequence parallelism); ``ag``: one gather."""
+    gathers = np.where(sp, pairs * ag, 0.0)
+    serial = (pairs * reduce + gathers) * (1 + again) + gathers
+
+    def beside(comm: np.ndarray) -> np.ndarray:
+        return np.maximum(comm - work.reduce_bwd_s, share * comm)
+
+    return serial + beside(pairs * reduce) + beside(gathers)
 
 
 def userbuffers_exposed(
@@ -148,12 +178,16 @@ def tensor_parallel_exposed(
     # Sequence parallelism gathers and reduce-scatters, else it allreduces: price only what runs.
     ag, _ = collective("allgather", np.where(sp, gathered, 0.0), where, fab)
     gathers = np.where(sp, pairs * ag, 0.0)
-    if mechanism in ("none", "userbuffers"):
+    if mechanism in ("none", "async", "userbuffers"):
         rs, _ = collective("reducescatter", np.where(sp, act, 0.0), where, fab)
         ar, _ = collective("allreduce", np.where(sp, 0.0, act), where, fab)
         serial = np.where(sp, pairs * rs, pairs * ar) * sum(repeats) + gathers * (sum(repeats) + 1)
         if mechanism == "none":
             return serial
+        if mechanism == "async":
+            k = ctas("sm-partition", domain(fab, where))  # NCCL's CTAs beside the GEMM
+            exposed = async_exposed(work, np.where(sp, rs, ar), ag, sp, pairs, again, k / units)
+            return np.where(where.ranks > 1, exposed, 0.0)
         # Userbuffers overlap needs sequence parallelism (TE refuses it otherwise) and a TP group.
         overlapped = userbuffers_exposed(work, act, gathered, where, fab, x, units, pairs, again)
         return np.where(sp & (where.ranks > 1), overlapped, serial)
