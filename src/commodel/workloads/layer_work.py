@@ -124,33 +124,37 @@ class Priced:
     dgrad_ub_s: np.ndarray | float = 0.0
 
 
-def chunked_s(gpu: GPU, kernel: Kernel, chunks: ArrayLike, units: ArrayLike | None) -> np.ndarray:
+def chunked_s(
+    gpu: GPU, kernel: Kernel, chunks: ArrayLike, units: ArrayLike | None, whole: ArrayLike | None = None
+) -> np.ndarray:
     """Seconds of a GEMM cut into ``chunks`` (:func:`~commodel.workloads.userbuffers.chunk_groups`),
-    at least the GEMM's whole: the pieces do all of its work and more, where the roofline, which
-    prices a part tile by its FLOPs, could price them a little cheaper."""
+    at least the uncut GEMM's (``whole``, where the caller has timed it): the pieces do all of its work
+    and more, where the roofline, which prices a part tile by its FLOPs, could price them a little
+    cheaper."""
     cut = sum(np.asarray(n) * timed(gpu, piece, units)[0] for piece, n in chunk_groups(kernel, chunks))
-    return np.maximum(cut, timed(gpu, kernel, units)[0])
+    return np.maximum(cut, timed(gpu, kernel, units)[0] if whole is None else whole)
 
 
 def _userbuffers_s(
     gpu: GPU,
-    kernel: Kernel,
     role: str,
-    f: np.ndarray,
-    dgrad: np.ndarray,
+    forward: tuple[Kernel, np.ndarray],
+    dgrad: tuple[Kernel, np.ndarray],
     tp: ArrayLike,
     units: ArrayLike | None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, input gradient) of a ``role`` GEMM as userbuffers runs them: a column GEMM's forward
-    and a row GEMM's input gradient in ``tp`` ring-exchange chunks, a row GEMM's forward in
-    :data:`UB_SPLITS` chunks on ``SMs - UB_SMS``; the rest, and everything at tp 1, as priced."""
+    """(forward, input gradient) seconds of a ``role`` GEMM as userbuffers runs them, from each
+    (kernel, uncut seconds): a column GEMM's forward and a row GEMM's input gradient in ``tp``
+    ring-exchange chunks, a row GEMM's forward in :data:`UB_SPLITS` chunks on ``SMs - UB_SMS``; the
+    rest, and everything at tp 1, uncut."""
+    (kernel, f), (dgrad_kernel, d) = forward, dgrad
     if role not in ("column", "row") or np.all(np.asarray(tp) == 1):
-        return f, dgrad
-    sms = gpu.compute_units.value if units is None else units
+        return f, d
     if role == "column":
-        return chunked_s(gpu, kernel, tp, units), dgrad
-    pipelined = chunked_s(gpu, kernel, UB_SPLITS, np.asarray(sms) - UB_SMS)
-    return pipelined, chunked_s(gpu, gemm_backward(kernel)[0], tp, units)
+        return chunked_s(gpu, kernel, tp, units, f), d
+    fewer = np.asarray(gpu.compute_units.value if units is None else units) - UB_SMS
+    pipelined = chunked_s(gpu, kernel, UB_SPLITS, fewer)
+    return pipelined, chunked_s(gpu, dgrad_kernel, tp, units, d)
 
 
 def priced_kernels(
@@ -161,8 +165,9 @@ def priced_kernels(
     entries = []
     for kernel, count, role in lk.gemms:
         f, m, hbm = timed(gpu, kernel, units)
-        dgrad, wgrad = (timed(gpu, b, units) for b in gemm_backward(kernel))
-        fwd_ub, dgrad_ub = _userbuffers_s(gpu, kernel, role, f, dgrad[0], tp, units)
+        backward = gemm_backward(kernel)
+        dgrad, wgrad = (timed(gpu, b, units) for b in backward)
+        fwd_ub, dgrad_ub = _userbuffers_s(gpu, role, (kernel, f), (backward[0], dgrad[0]), tp, units)
         entries.append(
             Priced(kernel, count, count, f, dgrad[0] + wgrad[0], count, m + dgrad[1] + wgrad[1], 3 * count,
                    role=role, wgrad_s=wgrad[0], dgrad_s=dgrad[0], fwd_hbm_s=hbm, dgrad_hbm_s=dgrad[2],

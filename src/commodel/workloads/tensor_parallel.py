@@ -131,16 +131,16 @@ def userbuffers_exposed(
     def cut(uncut: np.ndarray, chunked: np.ndarray) -> np.ndarray:
         return np.divide(chunked, uncut, out=np.ones_like(chunked), where=uncut > 0)
 
-    def gathered(uncut: np.ndarray, chunked: np.ndarray) -> np.ndarray:
+    def ring_exchange(uncut: np.ndarray, chunked: np.ndarray) -> np.ndarray:
         return _fused(uncut * ahead, pairs * ag, (chunked - uncut) / x.tp, cut(uncut, chunked))
 
     forward = _fused(
         work.reduce_fwd_s, pairs * rs, pairs * last_chunk, cut(work.reduce_fwd_s, work.reduce_fwd_ub_s)
     )
-    forward = forward + gathered(work.gather_fwd_s, work.gather_fwd_ub_s)
+    forward = forward + ring_exchange(work.gather_fwd_s, work.gather_fwd_ub_s)
     bulk = units / (units - UB_SMS)
     backward = sum(_fused(work.reduce_bwd_s, pairs * comm, np.zeros_like(rs), bulk) for comm in (ag, rs))
-    backward = backward + gathered(work.gather_bwd_s, work.gather_bwd_ub_s)
+    backward = backward + ring_exchange(work.gather_bwd_s, work.gather_bwd_ub_s)
     return forward * (1 + again) + backward
 
 
@@ -198,7 +198,7 @@ def tensor_parallel_exposed(
         )
     if mechanism in ("t3", "t3-nvls"):
         exposed = _t3_exposed(
-            mechanism, work, (act, gathered), where, fab, tile, hbm, pairs, repeats, regathers
+            mechanism, work, act, gathered, where, fab, tile, hbm, pairs, repeats, regathers
         )
         return np.where(where.ranks > 1, exposed, 0.0)
     rs = switch_stores("reducescatter", act, where, fab)
@@ -220,7 +220,8 @@ def tensor_parallel_exposed(
 def _t3_exposed(
     mechanism: str,
     work: Work,
-    sizes: tuple[np.ndarray, np.ndarray],
+    act: np.ndarray,
+    gathered: np.ndarray,
     where: Group,
     fab: Fabric,
     tile: float,
@@ -234,8 +235,8 @@ def _t3_exposed(
     :func:`switch_stores`), the gathers run after it, exposed (a ring; a multicast). Each GPU's HBM serves 3 bytes per byte a
     ring reduces (read the tile, receive a partial, read-modify-write the sum) and 1 per byte the
     switch reduces (the tile read once), which stretches the producer GEMMs' memory term:
-    ``slow = max(C, hbm_s B / (B - k r)) / C``. ``sizes``: the bytes a reduction and a gather move."""
-    act, gathered = sizes
+    ``slow = max(C, hbm_s B / (B - k r)) / C``. ``act``, ``gathered``: the bytes a reduction and a
+    gather move."""
     if mechanism == "t3":
         ag, _ = forced("allgather", "ring", gathered, where, fab)
         rs, rs_bw = forced("reducescatter", "ring", act, where, fab)
