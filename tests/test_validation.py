@@ -12,6 +12,7 @@ from commodel.validate.gates import gates
 from commodel.validate.runs import runs
 from commodel.validate.table import GAP_GATE, _case, _note
 from commodel.validate.training import recipe_run, training_metric, training_run
+from commodel.workloads.catalog import model as get_model
 
 MiB = 2**20
 
@@ -273,6 +274,39 @@ def test_every_moe_recipe_row_is_priced_force_balanced():
     for text, gpus in (("train gpt-oss-120b BF16 gbs1280 mbs2 tp1 pp1 ep64", 64),
                        ("train qwen3-30b-a3b FP8-MX seq4096 gbs512 mbs4 ep8", 8)):  # fmt: skip
         assert recipe_run(text, gpus, "gb300-nvl72", "mfu").job.expert_load == 1
+
+
+def _megatron_bridge_flops_per_token(net, seq: int, glu: float) -> float:
+    """Megatron-Bridge's own model-FLOP count per token (``training/utils/flop_utils.py``, 0.3.1, its
+    MHA/GQA branch): ``12 L h (ffn_dense g d/L + ffn_e k g m/L) + 12 L h^2 (1 + G/H + s/(2h)) q/h +
+    6 h V``, with ``g`` 1.5 for SwiGLU only and windows not counted."""
+    h, layers, moe = net.hidden, net.layers, net.moe
+    dense, routed = net.layers - net.moe_layers, 0.0
+    if moe is not None:
+        routed = (moe.expert_ffn_hidden * (moe.top_k + moe.shared_experts)) * net.moe_layers / layers
+    mlp = 12 * layers * h * glu * (net.ffn_hidden * dense / layers + routed)
+    q = net.heads * net.d_head
+    attention = 12 * layers * h * h * (1 + net.n_kv_heads / net.heads + seq / h / 2) * q / h
+    return mlp + attention + 6 * h * -(-net.vocab // 128) * 128
+
+
+def test_megatron_bridge_rows_run_the_sequence_their_own_flop_count_implies():
+    """Megatron-Bridge's tables give model TFLOP/s beside tokens/s; its own FLOP count at the sequence
+    the row's job runs must give the same FLOPs per token. This pins the sequence a row does not state
+    (gpt-oss-120b's runs: 8192, not the model's 4096)."""
+    table = load_measurements()
+    rows = table[table.id.str.startswith("mb-") & table.source.str.contains("model TFLOP/s")]
+    assert len(rows) >= 10
+    for row in rows.itertuples():
+        job = training_run(row.id, row.op, row.gpus, row.model_target, row.metric).job
+        net = get_model(job.model)
+        if net.mla is not None:  # Megatron-Bridge counts multi-head latent attention another way
+            continue
+        reported = float(row.source.split("(")[1].split(" model TFLOP/s")[0]) * 1e12 / float(row.value)
+        glu = 1.0 if job.model.startswith("gpt-oss") else 1.5  # gpt-oss's quick-GeGLU is not SwiGLU
+        assert _megatron_bridge_flops_per_token(net, job.seq or net.seq, glu) == pytest.approx(
+            reported, rel=0.01
+        ), row.id
 
 
 def test_megatrons_strong_scaling_needs_interleaving_and_chunked_gradient_reduction():

@@ -64,6 +64,7 @@ class RecipeSettings(Strict):
 
     ends_as_layers: bool = False
     bf16_moments: bool = False
+    seq: int | None = Field(default=None, ge=1)
     layouts: list[PipelineLayout] = []
 
     def layout(self, pp: int, vp: int) -> str:

@@ -43,21 +43,23 @@ def training_run(row_id: str, description: str, gpus: float, system: str, metric
 
 def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
     """A training row described as Megatron-Bridge's performance tables give a recipe, ``train MODEL
-        DTYPE [seqS] gbsG mbsM [fsdp] [tpT ppP cpC vpV epE etpE dpD gaA]``, as a job on ``gpus`` GPUs of
-        ``system``: the layout as stated (sizes not given are 1, the sequence the model's own; a MoE
-        model's expert tensor parallelism 1 and its tokens permuted by Transformer Engine's fused kernels,
-        as Megatron-Bridge's MoE recipes and providers set ``expert_tensor_parallel_size`` and
-        ``moe_permute_fusion`` (Qwen3, gpt-oss, DeepSeek-V3), where Megatron-Core's own defaults would be
-        tp and unfused; routing force-balanced, as Megatron-Bridge's performance scripts set it for every
-    MoE model; what ``data/runs.toml`` says the model's recipe sets), distributed optimizer (or
-        FSDP), gradients reduced in BF16 (the benchmark mode of Megatron-Bridge's performance recipes sets
-        ``grad_reduce_in_fp32 = False`` with every precision, ``perf_recipes/_common.py`` in 0.6.2, which
-        says it mirrors ``scripts/performance``; its training recipes keep FP32), communication
-        overlapped, sequence parallelism with tensor parallelism and Transformer Engine's userbuffers
-        overlap of its communication (the recipes' ``tp_comm_overlap``, with NeMo's per-GPU userbuffers
-        configurations), and the recomputation the recipe needs to fit (``auto``: the rows do not state
-        it). A stated ``dp`` or ``ga`` that disagrees with the GPUs and batch sizes is noted; the job is
-        the one the GPUs and batch sizes give."""
+    DTYPE [seqS] gbsG mbsM [fsdp] [tpT ppP cpC vpV epE etpE dpD gaA]``, as a job on ``gpus`` GPUs of
+    ``system``.
+
+    The layout as stated: sizes not given are 1, the sequence the recipe's (``data/runs.toml``) or the
+    model's own. A MoE model's expert tensor parallelism is 1 and its tokens are permuted by Transformer
+    Engine's fused kernels, as Megatron-Bridge's MoE recipes and providers set
+    ``expert_tensor_parallel_size`` and ``moe_permute_fusion`` (Qwen3, gpt-oss, DeepSeek-V3), where
+    Megatron-Core's own defaults would be tp and unfused; routing is force-balanced, as its performance
+    scripts set it for every MoE model. What ``data/runs.toml`` says the model's recipe sets. The
+    distributed optimizer (or FSDP); gradients reduced in BF16 (the benchmark mode of the performance
+    recipes sets ``grad_reduce_in_fp32 = False`` with every precision, ``perf_recipes/_common.py`` in
+    0.6.2, which says it mirrors ``scripts/performance``; its training recipes keep FP32);
+    communication overlapped; sequence parallelism with tensor parallelism and Transformer Engine's
+    userbuffers overlap of its communication (the recipes' ``tp_comm_overlap``, with NeMo's per-GPU
+    userbuffers configurations); and the recomputation the recipe needs to fit (``auto``: the rows do
+    not state it). A stated ``dp`` or ``ga`` that disagrees with the GPUs and batch sizes is noted; the
+    job is the one the GPUs and batch sizes give."""
     stated = RECIPE.read(description)
     dtypes = runs().recipes.dtypes
     if stated["dtype"] not in dtypes:
@@ -88,7 +90,7 @@ def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
         model=stated["model"], system=system, gpus=gpus, dtype=dtypes[str(stated["dtype"])], tp=tp, pp=pp, cp=cp,
         vpp=vp, pipeline_layout=layout, ep=ep, micro_batch=sizes.get("mbs", 1),
         etp=sizes.get("etp", 1 if moe is not None else None),
-        global_batch=sizes.get("gbs", 1024), seq=sizes.get("seq"), zero=3 if "fsdp" in stated else 1,
+        global_batch=sizes.get("gbs", 1024), seq=sizes.get("seq", recipe.seq), zero=3 if "fsdp" in stated else 1,
         sequence_parallel=tp > 1, recompute="auto", overlap="sm-partition", grad_reduce_in_fp32=False,
         tp_overlap="userbuffers" if tp > 1 else "none",
         ends_as_layers=recipe.ends_as_layers and pp > 1, bf16_moments=recipe.bf16_moments,
