@@ -230,20 +230,17 @@ def test_a_recipe_reduces_gradients_in_bf16_and_splits_its_pipeline_as_megatron_
 
 
 def test_a_deepseek_v3_recipe_takes_megatron_bridges_pipeline_layout_where_its_recipe_has_one():
-    """Megatron-Bridge's DeepSeek-V3 recipe trains one prediction module and knows a layout for some
-    (pp, vp): pp 4 x vp 4 takes it; pp 8 x vp 4 (no layout in the recipe) is priced without the
-    module, and says so."""
+    """Megatron-Bridge's DeepSeek-V3 recipe knows a layout for some (pp, vp): pp 4 x vp 4 takes it,
+    without the prediction module its performance runs left out; pp 8 x vp 4 (no layout in the
+    recipe) says so."""
     known = recipe_run("train deepseek-v3 BF16 seq4096 gbs4096 mbs1 pp4 vp4 ep64", 256, "gb200-nvl72", "mfu")
-    assert (known.job.pipeline_layout, known.job.mtp_layers, known.note) == ("Et*4|(t*4|)*14tmL", 1, "")
+    assert (known.job.pipeline_layout, known.job.mtp_layers, known.note) == ("Et*4|(t*4|)*14tL", 0, "")
     assert known.job.bf16_moments  # the recipe's precision-aware optimizer
     unknown = recipe_run(
         "train deepseek-v3 FP8-MX seq4096 gbs4096 mbs1 pp8 vp4 ep32", 256, "gb200-nvl72", "mfu"
     )
     assert (unknown.job.pipeline_layout, unknown.job.mtp_layers) == ("", 0)
-    assert (
-        unknown.note
-        == "its recipe has no pipeline layout for pp 8 x vp 4: priced without its prediction module"
-    )
+    assert unknown.note == "its recipe has no pipeline layout for pp 8 x vp 4"
 
 
 def test_a_moe_recipe_runs_its_experts_without_tensor_parallelism_unless_it_says():
@@ -276,37 +273,52 @@ def test_every_moe_recipe_row_is_priced_force_balanced():
         assert recipe_run(text, gpus, "gb300-nvl72", "mfu").job.expert_load == 1
 
 
-def _megatron_bridge_flops_per_token(net, seq: int, glu: float) -> float:
-    """Megatron-Bridge's own model-FLOP count per token (``training/utils/flop_utils.py``, 0.3.1, its
-    MHA/GQA branch): ``12 L h (ffn_dense g d/L + ffn_e k g m/L) + 12 L h^2 (1 + G/H + s/(2h)) q/h +
-    6 h V``, with ``g`` 1.5 for SwiGLU only and windows not counted."""
-    h, layers, moe = net.hidden, net.layers, net.moe
-    dense, routed = net.layers - net.moe_layers, 0.0
-    if moe is not None:
-        routed = (moe.expert_ffn_hidden * (moe.top_k + moe.shared_experts)) * net.moe_layers / layers
-    mlp = 12 * layers * h * glu * (net.ffn_hidden * dense / layers + routed)
-    q = net.heads * net.d_head
-    attention = 12 * layers * h * h * (1 + net.n_kv_heads / net.heads + seq / h / 2) * q / h
-    return mlp + attention + 6 * h * -(-net.vocab // 128) * 128
+def _megatron_bridge_flops_per_token(net, seq: int, mtp: int, tp: int, glu: float) -> float:
+    """Megatron-Bridge's own model-FLOP count per token (``training/utils/flop_utils.py``, 0.3.1):
+    ``12 L h g (ffn_dense d + (ffn_e k + ffn_s) m) / L`` for the MLPs, ``12 L h^2 (1 + G/H + s/(2h))
+    q/h`` for MHA/GQA (its MLA branch below), ``6 mtp (3h + 2h^2)`` for the prediction modules'
+    projections and ``6 h V (mtp + 1)`` for the logits, with ``L`` and the MoE layers ``m`` counting
+    the prediction modules, ``g`` 1.5 for SwiGLU only, windows not counted and ``V`` padded to a
+    multiple of 128 tp."""
+    h, moe, layers = net.hidden, net.moe, net.layers + mtp
+    moe_layers = net.moe_layers + mtp if moe is not None else 0
+    expert = moe.expert_ffn_hidden * (moe.top_k + moe.shared_experts) if moe is not None else 0
+    mlp = 12 * h * glu * (net.ffn_hidden * (layers - moe_layers) + expert * moe_layers)
+    if net.mla is None:
+        q = net.heads * net.d_head
+        attention = 12 * layers * h * h * (1 + net.n_kv_heads / net.heads + seq / h / 2) * q / h
+    else:
+        m, heads = net.mla, net.heads
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        attention = (
+            6
+            * layers
+            * (
+                m.q_lora_rank * (h + heads * qk + 1)
+                + m.kv_lora_rank * (h + heads * (m.qk_nope_head_dim + m.v_head_dim) + 1)
+                + h * m.qk_rope_head_dim
+                + heads * m.v_head_dim * h
+                + seq * heads * (qk + m.v_head_dim) / 2
+            )
+        )
+    vocab = -(-net.vocab // (128 * tp)) * 128 * tp
+    return mlp + attention + 6 * mtp * (3 * h + 2 * h * h) + 6 * h * vocab * (mtp + 1)
 
 
 def test_megatron_bridge_rows_run_the_sequence_their_own_flop_count_implies():
-    """Megatron-Bridge's tables give model TFLOP/s beside tokens/s; its own FLOP count at the sequence
-    the row's job runs must give the same FLOPs per token. This pins the sequence a row does not state
-    (gpt-oss-120b's runs: 8192, not the model's 4096)."""
+    """Megatron-Bridge's tables give model TFLOP/s beside tokens/s; its own FLOP count for the job a
+    row runs must give the same FLOPs per token. This pins what a row does not state: gpt-oss-120b's
+    runs had 8192-token sequences, not the model's 4096, and DeepSeek-V3's no prediction module."""
     table = load_measurements()
     rows = table[table.id.str.startswith("mb-") & table.source.str.contains("model TFLOP/s")]
-    assert len(rows) >= 10
+    assert len(rows) >= 14
     for row in rows.itertuples():
         job = training_run(row.id, row.op, row.gpus, row.model_target, row.metric).job
         net = get_model(job.model)
-        if net.mla is not None:  # Megatron-Bridge counts multi-head latent attention another way
-            continue
         reported = float(row.source.split("(")[1].split(" model TFLOP/s")[0]) * 1e12 / float(row.value)
         glu = 1.0 if job.model.startswith("gpt-oss") else 1.5  # gpt-oss's quick-GeGLU is not SwiGLU
-        assert _megatron_bridge_flops_per_token(net, job.seq or net.seq, glu) == pytest.approx(
-            reported, rel=0.01
-        ), row.id
+        counted = _megatron_bridge_flops_per_token(net, job.seq or net.seq, job.mtp_layers, job.tp, glu)
+        assert counted == pytest.approx(reported, rel=0.01), row.id
 
 
 def test_megatrons_strong_scaling_needs_interleaving_and_chunked_gradient_reduction():

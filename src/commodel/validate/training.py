@@ -83,9 +83,7 @@ def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
     )
     layout = recipe.layout(pp, vp)
     if recipe.layouts and not layout:
-        notes.append(
-            f"its recipe has no pipeline layout for pp {pp} x vp {vp}: priced without its prediction module"
-        )
+        notes.append(f"its recipe has no pipeline layout for pp {pp} x vp {vp}")
     job = training_job(
         model=stated["model"], system=system, gpus=gpus, dtype=dtypes[str(stated["dtype"])], tp=tp, pp=pp, cp=cp,
         vpp=vp, pipeline_layout=layout, ep=ep, micro_batch=sizes.get("mbs", 1),
