@@ -9,6 +9,7 @@ from commodel.errors import CommodelError
 from commodel.pricing.run import train
 from commodel.validate import accuracy_gates, load_measurements, measurements, summary, validation_table
 from commodel.validate.gates import gates
+from commodel.validate.megatron_bridge import flop_count_note, flops_per_token, reported_flops_per_token
 from commodel.validate.runs import runs
 from commodel.validate.table import GAP_GATE, _case, _note
 from commodel.validate.training import recipe_run, training_metric, training_run
@@ -273,39 +274,7 @@ def test_every_moe_recipe_row_is_priced_force_balanced():
         assert recipe_run(text, gpus, "gb300-nvl72", "mfu").job.expert_load == 1
 
 
-def _megatron_bridge_flops_per_token(net, seq: int, mtp: int, tp: int, glu: float) -> float:
-    """Megatron-Bridge's own model-FLOP count per token (``training/utils/flop_utils.py``, 0.3.1):
-    ``12 L h g (ffn_dense d + (ffn_e k + ffn_s) m) / L`` for the MLPs, ``12 L h^2 (1 + G/H + s/(2h))
-    q/h`` for MHA/GQA (its MLA branch below), ``6 mtp (3h + 2h^2)`` for the prediction modules'
-    projections and ``6 h V (mtp + 1)`` for the logits, with ``L`` and the MoE layers ``m`` counting
-    the prediction modules, ``g`` 1.5 for SwiGLU only, windows not counted and ``V`` padded to a
-    multiple of 128 tp."""
-    h, moe, layers = net.hidden, net.moe, net.layers + mtp
-    moe_layers = net.moe_layers + mtp if moe is not None else 0
-    expert = moe.expert_ffn_hidden * (moe.top_k + moe.shared_experts) if moe is not None else 0
-    mlp = 12 * h * glu * (net.ffn_hidden * (layers - moe_layers) + expert * moe_layers)
-    if net.mla is None:
-        q = net.heads * net.d_head
-        attention = 12 * layers * h * h * (1 + net.n_kv_heads / net.heads + seq / h / 2) * q / h
-    else:
-        m, heads = net.mla, net.heads
-        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-        attention = (
-            6
-            * layers
-            * (
-                m.q_lora_rank * (h + heads * qk + 1)
-                + m.kv_lora_rank * (h + heads * (m.qk_nope_head_dim + m.v_head_dim) + 1)
-                + h * m.qk_rope_head_dim
-                + heads * m.v_head_dim * h
-                + seq * heads * (qk + m.v_head_dim) / 2
-            )
-        )
-    vocab = -(-net.vocab // (128 * tp)) * 128 * tp
-    return mlp + attention + 6 * mtp * (3 * h + 2 * h * h) + 6 * h * vocab * (mtp + 1)
-
-
-def test_megatron_bridge_rows_run_the_sequence_their_own_flop_count_implies():
+def test_megatron_bridge_rows_run_the_settings_their_own_flop_count_implies():
     """Megatron-Bridge's tables give model TFLOP/s beside tokens/s; its own FLOP count for the job a
     row runs must give the same FLOPs per token. This pins what a row does not state: gpt-oss-120b's
     runs had 8192-token sequences, not the model's 4096, and DeepSeek-V3's no prediction module."""
@@ -314,11 +283,22 @@ def test_megatron_bridge_rows_run_the_sequence_their_own_flop_count_implies():
     assert len(rows) >= 14
     for row in rows.itertuples():
         job = training_run(row.id, row.op, row.gpus, row.model_target, row.metric).job
+        reported = reported_flops_per_token(row.source, float(row.value))
         net = get_model(job.model)
-        reported = float(row.source.split("(")[1].split(" model TFLOP/s")[0]) * 1e12 / float(row.value)
-        glu = 1.0 if job.model.startswith("gpt-oss") else 1.5  # gpt-oss's quick-GeGLU is not SwiGLU
-        counted = _megatron_bridge_flops_per_token(net, job.seq or net.seq, job.mtp_layers, job.tp, glu)
-        assert counted == pytest.approx(reported, rel=0.01), row.id
+        counted = flops_per_token(net, job.seq or net.seq, job.mtp_layers, job.tp)
+        assert counted == pytest.approx(reported, rel=0.005), row.id
+        assert flop_count_note(job, row.source, float(row.value)) == ""
+
+
+def test_a_row_whose_figures_disagree_with_its_job_says_so():
+    """Priced at the model's own 4096-token sequence, the gpt-oss rows would miss their own FLOP count
+    (27.16 against 30.74 GFLOP per token), and the row's note says which settings to look at."""
+    job = recipe_run("train gpt-oss-120b BF16 seq4096 gbs1280 mbs1 ep64", 64, "gb200-nvl72", "mfu").job
+    note = flop_count_note(job, "MB (488 model TFLOP/s)", 15876)
+    assert note.startswith("its figures imply 30.74 GFLOP per token") and "27.16" in note
+    assert flop_count_note(job, "MB", 15876) == ""  # no TFLOP/s to check against
+    as_run = job.model_copy(update={"seq": 8192})
+    assert flop_count_note(as_run, "MB (488 model TFLOP/s)", 15876) == ""
 
 
 def test_megatrons_strong_scaling_needs_interleaving_and_chunked_gradient_reduction():

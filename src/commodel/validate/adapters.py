@@ -21,6 +21,7 @@ from commodel.hardware import HardwareDB, cluster
 from commodel.ops.pooling import BASELINE_PUE, PROPORTIONAL_OVERHEAD
 from commodel.pricing.run import serve, train
 from commodel.validate.descriptions import DISPATCH, SERVING, read_sizes
+from commodel.validate.megatron_bridge import flop_count_note
 from commodel.validate.runs import runs
 from commodel.validate.training import training_metric, training_run
 from commodel.workloads.catalog import model as get_model
@@ -113,7 +114,13 @@ def _training(row: pd.Series) -> Case:
     """End-to-end runs through the training-step model, with the layout each source states."""
     run = training_run(row.id, str(row.op), float(row.gpus), str(row.model_target), str(row.metric))
     experts = get_model(run.job.model).moe is not None
-    return Case(lambda db: float(training_metric(run, train(run.job))), run.note, experts)
+    count = (
+        flop_count_note(run.job, str(row.source), float(row.value))
+        if row.metric == "tokens_per_s_per_gpu"
+        else ""
+    )
+    note = "; ".join(part for part in (run.note, count) if part)
+    return Case(lambda db: float(training_metric(run, train(run.job))), note, experts)
 
 
 def _power(row: pd.Series) -> Case:

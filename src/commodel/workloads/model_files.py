@@ -7,7 +7,8 @@ Hugging Face's names (``transformers`` configuration classes): ``num_hidden_laye
 ``n_routed_experts``, ``num_experts_per_tok``, ``moe_intermediate_size``, ``n_shared_experts``,
 ``first_k_dense_replace``, ``n_group``, ``topk_group``; DeepSeek's latent attention ``q_lora_rank``,
 ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``; gpt-oss's banded layers
-(``sliding_window``, ``layer_types``). Every supported architecture runs a gated (SwiGLU) MLP.
+(``sliding_window``, ``layer_types``). Every supported architecture runs a gated MLP: SwiGLU, or
+gpt-oss's clamped quick-GeGLU (``activation``).
 
 A config states the context a model was built for, not the sequence a job trains at: the model's
 default ``seq`` is the pre-extension context where the config gives one (``initial_context_length``,
@@ -164,6 +165,8 @@ def from_hf_config(config: dict[str, Any], where: str = "config.json") -> dict[s
             "router_groups": config.get("n_group") or 0 if config.get("topk_group") else 0,
             "router_group_top_k": config.get("topk_group") or 0 if config.get("n_group") else 0,
         }
+    if kind == "gpt_oss":
+        record["activation"] = "quick-gelu"
     if kind == "deepseek_v3":
         record.pop("kv_heads")
         record["mla"] = {

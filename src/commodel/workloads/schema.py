@@ -6,6 +6,8 @@ mixture-of-experts layers (``[moe]``) are first-class.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from commodel.records import Strict
@@ -62,7 +64,9 @@ class Transformer(Strict):
     banded (sliding-window) attention; the others attend to the whole causal prefix. ``dropout``:
     whether training applies dropout (GPT-3-era models did; current recipes do not), which stores a
     mask per activation. ``aliases``: other names of the same architecture (Llama 3.1 405B is Llama 3
-    405B).
+    405B). ``activation``: the MLP's activation function where it is not the usual one (SiLU in a gated
+    MLP, SwiGLU; GELU otherwise): gpt-oss's clamped quick-GeGLU is ``quick-gelu``. The kernels price
+    every activation alike; sources' FLOP counts tell them apart.
     """
 
     description: str
@@ -75,6 +79,7 @@ class Transformer(Strict):
     head_dim: PositiveInt | None = None
     ffn_hidden: PositiveInt
     gated_mlp: bool
+    activation: Literal["silu", "gelu", "quick-gelu"] | None = None
     vocab: PositiveInt
     seq: PositiveInt
     tied_embeddings: bool = False
