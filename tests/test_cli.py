@@ -430,6 +430,34 @@ def test_train_lists_one_layers_kernels_when_asked():
     assert {"qkv", "attention out", "fc1", "fc2", "attention"} <= {r["kernel"] for r in rows}
 
 
+def test_kernel_columns_stay_aligned_under_long_kernel_names():
+    """gpt-oss's banded layers add "prefill attention (window)" (26 characters): every row's dtype
+    still starts where the header's does."""
+    job = [
+        "serve",
+        "--model",
+        "gpt-oss-120b",
+        "--system",
+        "dgx-h100",
+        "--gpus",
+        "8",
+        "--tp",
+        "8",
+        "--ep",
+        "8",
+    ]
+    text = invoke(*job, "--kernels")
+    assert text.exit_code == 0
+    lines = text.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("kernel "))
+    rows = lines[
+        header + 1 : next(i for i in range(header, len(lines)) if lines[i].lstrip().startswith("total"))
+    ]
+    assert any("(window)" in row for row in rows)
+    column = lines[header].index("dtype")
+    assert all(row[column : column + 4] in ("bf16", "fp8 ", "fp4 ") for row in rows), rows
+
+
 def test_warnings_are_one_line_notes_without_paths(capsys):
     import warnings
 

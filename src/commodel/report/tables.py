@@ -163,7 +163,8 @@ def training_table(result: dict) -> str:
 def _kernel_lines(rows: list[dict], calls: Callable[[dict], str], times: dict[str, str]) -> list[str]:
     """Kernel rows as table lines (:func:`commodel.workloads.layer_work.kernel_row`'s columns,
     ``calls`` per layer as text, then the ``times`` columns, header -> key, in ms) and their total."""
-    widths = (24, 34, 7, 10, 9, 9, 10, 8, 8) + (9,) * len(times)
+    name_width = max(24, 2 + max((len(r["kernel"]) for r in rows), default=0))
+    widths = (name_width, 34, 7, 10, 9, 9, 10, 8, 8) + (9,) * len(times)
     head = (
         "kernel",
         "shape (m x n x k)",
