@@ -1579,6 +1579,10 @@ def test_block_recomputation_trades_memory_for_time_layer_by_layer():
     assert table.memory_per_gpu_bytes.iloc[-1] == pytest.approx(full.memory_per_gpu_bytes[0])
     chunked = evaluator("training")(pd.DataFrame([{**base, "vpp": 2, "recompute_layers": 5}]))
     assert chunked.recompute_share[0] == pytest.approx(0.5)  # 5 of each chunk's 10 layers
+    job = {**base, "recompute": "full", "sequence_parallel": True}
+    said = [n for n in (9, 10, 99) if any("covers every layer" in note for note in
+            train(**job, vpp=2, recompute_layers=n)["notes"])]  # fmt: skip
+    assert said == [10, 99]  # Megatron takes any N; the job says when it is all of a chunk
 
 
 def test_async_tensor_parallelism_hides_the_backward_column_collectives_and_never_costs_more():
