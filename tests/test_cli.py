@@ -1,6 +1,7 @@
 """The CLI contract other tools rely on, and its handling of bad input (exit 2, one line, no traceback)."""
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -200,6 +201,8 @@ def test_validate_prints_errors_and_gates():
             ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", "3", "--gpus", "3"],
             "divisible by tp",
         ),
+        (["validate", "--row", "mb-gb200-gptoss-12b"], "did you mean 'mb-gb200-gptoss-120b'"),
+        (["validate", "--row", "h100-ar-1k", "--markdown"], "--row prints one row"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message, capsys, monkeypatch):
@@ -456,6 +459,29 @@ def test_kernel_columns_stay_aligned_under_long_kernel_names():
     assert any("(window)" in row for row in rows)
     column = lines[header].index("dtype")
     assert all(row[column : column + 4] in ("bf16", "fp8 ", "fp4 ") for row in rows), rows
+
+
+@pytest.mark.parametrize(
+    ("row", "metric"),
+    [
+        ("mb-gb200-gptoss-120b", "tokens_per_s_per_gpu"),
+        ("trt-gb200-llama3-70b-1000-1000", "output_tokens_per_s"),
+    ],
+)
+def test_validate_row_prints_the_command_that_prices_it(row, metric):
+    """validate --row: one row, and a commodel command that, run, gives the row's model value."""
+    detail = json.loads(invoke("validate", "--row", row, "--json").stdout)
+    text = invoke("validate", "--row", row).stdout
+    assert detail["id"] == row and f"run it    {detail['command']}" in text
+    args = shlex.split(detail["command"])[1:]
+    result = json.loads(invoke(*args, "--json").stdout)
+    value = result["tokens_per_s"] / result["gpus"] if metric == "tokens_per_s_per_gpu" else result[metric]
+    assert value == pytest.approx(detail["model"], rel=1e-9)
+
+
+def test_validate_row_of_a_kind_priced_without_a_job_has_no_command():
+    text = invoke("validate", "--row", "h100-ar-1k").stdout
+    assert "measured  0.07 GB/s (busbw)" in text and "run it" not in text
 
 
 def test_warnings_are_one_line_notes_without_paths(capsys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -128,6 +129,22 @@ def job_options(schema: type[Job], skip: tuple[str, ...] = ()) -> list[inspect.P
             inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
         )
     return params
+
+
+def job_command(command: str, job: Job) -> str:
+    """The command line that runs ``job``: ``commodel COMMAND`` with an option for each field set away
+    from its default, named as :func:`job_options` names them (flags for booleans)."""
+    parts = ["commodel", command]
+    for name, field in type(job).model_fields.items():
+        value = getattr(job, name)
+        if not field.is_required() and value == field.default:
+            continue
+        option = f"--{name.replace('_', '-')}"
+        if field.annotation is bool:
+            parts.append(option if value else f"--no-{option[2:]}")
+        else:
+            parts += [option, shlex.quote(f"{value:g}" if isinstance(value, float) else str(value))]
+    return " ".join(parts)
 
 
 def flag(name: str, option: str, help: str) -> inspect.Parameter:

@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
+import pandas as pd
 import typer
 
-from commodel.cli.root import JsonFlag, app
+from commodel.cli.root import JsonFlag, app, job_command
 from commodel.errors import CommodelError
+from commodel.pricing.serving_job import ServingJob
+from commodel.pricing.training_job import TrainingJob
 from commodel.report.console import validation_text
 from commodel.report.frames import to_json
 from commodel.validate.report import report_sections, validation_report
+from commodel.validate.table import row_detail
 
 #: The most Monte Carlo draws validate takes: 10,000 draws are about four hours and 2 GiB.
 MAX_PARAMETER_DRAWS = 10_000
@@ -34,10 +38,25 @@ def validate(
     strict: Annotated[
         bool, typer.Option("--strict", help="Exit 1 when an accuracy gate fails (for CI); 0 otherwise.")
     ] = False,
+    row: Annotated[
+        str | None,
+        typer.Option(
+            "--row",
+            help="Only this row (an id): the model against the measurement, what the row was read from, and "
+            "the commodel command that prices it.",
+        ),
+    ] = None,
 ) -> None:
     """Model vs every published measurement: errors per row, and median/max error per kind."""
     if as_json and markdown:
         raise CommodelError("--json and --markdown are two output formats: choose one")
+    if row is not None:
+        if markdown or strict or parameter_draws:
+            raise CommodelError(
+                "--row prints one row: --markdown, --strict and --parameter-draws are for the report"
+            )
+        typer.echo(_row_text(row_detail(row), as_json))
+        return
     report = validation_report(parameter_draws)
     if as_json:
         typer.echo(json.dumps({key: json.loads(to_json(frame)) for key, frame in report.items()}, indent=2))
@@ -49,3 +68,40 @@ def validate(
             f"{g.gate} {g.statistic} {g.abs_err_pct:.1f}% > {g.bound_pct:g}%" for g in failing.itertuples()
         ), err=True)  # fmt: skip
         raise typer.Exit(1)
+
+
+#: The command that prices each kind of job a row runs.
+_COMMANDS = {TrainingJob: "train", ServingJob: "serve"}
+
+
+def _row_text(detail: dict, as_json: bool) -> str:
+    """One validation row (:func:`~commodel.validate.table.row_detail`) as text or JSON, with the command
+    line of the job it runs."""
+    job = detail.pop("job")
+    command = job_command(_COMMANDS[type(job)], job) if job is not None else None
+    if as_json:
+        frame = pd.DataFrame([detail])
+        return json.dumps(json.loads(to_json(frame))[0] | {"command": command}, indent=2)
+    known = {key: detail[key] == detail[key] for key in ("measured", "model", "error_pct")}  # not NaN
+    target = f", priced on {detail['model_target']}" if detail["model_target"] else ""
+    lines = [f"{detail['id']}: {detail['kind']} row, {detail['role']}"]
+    lines += (
+        [f"  measured  {_number(detail['measured'])} {detail['unit']} ({detail['metric']})"]
+        if known["measured"]
+        else []
+    )
+    if known["model"]:
+        error = f" ({detail['error_pct']:+.1f}%)" if known["error_pct"] else ""
+        lines.append(f"  model     {_number(detail['model'])}{error}")
+    lines += [
+        f"  read from {detail['description']} on {detail['system']}{target}",
+        f"  source    {detail['source']}",
+    ]
+    lines += [f"  note      {detail['note']}"] if detail["note"] else []
+    lines += [f"  run it    {command}"] if command else []
+    return "\n".join(lines)
+
+
+def _number(value: float) -> str:
+    """A figure as a person reads it: whole with separators from 1,000 on, else 4 significant digits."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"

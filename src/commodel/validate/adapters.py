@@ -20,6 +20,8 @@ from commodel.errors import CommodelError
 from commodel.hardware import HardwareDB, cluster
 from commodel.ops.pooling import BASELINE_PUE, PROPORTIONAL_OVERHEAD
 from commodel.pricing.run import serve, train
+from commodel.pricing.serving_job import ServingJob, serving_job
+from commodel.pricing.training_job import TrainingJob
 from commodel.validate.descriptions import DISPATCH, SERVING, read_sizes
 from commodel.validate.megatron_bridge import flop_count_note
 from commodel.validate.runs import runs
@@ -34,11 +36,13 @@ ASYMPTOTIC_SIZE = 8 * 2**30
 @dataclass(frozen=True)
 class Case:
     """A row read: ``price(db)`` gives the model's value in the row's unit; ``note`` is what the row
-    states that the model reads otherwise; ``experts``: the row trains a mixture of experts."""
+    states that the model reads otherwise; ``experts``: the row trains a mixture of experts; ``job``:
+    the training or serving job it prices, for the kinds that run one."""
 
     price: Callable[[HardwareDB], float]
     note: str = ""
     experts: bool = False
+    job: TrainingJob | ServingJob | None = None
 
 
 def _collective(row: pd.Series) -> Case:
@@ -120,7 +124,7 @@ def _training(row: pd.Series) -> Case:
         else ""
     )
     note = "; ".join(part for part in (run.note, count) if part)
-    return Case(lambda db: float(training_metric(run, train(run.job))), note, experts)
+    return Case(lambda db: float(training_metric(run, train(run.job))), note, experts, run.job)
 
 
 def _power(row: pd.Series) -> Case:
@@ -171,7 +175,8 @@ def _serving(row: pd.Series) -> Case:
         "output": s["osl"],
         "dtype": s["dtype"],
     }
-    return Case(lambda db: serve(system=row.model_target, **job)["output_tokens_per_s"])
+    declared = serving_job(system=row.model_target, **job)
+    return Case(lambda db: serve(declared)["output_tokens_per_s"], job=declared)
 
 
 def _dispatch(row: pd.Series) -> Case:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from commodel.errors import CommodelError
+from commodel.errors import CommodelError, suggest
 from commodel.hardware import HardwareDB, default_db
 from commodel.validate.adapters import ADAPTERS, Case
 from commodel.validate.gates import accuracy_gates, gates, summary
@@ -41,38 +41,56 @@ def _note(row: pd.Series, case: Case, value: float, measured: float) -> str:
     return "; ".join(part for part in (case.note, gap) if part)
 
 
+def _priced(series: pd.Series, db: HardwareDB) -> tuple[dict, Case | str]:
+    """One measurement row with the model's value, the signed error in percent and whether it trains a
+    mixture of experts, and how it was read (its :class:`Case`, or why it has no model yet)."""
+    case = _case(series)
+    value = np.nan
+    if isinstance(case, Case):
+        try:
+            value = case.price(db)
+        except CommodelError as exc:  # hardware the row names that the database lacks
+            case = str(exc)
+    measured = pd.to_numeric(series.value, errors="coerce")
+    modelled = isinstance(case, Case)
+    row = {
+        "id": series.id,
+        "kind": series.kind,
+        "role": series.role,
+        "size_bytes": series.size_bytes,
+        "metric": series.metric,
+        "unit": series.unit,
+        "measured": measured,
+        "model": value,
+        "error_pct": 100 * (value - measured) / measured if modelled else np.nan,
+        "note": _note(series, case, value, measured) if modelled else f"not modelled yet: {case}",
+        "experts": modelled and case.experts,
+    }
+    return row, case
+
+
 def validation_table(db: HardwareDB | None = None) -> pd.DataFrame:
     """Every measurement row with the model's value, the signed error in percent, and whether it
     trains a mixture of experts (``experts``)."""
     db = db or default_db()
-    rows = []
-    for row in load_measurements().itertuples(index=False):
-        series = pd.Series(row._asdict())
-        case = _case(series)
-        value = np.nan
-        if isinstance(case, Case):
-            try:
-                value = case.price(db)
-            except CommodelError as exc:  # hardware the row names that the database lacks
-                case = str(exc)
-        measured = pd.to_numeric(series.value, errors="coerce")
-        modelled = isinstance(case, Case)
-        rows.append(
-            {
-                "id": row.id,
-                "kind": row.kind,
-                "role": row.role,
-                "size_bytes": row.size_bytes,
-                "metric": row.metric,
-                "unit": row.unit,
-                "measured": measured,
-                "model": value,
-                "error_pct": 100 * (value - measured) / measured if modelled else np.nan,
-                "note": _note(series, case, value, measured) if modelled else f"not modelled yet: {case}",
-                "experts": modelled and case.experts,
-            }
-        )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(
+        [_priced(pd.Series(row._asdict()), db)[0] for row in load_measurements().itertuples(index=False)]
+    )
+
+
+def row_detail(row_id: str, db: HardwareDB | None = None) -> dict:
+    """One row as :func:`validation_table` reports it, with what it was read from (``description``,
+    ``system``, ``source``, the hardware it runs on) and the job it runs (``job``: a training or
+    serving job, None for the kinds priced without one)."""
+    table = load_measurements().set_index("id", drop=False)
+    if row_id not in table.index:
+        listed = "; commodel validate lists them"
+        raise CommodelError(f"unknown measurement row '{row_id}'{suggest(row_id, list(table.index))}{listed}")
+    series = table.loc[row_id]
+    row, case = _priced(series, db or default_db())
+    read = {"description": series.op, "system": series.system, "model_target": series.model_target,
+            "source": series.source}  # fmt: skip
+    return row | read | {"job": case.job if isinstance(case, Case) else None}
 
 
 def standing(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
