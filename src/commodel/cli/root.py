@@ -131,13 +131,13 @@ def job_options(schema: type[Job], skip: tuple[str, ...] = ()) -> list[inspect.P
     return params
 
 
-def job_command(command: str, job: Job) -> str:
-    """The command line that runs ``job``: ``commodel COMMAND`` with an option for each field set away
-    from its default, named as :func:`job_options` names them (flags for booleans)."""
+def job_command(command: str, job: Job, skip: tuple[str, ...] = ()) -> str:
+    """The command line that runs ``job``: ``commodel COMMAND`` with an option for each field (but
+    ``skip``) set away from its default, named as :func:`job_options` names them (flags for booleans)."""
     parts = ["commodel", command]
     for name, field in type(job).model_fields.items():
         value = getattr(job, name)
-        if not field.is_required() and value == field.default:
+        if name in skip or (not field.is_required() and value == field.default):
             continue
         option = f"--{name.replace('_', '-')}"
         if field.annotation is bool:

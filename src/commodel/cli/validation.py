@@ -10,6 +10,7 @@ import typer
 
 from commodel.cli.root import JsonFlag, app, job_command
 from commodel.errors import CommodelError
+from commodel.pricing.collective import CollectiveJob
 from commodel.pricing.serving_job import ServingJob
 from commodel.pricing.training_job import TrainingJob
 from commodel.report.console import validation_text
@@ -70,15 +71,20 @@ def validate(
         raise typer.Exit(1)
 
 
-#: The command that prices each kind of job a row runs.
-_COMMANDS = {TrainingJob: "train", ServingJob: "serve"}
+def _command(job: TrainingJob | ServingJob | CollectiveJob) -> str:
+    """The commodel command that prices a row's job (a collective's operation and size as
+    ``commodel collective`` takes them)."""
+    if isinstance(job, CollectiveJob):
+        size = f"{job.size_bytes:.0f}"
+        return f"{job_command(f'collective {job.op}', job, skip=('op', 'size_bytes'))} --size {size}"
+    return job_command("train" if isinstance(job, TrainingJob) else "serve", job)
 
 
 def _row_text(detail: dict, as_json: bool) -> str:
     """One validation row (:func:`~commodel.validate.table.row_detail`) as text or JSON, with the command
     line of the job it runs."""
     job = detail.pop("job")
-    command = job_command(_COMMANDS[type(job)], job) if job is not None else None
+    command = _command(job) if job is not None else None
     if as_json:
         frame = pd.DataFrame([detail])
         return json.dumps(json.loads(to_json(frame))[0] | {"command": command}, indent=2)

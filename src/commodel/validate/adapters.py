@@ -17,8 +17,10 @@ from commodel.comm.initiation import path_of, put_latency
 from commodel.compute import gemm, kernel_time
 from commodel.compute.roofline import achievable_bandwidth, peak_flops
 from commodel.errors import CommodelError
-from commodel.hardware import HardwareDB, cluster
+from commodel.hardware import HardwareDB, cluster, default_db
 from commodel.ops.pooling import BASELINE_PUE, PROPORTIONAL_OVERHEAD
+from commodel.pricing.collective import CollectiveJob
+from commodel.pricing.job import make_job
 from commodel.pricing.run import serve, train
 from commodel.pricing.serving_job import ServingJob, serving_job
 from commodel.pricing.training_job import TrainingJob
@@ -42,7 +44,7 @@ class Case:
     price: Callable[[HardwareDB], float]
     note: str = ""
     experts: bool = False
-    job: TrainingJob | ServingJob | None = None
+    job: TrainingJob | ServingJob | CollectiveJob | None = None
 
 
 def _collective(row: pd.Series) -> Case:
@@ -50,28 +52,33 @@ def _collective(row: pd.Series) -> Case:
     hold the GPUs) and run settings (``model_args``), with NCCL's own choice where the row says
     ``auto``."""
     settings = row.settings
+    per_node = int(default_db().system(row.model_target).gpus_per_node.value)
+    gpus = int(row.gpus) if pd.notna(row.gpus) else 2 * per_node
+    job = make_job(
+        CollectiveJob, op=row.op, system=row.model_target, gpus=gpus,
+        nodes=max(int(row.nodes) if pd.notna(row.nodes) else 1, -(-gpus // per_node)),
+        size_bytes=float(row.size_bytes) if pd.notna(row.size_bytes) else ASYMPTOTIC_SIZE,
+        algo=settings.get("algo", row.algo), launch=settings.get("launch", "stream"),
+        nvls=settings.get("nvls") != "off", gpus_per_process=int(settings.get("gpus_per_process", 1)),
+        partition=int(settings["partition"]) if "partition" in settings else None,
+    )  # fmt: skip
 
     def price(db: HardwareDB) -> float:
-        system = db.system(row.model_target)
-        per_node = int(system.gpus_per_node.value)
-        gpus = int(row.gpus) if pd.notna(row.gpus) else 2 * per_node
-        nodes = max(int(row.nodes) if pd.notna(row.nodes) else 1, -(-gpus // per_node))
-        size = float(row.size_bytes) if pd.notna(row.size_bytes) else ASYMPTOTIC_SIZE
-        partition = int(settings["partition"]) if "partition" in settings else None
-        where = cluster(row.model_target, nodes, db, partition=partition)
-        fab = fabric_of(
-            where, launch=settings.get("launch", "stream"), nvls=settings.get("nvls") != "off",
-            gpus_per_process=int(settings.get("gpus_per_process", 1)),
-        )  # fmt: skip
+        where = cluster(job.system, job.nodes, db, partition=job.partition)
+        fab = fabric_of(where, launch=job.launch, nvls=job.nvls, gpus_per_process=job.gpus_per_process)
         result = run_collective(
-            row.op, where, [size], gpus, algo=settings.get("algo", row.algo), library="nccl", fab=fab
+            job.op, where, [job.size_bytes], job.gpus, algo=job.algo, library=job.library, fab=fab
         )
         if row.metric == "time":
             return float(result.time_s.iloc[0]) * 1e6  # us
         busbw = float(result.busbw_GBps.iloc[0])
-        return busbw / system.scale_out.nics_per_node.value if row.metric == "per_nic_busbw" else busbw
+        return (
+            busbw / db.system(job.system).scale_out.nics_per_node.value
+            if row.metric == "per_nic_busbw"
+            else busbw
+        )
 
-    return Case(price)
+    return Case(price, job=job)
 
 
 def _p2p(row: pd.Series) -> Case:
