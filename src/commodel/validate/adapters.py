@@ -138,7 +138,7 @@ def _power(row: pd.Series) -> Case:
     """Node power under a training load (kW), or a GPU's idle power (W), from the power model."""
     load = runs().power.get(row.id)
     if load is not None:
-        return Case(lambda db: float(train(load.job)["node_power_kW"]))
+        return Case(lambda db: float(train(load.job)["node_power_kW"]), job=load.job)
     return Case(lambda db: db.gpu(row.model_target).idle_power.value)
 
 
