@@ -39,7 +39,7 @@ ASYMPTOTIC_SIZE = 8 * 2**30
 class Case:
     """A row read: ``price(db)`` gives the model's value in the row's unit; ``note`` is what the row
     states that the model reads otherwise; ``experts``: the row trains a mixture of experts; ``job``:
-    the training or serving job it prices, for the kinds that run one."""
+    the training, serving or collective job it prices, for the kinds that run one."""
 
     price: Callable[[HardwareDB], float]
     note: str = ""
