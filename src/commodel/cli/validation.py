@@ -14,7 +14,7 @@ from commodel.pricing.collective import CollectiveJob
 from commodel.pricing.serving_job import ServingJob
 from commodel.pricing.training_job import TrainingJob
 from commodel.report.console import validation_text
-from commodel.report.frames import to_json
+from commodel.report.frames import readable_number, to_json
 from commodel.validate.report import report_sections, validation_report
 from commodel.validate.table import row_detail
 
@@ -92,13 +92,13 @@ def _row_text(detail: dict, as_json: bool) -> str:
     target = f", priced on {detail['model_target']}" if detail["model_target"] else ""
     lines = [f"{detail['id']}: {detail['kind']} row, {detail['role']}"]
     lines += (
-        [f"  measured  {_number(detail['measured'])} {detail['unit']} ({detail['metric']})"]
+        [f"  measured  {readable_number(detail['measured'])} {detail['unit']} ({detail['metric']})"]
         if known["measured"]
         else []
     )
     if known["model"]:
         error = f" ({detail['error_pct']:+.1f}%)" if known["error_pct"] else ""
-        lines.append(f"  model     {_number(detail['model'])}{error}")
+        lines.append(f"  model     {readable_number(detail['model'])}{error}")
     lines += [
         f"  read from {detail['description']} on {detail['system']}{target}",
         f"  source    {detail['source']}",
@@ -106,8 +106,3 @@ def _row_text(detail: dict, as_json: bool) -> str:
     lines += [f"  note      {detail['note']}"] if detail["note"] else []
     lines += [f"  run it    {command}"] if command else []
     return "\n".join(lines)
-
-
-def _number(value: float) -> str:
-    """A figure as a person reads it: whole with separators from 1,000 on, else 4 significant digits."""
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"

@@ -25,6 +25,7 @@ from commodel.comm.mpi import OPS
 from commodel.comm.p2p import PROTOCOLS
 from commodel.comm.tables import MAX_CHANNELS
 from commodel.errors import CommodelError
+from commodel.hardware import HardwareDB
 from commodel.hardware import cluster as make_cluster
 from commodel.hardware.cluster import Cluster
 from commodel.pricing.evaluator import Evaluator
@@ -106,11 +107,11 @@ def _optional(value: object) -> int | None:
     return None if value is None or value != value else int(value)
 
 
-def cluster_and_fabric(job: Mapping[str, Any]) -> tuple[Cluster, Fabric]:
+def cluster_and_fabric(job: Mapping[str, Any], db: HardwareDB | None = None) -> tuple[Cluster, Fabric]:
     """The cluster and fabric a collective job's settings describe (``job``: its fields; an unset
-    optional one may be None or NaN)."""
+    optional one may be None or NaN), on ``db`` (default: the hardware database in use)."""
     where = make_cluster(
-        job["system"], int(job["nodes"]), partition=_optional(job["partition"]), **cluster_shape(job)
+        job["system"], int(job["nodes"]), db, partition=_optional(job["partition"]), **cluster_shape(job)
     )
     per_process, gpus = int(job["gpus_per_process"]), _optional(job["gpus"]) or where.total_gpus
     if gpus % per_process:

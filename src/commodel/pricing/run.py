@@ -102,12 +102,10 @@ def _training_notes(job: TrainingJob, row: SimpleNamespace) -> list[str]:
             f"host-bound: the GPUs wait {100 * host:.0f}% of the step for the host to issue kernels "
             "(CUDA graphs or a larger micro-batch shorten it)"
         )
-    stages = [int(n) for n in str(row.stage_layers).split(",") if n.strip()] or [model(job.model).layers]
-    chunk = max(stages) / (job.vpp or 1)
-    if job.recompute_layers and job.recompute_layers >= chunk:
+    if job.recompute_layers and float(row.recompute_share) >= 1:
         notes.append(
-            f"--recompute-layers {job.recompute_layers} covers every layer of a pipeline chunk (at most "
-            f"{chunk:g}): all are recomputed, as --recompute full alone does"
+            f"--recompute-layers {job.recompute_layers} covers every layer of a pipeline chunk: all are "
+            "recomputed, as --recompute full alone does"
         )
     if job.tp_overlap == "userbuffers" and job.tp > 1 and not job.sequence_parallel:
         notes.append(

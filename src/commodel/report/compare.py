@@ -9,6 +9,7 @@ from typing import Any
 from commodel.errors import CommodelError
 from commodel.pricing.run import train
 from commodel.records import read_toml
+from commodel.report.frames import readable_number
 from commodel.report.plots import breakdown_plot
 
 #: Headline metrics: result key, label, unit, scale.
@@ -95,7 +96,7 @@ def compare_text(result: dict[str, Any]) -> str:
     for row in result["metrics"]:
         ratio = f"{row['b_over_a']:.3g}" if row["b_over_a"] is not None else "-"
         name = f"{row['metric']} ({row['unit']})"
-        lines.append(f"{name:<26}{_number(row['a']):>14}{_number(row['b']):>14}{ratio:>9}")
+        lines.append(f"{name:<26}{readable_number(row['a']):>14}{readable_number(row['b']):>14}{ratio:>9}")
     lines += ["", "where the step's time moved (s, B - A):"]
     for row in sorted(result["breakdown"], key=lambda r: -abs(r["change_s"])):
         lines.append(
@@ -114,11 +115,6 @@ def compare_plot(result: dict[str, Any], path: str | Path) -> Path:
         for side in ("a", "b")
     }
     return breakdown_plot(bars, path)
-
-
-def _number(value: float) -> str:
-    """A metric for a person: thousands separated from 10,000 up, four significant digits below."""
-    return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
 
 
 def _design(fields: dict[str, Any]) -> str:

@@ -12,14 +12,13 @@ from dataclasses import dataclass
 import pandas as pd
 
 from commodel.comm.calls import run as run_collective
-from commodel.comm.fabric import fabric_of
 from commodel.comm.initiation import path_of, put_latency
 from commodel.compute import gemm, kernel_time
 from commodel.compute.roofline import achievable_bandwidth, peak_flops
 from commodel.errors import CommodelError
 from commodel.hardware import HardwareDB, cluster, default_db
 from commodel.ops.pooling import BASELINE_PUE, PROPORTIONAL_OVERHEAD
-from commodel.pricing.collective import CollectiveJob
+from commodel.pricing.collective import CollectiveJob, cluster_and_fabric
 from commodel.pricing.job import make_job
 from commodel.pricing.run import serve, train
 from commodel.pricing.serving_job import ServingJob, serving_job
@@ -64,8 +63,7 @@ def _collective(row: pd.Series) -> Case:
     )  # fmt: skip
 
     def price(db: HardwareDB) -> float:
-        where = cluster(job.system, job.nodes, db, partition=job.partition)
-        fab = fabric_of(where, launch=job.launch, nvls=job.nvls, gpus_per_process=job.gpus_per_process)
+        where, fab = cluster_and_fabric(job.model_dump(), db)
         result = run_collective(
             job.op, where, [job.size_bytes], job.gpus, algo=job.algo, library=job.library, fab=fab
         )
