@@ -62,6 +62,12 @@ CASES = (
     + [["sweep", "/nonexistent/spec.toml"], ["sweep", "--executor", "mpi"], ["sweep", "--max-points", "0"]]
     + [["comm", "schemes", "--system", "dgx-h1000"], ["comm", "schemes", "--size", "0"],
        ["comm", "schemes", "--scope", "rack"], ["comm", "schemes", "--system", "frontier-node", "--scheme", "proxy2"]]
+    + [["comm", "dispatch", option, value] for option, value in (
+        ("--tokens", "0"), ("--tokens", "1.5"), ("--tokens", "many"), ("--tokens", "4096:128"), ("--tokens", ""),
+        ("--ep", "0"), ("--ep", "12"), ("--ep", "x"), ("--mode", "fast"), ("--scheme", "pigeon"),
+        ("--model", "llama3-8b"), ("--model", "deepseek-v4"), ("--system", "dgx-h1000"),
+    )]
+    + [["comm", "dispatch", "--system", "frontier-node", "--model", "qwen3-30b-a3b", "--ep", "16"]]  # no IBGDA on Slingshot
     + [["compare", "--a", "model=llama3-8b,system=dgx-h100", "--b", "model=llama3-8b,system=dgx-h100,tp=3"],
        ["compare", "--a", "", "--b", "x=1"], ["compare", "--a", "/nonexistent.toml", "--b", "x=1"]]
     + [["sensitivity", "/nonexistent.toml"], ["calibrate", "nccl-tests", "/nonexistent.log", "--system", "dgx-h100"]]

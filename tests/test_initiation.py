@@ -2,6 +2,7 @@
 driving inputs, and the studies' orderings hold."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pandas as pd
@@ -175,3 +176,42 @@ def test_the_host_path_catches_up_later_when_its_fixed_cost_grows():
     dear = _with_host_costs(c, host_call=4e-6)
     for scheme in ("kernel-triggered", "kernel-initiated"):
         assert host_competitive_above(scheme, path_of(dear)) > host_competitive_above(scheme, path_of(c)) > 0
+
+
+def test_a_dispatch_job_prices_the_same_from_the_cli_and_a_one_row_sweep():
+    """``commodel comm dispatch`` and the ``moe_dispatch`` evaluator read one declaration."""
+    from typer.testing import CliRunner
+
+    from commodel.cli import app
+    from commodel.pricing.evaluator import evaluator
+
+    given = {"system": "hgx-h800", "ep": 32, "mode": "high-throughput", "tokens": 4096}
+    result = CliRunner().invoke(app, ["comm", "dispatch", "--system", "hgx-h800", "--ep", "32",
+                                      "--mode", "high-throughput", "--tokens", "4096", "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    cli = {r["call"]: r["time_us"] for r in json.loads(result.output)}
+    row = evaluator("moe_dispatch")(pd.DataFrame([given])).iloc[0]
+    assert (row.dispatch_us, row.combine_us) == pytest.approx((cli["dispatch"], cli["combine"]), rel=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["low-latency", "high-throughput"])
+def test_more_tokens_never_dispatch_faster_and_shared_queues_never_help(mode):
+    from commodel.pricing.dispatch import DispatchJob, price_dispatch
+
+    counts = 2.0 ** np.arange(0, 14)
+    for ep in (8, 16, 64):
+        times = {}
+        for shared in (False, True):
+            frame = price_dispatch(DispatchJob(ep=ep, mode=mode, shared_queues=shared), counts)
+            times[shared] = frame.pivot(index="tokens", columns="call", values="time_us")
+            assert (times[shared].diff().dropna() >= 0).all().all(), (ep, shared)
+        assert (times[True] >= times[False] - 1e-9).all().all()
+
+
+def test_a_proxy_thread_issuing_every_low_latency_write_binds_where_gpu_warps_do_not():
+    from commodel.pricing.dispatch import DispatchJob, price_dispatch
+
+    gpu = price_dispatch(DispatchJob(ep=64, tokens=512)).set_index("call")
+    proxy = price_dispatch(DispatchJob(ep=64, tokens=512, scheme="proxy")).set_index("call")
+    assert (proxy.binding == "message issue").all() and (gpu.binding != "message issue").all()
+    assert (proxy.time_us > 2 * gpu.time_us).all()

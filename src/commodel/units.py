@@ -7,6 +7,7 @@ bytes/s, FLOP/s, watts). Parsing uses pint; bits are converted to bytes (8 bit =
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import cache
 
 import numpy as np
@@ -92,23 +93,44 @@ def parse_sizes(spec: str) -> np.ndarray:
     Units are pint's (``kB`` = 1000 B, ``KiB`` = 1024 B); nccl-tests' bare suffixes ``K M G T`` are
     binary (``128M`` = 128 MiB).
     """
+    return _doubling_list(spec, _one_size, "size", "'1GiB', '8,1MiB' or '8B:8GiB'")
+
+
+def parse_counts(spec: str, what: str) -> np.ndarray:
+    """Parse a CLI list of whole counts of ``what`` (tokens, requests): one (``128``), a comma list
+    (``1,128,4096``) or a doubling range (``1:4096``)."""
+
+    def one(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not np.isfinite(value) or value < 1 or value != round(value) or value > 2**53:
+            raise CommodelError(f"{what} must be a whole number of at least 1, got '{text}'")
+        return value
+
+    return _doubling_list(spec, one, what, "'128', '1,128,4096' or '1:4096'")
+
+
+def _doubling_list(spec: str, one: Callable[[str], float], what: str, example: str) -> np.ndarray:
+    """One value, a comma list or doubling ranges ``LO:HI`` of values ``one`` parses."""
     parts = spec.replace(" ", "").split(",")
     if not any(parts):
-        raise CommodelError("empty size list: give e.g. '1GiB', '8,1MiB' or '8B:8GiB'")
+        raise CommodelError(f"empty {what} list: give e.g. {example}")
     if not all(parts):
-        raise CommodelError(f"size list '{spec}' has an empty item: give e.g. '8,1MiB,1GiB'")
-    sizes: list[float] = []
+        raise CommodelError(f"{what} list '{spec}' has an empty item: give e.g. {example}")
+    values: list[float] = []
     for part in parts:
         if ":" in part:
             lo_text, _, hi_text = part.partition(":")
-            lo, hi = _one_size(lo_text), _one_size(hi_text)
+            lo, hi = one(lo_text), one(hi_text)
             if hi < lo:
-                raise CommodelError(f"size range '{part}' ends below its start")
+                raise CommodelError(f"{what} range '{part}' ends below its start")
             count = int(np.floor(np.log2(hi / lo) + 1e-9)) + 1
-            sizes.extend(lo * 2.0 ** np.arange(count))
+            values.extend(lo * 2.0 ** np.arange(count))
         else:
-            sizes.append(_one_size(part))
-    return np.asarray(sizes, dtype=float)
+            values.append(one(part))
+    return np.asarray(values, dtype=float)
 
 
 #: The largest message size: a signed 64-bit byte count (what NCCL and MPI take).

@@ -1,17 +1,22 @@
-"""``commodel comm schemes``: who drives a message, scheme by scheme."""
+"""``commodel comm``: who drives a message, scheme by scheme (``schemes``), and a MoE layer's
+dispatch and combine as DeepEP runs them (``dispatch``)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import Annotated
 
 import typer
 
-from commodel.cli.root import JsonFlag, comm_app
+from commodel.cli.root import JsonFlag, comm_app, flag, job_options
 from commodel.comm.initiation import check_scheme, path_of, scheme_table
 from commodel.hardware import cluster
+from commodel.pricing.dispatch import DispatchJob, price_dispatch
+from commodel.pricing.job import make_job
+from commodel.report.frames import plain_table, to_json
 from commodel.report.tables import scheme_text
-from commodel.units import parse_sizes
+from commodel.units import parse_counts, parse_sizes
 
 
 @comm_app.command("schemes")
@@ -36,3 +41,29 @@ def comm_schemes(
         check_scheme(scheme, path)
     records = [r for r in scheme_table(path, parse_sizes(size)) if r["scheme"] == scheme or not scheme]
     typer.echo(json.dumps(records, indent=2) if as_json else scheme_text(f"{system} ({scope})", records))
+
+
+def comm_dispatch(tokens: str, as_json: bool = False, **values: object) -> None:
+    """A MoE layer's dispatch and combine per GPU as DeepEP's kernels run them: each call's time, what
+    binds it, and the NVLink and RDMA bandwidths DeepEP's tests print."""
+    counts = parse_counts(tokens, "--tokens")
+    job = make_job(DispatchJob, tokens=float(counts[0]), **values)
+    frame = price_dispatch(job, counts)
+    if as_json:
+        typer.echo(to_json(frame))
+        return
+    shared = ", shared send queues" if job.shared_queues else ""
+    typer.echo(
+        f"# DeepEP {job.mode} dispatch and combine of {job.model} on {job.ep} {job.system} GPUs, "
+        f"{job.scheme}{shared}\n# times in us; nvl_GBps and rdma_GBps as DeepEP's tests count them\n"
+        + plain_table(frame.assign(tokens=frame.tokens.astype(int)), "{:.4g}")
+    )
+
+
+comm_dispatch.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+    inspect.Parameter("tokens", inspect.Parameter.KEYWORD_ONLY, default="128", annotation=Annotated[str, typer.Option(
+        help="Tokens per GPU per call: one count, a list (128,4096) or a doubling range (1:4096).")]),
+    *job_options(DispatchJob, skip=("tokens",)),
+    flag("as_json", "--json", "Print JSON instead of a table."),
+])  # fmt: skip
+comm_app.command("dispatch")(comm_dispatch)

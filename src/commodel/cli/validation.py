@@ -11,6 +11,7 @@ import typer
 from commodel.cli.root import JsonFlag, app, job_command
 from commodel.errors import CommodelError
 from commodel.pricing.collective import CollectiveJob
+from commodel.pricing.dispatch import DispatchJob
 from commodel.pricing.serving_job import ServingJob
 from commodel.pricing.training_job import TrainingJob
 from commodel.report.console import validation_text
@@ -71,13 +72,17 @@ def validate(
         raise typer.Exit(1)
 
 
-def _command(job: TrainingJob | ServingJob | CollectiveJob) -> str:
+#: The command that prices each kind of job a row runs (a collective's is :func:`_command`'s own).
+JOB_COMMANDS = {TrainingJob: "train", ServingJob: "serve", DispatchJob: "comm dispatch"}
+
+
+def _command(job: TrainingJob | ServingJob | CollectiveJob | DispatchJob) -> str:
     """The commodel command that prices a row's job (a collective's operation and size as
     ``commodel collective`` takes them)."""
     if isinstance(job, CollectiveJob):
         size = f"{job.size_bytes:.0f}"
         return f"{job_command(f'collective {job.op}', job, skip=('op', 'size_bytes'))} --size {size}"
-    return job_command("train" if isinstance(job, TrainingJob) else "serve", job)
+    return job_command(JOB_COMMANDS[type(job)], job)
 
 
 def _row_text(detail: dict, as_json: bool) -> str:

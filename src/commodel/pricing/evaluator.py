@@ -101,7 +101,7 @@ BUILTIN = {
     "stream": "commodel.pricing.stream:stream",
     "initiation": "commodel.pricing.initiation:initiation",
     "halo": "commodel.pricing.initiation:halo",
-    "moe_dispatch": "commodel.pricing.initiation:moe_dispatch",
+    "moe_dispatch": "commodel.pricing.dispatch:moe_dispatch",
 }
 
 

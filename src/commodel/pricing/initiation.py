@@ -1,7 +1,7 @@
 """Evaluators of GPU-initiated communication (:mod:`commodel.comm.initiation`): one message per scheme
-and fabric (``initiation``), a stencil's halo exchange (``halo``, :mod:`commodel.workloads.stencil`) and
-a MoE layer's dispatch and combine (``moe_dispatch``, :mod:`commodel.workloads.moe_dispatch`). A scheme
-a fabric's NIC cannot run is a row with ``valid = False`` and the reason in ``problem``.
+and fabric (``initiation``) and a stencil's halo exchange (``halo``, :mod:`commodel.workloads.stencil`);
+a MoE layer's dispatch and combine is :mod:`commodel.pricing.dispatch`'s. A scheme a fabric's NIC
+cannot run is a row with ``valid = False`` and the reason in ``problem``.
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ from commodel.comm.initiation import SCHEMES, coordination_latency, message_rate
 from commodel.hardware import cluster
 from commodel.hardware.cluster import Cluster
 from commodel.pricing.evaluator import Evaluator
-from commodel.pricing.job import MODEL, SYSTEM, Choices, Job
+from commodel.pricing.job import SYSTEM, Choices, Job
 from commodel.workloads import stencil
-from commodel.workloads.catalog import model as get_model
-from commodel.workloads.moe_dispatch import MODES, dispatch_combine
 from commodel.workloads.stencil import SEVEN_POINT, iteration_time, weak_efficiency
 
 
@@ -55,22 +53,6 @@ class HaloJob(Job):
         return self
 
 
-class DispatchJob(Job):
-    """A MoE layer's DeepEP-style dispatch and combine on each GPU of an expert-parallel group."""
-
-    noun = "moe_dispatch"
-    model: Annotated[str, MODEL] = Field("deepseek-v3", description="A mixture-of-experts model.")
-    system: Annotated[str, SYSTEM] = Field("dgx-h100", description="System (node) name.")
-    scheme: Annotated[str, Choices("initiation scheme", SCHEMES)] = Field(
-        description="Who drives the messages."
-    )
-    mode: Annotated[str, Choices("DeepEP mode", MODES)] = Field(
-        "low-latency", description="DeepEP's kernels."
-    )
-    ep: int = Field(ge=1, description="Expert-parallel GPUs.")
-    tokens: float = Field(128, gt=0, description="Tokens per GPU per call.")
-
-
 def _cluster_of(system: str, gpus: int) -> Cluster:
     """Enough nodes of ``system`` for ``gpus`` GPUs (at least one)."""
     return cluster(system, max(gpus // cluster(system).gpus_per_node, 1))
@@ -93,16 +75,8 @@ def _halo(row: object) -> dict:
             "efficiency": weak_efficiency(row.scheme, c, int(row.n), int(row.gpus), kernel)}  # fmt: skip
 
 
-def _moe(row: object) -> dict:
-    c = _cluster_of(row.system, int(row.ep))
-    r = dispatch_combine(row.mode, row.scheme, get_model(row.model), c, int(row.ep), float(row.tokens))
-    return {"dispatch_us": 1e6 * r["dispatch_s"], "combine_us": 1e6 * r["combine_s"], "total_us": 1e6 * r["time_s"],
-            "binding": r["binding"]}  # fmt: skip
-
-
 MESSAGE_OUTPUTS = ("put_us", "coordination_us", "messages_per_s", "problem", "valid")
 HALO_OUTPUTS = ("iteration_us", "comm_us", "compute_us", "efficiency", "problem", "valid")
-DISPATCH_OUTPUTS = ("dispatch_us", "combine_us", "total_us", "binding", "problem", "valid")
 
 
 def initiation() -> Evaluator:
@@ -118,12 +92,4 @@ def halo() -> Evaluator:
         "halo",
         "a 3-D stencil's halo exchange per iteration (weak scaling): time, communication, efficiency",
         HaloJob, HALO_OUTPUTS, _halo, ("problem",),
-    )  # fmt: skip
-
-
-def moe_dispatch() -> Evaluator:
-    return Evaluator.row_by_row(
-        "moe_dispatch",
-        "a MoE layer's DeepEP-style dispatch and combine per GPU over an initiation scheme",
-        DispatchJob, DISPATCH_OUTPUTS, _moe, ("problem", "binding"),
     )  # fmt: skip

@@ -19,6 +19,7 @@ from commodel.errors import CommodelError
 from commodel.hardware import HardwareDB, cluster, default_db
 from commodel.ops.pooling import BASELINE_PUE, PROPORTIONAL_OVERHEAD
 from commodel.pricing.collective import CollectiveJob, cluster_and_fabric
+from commodel.pricing.dispatch import DispatchJob, price_dispatch
 from commodel.pricing.job import make_job
 from commodel.pricing.run import serve, train
 from commodel.pricing.serving_job import ServingJob, serving_job
@@ -28,7 +29,6 @@ from commodel.validate.megatron_bridge import flop_count_note
 from commodel.validate.runs import runs
 from commodel.validate.training import training_metric, training_run
 from commodel.workloads.catalog import model as get_model
-from commodel.workloads.moe_dispatch import COMBINE_BYTES, DISPATCH_BYTES, domains_reached, exchange
 
 #: Size used for collective rows that quote an asymptotic figure without a size.
 ASYMPTOTIC_SIZE = 8 * 2**30
@@ -38,12 +38,12 @@ ASYMPTOTIC_SIZE = 8 * 2**30
 class Case:
     """A row read: ``price(db)`` gives the model's value in the row's unit; ``note`` is what the row
     states that the model reads otherwise; ``experts``: the row trains a mixture of experts; ``job``:
-    the training, serving or collective job it prices, for the kinds that run one."""
+    the training, serving, collective or dispatch job it prices, for the kinds that run one."""
 
     price: Callable[[HardwareDB], float]
     note: str = ""
     experts: bool = False
-    job: TrainingJob | ServingJob | CollectiveJob | None = None
+    job: TrainingJob | ServingJob | CollectiveJob | DispatchJob | None = None
 
 
 def _collective(row: pd.Series) -> Case:
@@ -186,32 +186,19 @@ def _serving(row: pd.Series) -> Case:
 
 def _dispatch(row: pd.Series) -> Case:
     """One DeepEP dispatch or combine (``deepep MODE OP MODEL tokensN`` on ``gpus`` expert-parallel
-    GPUs) through :func:`commodel.workloads.moe_dispatch.exchange`: its time (us), or the bandwidth
-    DeepEP's tests print (GB/s): ``nvl_bandwidth`` counts the tokens a GPU receives, once per token
-    with any expert on it, its own included (``N q`` of every GPU's tokens, ``q = 1 - (1 - 1/N)^k``);
-    ``rdma_bandwidth`` each token once per node its experts land on, its own node included
-    (:func:`~commodel.workloads.moe_dispatch.domains_reached`)."""
+    GPUs) as :func:`commodel.pricing.dispatch.price_dispatch` prices it over NVSHMEM IBGDA, the
+    transport of DeepEP's tables (GPU-initiated puts whose warps share send queues): its time (us),
+    or the bandwidth DeepEP's tests print (GB/s)."""
     s = DISPATCH.read(str(row.op))
-    net, tokens, ep = get_model(str(s["model"])), float(s["tokens"]), int(row.gpus)
-    element = DISPATCH_BYTES if s["op"] == "dispatch" else COMBINE_BYTES
+    job = make_job(DispatchJob, model=s["model"], system=row.model_target, ep=int(row.gpus),
+                   tokens=float(s["tokens"]), mode=s["mode"], shared_queues=True)  # fmt: skip
+    column = {"time": "time_us", "nvl_bandwidth": "nvl_GBps", "rdma_bandwidth": "rdma_GBps"}[row.metric]
 
     def price(db: HardwareDB) -> float:
-        where = cluster(row.model_target, int(row.nodes), db)
-        # DeepEP's tables are NVSHMEM IBGDA runs: GPU-initiated puts whose warps share send queues.
-        seconds = exchange(
-            str(s["mode"]), "kernel-initiated", net, where, ep, tokens, element, shared_queue=True
-        )["time_s"]
-        if row.metric == "time":
-            return seconds * 1e6
-        k = net.moe.top_k
-        counted = (
-            ep * (1 - (1 - 1 / ep) ** k)
-            if row.metric == "nvl_bandwidth"
-            else domains_reached(net.moe, row.nodes)
-        )
-        return float(tokens * counted * net.hidden * element / seconds / 1e9)
+        frame = price_dispatch(job, db=db)
+        return float(frame.loc[frame.call == s["op"], column].iloc[0])
 
-    return Case(price)
+    return Case(price, job=job)
 
 
 #: The adapter of each kind of measurement.

@@ -228,6 +228,20 @@ def exchange(
     return {"time_s": time, "binding": binding, **{f"{k}_s": v for k, v in terms.items()}}
 
 
+def received_bandwidths(
+    moe: MoE, hidden: int, tokens: float, ep: int, domains: float, element_bytes: float, seconds: float
+) -> dict[str, float]:
+    """The bandwidths DeepEP's tests print for one call (GB/s): ``nvl`` counts the tokens a GPU
+    receives, once per token with any expert on it, its own included (``N q`` of every GPU's tokens,
+    ``q = 1 - (1 - 1/N)^k`` over ``N = ep`` GPUs); ``rdma`` each token once per scale-up domain its
+    experts land on, its own included (:func:`domains_reached`)."""
+    size = tokens * hidden * element_bytes / seconds / 1e9
+    return {
+        "nvl": size * ep * (1 - (1 - 1 / ep) ** moe.top_k),
+        "rdma": size * float(domains_reached(moe, domains)),
+    }
+
+
 def dispatch_combine(
     mode: str, scheme: str, model: Transformer, c: Cluster, ep: int, tokens: float, shared_queue: bool = False
 ) -> dict:
