@@ -234,7 +234,8 @@ def physical_time(
     """(seconds, channels used, chunk bytes) of one call of (algorithm, protocol).
 
     ``time = launch(latency + pipeline fill + max(bandwidth time, link time x default / used
-    channels))`` (the LL cap on the whole call, the links' share on each channel used; see
+    channels))`` (NCCL's LL cap on the whole call, on NVIDIA GPUs only: RCCL applies none; the
+    links' share on each channel used; see
     :meth:`Fabric.call_time`), with the link's measured latencies; ``channels`` (default: NCCL's,
     reduced for small messages) may be forced by a tuner policy; more channels than the default do
     not beat the links.
@@ -244,9 +245,9 @@ def physical_time(
     wanted = default if channels is None else np.broadcast_to(np.asarray(channels, dtype=float), np.shape(n))
     used = used_channels(algo, proto, n, p, wanted)
     with np.errstate(divide="ignore", invalid="ignore"):
-        full = bandwidth_time(op, algo, proto, n, p, nodes, fab)
+        full = bandwidth_time(op, algo, proto, n, p, nodes, fab, ll_cap=fab.nvidia)
         # The links' share falls with the channels used; NCCL's LL cap bounds the whole call, however
-        # many channels carry it.
+        # many channels carry it. RCCL has no such cap (digest 7.1): on AMD GPUs LL runs at the links.
         uncapped = bandwidth_time(op, algo, proto, n, p, nodes, fab, ll_cap=False) if proto == "ll" else full
         moving = np.maximum(full, uncapped * default / np.minimum(used, default))
         chunk = chunk_bytes(op, algo, proto, n, g, nodes, used)
