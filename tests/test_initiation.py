@@ -215,3 +215,19 @@ def test_a_proxy_thread_issuing_every_low_latency_write_binds_where_gpu_warps_do
     proxy = price_dispatch(DispatchJob(ep=64, tokens=512, scheme="proxy")).set_index("call")
     assert (proxy.binding == "message issue").all() and (gpu.binding != "message issue").all()
     assert (proxy.time_us > 2 * gpu.time_us).all()
+
+
+def test_deepeps_normal_kernels_reach_eight_nvlink_peers_even_in_a_rack_scale_domain():
+    """In a GB200 NVL72 rack DeepEP's high-throughput kernels forward over NVLink to at most 8 GPUs
+    and send the rest over RDMA, as training's flex dispatcher prices them; its low-latency kernels
+    reach the whole domain."""
+    from commodel.pricing.dispatch import DispatchJob, price_dispatch
+    from commodel.workloads.moe_dispatch import DEEPEP_NVL_PEERS, exchange
+
+    rack = cluster("gb200-nvl72", 18)
+    net = model("deepseek-v3")
+    ht = exchange("high-throughput", "kernel-initiated", net, rack, 72, 4096, 2.0)
+    ll = exchange("low-latency", "kernel-initiated", net, rack, 72, 128, 2.0)
+    assert ht["group_gpus"] == DEEPEP_NVL_PEERS and ht["binding"] == "network" and ll["group_gpus"] == 72
+    frame = price_dispatch(DispatchJob(system="gb200-nvl72", ep=72, mode="high-throughput", tokens=4096))
+    assert (frame.binding == "network").all() and (frame.network_us > 0).all()

@@ -100,7 +100,6 @@ def price_dispatch(
     the hardware database in use): tokens, call, time (us), what binds it, each resource's time (us)
     and the bandwidths DeepEP's tests print (GB/s)."""
     net, where = get_model(job.model), dispatch_cluster(job, db)
-    domains = job.ep / min(where.domain_gpus, job.ep)
     rows = []
     for count in np.atleast_1d(job.tokens if tokens is None else tokens).astype(float):
         for call, element in ELEMENT_BYTES.items():
@@ -110,7 +109,7 @@ def price_dispatch(
             rows.append({
                 "tokens": count, "call": call, "time_us": 1e6 * seconds, "binding": r["binding"], **terms,
                 **{f"{k}_GBps": v for k, v in received_bandwidths(
-                    net.moe, net.hidden, count, job.ep, domains, element, seconds).items()},
+                    net.moe, net.hidden, count, job.ep, job.ep / r["group_gpus"], element, seconds).items()},
             })  # fmt: skip
     return pd.DataFrame(rows)
 

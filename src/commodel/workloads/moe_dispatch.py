@@ -3,8 +3,9 @@ IBGDA, NCCL GIN with its GDAKI or proxy backend; Hamidouche et al., arXiv:2511.1
 
 Per GPU and MoE layer the router sends :func:`commodel.workloads.transformer.routed_copies` token
 copies of ``hidden`` elements (FP8 dispatched, BF16 combined), to experts spread evenly over the
-``ep`` GPUs of ``ep / g`` nodes of ``g`` GPUs (a copy stays on its GPU with probability ``1 / ep``,
-in its node with ``(g - 1) / ep``).
+``ep`` GPUs of ``ep / g`` groups of ``g`` GPUs that reach each other over NVLink (a copy stays on its
+GPU with probability ``1 / ep``, in its group with ``(g - 1) / ep``): a scale-up domain for the
+low-latency kernels, at most :data:`DEEPEP_NVL_PEERS` of its GPUs for the high-throughput ones.
 
 - **low-latency** (decode): every copy is its own RDMA write from the GPU, no forwarding; its cost is
   the put latency of the scheme plus the largest of the messages' issue time (``messages / rate``,
@@ -197,15 +198,19 @@ def exchange(
     element_bytes: float,
     shared_queue: bool = False,
 ) -> dict[str, float]:
-    """Seconds of one dispatch (or combine) per GPU, and which resource binds it. ``shared_queue``:
-    the transport's GPU threads share send queues (NVSHMEM IBGDA), each put reserving its slot."""
+    """Seconds of one dispatch (or combine) per GPU, which resource binds it, and the GPUs of each
+    NVLink group (``group_gpus``). ``shared_queue``: the transport's GPU threads share send queues
+    (NVSHMEM IBGDA), each put reserving its slot."""
     if mode not in MODES:
         raise unknown("DeepEP mode", mode, MODES)
     if model.moe is None:
         raise CommodelError(f"{model.description} has no experts to dispatch to")
-    g = min(c.domain_gpus, ep)
+    # The normal kernels reach at most DEEPEP_NVL_PEERS GPUs over NVLink, as in training's flex group.
+    reach = c.domain_gpus if mode == "low-latency" else min(c.domain_gpus, DEEPEP_NVL_PEERS)
+    g = min(reach, ep)
     if ep % g:
-        raise CommodelError(f"ep ({ep}) must fill whole scale-up domains of {c.domain_gpus} GPUs")
+        raise CommodelError(f"ep ({ep}) must fill whole groups of the {reach} GPUs DeepEP's {mode} kernels "
+                            "reach over NVLink")  # fmt: skip
     path = path_of(c)
     fab = shared_nics(fabric_of(c))
     where = group(ep, 1, g)
@@ -224,8 +229,8 @@ def exchange(
         }
         latency = float(put_latency(scheme, path, 0, shared_queue=shared_queue)) if ep > g else 0.0
         time = latency + max(terms.values()) + LOW_LATENCY_CALL_S
-    binding = max(terms, key=terms.get)
-    return {"time_s": time, "binding": binding, **{f"{k}_s": v for k, v in terms.items()}}
+    binding = max(terms, key=terms.get) if max(terms.values()) > 0 else "call"  # nothing to move
+    return {"time_s": time, "binding": binding, "group_gpus": g, **{f"{k}_s": v for k, v in terms.items()}}
 
 
 def received_bandwidths(
