@@ -87,7 +87,7 @@ def dispatch_cluster(job: DispatchJob, db: HardwareDB | None = None) -> Cluster:
     """Just enough nodes of the job's system for its expert-parallel GPUs, shaped as the job states; a
     scheme the scale-out NIC cannot run across nodes is an error naming what it lacks."""
     per_node = int((db or default_db()).system(job.system).gpus_per_node.value)
-    where = make_cluster(job.system, -(-job.ep // per_node), db, **cluster_shape(job.model_dump()))
+    where = make_cluster(job.system, -(-job.ep // per_node), db, **cluster_shape(dict(job)))
     if job.ep > where.domain_gpus:
         check_scheme(job.scheme, path_of(where))
     return where
@@ -116,7 +116,8 @@ def price_dispatch(
 
 def _layer(row: object) -> dict:
     """One sweep row: the dispatch and combine of its job, their sum, and what binds the combine."""
-    frame = price_dispatch(DispatchJob.model_construct(**vars(row))).set_index("call")
+    job = DispatchJob.model_construct(**vars(row) | {"ep": int(row.ep)})  # checked as a table
+    frame = price_dispatch(job).set_index("call")
     dispatch, combine = frame.loc["dispatch"], frame.loc["combine"]
     return {"dispatch_us": dispatch.time_us, "combine_us": combine.time_us,
             "total_us": dispatch.time_us + combine.time_us, "binding": combine.binding}  # fmt: skip
