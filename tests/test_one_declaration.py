@@ -98,3 +98,21 @@ def test_a_collective_call_prices_the_same_from_the_cli_and_a_one_row_sweep():
     gap = evaluator("collective")(pd.DataFrame([{"system": "dgx-a100", "nodes": 4, "op": "allgather",
                                                   "size_bytes": 2**17}])).iloc[0]  # fmt: skip
     assert gap.chosen == "ring/ll" and gap.fastest == "ring/ll128" and gap.fastest_time_s < 0.9 * gap.time_s
+
+
+def test_a_gemm_prices_the_same_from_the_cli_and_a_one_row_sweep():
+    """``commodel roofline gemm`` and the ``gemm`` evaluator read one declaration (GemmJob)."""
+    result = CliRunner().invoke(app, ["roofline", "gemm", "--gpu", "b200-sxm", "--m", "4096", "--dtype", "fp8",
+                                      "--no-launch", "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    cli = json.loads(result.output)
+    row = evaluator("gemm")(
+        pd.DataFrame([{"gpu": "b200-sxm", "m": 4096, "dtype": "fp8", "launch": False}])
+    ).iloc[0]
+    assert (row.time_s, row.tflops, row.bound) == (
+        pytest.approx(cli["time_s"], rel=1e-12),
+        cli["tflops"],
+        cli["bound"],
+    )
+    launched = evaluator("gemm")(pd.DataFrame([{"gpu": "b200-sxm", "m": 4096, "dtype": "fp8"}])).iloc[0]
+    assert launched.time_s > row.time_s  # a lone call pays its launch

@@ -2,34 +2,32 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from commodel.cli.root import JsonFlag, roofline_app
+from commodel.cli.root import flag, job_options, roofline_app
 from commodel.compute.kernels import example_kernels
-from commodel.compute.roofline import gemm_summary
 from commodel.hardware import default_db
+from commodel.pricing.gemm import GemmJob, price_gemm
+from commodel.pricing.job import make_job
 from commodel.report.tables import gemm_text
 
-#: The largest GEMM dimension taken (2^31: a 32-bit index, as cuBLAS takes it).
-MAX_DIM = 2**31
 
-
-@roofline_app.command("gemm")
-def roofline_gemm(
-    gpu: Annotated[str, typer.Option(help="GPU name from the hardware database.")] = "h100-sxm",
-    m: Annotated[int, typer.Option(min=1, max=MAX_DIM, help="Rows of A and C.")] = 8192,
-    n: Annotated[int, typer.Option(min=1, max=MAX_DIM, help="Columns of B and C.")] = 8192,
-    k: Annotated[int, typer.Option(min=1, max=MAX_DIM, help="Inner dimension.")] = 8192,
-    dtype: Annotated[str, typer.Option(help="fp32, tf32, bf16, fp16, fp8.")] = "bf16",
-    as_json: JsonFlag = False,
-) -> None:
+def roofline_gemm(as_json: bool = False, **values: object) -> None:
     """Roofline time of one GEMM: time, achieved TFLOP/s and whether it is compute- or memory-bound."""
-    record = gemm_summary(default_db().gpu(gpu), m, n, k, dtype)
-    typer.echo(json.dumps({"gpu": gpu, **record}, indent=2) if as_json else gemm_text(gpu, record))
+    job = make_job(GemmJob, **values)
+    record = price_gemm(job)
+    typer.echo(json.dumps({"gpu": job.gpu, **record}, indent=2) if as_json else gemm_text(job.gpu, record))
+
+
+roofline_gemm.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [*job_options(GemmJob), flag("as_json", "--json", "Print JSON instead of a table.")]
+)
+roofline_app.command("gemm")(roofline_gemm)
 
 
 @roofline_app.command("plot")

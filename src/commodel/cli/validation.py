@@ -12,6 +12,8 @@ from commodel.cli.root import JsonFlag, app, job_command
 from commodel.errors import CommodelError
 from commodel.pricing.collective import CollectiveJob
 from commodel.pricing.dispatch import DispatchJob
+from commodel.pricing.gemm import GemmJob
+from commodel.pricing.job import Job
 from commodel.pricing.serving_job import ServingJob
 from commodel.pricing.training_job import TrainingJob
 from commodel.report.console import validation_text
@@ -73,10 +75,15 @@ def validate(
 
 
 #: The command that prices each kind of job a row runs (a collective's is :func:`_command`'s own).
-JOB_COMMANDS = {TrainingJob: "train", ServingJob: "serve", DispatchJob: "comm dispatch"}
+JOB_COMMANDS = {
+    TrainingJob: "train",
+    ServingJob: "serve",
+    DispatchJob: "comm dispatch",
+    GemmJob: "roofline gemm",
+}
 
 
-def _command(job: TrainingJob | ServingJob | CollectiveJob | DispatchJob) -> str:
+def _command(job: Job) -> str:
     """The commodel command that prices a row's job (a collective's operation and size as
     ``commodel collective`` takes them)."""
     if isinstance(job, CollectiveJob):

@@ -167,11 +167,12 @@ def split_k(gpu: GPU, kernel: Kernel, units: ArrayLike | None = None) -> np.ndar
     return best
 
 
-def gemm_summary(gpu: GPU, m: int, n: int, k: int, dtype: str) -> dict[str, object]:
-    """One GEMM on ``gpu`` as plain values: its roofline time, achieved TFLOP/s, bound, arithmetic
+def gemm_summary(gpu: GPU, m: int, n: int, k: int, dtype: str, launch: bool = True) -> dict[str, object]:
+    """One GEMM on ``gpu`` as plain values: its roofline time (with its launch unless ``launch`` is
+    off: back-to-back kernels, as GEMM benchmarks time them), achieved TFLOP/s, bound, arithmetic
     intensity and split-K factor (``commodel roofline gemm``)."""
     kernel = gemm(m, n, k, dtype)
-    result = kernel_time(gpu, kernel)
+    result = kernel_time(gpu, kernel, launch=launch)
     return {
         "m": m, "n": n, "k": k, "dtype": dtype, "time_s": float(result.time_s),
         "tflops": float(result.achieved_flops) / 1e12, "bound": str(result.bound),

@@ -102,6 +102,7 @@ BUILTIN = {
     "initiation": "commodel.pricing.initiation:initiation",
     "halo": "commodel.pricing.initiation:halo",
     "moe_dispatch": "commodel.pricing.dispatch:moe_dispatch",
+    "gemm": "commodel.pricing.gemm:gemm",
 }
 
 

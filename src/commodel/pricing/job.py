@@ -78,10 +78,11 @@ class Choices:
         return value
 
 
-#: The inputs most jobs name: a model of ``workloads/``, a system of the hardware database in use (an
-#: overlay may add some), a link of it.
+#: The inputs most jobs name: a model of ``workloads/``, a system, GPU or link of the hardware database
+#: in use (an overlay may add some).
 MODEL = Choices("model", models, also=readable_model_file)
 SYSTEM = Choices("system", lambda: list(default_db().systems))
+GPU = Choices("GPU", lambda: list(default_db().gpus))
 LINK = Choices("link", lambda: list(default_db().links))
 
 

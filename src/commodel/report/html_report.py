@@ -26,6 +26,7 @@ MODEL_KINDS = {
     "initiation": ("latency",),
     "moe_dispatch": ("dispatch", "latency"),
     "halo": ("latency",),
+    "gemm": ("gemm",),
 }
 
 _SCRIPT = """

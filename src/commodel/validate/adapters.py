@@ -13,17 +13,16 @@ import pandas as pd
 
 from commodel.comm.calls import run as run_collective
 from commodel.comm.initiation import path_of, put_latency
-from commodel.compute import gemm, kernel_time
-from commodel.compute.roofline import achievable_bandwidth, peak_flops
+from commodel.compute.roofline import achievable_bandwidth, gemm_summary, peak_flops
 from commodel.errors import CommodelError
 from commodel.hardware import HardwareDB, cluster, default_db
 from commodel.ops.pooling import BASELINE_PUE, PROPORTIONAL_OVERHEAD
 from commodel.pricing.collective import CollectiveJob, cluster_and_fabric
 from commodel.pricing.dispatch import DispatchJob, price_dispatch
-from commodel.pricing.job import make_job
+from commodel.pricing.gemm import GemmJob
+from commodel.pricing.job import Job, make_job
 from commodel.pricing.run import serve, train
-from commodel.pricing.serving_job import ServingJob, serving_job
-from commodel.pricing.training_job import TrainingJob
+from commodel.pricing.serving_job import serving_job
 from commodel.validate.descriptions import DISPATCH, SERVING, read_sizes
 from commodel.validate.megatron_bridge import flop_count_note
 from commodel.validate.runs import runs
@@ -38,12 +37,12 @@ ASYMPTOTIC_SIZE = 8 * 2**30
 class Case:
     """A row read: ``price(db)`` gives the model's value in the row's unit; ``note`` is what the row
     states that the model reads otherwise; ``experts``: the row trains a mixture of experts; ``job``:
-    the training, serving, collective or dispatch job it prices, for the kinds that run one."""
+    the job it prices (training, serving, collective, dispatch, GEMM), for the kinds that run one."""
 
     price: Callable[[HardwareDB], float]
     note: str = ""
     experts: bool = False
-    job: TrainingJob | ServingJob | CollectiveJob | DispatchJob | None = None
+    job: Job | None = None
 
 
 def _collective(row: pd.Series) -> Case:
@@ -94,8 +93,9 @@ def _p2p(row: pd.Series) -> Case:
 
 
 def _gemm(row: pd.Series) -> Case:
-    """Square GEMMs (``gemm DTYPE N^3``) through the roofline; the best shape (MAMF) and a "large
-    GEMM" are the GPU's best-GEMM ceiling (peak x matmul efficiency)."""
+    """Square GEMMs (``gemm DTYPE N^3``) through the roofline, back to back as benchmarks time them;
+    the best shape (MAMF) and a "large GEMM" are the GPU's best-GEMM ceiling (peak x matmul
+    efficiency)."""
     sizes, words = read_sizes(str(row.op), ("cube",))
     dtype = next((w for w in words if w not in ("gemm", "large", "best", "shape")), "")
     if (
@@ -104,15 +104,18 @@ def _gemm(row: pd.Series) -> Case:
         or ("cube" not in sizes and "best" not in words and "large" not in words)
     ):
         raise CommodelError(f"cannot read GEMM description '{row.op}'")
+    if "cube" not in sizes:
 
-    def price(db: HardwareDB) -> float:
-        gpu = db.gpu(row.model_target)
-        if "cube" not in sizes:
+        def ceiling(db: HardwareDB) -> float:
+            gpu = db.gpu(row.model_target)
             return peak_flops(gpu, dtype) * gpu.efficiency(dtype) / 1e12
-        s = sizes["cube"]
-        return float(kernel_time(gpu, gemm(s, s, s, dtype), launch=False).achieved_flops) / 1e12
 
-    return Case(price)
+        return Case(ceiling)
+    s = int(sizes["cube"])
+    job = make_job(GemmJob, gpu=row.model_target, m=s, n=s, k=s, dtype=dtype, launch=False)
+    return Case(
+        lambda db: float(gemm_summary(db.gpu(job.gpu), s, s, s, dtype, launch=False)["tflops"]), job=job
+    )
 
 
 def _memory(row: pd.Series) -> Case:
