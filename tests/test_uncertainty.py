@@ -54,6 +54,23 @@ def test_a_collectives_parameter_band_follows_the_fabric_it_crosses():
     assert across["busbw_GBps_params_p10"] < across["busbw_GBps"] <= across["busbw_GBps_params_p90"]
 
 
+def test_a_dispatchs_bands_come_from_the_deepep_rows_and_the_link_it_waits_on():
+    """comm dispatch --uncertainty: the DeepEP rows' class band around each call, and a parameter band
+    only where the call waits on an uncertain number: none inside a node (NVLink's numbers are stated
+    without a range), the network's efficiency across nodes."""
+    args = ["comm", "dispatch", "--system", "hgx-h800", "--mode", "high-throughput", "--tokens", "4096",
+            "--uncertainty", "--json"]  # fmt: skip
+    inside = json.loads(CliRunner().invoke(app, args).output)[0]
+    across = json.loads(CliRunner().invoke(app, [*args, "--ep", "32"]).output)[0]
+    assert inside["time_us_p10"] < inside["time_us"] < inside["time_us_p90"]
+    assert across["rdma_GBps_p10"] < across["rdma_GBps"] < across["rdma_GBps_p90"]
+    assert (
+        inside["time_us_params_p10"] == inside["time_us_params_p90"] and not inside["time_us_params_driver"]
+    )
+    assert across["time_us_params_p10"] < across["time_us_params_p90"]
+    assert across["time_us_params_driver"].startswith("ib-ndr.efficiency")
+
+
 @pytest.mark.parametrize("percentiles", [(0.0, 90.0), (90.0, 10.0), (10.0, 100.0)])
 def test_a_percentile_outside_0_100_is_refused(percentiles):
     with pytest.raises(CommodelError, match="percentiles"):

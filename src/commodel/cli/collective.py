@@ -16,7 +16,7 @@ from commodel.errors import CommodelError
 from commodel.pricing.collective import CollectiveJob, cluster_and_fabric
 from commodel.pricing.job import make_job
 from commodel.report.frames import to_json
-from commodel.report.tables import collective_band_note, nccl_tests_table
+from commodel.report.tables import band_note, nccl_tests_table
 from commodel.units import parse_sizes
 
 
@@ -41,16 +41,16 @@ def collective(
 
     frame = priced()
     if uncertainty:
-        from commodel.validate.bands import collective_bands  # optional: reads the validation table
+        from commodel.validate.bands import table_bands  # optional: reads the validation table
 
-        frame = collective_bands(frame, priced, job.system)
+        frame = table_bands("collective", frame, priced, job.system, "time_s", ("busbw_GBps",))
     if as_json:
         typer.echo(to_json(frame))
     elif as_csv:
         typer.echo(frame.to_csv(index=False), nl=False)
     else:
         if uncertainty:
-            typer.echo(collective_band_note(frame))
+            typer.echo(band_note(frame, f"{frame.size_bytes.iloc[-1]:.0f} B", "busbw_GBps", "busbw", "GB/s"))
         typer.echo(nccl_tests_table(frame, job.system))
 
 

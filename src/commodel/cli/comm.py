@@ -15,7 +15,7 @@ from commodel.hardware import cluster
 from commodel.pricing.dispatch import DispatchJob, price_dispatch
 from commodel.pricing.job import make_job
 from commodel.report.frames import plain_table, to_json
-from commodel.report.tables import scheme_text
+from commodel.report.tables import band_note, scheme_text
 from commodel.units import parse_counts, parse_sizes
 
 
@@ -43,21 +43,32 @@ def comm_schemes(
     typer.echo(json.dumps(records, indent=2) if as_json else scheme_text(f"{system} ({scope})", records))
 
 
-def comm_dispatch(tokens: str, as_json: bool = False, **values: object) -> None:
+def comm_dispatch(tokens: str, as_json: bool = False, uncertainty: bool = False, **values: object) -> None:
     """A MoE layer's dispatch and combine per GPU as DeepEP's kernels run them: each call's time, what
     binds it, and the NVLink and RDMA bandwidths DeepEP's tests print."""
     counts = parse_counts(tokens, "--tokens")
     job = make_job(DispatchJob, tokens=float(counts[0]), **values)
     frame = price_dispatch(job, counts)
+    shown = list(frame.columns)  # the bands go to --json only
+    if uncertainty:
+        from commodel.validate.bands import table_bands  # optional: reads the validation table
+
+        speeds = ("nvl_GBps", "rdma_GBps")
+        frame = table_bands(
+            "dispatch", frame, lambda: price_dispatch(job, counts), job.system, "time_us", speeds
+        )
     if as_json:
         typer.echo(to_json(frame))
         return
     shared = ", shared send queues" if job.shared_queues else ""
-    typer.echo(
-        f"# DeepEP {job.mode} dispatch and combine of {job.model} on {job.ep} {job.system} GPUs, "
-        f"{job.scheme}{shared}\n# times in us; nvl_GBps and rdma_GBps as DeepEP's tests count them\n"
-        + plain_table(frame.assign(tokens=frame.tokens.astype(int)), "{:.4g}")
-    )
+    last = frame.iloc[-1]
+    lines = [
+        f"# DeepEP {job.mode} dispatch and combine of {job.model} on {job.ep} {job.system} GPUs, {job.scheme}{shared}",
+        "# times in us; nvl_GBps and rdma_GBps as DeepEP's tests count them",
+        *([band_note(frame, f"{last.tokens:.0f} tokens' {last.call}", "time_us", "time", "us")] if uncertainty else []),
+        plain_table(frame[shown].assign(tokens=frame.tokens.astype(int)), "{:.4g}"),
+    ]  # fmt: skip
+    typer.echo("\n".join(lines))
 
 
 comm_dispatch.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
@@ -65,5 +76,7 @@ comm_dispatch.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
         help="Tokens per GPU per call: one count, a list (128,4096) or a doubling range (1:4096).")]),
     *job_options(DispatchJob, skip=("tokens",)),
     flag("as_json", "--json", "Print JSON instead of a table."),
+    flag("uncertainty", "--uncertainty", "Add p10-p90 bands from the DeepEP rows' validation errors and the "
+         "system's uncertain numbers."),
 ])  # fmt: skip
 comm_app.command("dispatch")(comm_dispatch)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from commodel.records import Sourced
+from commodel.report.frames import readable_number
 from commodel.units import format_bytes, format_quantity
 from commodel.workloads.memory import CATEGORIES as MEMORY_CATEGORIES
 
@@ -320,16 +321,16 @@ def band_lines(result: dict) -> str:
             f"\n  band (p10-p90, {result['params_source']}): {params}{regime}")  # fmt: skip
 
 
-def collective_band_note(frame: pd.DataFrame) -> str:
-    """The bands of a collective table (:func:`commodel.validate.bands.collective_bands`) in two
-    comment lines: the class band's factors on time, and the parameter band at the largest size."""
+def band_note(frame: pd.DataFrame, at: str, key: str, name: str, unit: str) -> str:
+    """The bands of a command's table (:func:`commodel.validate.bands.table_bands`) in two comment
+    lines: the class band's factors on time, and the parameter band of ``key`` on its last row (``at``)."""
     fast, slow = frame.attrs["time_factors"]
     last = frame.iloc[-1]
-    driver = f", driven by {last.busbw_GBps_params_driver}" if "busbw_GBps_params_driver" in frame else ""
+    driver = f", driven by {last[f'{key}_params_driver']}" if last.get(f"{key}_params_driver") else ""
     return (f"# band p10-p90 from {frame.attrs['band_source']}: time x{fast:.3f} to x{slow:.3f}\n"
-            f"# band p10-p90 from {frame.attrs['params_source']}: at {last.size_bytes:.0f} B busbw "
-            f"{last.busbw_GBps_params_p10:.4g} to {last.busbw_GBps_params_p90:.4g} GB/s{driver} "
-            "(every size: --json or --csv)")  # fmt: skip
+            f"# band p10-p90 from {frame.attrs['params_source']}: at {at} {name} "
+            f"{readable_number(last[f'{key}_params_p10'])} to {readable_number(last[f'{key}_params_p90'])} {unit}{driver} "
+            "(every row: --json)")  # fmt: skip
 
 
 def record_lines(record: object, prefix: str = "") -> Iterator[str]:

@@ -213,7 +213,9 @@ def parameter_bands(
         if parameters:
             best, share = drivers(np.log(factors), values[:, i, :])
             extra[f"{key}_params_driver"] = np.where(
-                share > 0, [f"{labels[b]} ({100 * r:.0f}%)" for b, r in zip(best, share, strict=True)], ""
+                share >= 0.005,
+                [f"{labels[b]} ({100 * r:.0f}%)" for b, r in zip(best, share, strict=True)],
+                "",
             )
     if scalar:
         extra = {k: v if isinstance(v, str) else v.item() for k, v in extra.items()}
@@ -325,17 +327,24 @@ def regime_bands(kind: str, result: Mapping, run: Callable[..., Mapping], job: M
     return out
 
 
-def collective_bands(frame: pd.DataFrame, run: Callable[[], pd.DataFrame], system: str) -> pd.DataFrame:
-    """Collective results (``commodel collective``'s table) with the collectives' class band on time
-    and busbw, and the band of the system's uncertain numbers (``run`` pricing the table again on each
-    draw) with what drives it; the bands' sources and the class band's factors on time are in
-    ``attrs``."""
-    b = band("collective")
-    low, high = b.time(frame.time_s)
-    slow, fast = b.speed(frame.busbw_GBps)
-    params = parameter_bands(run, [system], ("time_s", "busbw_GBps"))
-    out = frame.assign(time_s_p10=low, time_s_p90=high, busbw_GBps_p10=slow, busbw_GBps_p90=fast,
-                       **{k: v for k, v in params.items() if k != "params_source"})  # fmt: skip
+def table_bands(
+    kind: str,
+    frame: pd.DataFrame,
+    run: Callable[[], pd.DataFrame],
+    system: str,
+    time: str,
+    speeds: tuple[str, ...],
+) -> pd.DataFrame:
+    """A command's table (``commodel collective``'s, ``comm dispatch``'s) with its model class's band
+    (``kind``) on the ``time`` column and the ``speeds`` columns, and the band of the system's
+    uncertain numbers (``run`` pricing the table again on each draw) with what drives it; the bands'
+    sources and the class band's factors on time are in ``attrs``."""
+    b = band(kind)
+    bands = dict(zip((f"{time}_p10", f"{time}_p90"), b.time(frame[time]), strict=True))
+    for key in speeds:
+        bands |= dict(zip((f"{key}_p10", f"{key}_p90"), b.speed(frame[key]), strict=True))
+    params = parameter_bands(run, [system], (time, *speeds))
+    out = frame.assign(**bands, **{k: v for k, v in params.items() if k != "params_source"})
     out.attrs = {
         "band_source": b.source,
         "time_factors": (1 / b.high, 1 / b.low),
