@@ -169,6 +169,11 @@ def format_bytes(n: float, digits: int | None = None) -> str:
 _UNITS = {"bandwidth": "B/s", "time": "s", "bytes": "B", "flop_rate": "FLOP/s", "power": "W", "rate": "/s"}
 
 
+def readable_number(value: float) -> str:
+    """A metric for a person: thousands separated from 10,000 up, four significant digits below."""
+    return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
+
+
 def format_quantity(value: float, kind: str | None) -> str:
     """A value in the project's units for a person: memory in binary prefixes (``80 GiB``), everything
     else in SI ones (``2.5e10`` bandwidth as ``25 GB/s``, ``3e-6`` time as ``3 us``); dimensionless

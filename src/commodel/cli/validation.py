@@ -17,7 +17,8 @@ from commodel.pricing.job import Job
 from commodel.pricing.serving_job import ServingJob
 from commodel.pricing.training_job import TrainingJob
 from commodel.report.console import validation_text
-from commodel.report.frames import readable_number, to_json
+from commodel.report.frames import to_json
+from commodel.units import readable_number
 from commodel.validate.report import report_sections, validation_report
 from commodel.validate.table import row_detail
 

@@ -9,8 +9,8 @@ from typing import Any
 from commodel.errors import CommodelError
 from commodel.pricing.run import train
 from commodel.records import read_toml
-from commodel.report.frames import readable_number
 from commodel.report.plots import breakdown_plot
+from commodel.units import readable_number
 
 #: Headline metrics: result key, label, unit, scale.
 METRICS = (

@@ -15,11 +15,6 @@ def to_json(frame: pd.DataFrame) -> str:
     return json.dumps(records, indent=2)
 
 
-def readable_number(value: float) -> str:
-    """A metric for a person: thousands separated from 10,000 up, four significant digits below."""
-    return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
-
-
 def _cell(value: object, floatfmt: str) -> str:
     if isinstance(value, float):
         return "" if math.isnan(value) else floatfmt.format(value)

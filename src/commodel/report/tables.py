@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from commodel.records import Sourced
-from commodel.report.frames import readable_number
-from commodel.units import format_bytes, format_quantity
+from commodel.units import format_bytes, format_quantity, readable_number
 from commodel.workloads.memory import CATEGORIES as MEMORY_CATEGORIES
 
 if TYPE_CHECKING:
