@@ -98,3 +98,27 @@ def test_model_list_and_show():
     shown = json.loads(runner.invoke(app, ["model", "show", str(HF / "deepseek-v3.json"), "--json"]).output)
     assert shown["parameters_B"] == pytest.approx(671.0, rel=0.001) and shown["experts"] == 256
     assert shown["active_parameters_B"] == pytest.approx(37.6, rel=0.01)  # DeepSeek-V3 report: 37B active
+
+
+def test_gpt_oss_clamps_its_halves_in_kernels_of_their_own_in_training_not_in_serving(tmp_path):
+    """Megatron-Core clamps a gated MLP's halves and concatenates them eagerly before its fused
+    activation (gpt-oss: ``swiglu_limit`` 7): the training step pays four more passes over the
+    experts' activation; a serving engine's fused MoE kernels clamp in place."""
+    from commodel.pricing.run import serve, train
+
+    shipped = SHIPPED / "gpt-oss-120b.toml"
+    assert (
+        model("gpt-oss-120b").activation_clamp
+        == load_model_file(HF / "gpt-oss-120b.json").activation_clamp
+        == 7
+    )
+    unclamped = tmp_path / "gpt-oss-unclamped.toml"
+    unclamped.write_text("\n".join(line for line in shipped.read_text().splitlines()
+                                   if not line.startswith("activation_clamp")))  # fmt: skip
+    job = {"system": "gb200-nvl72", "gpus": 64, "ep": 64, "global_batch": 256, "seq": 8192}
+    assert (
+        train(model=str(shipped), **job)["step_time_s"]
+        > 1.03 * train(model=str(unclamped), **job)["step_time_s"]
+    )
+    served = {"system": "gb200-nvl72", "gpus": 4, "tp": 4, "prompt": 1024, "output": 1024}
+    assert serve(model=str(shipped), **served)["tpot_s"] == serve(model=str(unclamped), **served)["tpot_s"]

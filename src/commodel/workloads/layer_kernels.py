@@ -39,6 +39,11 @@ ELEMENTWISE = ("fused", "eager")
 #: kernel either way.
 EAGER_PASSES = {"norm": (10, 8), "swiglu": (3, 2)}
 
+#: (reads, writes) per output element that clamping a gated MLP's two halves adds before its fused
+#: activation: Megatron-Core 0.16 (``weighted_bias_quick_geglu_impl`` with ``clamp_value``) clamps
+#: each half (r 1, w 1 each) and concatenates them (r 2, w 2) as eager PyTorch operations.
+CLAMP_PASSES = (4, 4)
+
 #: A GEMM, how many run per layer, and its tensor-parallel role.
 Gemm = tuple[Kernel, float, str]
 #: A memory-bound kernel and how many run per layer forward and backward.
@@ -221,6 +226,7 @@ def layer_kernels(
     flex: ArrayLike = False,
     permute_fusion: ArrayLike = False,
     eager: ArrayLike = False,
+    unfused_clamp: bool = True,
 ) -> LayerKernels:
     """Forward kernels of one layer on one GPU for ``tokens`` = micro_batch x seq / cp local tokens.
 
@@ -245,7 +251,9 @@ def layer_kernels(
     their output gradients before the combine's backward (DeepSeek-V3 report, section 3.3.2), once
     per token the GPU holds, where the received copies (``top_k`` per token) would each be cast after
     it. Sliding-window layers attend to at most ``window`` keys. Where ``eager``, the norms and SwiGLU
-    run as PyTorch's eager operations (:data:`EAGER_PASSES`).
+    run as PyTorch's eager operations (:data:`EAGER_PASSES`). A model that clamps its gated MLP's
+    halves clamps them in kernels of their own (:data:`CLAMP_PASSES`, Megatron-Core's training step)
+    unless ``unfused_clamp`` is off (a serving engine's fused MoE kernels clamp in place).
     """
     T, t, h = np.asarray(tokens, dtype=float), np.asarray(tp, dtype=float), model.hidden
     dense = 1 - model.moe_layers / model.layers
@@ -273,7 +281,10 @@ def layer_kernels(
     gemms = [entry for entries in groups.values() for entry in entries]
     if moe.routing:  # the router stays in BF16 and is never quantized
         gemms.append((moe.routing[0][0], moe.routing[0][1], "local"))
-    norm, residual, acts = _layer_passes(model, T / t, sp_tokens, dense, moe.activations, recipe.other, eager)
+    clamps = unfused_clamp and model.activation_clamp is not None
+    norm, residual, acts = _layer_passes(
+        model, T / t, sp_tokens, dense, moe.activations, recipe.other, eager, clamps
+    )
     passes += [(norm, 2.0, 4.0), (residual, 2.0, 4.0), *((k, share, 2 * share) for k, share in acts.values())]
     core = _attention_core(model, micro_batch, seq, cp, t, recipe.other, attention_impl)
     return LayerKernels(
@@ -289,10 +300,12 @@ def _layer_passes(
     moe_activations: list[tuple[np.ndarray, float, str]],
     dtype: str,
     eager: ArrayLike,
+    clamps: bool,
 ) -> tuple[Kernel, Kernel, dict[str, tuple[Kernel, float]]]:
     """A layer's norms and residual adds (over ``sp_tokens`` of ``hidden``), and its activation
     functions by module with their share of the layers: the dense MLP's over ``tp_tokens`` of its
-    width, and the experts'; fused or, where ``eager``, PyTorch's eager operations."""
+    width, and the experts'; fused or, where ``eager``, PyTorch's eager operations; with ``clamps``,
+    the halves' clamps and their concatenation ahead of it (:data:`CLAMP_PASSES`)."""
     h = model.hidden
     norm = named(
         elementwise(sp_tokens * h, dtype, *_passes(eager, "norm", (1, 1)), flops_per_element=5), "norms"
@@ -300,6 +313,8 @@ def _layer_passes(
     residual = named(elementwise(sp_tokens * h, dtype, reads=2, writes=1), "residual adds")
     activations = [(tp_tokens * model.ffn_hidden, dense, "mlp")] if dense > 0 else []
     reads, writes = _passes(eager, "swiglu", (2, 1)) if model.gated_mlp else (1, 1)
+    if clamps:
+        reads, writes = reads + CLAMP_PASSES[0], writes + CLAMP_PASSES[1]
     acts = {
         name: (named(elementwise(n, dtype, reads, writes, flops_per_element=8),
                      f"activation ({name.replace('_', ' ')})"), share)

@@ -8,7 +8,7 @@ Hugging Face's names (``transformers`` configuration classes): ``num_hidden_laye
 ``first_k_dense_replace``, ``n_group``, ``topk_group``; DeepSeek's latent attention ``q_lora_rank``,
 ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``; gpt-oss's banded layers
 (``sliding_window``, ``layer_types``). Every supported architecture runs a gated MLP: SwiGLU, or
-gpt-oss's clamped quick-GeGLU (``activation``).
+gpt-oss's clamped quick-GeGLU (``activation``, clamped at ``swiglu_limit``: ``activation_clamp``).
 
 A config states the context a model was built for, not the sequence a job trains at: the model's
 default ``seq`` is the pre-extension context where the config gives one (``initial_context_length``,
@@ -167,6 +167,8 @@ def from_hf_config(config: dict[str, Any], where: str = "config.json") -> dict[s
         }
     if kind == "gpt_oss":
         record["activation"] = "quick-gelu"
+        if config.get("swiglu_limit"):
+            record["activation_clamp"] = float(config["swiglu_limit"])
     if kind == "deepseek_v3":
         record.pop("kv_heads")
         record["mla"] = {

@@ -66,7 +66,9 @@ class Transformer(Strict):
     mask per activation. ``aliases``: other names of the same architecture (Llama 3.1 405B is Llama 3
     405B). ``activation``: the MLP's activation function where it is not the usual one (SiLU in a gated
     MLP, SwiGLU; GELU otherwise): gpt-oss's clamped quick-GeGLU is ``quick-gelu``. The kernels price
-    every activation alike; sources' FLOP counts tell them apart.
+    every activation alike; sources' FLOP counts tell them apart. ``activation_clamp``: the bound a
+    gated MLP's two halves are clamped to before the activation (gpt-oss: 7, Hugging Face's
+    ``swiglu_limit``), which Megatron-Core runs as eager kernels beside its fused activation.
     """
 
     description: str
@@ -80,6 +82,7 @@ class Transformer(Strict):
     ffn_hidden: PositiveInt
     gated_mlp: bool
     activation: Literal["silu", "gelu", "quick-gelu"] | None = None
+    activation_clamp: PositiveFloat | None = None
     vocab: PositiveInt
     seq: PositiveInt
     tied_embeddings: bool = False
