@@ -44,6 +44,13 @@ EAGER_PASSES = {"norm": (10, 8), "swiglu": (3, 2)}
 #: each half (r 1, w 1 each) and concatenates them (r 2, w 2) as eager PyTorch operations.
 CLAMP_PASSES = (4, 4)
 
+#: (reads, writes) per element of the routed experts' second GEMM output that adding its bias costs,
+#: forward and (about as much) backward: Megatron-Core 0.16 (``TEGroupedMLP._apply_bias``) weighs
+#: each local expert's bias by the tokens' routing probabilities and adds it to their rows (a
+#: broadcast product, w 1; the sum, r 2 w 1), then concatenates the experts' rows (r 1, w 1), as
+#: eager PyTorch operations (the probabilities in the activations' dtype, as gpt-oss's router keeps them).
+EXPERT_BIAS_PASSES = (3, 3)
+
 #: A GEMM, how many run per layer, and its tensor-parallel role.
 Gemm = tuple[Kernel, float, str]
 #: A memory-bound kernel and how many run per layer forward and backward.
@@ -133,7 +140,7 @@ class _Experts:
 
 def _experts(model: Transformer, T: np.ndarray, t: np.ndarray, sp_tokens: np.ndarray, recipe: Precision,
              ep: ArrayLike, etp: ArrayLike | None, expert_load: ArrayLike, flex: ArrayLike,
-             permute_fusion: ArrayLike) -> _Experts:  # fmt: skip
+             permute_fusion: ArrayLike, eager_glue: bool) -> _Experts:  # fmt: skip
     """A MoE layer's kernels (:func:`layer_kernels` says how experts, tokens and permutes are priced)."""
     m, h, share = model.moe, model.hidden, model.moe_layers / model.layers
     if m is None:
@@ -169,6 +176,10 @@ def _experts(model: Transformer, T: np.ndarray, t: np.ndarray, sp_tokens: np.nda
     permutes = share * np.where(deep, 0.0, 2.0)
     sorts = share * np.where(deep | ((e > 1) & (local > 1)), 2.0, 0.0)
     out.passes = [(permute, permutes, permutes), (received, sorts, sorts)]
+    if eager_glue and model.expert_bias:
+        reads, writes = EXPERT_BIAS_PASSES
+        bias = named(elementwise(per_expert * local * h, recipe.other, reads, writes), "expert bias")
+        out.passes.append((bias, share, share))
     router = named(gemm(sp_tokens, m.experts, h, recipe.other), "router")
     out.routing = [(router, share), (permute, permutes), (received, sorts)]
     return out
@@ -226,7 +237,7 @@ def layer_kernels(
     flex: ArrayLike = False,
     permute_fusion: ArrayLike = False,
     eager: ArrayLike = False,
-    unfused_clamp: bool = True,
+    eager_glue: bool = True,
 ) -> LayerKernels:
     """Forward kernels of one layer on one GPU for ``tokens`` = micro_batch x seq / cp local tokens.
 
@@ -251,16 +262,17 @@ def layer_kernels(
     their output gradients before the combine's backward (DeepSeek-V3 report, section 3.3.2), once
     per token the GPU holds, where the received copies (``top_k`` per token) would each be cast after
     it. Sliding-window layers attend to at most ``window`` keys. Where ``eager``, the norms and SwiGLU
-    run as PyTorch's eager operations (:data:`EAGER_PASSES`). A model that clamps its gated MLP's
-    halves clamps them in kernels of their own (:data:`CLAMP_PASSES`, Megatron-Core's training step)
-    unless ``unfused_clamp`` is off (a serving engine's fused MoE kernels clamp in place).
+    run as PyTorch's eager operations (:data:`EAGER_PASSES`). With ``eager_glue`` (Megatron-Core's
+    training step; off: a serving engine's fused MoE kernels), the glue Megatron-Core runs around its
+    fused kernels is priced as kernels of its own: a clamped activation's clamps (:data:`CLAMP_PASSES`)
+    and biased experts' output biases (:data:`EXPERT_BIAS_PASSES`).
     """
     T, t, h = np.asarray(tokens, dtype=float), np.asarray(tp, dtype=float), model.hidden
     dense = 1 - model.moe_layers / model.layers
     # Norms, residual adds and the router run on tokens / tp with sequence parallelism, on all without.
     sp_tokens = dispatched_tokens(T, t, sequence_parallel)
     own, up_projections = _projections(model, T, t, recipe.gemm)
-    moe = _experts(model, T, t, sp_tokens, recipe, ep, etp, expert_load, flex, permute_fusion)
+    moe = _experts(model, T, t, sp_tokens, recipe, ep, etp, expert_load, flex, permute_fusion, eager_glue)
     # The GEMMs by the recompute module that runs them again (the rest of attention's: by none).
     groups = {
         "": own,
@@ -281,7 +293,7 @@ def layer_kernels(
     gemms = [entry for entries in groups.values() for entry in entries]
     if moe.routing:  # the router stays in BF16 and is never quantized
         gemms.append((moe.routing[0][0], moe.routing[0][1], "local"))
-    clamps = unfused_clamp and model.activation_clamp is not None
+    clamps = eager_glue and model.activation_clamp is not None
     norm, residual, acts = _layer_passes(
         model, T / t, sp_tokens, dense, moe.activations, recipe.other, eager, clamps
     )

@@ -169,6 +169,7 @@ def from_hf_config(config: dict[str, Any], where: str = "config.json") -> dict[s
         record["activation"] = "quick-gelu"
         if config.get("swiglu_limit"):
             record["activation_clamp"] = float(config["swiglu_limit"])
+        record["expert_bias"] = True  # the experts' gate_up_proj_bias and down_proj_bias
     if kind == "deepseek_v3":
         record.pop("kv_heads")
         record["mla"] = {

@@ -69,6 +69,8 @@ class Transformer(Strict):
     every activation alike; sources' FLOP counts tell them apart. ``activation_clamp``: the bound a
     gated MLP's two halves are clamped to before the activation (gpt-oss: 7, Hugging Face's
     ``swiglu_limit``), which Megatron-Core runs as eager kernels beside its fused activation.
+    ``expert_bias``: the routed experts' linear layers carry biases (gpt-oss), whose second one
+    Megatron-Core adds per expert, weighted by the routing probability, in eager kernels.
     """
 
     description: str
@@ -83,6 +85,7 @@ class Transformer(Strict):
     gated_mlp: bool
     activation: Literal["silu", "gelu", "quick-gelu"] | None = None
     activation_clamp: PositiveFloat | None = None
+    expert_bias: bool = False
     vocab: PositiveInt
     seq: PositiveInt
     tied_embeddings: bool = False

@@ -203,9 +203,7 @@ def iteration_time(
     c = np.asarray(prompts, dtype=float) / pp
     p = np.asarray(prompt, dtype=float)
     tokens = g + c * p
-    lk = layer_kernels(
-        model, tokens, 1, p, engine.tp, 1, engine.ep, False, engine.recipe, unfused_clamp=False
-    )
+    lk = layer_kernels(model, tokens, 1, p, engine.tp, 1, engine.ep, False, engine.recipe, eager_glue=False)
     spread = 1 + np.asarray(prompt_cv, dtype=float) ** 2
     kernels = [
         *((k, np.asarray(count, dtype=float)) for k, count, _ in lk.gemms),
