@@ -100,12 +100,12 @@ def test_model_list_and_show():
     assert shown["active_parameters_B"] == pytest.approx(37.6, rel=0.01)  # DeepSeek-V3 report: 37B active
 
 
-@pytest.mark.parametrize("glue", ["activation_clamp", "expert_bias"])
-def test_megatrons_eager_glue_around_gpt_oss_experts_slows_training_not_serving(glue, tmp_path):
+@pytest.mark.parametrize("glue", ["activation_clamp", "expert_bias", "rotary_scaling"])
+def test_megatrons_eager_glue_for_gpt_oss_slows_training_not_serving(glue, tmp_path):
     """Megatron-Core runs eager kernels around its fused ones for gpt-oss: it clamps the gated MLP's
-    halves and concatenates them before the fused activation (``swiglu_limit`` 7), and adds each
-    expert's second bias weighted by the routing probabilities; the training step pays them, a
-    serving engine's fused MoE kernels do not."""
+    halves and concatenates them before the fused activation (``swiglu_limit`` 7), adds each
+    expert's second bias weighted by the routing probabilities, and rotates queries and keys by YaRN
+    unfused; the training step pays them, a serving engine's fused kernels do not."""
     from commodel.pricing.run import serve, train
 
     shipped = SHIPPED / "gpt-oss-120b.toml"
@@ -118,7 +118,7 @@ def test_megatrons_eager_glue_around_gpt_oss_experts_slows_training_not_serving(
     job = {"system": "gb200-nvl72", "gpus": 64, "ep": 64, "global_batch": 256, "seq": 8192}
     assert (
         train(model=str(shipped), **job)["step_time_s"]
-        > 1.02 * train(model=str(without), **job)["step_time_s"]
+        > 1.015 * train(model=str(without), **job)["step_time_s"]
     )
     served = {"system": "gb200-nvl72", "gpus": 4, "tp": 4, "prompt": 1024, "output": 1024}
     assert serve(model=str(shipped), **served)["tpot_s"] == serve(model=str(without), **served)["tpot_s"]

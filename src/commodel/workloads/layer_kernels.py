@@ -51,6 +51,13 @@ CLAMP_PASSES = (4, 4)
 #: eager PyTorch operations (the probabilities in the activations' dtype, as gpt-oss's router keeps them).
 EXPERT_BIAS_PASSES = (3, 3)
 
+#: (reads, writes) per query and key element, forward and (about as much) backward, that rotating them
+#: in eager operations adds over Transformer Engine's fused RoPE (a read and a write): Megatron-Core
+#: 0.16 (``_apply_rotary_pos_emb_bshd``) runs YaRN's rotary embedding unfused, since TE's fused kernel
+#: takes no attention factor (``mscale``, 0.1 ln s + 1): ``t cos``, ``cat(-x2, x1)``, its product with
+#: ``sin``, the sum and a last ``cat``, r 6.5 w 5.5 forward.
+YARN_ROPE_PASSES = (5.5, 4.5)
+
 #: A GEMM, how many run per layer, and its tensor-parallel role.
 Gemm = tuple[Kernel, float, str]
 #: A memory-bound kernel and how many run per layer forward and backward.
@@ -265,7 +272,8 @@ def layer_kernels(
     run as PyTorch's eager operations (:data:`EAGER_PASSES`). With ``eager_glue`` (Megatron-Core's
     training step; off: a serving engine's fused MoE kernels), the glue Megatron-Core runs around its
     fused kernels is priced as kernels of its own: a clamped activation's clamps (:data:`CLAMP_PASSES`)
-    and biased experts' output biases (:data:`EXPERT_BIAS_PASSES`).
+    biased experts' output biases (:data:`EXPERT_BIAS_PASSES`) and YaRN's unfused rotary embedding on
+    queries and keys (:data:`YARN_ROPE_PASSES`).
     """
     T, t, h = np.asarray(tokens, dtype=float), np.asarray(tp, dtype=float), model.hidden
     dense = 1 - model.moe_layers / model.layers
@@ -298,6 +306,10 @@ def layer_kernels(
         model, T / t, sp_tokens, dense, moe.activations, recipe.other, eager, clamps
     )
     passes += [(norm, 2.0, 4.0), (residual, 2.0, 4.0), *((k, share, 2 * share) for k, share in acts.values())]
+    if eager_glue and model.rotary_scaling == "yarn" and model.mla is None:
+        rotated = T / t * (model.heads + model.n_kv_heads) * model.d_head
+        rope = named(elementwise(rotated, recipe.other, *YARN_ROPE_PASSES), "rotary embedding (yarn)")
+        passes.append((rope, 1.0, 1.0))
     core = _attention_core(model, micro_batch, seq, cp, t, recipe.other, attention_impl)
     return LayerKernels(
         gemms, core, passes, _remade(groups, casts, acts, moe.routing, norm), _shared(moe, casts, acts)

@@ -176,6 +176,9 @@ def from_hf_config(config: dict[str, Any], where: str = "config.json") -> dict[s
             name: _field(config, where, name)
             for name in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
         }
+    scaling = config.get("rope_scaling") or {}
+    if kind == "gpt_oss" and (scaling.get("rope_type") or scaling.get("type")) == "yarn":
+        record["rotary_scaling"] = "yarn"
     banded = [t for t in config.get("layer_types") or [] if t == "sliding_attention"]
     if banded and config.get("sliding_window"):
         record |= {"sliding_window": config["sliding_window"], "sliding_window_layers": len(banded)}

@@ -71,6 +71,9 @@ class Transformer(Strict):
     ``swiglu_limit``), which Megatron-Core runs as eager kernels beside its fused activation.
     ``expert_bias``: the routed experts' linear layers carry biases (gpt-oss), whose second one
     Megatron-Core adds per expert, weighted by the routing probability, in eager kernels.
+    ``rotary_scaling``: the rotary embedding's context extension, ``yarn`` (gpt-oss), whose attention
+    factor Transformer Engine's fused RoPE does not take, so Megatron-Core rotates queries and keys in
+    eager operations.
     """
 
     description: str
@@ -86,6 +89,7 @@ class Transformer(Strict):
     activation: Literal["silu", "gelu", "quick-gelu"] | None = None
     activation_clamp: PositiveFloat | None = None
     expert_bias: bool = False
+    rotary_scaling: Literal["yarn"] | None = None
     vocab: PositiveInt
     seq: PositiveInt
     tied_embeddings: bool = False
