@@ -122,3 +122,19 @@ def test_megatrons_eager_glue_for_gpt_oss_slows_training_not_serving(glue, tmp_p
     )
     served = {"system": "gb200-nvl72", "gpus": 4, "tp": 4, "prompt": 1024, "output": 1024}
     assert serve(model=str(shipped), **served)["tpot_s"] == serve(model=str(without), **served)["tpot_s"]
+
+
+def test_a_model_that_normalizes_its_queries_and_keys_pays_their_norms(tmp_path):
+    """Qwen3 passes each head's queries and keys through an RMSNorm (``q_norm``, ``k_norm``): the
+    Hugging Face config's architecture says so, and the layer runs one more norm pass over them."""
+    from commodel.pricing.run import train
+
+    shipped = SHIPPED / "qwen3-8b.toml"
+    assert model("qwen3-8b").qk_norm and load_model_file(HF / "qwen3-8b.json").qk_norm
+    assert not load_model_file(HF / "qwen2-7b.json").qk_norm
+    without = tmp_path / "qwen3-8b-without-qk-norm.toml"
+    without.write_text(
+        "\n".join(line for line in shipped.read_text().splitlines() if not line.startswith("qk_norm"))
+    )
+    job = {"system": "dgx-h100", "gpus": 8, "global_batch": 64, "seq": 4096}
+    assert train(model=str(shipped), **job)["step_time_s"] > train(model=str(without), **job)["step_time_s"]

@@ -269,11 +269,8 @@ def layer_kernels(
     their output gradients before the combine's backward (DeepSeek-V3 report, section 3.3.2), once
     per token the GPU holds, where the received copies (``top_k`` per token) would each be cast after
     it. Sliding-window layers attend to at most ``window`` keys. Where ``eager``, the norms and SwiGLU
-    run as PyTorch's eager operations (:data:`EAGER_PASSES`). With ``eager_glue`` (Megatron-Core's
-    training step; off: a serving engine's fused MoE kernels), the glue Megatron-Core runs around its
-    fused kernels is priced as kernels of its own: a clamped activation's clamps (:data:`CLAMP_PASSES`)
-    biased experts' output biases (:data:`EXPERT_BIAS_PASSES`) and YaRN's unfused rotary embedding on
-    queries and keys (:data:`YARN_ROPE_PASSES`).
+    run as PyTorch's eager operations (:data:`EAGER_PASSES`). ``eager_glue``: Megatron-Core's training
+    step, whose eager glue around its fused kernels is priced (off: a serving engine's fused kernels).
     """
     T, t, h = np.asarray(tokens, dtype=float), np.asarray(tp, dtype=float), model.hidden
     dense = 1 - model.moe_layers / model.layers
@@ -301,15 +298,11 @@ def layer_kernels(
     gemms = [entry for entries in groups.values() for entry in entries]
     if moe.routing:  # the router stays in BF16 and is never quantized
         gemms.append((moe.routing[0][0], moe.routing[0][1], "local"))
-    clamps = eager_glue and model.activation_clamp is not None
     norm, residual, acts = _layer_passes(
-        model, T / t, sp_tokens, dense, moe.activations, recipe.other, eager, clamps
+        model, T / t, sp_tokens, dense, moe.activations, recipe.other, eager, eager_glue
     )
     passes += [(norm, 2.0, 4.0), (residual, 2.0, 4.0), *((k, share, 2 * share) for k, share in acts.values())]
-    if eager_glue and model.rotary_scaling == "yarn" and model.mla is None:
-        rotated = T / t * (model.heads + model.n_kv_heads) * model.d_head
-        rope = named(elementwise(rotated, recipe.other, *YARN_ROPE_PASSES), "rotary embedding (yarn)")
-        passes.append((rope, 1.0, 1.0))
+    passes += _attention_passes(model, T / t, recipe.other, eager_glue)
     core = _attention_core(model, micro_batch, seq, cp, t, recipe.other, attention_impl)
     return LayerKernels(
         gemms, core, passes, _remade(groups, casts, acts, moe.routing, norm), _shared(moe, casts, acts)
@@ -324,12 +317,12 @@ def _layer_passes(
     moe_activations: list[tuple[np.ndarray, float, str]],
     dtype: str,
     eager: ArrayLike,
-    clamps: bool,
+    eager_glue: bool,
 ) -> tuple[Kernel, Kernel, dict[str, tuple[Kernel, float]]]:
     """A layer's norms and residual adds (over ``sp_tokens`` of ``hidden``), and its activation
     functions by module with their share of the layers: the dense MLP's over ``tp_tokens`` of its
-    width, and the experts'; fused or, where ``eager``, PyTorch's eager operations; with ``clamps``,
-    the halves' clamps and their concatenation ahead of it (:data:`CLAMP_PASSES`)."""
+    width, and the experts'; fused or, where ``eager``, PyTorch's eager operations; with ``eager_glue``,
+    a clamped activation's clamps and concatenation ahead of it (:data:`CLAMP_PASSES`)."""
     h = model.hidden
     norm = named(
         elementwise(sp_tokens * h, dtype, *_passes(eager, "norm", (1, 1)), flops_per_element=5), "norms"
@@ -337,7 +330,7 @@ def _layer_passes(
     residual = named(elementwise(sp_tokens * h, dtype, reads=2, writes=1), "residual adds")
     activations = [(tp_tokens * model.ffn_hidden, dense, "mlp")] if dense > 0 else []
     reads, writes = _passes(eager, "swiglu", (2, 1)) if model.gated_mlp else (1, 1)
-    if clamps:
+    if eager_glue and model.activation_clamp is not None:
         reads, writes = reads + CLAMP_PASSES[0], writes + CLAMP_PASSES[1]
     acts = {
         name: (named(elementwise(n, dtype, reads, writes, flops_per_element=8),
@@ -345,6 +338,25 @@ def _layer_passes(
         for n, share, name in [*activations, *moe_activations]
     }  # fmt: skip
     return norm, residual, acts
+
+
+def _attention_passes(model: Transformer, tp_tokens: np.ndarray, dtype: str, eager_glue: bool) -> list[Pass]:
+    """Attention's memory-bound kernels on its queries and keys (``tp_tokens`` x their heads on this
+    GPU): a fused RMSNorm of each head where the model normalizes them (QK-norm: Qwen3; Megatron's
+    ``qk_layernorm``, Transformer Engine's norm, as the layer's own norms run), and, with
+    ``eager_glue``, YaRN's rotary embedding run unfused (:data:`YARN_ROPE_PASSES`). MLA's queries and
+    keys are its up-projections' (none here)."""
+    if model.mla is not None:
+        return []
+    rotated = tp_tokens * (model.heads + model.n_kv_heads) * model.d_head
+    passes: list[Pass] = []
+    if model.qk_norm:
+        norms = elementwise(rotated, dtype, reads=1, writes=1, flops_per_element=5)
+        passes.append((named(norms, "query and key norms"), 1.0, 2.0))
+    if eager_glue and model.rotary_scaling == "yarn":
+        rope = elementwise(rotated, dtype, *YARN_ROPE_PASSES)
+        passes.append((named(rope, "rotary embedding (yarn)"), 1.0, 1.0))
+    return passes
 
 
 def _passes(eager: ArrayLike, kind: str, fused: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:

@@ -165,6 +165,8 @@ def from_hf_config(config: dict[str, Any], where: str = "config.json") -> dict[s
             "router_groups": config.get("n_group") or 0 if config.get("topk_group") else 0,
             "router_group_top_k": config.get("topk_group") or 0 if config.get("n_group") else 0,
         }
+    if kind in ("qwen3", "qwen3_moe"):
+        record["qk_norm"] = True  # q_norm and k_norm: an RMSNorm per head
     if kind == "gpt_oss":
         record["activation"] = "quick-gelu"
         if config.get("swiglu_limit"):

@@ -73,7 +73,7 @@ class Transformer(Strict):
     Megatron-Core adds per expert, weighted by the routing probability, in eager kernels.
     ``rotary_scaling``: the rotary embedding's context extension, ``yarn`` (gpt-oss), whose attention
     factor Transformer Engine's fused RoPE does not take, so Megatron-Core rotates queries and keys in
-    eager operations.
+    eager operations. ``qk_norm``: each attention head's queries and keys pass an RMSNorm (Qwen3).
     """
 
     description: str
@@ -90,6 +90,7 @@ class Transformer(Strict):
     activation_clamp: PositiveFloat | None = None
     expert_bias: bool = False
     rotary_scaling: Literal["yarn"] | None = None
+    qk_norm: bool = False
     vocab: PositiveInt
     seq: PositiveInt
     tied_embeddings: bool = False

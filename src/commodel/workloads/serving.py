@@ -56,7 +56,7 @@ KV_DTYPES = ("auto", "bf16", "fp8")
 #: Host time per request in an iteration: the engine's own loop (scheduling, input preparation,
 #: sampling, stop checks and responses, in Python in TensorRT-LLM's PyTorch executor and vLLM),
 #: serialized with the GPU work it prepares. Calibrated: trt-gb200-qwen3-30b-a3b-128-2048.
-HOST_PER_REQUEST_S = 18.45e-6
+HOST_PER_REQUEST_S = 18.32e-6
 
 #: How the engine's host loop meets the GPU: ``serial`` (it prepares the next iteration after the
 #: GPU ends this one: ``GPU + host``) or ``overlapped`` (TensorRT-LLM's overlap scheduler, vLLM's
