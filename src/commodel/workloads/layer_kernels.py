@@ -55,7 +55,9 @@ EXPERT_BIAS_PASSES = (3, 3)
 #: in eager operations adds over Transformer Engine's fused RoPE (a read and a write): Megatron-Core
 #: 0.16 (``_apply_rotary_pos_emb_bshd``) runs YaRN's rotary embedding unfused, since TE's fused kernel
 #: takes no attention factor (``mscale``, 0.1 ln s + 1): ``t cos``, ``cat(-x2, x1)``, its product with
-#: ``sin``, the sum and a last ``cat``, r 6.5 w 5.5 forward.
+#: ``sin``, the sum and a last ``cat``, r 6.5 w 5.5 forward. The fused RoPE itself is not priced (for
+#: any model): a read and a write of the queries and keys, about 0.6% of a dense step (Llama 3 8B on
+#: GB200), which Megatron-Core may also fold into the QKV split (``fused_single_qkv_rope``).
 YARN_ROPE_PASSES = (5.5, 4.5)
 
 #: A GEMM, how many run per layer, and its tensor-parallel role.
