@@ -33,7 +33,7 @@ from commodel.workloads.catalog import failure_models
 from commodel.workloads.choice_bits import module_names
 from commodel.workloads.hetero import parse_node_groups
 from commodel.workloads.host_issue import GRAPH_SCOPES, graph_bits
-from commodel.workloads.layer_kernels import ELEMENTWISE
+from commodel.workloads.kernel_traffic import ELEMENTWISE
 from commodel.workloads.layout import (
     DISPATCHERS,
     OFFLOAD_STATES,

@@ -3,7 +3,8 @@
 kernels (norms, residual adds, activation functions, casts, token permutes), and what each recompute
 module runs again. Linear layers run in the recipe's GEMM precision (Transformer Engine's FP8 recipes
 cast each GEMM's input forward and its output gradient backward); the router, attention and every
-memory-bound kernel in its other precision.
+memory-bound kernel in its other precision, moving what :mod:`commodel.workloads.kernel_traffic` says
+each kind moves (fused, PyTorch eager, or with Megatron-Core's eager glue).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from numpy.typing import ArrayLike
 
 from commodel.compute.kernels import Kernel, attention, elementwise, gemm, named, quantize, unfused_attention
 from commodel.compute.precision import Precision
+from commodel.workloads.kernel_traffic import CLAMP_PASSES, EXPERT_BIAS_PASSES, YARN_ROPE_PASSES, eager_passes
 from commodel.workloads.schema import Transformer
 from commodel.workloads.transformer import attention_dims, dispatched_tokens
 
@@ -23,42 +25,6 @@ from commodel.workloads.transformer import attention_dims, dispatched_tokens
 #: (reduced after its backward); a ``row``-parallel GEMM produces partial sums (reduced after it) and
 #: its backward consumes the gathered output gradient; a ``local`` GEMM touches no TP collective.
 GEMM_ROLES = ("column", "row", "local")
-
-#: Memory-bound kernels: ``fused`` (Transformer Engine's and Megatron's kernels, or torch.compile's:
-#: each reads its inputs and writes its outputs once) or ``eager`` (PyTorch eager mode, torchtitan
-#: without ``--compile``: each operation a kernel of its own, :data:`EAGER_PASSES`).
-ELEMENTWISE = ("fused", "eager")
-
-#: (reads, writes) per element, in 16-bit activations, of the memory-bound kernels PyTorch runs
-#: eagerly where a fused kernel has its own counts. RMSNorm: ATen's composite ``rms_norm`` (PyTorch
-#: 2.4-2.7, behind ``nn.RMSNorm``) upcasts to FP32 (r 1, w 2), squares (r 2, w 2), takes the mean
-#: (r 2), multiplies by its reciprocal root (r 2, w 2), casts back (r 2, w 1) and multiplies by the
-#: weight (r 1, w 1): 10 and 8 where the fused norm has 1 and 1. SwiGLU (torchtitan's
-#: ``F.silu(w1(x)) * w3(x)``): silu (r 1, w 1), then the product (r 2, w 1): 3 and 2 where the fused
-#: one has 2 and 1. Their backward passes scale alike (assumed); residual adds and casts are one
-#: kernel either way.
-EAGER_PASSES = {"norm": (10, 8), "swiglu": (3, 2)}
-
-#: (reads, writes) per output element that clamping a gated MLP's two halves adds before its fused
-#: activation: Megatron-Core 0.16 (``weighted_bias_quick_geglu_impl`` with ``clamp_value``) clamps
-#: each half (r 1, w 1 each) and concatenates them (r 2, w 2) as eager PyTorch operations.
-CLAMP_PASSES = (4, 4)
-
-#: (reads, writes) per element of the routed experts' second GEMM output that adding its bias costs,
-#: forward and (about as much) backward: Megatron-Core 0.16 (``TEGroupedMLP._apply_bias``) weighs
-#: each local expert's bias by the tokens' routing probabilities and adds it to their rows (a
-#: broadcast product, w 1; the sum, r 2 w 1), then concatenates the experts' rows (r 1, w 1), as
-#: eager PyTorch operations (the probabilities in the activations' dtype, as gpt-oss's router keeps them).
-EXPERT_BIAS_PASSES = (3, 3)
-
-#: (reads, writes) per query and key element, forward and (about as much) backward, that rotating them
-#: in eager operations adds over Transformer Engine's fused RoPE (a read and a write): Megatron-Core
-#: 0.16 (``_apply_rotary_pos_emb_bshd``) runs YaRN's rotary embedding unfused, since TE's fused kernel
-#: takes no attention factor (``mscale``, 0.1 ln s + 1): ``t cos``, ``cat(-x2, x1)``, its product with
-#: ``sin``, the sum and a last ``cat``, r 6.5 w 5.5 forward. The fused RoPE itself is not priced (for
-#: any model): a read and a write of the queries and keys, about 0.6% of a dense step (Llama 3 8B on
-#: GB200), which Megatron-Core may also fold into the QKV split (``fused_single_qkv_rope``).
-YARN_ROPE_PASSES = (5.5, 4.5)
 
 #: A GEMM, how many run per layer, and its tensor-parallel role.
 Gemm = tuple[Kernel, float, str]
@@ -263,16 +229,16 @@ def layer_kernels(
     scatters their tokens); the tokens are permuted to their experts and back (and, across GPUs
     holding several experts each, the received ones sorted by local expert after the dispatch and
     back before the combine, as Megatron's all-to-all dispatcher does; with ``flex``, Megatron-Core's
-    flex dispatcher (DeepEP or HybridEP) sends the tokens unpermuted and permutes the received ones into its experts' order
-    and back, whatever their number; with ``permute_fusion``, Transformer Engine's fused permute reads
+    flex dispatcher (DeepEP or HybridEP) sends the tokens unpermuted and permutes the received ones
+    into its experts' order and back, whatever their number; with ``permute_fusion``, Transformer
+    Engine's fused permute reads
     each token once and writes its ``top_k`` copies, and its unpermute reads the copies and writes one
     row: ``1 + top_k`` rows a pass where the unfused one reads and writes ``2 top_k``). With
     ``fp8_dispatch`` under an FP8 recipe the experts' inputs are quantized before the dispatch and
     their output gradients before the combine's backward (DeepSeek-V3 report, section 3.3.2), once
     per token the GPU holds, where the received copies (``top_k`` per token) would each be cast after
-    it. Sliding-window layers attend to at most ``window`` keys. Where ``eager``, the norms and SwiGLU
-    run as PyTorch's eager operations (:data:`EAGER_PASSES`). ``eager_glue``: Megatron-Core's training
-    step, whose eager glue around its fused kernels is priced (off: a serving engine's fused kernels).
+    it. Sliding-window layers attend to at most ``window`` keys. ``eager``: PyTorch's eager norms and
+    SwiGLU; ``eager_glue``: Megatron-Core's eager glue around its fused kernels (off: serving's).
     """
     T, t, h = np.asarray(tokens, dtype=float), np.asarray(tp, dtype=float), model.hidden
     dense = 1 - model.moe_layers / model.layers
@@ -324,14 +290,14 @@ def _layer_passes(
     """A layer's norms and residual adds (over ``sp_tokens`` of ``hidden``), and its activation
     functions by module with their share of the layers: the dense MLP's over ``tp_tokens`` of its
     width, and the experts'; fused or, where ``eager``, PyTorch's eager operations; with ``eager_glue``,
-    a clamped activation's clamps and concatenation ahead of it (:data:`CLAMP_PASSES`)."""
+    a clamped activation's clamps and concatenation ahead of it (``CLAMP_PASSES``)."""
     h = model.hidden
     norm = named(
-        elementwise(sp_tokens * h, dtype, *_passes(eager, "norm", (1, 1)), flops_per_element=5), "norms"
+        elementwise(sp_tokens * h, dtype, *eager_passes(eager, "norm", (1, 1)), flops_per_element=5), "norms"
     )
     residual = named(elementwise(sp_tokens * h, dtype, reads=2, writes=1), "residual adds")
     activations = [(tp_tokens * model.ffn_hidden, dense, "mlp")] if dense > 0 else []
-    reads, writes = _passes(eager, "swiglu", (2, 1)) if model.gated_mlp else (1, 1)
+    reads, writes = eager_passes(eager, "swiglu", (2, 1)) if model.gated_mlp else (1, 1)
     if eager_glue and model.activation_clamp is not None:
         reads, writes = reads + CLAMP_PASSES[0], writes + CLAMP_PASSES[1]
     acts = {
@@ -346,8 +312,8 @@ def _attention_passes(model: Transformer, tp_tokens: np.ndarray, dtype: str, eag
     """Attention's memory-bound kernels on its queries and keys (``tp_tokens`` x their heads on this
     GPU): a fused RMSNorm of each head where the model normalizes them (QK-norm: Qwen3; Megatron's
     ``qk_layernorm``, Transformer Engine's norm, as the layer's own norms run), and, with
-    ``eager_glue``, YaRN's rotary embedding run unfused (:data:`YARN_ROPE_PASSES`). MLA's queries and
-    keys are its up-projections' (none here)."""
+    ``eager_glue``, YaRN's rotary embedding run unfused (``YARN_ROPE_PASSES``). MLA's queries and keys
+    are its up-projections' (none here)."""
     if model.mla is not None:
         return []
     rotated = tp_tokens * (model.heads + model.n_kv_heads) * model.d_head
@@ -359,13 +325,6 @@ def _attention_passes(model: Transformer, tp_tokens: np.ndarray, dtype: str, eag
         rope = elementwise(rotated, dtype, *YARN_ROPE_PASSES)
         passes.append((named(rope, "rotary embedding (yarn)"), 1.0, 1.0))
     return passes
-
-
-def _passes(eager: ArrayLike, kind: str, fused: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """(reads, writes) per element of a ``kind`` of :data:`EAGER_PASSES`: eager where ``eager``, else
-    the ``fused`` kernel's."""
-    on = np.asarray(eager, dtype=bool)
-    return tuple(np.where(on, e, f) for e, f in zip(EAGER_PASSES[kind], fused, strict=True))  # type: ignore[return-value]
 
 
 def _remade(groups: dict[str, list[Gemm]], casts: dict[str, list[Casts]], acts: dict[str, tuple[Kernel, float]],
