@@ -24,12 +24,12 @@ ELEMENTWISE = ("fused", "eager")
 EAGER_PASSES = {"norm": (10, 8), "swiglu": (3, 2)}
 
 #: (reads, writes) per output element that clamping a gated MLP's two halves adds before its fused
-#: activation: Megatron-Core 0.16 (``weighted_bias_quick_geglu_impl`` with ``clamp_value``) clamps
+#: activation: Megatron-Core 0.15-0.16 (``weighted_bias_quick_geglu_impl`` with ``clamp_value``) clamps
 #: each half (r 1, w 1 each) and concatenates them (r 2, w 2) as eager PyTorch operations.
 CLAMP_PASSES = (4, 4)
 
 #: (reads, writes) per element of the routed experts' second GEMM output that adding its bias costs,
-#: forward and (about as much) backward: Megatron-Core 0.16 (``TEGroupedMLP._apply_bias``) weighs
+#: forward and (about as much) backward: Megatron-Core 0.15-0.16 (``TEGroupedMLP._apply_bias``) weighs
 #: each local expert's bias by the tokens' routing probabilities and adds it to their rows (a
 #: broadcast product, w 1; the sum, r 2 w 1), then concatenates the experts' rows (r 1, w 1), as
 #: eager PyTorch operations (the probabilities in the activations' dtype, as gpt-oss's router keeps them).
