@@ -98,6 +98,16 @@ def test_model_list_and_show():
     shown = json.loads(runner.invoke(app, ["model", "show", str(HF / "deepseek-v3.json"), "--json"]).output)
     assert shown["parameters_B"] == pytest.approx(671.0, rel=0.001) and shown["experts"] == 256
     assert shown["active_parameters_B"] == pytest.approx(37.6, rel=0.01)  # DeepSeek-V3 report: 37B active
+    # the fields that shape its kernels, where a model sets them: gpt-oss's, none of Llama's beyond gating
+    oss = json.loads(runner.invoke(app, ["model", "show", str(HF / "gpt-oss-120b.json"), "--json"]).output)
+    assert (oss["activation_clamp"], oss["expert_bias"], oss["rotary_scaling"], oss["sliding_window"]) == (
+        7.0,
+        True,
+        "yarn",
+        128,
+    )
+    llama = json.loads(runner.invoke(app, ["model", "show", "llama3-8b", "--json"]).output)
+    assert llama["gated_mlp"] and not {"activation_clamp", "expert_bias", "qk_norm"} & set(llama)
 
 
 @pytest.mark.parametrize("glue", ["activation_clamp", "expert_bias", "rotary_scaling"])

@@ -5,11 +5,17 @@ from __future__ import annotations
 from commodel.workloads.schema import Transformer
 from commodel.workloads.transformer import attention_dims, model_flops_per_token, parameters
 
+#: The fields that shape a model's kernels beyond its sizes, shown where a model sets them away from
+#: their default (whether its MLP is gated, always).
+ARCHITECTURE = ("gated_mlp", "activation", "activation_clamp", "expert_bias", "qk_norm", "rotary_scaling",
+                "sliding_window", "sliding_window_layers", "tied_embeddings", "dropout")  # fmt: skip
+
 
 def model_summary(name: str, config: Transformer, seq: int | None = None) -> dict[str, object]:
     """``config``'s sizes and costs: parameters and active parameters (billions, norms and embeddings
     included) and training FLOPs per token at ``seq`` (default: the model's own; the MFU convention
-    of :func:`~commodel.workloads.transformer.model_flops_per_token`)."""
+    of :func:`~commodel.workloads.transformer.model_flops_per_token`), and the :data:`ARCHITECTURE`
+    fields it sets."""
     p = parameters(config)
     seq = seq or config.seq
     summary: dict[str, object] = {
@@ -23,6 +29,11 @@ def model_summary(name: str, config: Transformer, seq: int | None = None) -> dic
         "kv_heads": config.kv_heads or config.heads,
         "head_dim": attention_dims(config)[0],
         "ffn_hidden": config.ffn_hidden,
+        **{
+            field: getattr(config, field)
+            for field in ARCHITECTURE
+            if getattr(config, field) != Transformer.model_fields[field].default
+        },
         "vocab": config.vocab,
         "seq": config.seq,
         "parameters_B": p["total"] / 1e9,
