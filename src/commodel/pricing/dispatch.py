@@ -75,8 +75,8 @@ class DispatchJob(Job):
         "IBGDA, NCCL GIN's GDAKI), proxy (GIN's proxy thread), ..."
     )  # fmt: skip
     shared_queues: bool = Field(
-        False, description="The GPU threads share the send queues, each put reserving its slot (NVSHMEM IBGDA, "
-        "DeepEP's own transport); off: a queue per context (GIN GDAKI)."
+        True, description="The GPU threads share the send queues, each put reserving its slot (NVSHMEM IBGDA, "
+        "DeepEP's own transport); off: a queue per context (NCCL GIN's GDAKI)."
     )  # fmt: skip
     pod_gpus: PodGpus = None
     oversubscription: Oversubscription = None

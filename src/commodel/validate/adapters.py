@@ -194,7 +194,7 @@ def _dispatch(row: pd.Series) -> Case:
     or the bandwidth DeepEP's tests print (GB/s)."""
     s = DISPATCH.read(str(row.op))
     job = make_job(DispatchJob, model=s["model"], system=row.model_target, ep=int(row.gpus),
-                   tokens=float(s["tokens"]), mode=s["mode"], shared_queues=True)  # fmt: skip
+                   tokens=float(s["tokens"]), mode=s["mode"])  # fmt: skip
     column = {"time": "time_us", "nvl_bandwidth": "nvl_GBps", "rdma_bandwidth": "rdma_GBps"}[row.metric]
 
     def price(db: HardwareDB) -> float:
