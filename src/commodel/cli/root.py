@@ -33,7 +33,7 @@ app = typer.Typer(
 )
 hw_app = _typer("Browse the hardware database.")
 roofline_app = _typer("Roofline model of kernels on one GPU.")
-comm_app = _typer("Who drives communication: GPU-centric initiation schemes.")
+comm_app = _typer("Who drives communication: GPU-centric initiation schemes, and DeepEP dispatch over them.")
 study_app = _typer("Published systems modelled as studies.")
 calibrate_app = _typer("Fit a system's constants to your own measurements.")
 model_app = _typer("The models: shipped ones and your own files (commodel TOML, Hugging Face config.json).")
