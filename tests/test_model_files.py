@@ -110,6 +110,15 @@ def test_model_list_and_show():
     assert llama["gated_mlp"] and not {"activation_clamp", "expert_bias", "qk_norm"} & set(llama)
 
 
+def _without(shipped: Path, field: str, folder: Path) -> Path:
+    """A copy of the shipped model file ``shipped`` without its ``field`` line (the field's default)."""
+    copy = folder / f"{shipped.stem}-without-{field}.toml"
+    copy.write_text(
+        "\n".join(line for line in shipped.read_text().splitlines() if not line.startswith(field))
+    )
+    return copy
+
+
 @pytest.mark.parametrize("glue", ["activation_clamp", "expert_bias", "rotary_scaling"])
 def test_megatrons_eager_glue_for_gpt_oss_slows_training_not_serving(glue, tmp_path):
     """Megatron-Core runs eager kernels around its fused ones for gpt-oss: it clamps the gated MLP's
@@ -121,10 +130,7 @@ def test_megatrons_eager_glue_for_gpt_oss_slows_training_not_serving(glue, tmp_p
     shipped = SHIPPED / "gpt-oss-120b.toml"
     hf = load_model_file(HF / "gpt-oss-120b.json")
     assert getattr(model("gpt-oss-120b"), glue) == getattr(hf, glue) and getattr(hf, glue)
-    without = tmp_path / f"gpt-oss-without-{glue}.toml"
-    without.write_text(
-        "\n".join(line for line in shipped.read_text().splitlines() if not line.startswith(glue))
-    )
+    without = _without(shipped, glue, tmp_path)
     job = {"system": "gb200-nvl72", "gpus": 64, "ep": 64, "global_batch": 256, "seq": 8192}
     assert (
         train(model=str(shipped), **job)["step_time_s"]
@@ -142,9 +148,6 @@ def test_a_model_that_normalizes_its_queries_and_keys_pays_their_norms(tmp_path)
     shipped = SHIPPED / "qwen3-8b.toml"
     assert model("qwen3-8b").qk_norm and load_model_file(HF / "qwen3-8b.json").qk_norm
     assert not load_model_file(HF / "qwen2-7b.json").qk_norm
-    without = tmp_path / "qwen3-8b-without-qk-norm.toml"
-    without.write_text(
-        "\n".join(line for line in shipped.read_text().splitlines() if not line.startswith("qk_norm"))
-    )
+    without = _without(shipped, "qk_norm", tmp_path)
     job = {"system": "dgx-h100", "gpus": 8, "global_batch": 64, "seq": 4096}
     assert train(model=str(shipped), **job)["step_time_s"] > train(model=str(without), **job)["step_time_s"]

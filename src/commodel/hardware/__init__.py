@@ -1,6 +1,6 @@
 """Hardware records (GPUs, links, systems) and the cluster they form."""
 
-from commodel.hardware.cluster import Cluster, cluster
+from commodel.hardware.cluster import Cluster, cluster, nodes_for
 from commodel.hardware.loader import HardwareDB, default_db, load_database
 from commodel.hardware.schema import GPU, Link, System
 
@@ -13,4 +13,5 @@ __all__ = [
     "cluster",
     "default_db",
     "load_database",
+    "nodes_for",
 ]

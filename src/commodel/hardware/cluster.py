@@ -103,6 +103,12 @@ class Cluster:
         return self.scale_up.in_network_reduction
 
 
+def nodes_for(system: str, gpus: int, db: HardwareDB | None = None) -> int:
+    """The fewest nodes of ``system`` that hold ``gpus`` GPUs (at least one)."""
+    per_node = int((db or default_db()).system(system).gpus_per_node.value)
+    return max(1, -(-int(gpus) // per_node))
+
+
 def cluster(
     system: str,
     nodes: int = 1,

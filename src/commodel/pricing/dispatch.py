@@ -20,7 +20,7 @@ from numpy.typing import ArrayLike
 from pydantic import Field
 
 from commodel.comm.initiation import SCHEMES, check_scheme, path_of
-from commodel.hardware import HardwareDB, default_db
+from commodel.hardware import HardwareDB, nodes_for
 from commodel.hardware import cluster as make_cluster
 from commodel.hardware.cluster import Cluster
 from commodel.pricing.evaluator import Evaluator
@@ -86,8 +86,7 @@ class DispatchJob(Job):
 def dispatch_cluster(job: DispatchJob, db: HardwareDB | None = None) -> Cluster:
     """Just enough nodes of the job's system for its expert-parallel GPUs, shaped as the job states; a
     scheme the scale-out NIC cannot run across nodes is an error naming what it lacks."""
-    per_node = int((db or default_db()).system(job.system).gpus_per_node.value)
-    where = make_cluster(job.system, -(-job.ep // per_node), db, **cluster_shape(dict(job)))
+    where = make_cluster(job.system, nodes_for(job.system, job.ep, db), db, **cluster_shape(dict(job)))
     if job.ep > where.domain_gpus:
         check_scheme(job.scheme, path_of(where))
     return where

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from commodel.compute.kernels import DTYPE_BYTES
 from commodel.compute.roofline import gemm_summary
-from commodel.hardware import default_db
+from commodel.hardware import HardwareDB, default_db
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.job import GPU, Choices, Job
 
@@ -35,9 +35,9 @@ class GemmJob(Job):
     )  # fmt: skip
 
 
-def price_gemm(job: GemmJob) -> dict[str, object]:
-    """The job's GEMM on its GPU in the hardware database in use."""
-    return gemm_summary(default_db().gpu(job.gpu), job.m, job.n, job.k, job.dtype, job.launch)
+def price_gemm(job: GemmJob, db: HardwareDB | None = None) -> dict[str, object]:
+    """The job's GEMM on its GPU in ``db`` (default: the hardware database in use)."""
+    return gemm_summary((db or default_db()).gpu(job.gpu), job.m, job.n, job.k, job.dtype, job.launch)
 
 
 OUTPUTS = ("time_s", "tflops", "bound", "intensity_flop_per_byte", "split_k", "problem", "valid")

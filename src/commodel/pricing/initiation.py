@@ -12,7 +12,7 @@ from typing import Annotated
 from pydantic import Field, model_validator
 
 from commodel.comm.initiation import SCHEMES, coordination_latency, message_rate, path_of, put_latency
-from commodel.hardware import cluster
+from commodel.hardware import cluster, nodes_for
 from commodel.hardware.cluster import Cluster
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.job import SYSTEM, Choices, Job
@@ -55,7 +55,7 @@ class HaloJob(Job):
 
 def _cluster_of(system: str, gpus: int) -> Cluster:
     """Enough nodes of ``system`` for ``gpus`` GPUs (at least one)."""
-    return cluster(system, max(gpus // cluster(system).gpus_per_node, 1))
+    return cluster(system, nodes_for(system, gpus))
 
 
 def _message(row: object) -> dict:

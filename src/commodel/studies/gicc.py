@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from commodel.comm.initiation import handoff, path_of, put_latency
-from commodel.hardware import cluster
+from commodel.hardware import cluster, nodes_for
 from commodel.studies.base import Claim, StudyResult, study_spec
 from commodel.workloads.stencil import SCHEMES, Stencil, iteration_time, strong_efficiency, weak_efficiency
 
@@ -20,7 +20,7 @@ MPI, GICC = SCHEMES  # host-driven (GPU-aware MPI), kernel-triggered (GICC)
 def scaling_table(p: Mapping[str, object]) -> pd.DataFrame:
     """Each benchmark at each size: both schemes' efficiency and communication time at ``gpus``."""
     gpus = int(p["gpus"])
-    c = cluster(str(p["tioga"]), gpus // 8)
+    c = cluster(str(p["tioga"]), nodes_for(str(p["tioga"]), gpus))
     rows = []
     for bench, sizes, efficiency in (
         ("jacobi weak", p["jacobi_sizes"], weak_efficiency),

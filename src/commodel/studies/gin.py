@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from commodel.comm.initiation import path_of, put_latency
-from commodel.hardware import cluster
+from commodel.hardware import cluster, nodes_for
 from commodel.studies.base import Claim, StudyResult, study_spec
 from commodel.workloads.catalog import model as get_model
 from commodel.workloads.moe_dispatch import dispatch_combine
@@ -33,7 +33,7 @@ def dispatch_table(p: dict) -> pd.DataFrame:
     rows = []
     for mode, tokens in p["tokens"].items():
         for ep in p["eps"]:
-            c = cluster(str(p["system"]), max(ep // 8, 1))
+            c = cluster(str(p["system"]), nodes_for(str(p["system"]), ep))
             for transport, (scheme, shared) in TRANSPORTS.items():
                 r = dispatch_combine(mode, scheme, net, c, ep, tokens, shared)
                 rows.append({"mode": mode, "ep": ep, "transport": transport, "dispatch_us": 1e6 * r["dispatch_s"],

@@ -16,6 +16,7 @@ import pandas as pd
 from commodel.comm import tables
 from commodel.comm.calls import run as run_collective
 from commodel.hardware import cluster as make_cluster
+from commodel.hardware import nodes_for
 from commodel.ops.policy_plugin import PluginCost, overhead_share
 from commodel.studies.base import Claim, StudyResult, study_spec
 from commodel.units import format_bytes, parse_quantity, parse_sizes
@@ -28,8 +29,7 @@ def size(text: str) -> float:
 
 def ring_gain(system: str, gpus: int, sizes: np.ndarray, protocol: str = "auto") -> np.ndarray:
     """Ring's gain over NVLS (``T_NVLS / T_Ring - 1``, the busbw ratio) at each size."""
-    nodes = max(1, -(-gpus // int(make_cluster(system).gpus_per_node)))
-    c = make_cluster(system, nodes=nodes)
+    c = make_cluster(system, nodes=nodes_for(system, gpus))
     nvls = run_collective("allreduce", c, sizes, gpus, algo="nvls").time_s.to_numpy()
     ring = run_collective("allreduce", c, sizes, gpus, algo="ring", protocol=protocol).time_s.to_numpy()
     return nvls / ring - 1

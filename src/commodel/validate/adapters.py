@@ -13,13 +13,13 @@ import pandas as pd
 
 from commodel.comm.calls import run as run_collective
 from commodel.comm.initiation import path_of, put_latency
-from commodel.compute.roofline import achievable_bandwidth, gemm_summary, peak_flops
+from commodel.compute.roofline import achievable_bandwidth, peak_flops
 from commodel.errors import CommodelError
-from commodel.hardware import HardwareDB, cluster, default_db
+from commodel.hardware import HardwareDB, cluster, default_db, nodes_for
 from commodel.ops.pooling import BASELINE_PUE, PROPORTIONAL_OVERHEAD
 from commodel.pricing.collective import CollectiveJob, cluster_and_fabric
 from commodel.pricing.dispatch import DispatchJob, price_dispatch
-from commodel.pricing.gemm import GemmJob
+from commodel.pricing.gemm import GemmJob, price_gemm
 from commodel.pricing.job import Job, make_job
 from commodel.pricing.run import serve, train
 from commodel.pricing.serving_job import serving_job
@@ -50,11 +50,14 @@ def _collective(row: pd.Series) -> Case:
     hold the GPUs) and run settings (``model_args``), with NCCL's own choice where the row says
     ``auto``."""
     settings = row.settings
-    per_node = int(default_db().system(row.model_target).gpus_per_node.value)
-    gpus = int(row.gpus) if pd.notna(row.gpus) else 2 * per_node
+    gpus = (
+        int(row.gpus)
+        if pd.notna(row.gpus)
+        else 2 * int(default_db().system(row.model_target).gpus_per_node.value)
+    )
     job = make_job(
         CollectiveJob, op=row.op, system=row.model_target, gpus=gpus,
-        nodes=max(int(row.nodes) if pd.notna(row.nodes) else 1, -(-gpus // per_node)),
+        nodes=max(int(row.nodes) if pd.notna(row.nodes) else 1, nodes_for(row.model_target, gpus)),
         size_bytes=float(row.size_bytes) if pd.notna(row.size_bytes) else ASYMPTOTIC_SIZE,
         algo=settings.get("algo", row.algo), launch=settings.get("launch", "stream"),
         nvls=settings.get("nvls") != "off", gpus_per_process=int(settings.get("gpus_per_process", 1)),
@@ -113,9 +116,7 @@ def _gemm(row: pd.Series) -> Case:
         return Case(ceiling)
     s = int(sizes["cube"])
     job = make_job(GemmJob, gpu=row.model_target, m=s, n=s, k=s, dtype=dtype, launch=False)
-    return Case(
-        lambda db: float(gemm_summary(db.gpu(job.gpu), s, s, s, dtype, launch=False)["tflops"]), job=job
-    )
+    return Case(lambda db: float(price_gemm(job, db)["tflops"]), job=job)
 
 
 def _memory(row: pd.Series) -> Case:
