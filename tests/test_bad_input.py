@@ -64,7 +64,7 @@ CASES = (
        ["comm", "schemes", "--scope", "rack"], ["comm", "schemes", "--system", "frontier-node", "--scheme", "proxy2"]]
     + [["comm", "dispatch", option, value] for option, value in (
         ("--tokens", "0"), ("--tokens", "1.5"), ("--tokens", "many"), ("--tokens", "4096:128"), ("--tokens", ""),
-        ("--ep", "0"), ("--ep", "12"), ("--ep", "x"), ("--mode", "fast"), ("--scheme", "pigeon"),
+        ("--ep", "0"), ("--ep", "12"), ("--ep", "7"), ("--ep", "512"), ("--ep", "x"), ("--mode", "fast"), ("--scheme", "pigeon"),
         ("--model", "llama3-8b"), ("--model", "deepseek-v4"), ("--system", "dgx-h1000"),
     )]
     + [["comm", "dispatch", "--system", "frontier-node", "--model", "qwen3-30b-a3b", "--ep", "16"]]  # no IBGDA on Slingshot

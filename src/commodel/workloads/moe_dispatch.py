@@ -205,6 +205,9 @@ def exchange(
         raise unknown("DeepEP mode", mode, MODES)
     if model.moe is None:
         raise CommodelError(f"{model.description} has no experts to dispatch to")
+    if model.moe.experts % ep:
+        raise CommodelError(f"ep ({ep}) must divide the {model.moe.experts} experts of {model.description}: "
+                            "DeepEP gives every rank the same number of them")  # fmt: skip
     # The normal kernels reach at most DEEPEP_NVL_PEERS GPUs over NVLink, as in training's flex group.
     reach = c.domain_gpus if mode == "low-latency" else min(c.domain_gpus, DEEPEP_NVL_PEERS)
     g = min(reach, ep)
