@@ -224,10 +224,10 @@ def test_deepeps_normal_kernels_reach_eight_nvlink_peers_even_in_a_rack_scale_do
     from commodel.pricing.dispatch import DispatchJob, price_dispatch
     from commodel.workloads.moe_dispatch import DEEPEP_NVL_PEERS, exchange
 
-    rack = cluster("gb200-nvl72", 18)
+    rack = cluster("gb200-nvl72", 16)  # 64 GPUs, an expert-parallel size that divides 256 experts
     net = model("deepseek-v3")
-    ht = exchange("high-throughput", "kernel-initiated", net, rack, 72, 4096, 2.0)
-    ll = exchange("low-latency", "kernel-initiated", net, rack, 72, 128, 2.0)
-    assert ht["group_gpus"] == DEEPEP_NVL_PEERS and ht["binding"] == "network" and ll["group_gpus"] == 72
-    frame = price_dispatch(DispatchJob(system="gb200-nvl72", ep=72, mode="high-throughput", tokens=4096))
+    ht = exchange("high-throughput", "kernel-initiated", net, rack, 64, 4096, 2.0)
+    ll = exchange("low-latency", "kernel-initiated", net, rack, 64, 128, 2.0)
+    assert ht["group_gpus"] == DEEPEP_NVL_PEERS and ht["binding"] == "network" and ll["group_gpus"] == 64
+    frame = price_dispatch(DispatchJob(system="gb200-nvl72", ep=64, mode="high-throughput", tokens=4096))
     assert (frame.binding == "network").all() and (frame.network_us > 0).all()
