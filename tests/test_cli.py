@@ -487,9 +487,30 @@ def test_validate_row_prints_the_command_that_prices_it(row, metric):
     assert value == pytest.approx(detail["model"], rel=1e-9)
 
 
-def test_validate_row_of_a_kind_priced_without_a_job_has_no_command():
+def test_validate_row_priced_without_a_job_gives_its_formula_from_the_hardware_it_reads():
+    """A row priced without a job (a hardware constant, a put, a PUE) shows how its value is derived
+    instead of a command; every modelled row gives one or the other, and a formula follows the
+    records it reads."""
+    import dataclasses
+
+    from commodel.hardware import default_db
+    from commodel.validate.measurements import load_measurements
+    from commodel.validate.table import row_detail
+
     text = invoke("validate", "--row", "a100-mamf").stdout  # the best GEMM shape: the GPU's ceiling
     assert "measured  271.2 TFLOP/s (throughput)" in text and "run it" not in text
+    assert "formula   bf16 peak 312 TFLOP/s x matmul efficiency" in text and "= 271.1 TFLOP/s" in text
+    jobless = load_measurements().query("kind in ['p2p', 'gemm', 'memory', 'power', 'facility', 'latency']")
+    for row_id in jobless.id:
+        detail = row_detail(row_id)
+        assert detail["model"] != detail["model"] or detail["job"] is not None or detail["formula"], row_id
+    db = default_db()
+    link = db.link("nvlink4")
+    doubled = link.model_copy(
+        update={"bandwidth": link.bandwidth.model_copy(update={"value": 2 * link.bandwidth.value})}
+    )
+    faster = dataclasses.replace(db, links={**db.links, "nvlink4": doubled})
+    assert "18 x 50 GB/s x efficiency 0.8 = 720 GB/s" in row_detail("h100-p2p-ce", faster)["formula"]
 
 
 def test_warnings_are_one_line_notes_without_paths(capsys):

@@ -118,4 +118,5 @@ def _row_text(detail: dict, as_json: bool) -> str:
     ]
     lines += [f"  note      {detail['note']}"] if detail["note"] else []
     lines += [f"  run it    {command}"] if command else []
+    lines += [f"  formula   {detail['formula']}"] if detail["formula"] else []
     return "\n".join(lines)

@@ -37,12 +37,25 @@ ASYMPTOTIC_SIZE = 8 * 2**30
 class Case:
     """A row read: ``price(db)`` gives the model's value in the row's unit; ``note`` is what the row
     states that the model reads otherwise; ``experts``: the row trains a mixture of experts; ``job``:
-    the job it prices (training, serving, collective, dispatch, GEMM), for the kinds that run one."""
+    the job it prices (training, serving, collective, dispatch, GEMM), for the kinds that run one;
+    ``formula(db)``: for the rows priced without a job, the value's derivation from the hardware
+    records (or model constants) it reads, and where a person sees them."""
 
     price: Callable[[HardwareDB], float]
     note: str = ""
     experts: bool = False
     job: Job | None = None
+    formula: Callable[[HardwareDB], str] | None = None
+
+
+def _derived(terms: Callable[[HardwareDB], tuple[float, str]]) -> Case:
+    """A row priced without a job: ``terms(db)`` gives its value and that value's derivation."""
+    return Case(lambda db: terms(db)[0], formula=lambda db: terms(db)[1])
+
+
+def _recorded(name: str, field: str, value: float, unit: str) -> tuple[float, str]:
+    """A value a hardware record holds as it is, and where a person sees it."""
+    return value, f"the {field} of {name}, {value:g} {unit} (commodel hw show {name})"
 
 
 def _collective(row: pd.Series) -> Case:
@@ -84,15 +97,20 @@ def _collective(row: pd.Series) -> Case:
 def _p2p(row: pd.Series) -> Case:
     """Copy-engine bandwidth: GPU-to-GPU over all of a GPU's links, host-to-device over its host link."""
 
-    def price(db: HardwareDB) -> float:
+    def terms(db: HardwareDB) -> tuple[float, str]:
         system = db.system(row.model_target)
-        if row.op == "h2d":
-            link = db.link(db.gpu(system.gpu).host_link)
-            return link.bandwidth.value * link.efficiency.value / 1e9
-        link = db.link(system.scale_up.link)
-        return system.scale_up.links_per_gpu.value * link.bandwidth.value * link.efficiency.value / 1e9
+        host = row.op == "h2d"
+        name = db.gpu(system.gpu).host_link if host else system.scale_up.link
+        links = 1.0 if host else system.scale_up.links_per_gpu.value
+        link = db.link(name)
+        value = links * link.bandwidth.value * link.efficiency.value / 1e9
+        which = f"the GPU's host link, {name}" if host else f"{links:g} {name} links per GPU"
+        return value, (
+            f"{links:g} x {link.bandwidth.value / 1e9:g} GB/s x efficiency {link.efficiency.value:g} = {value:.4g} "
+            f"GB/s ({which}: commodel hw show {row.model_target}, commodel hw show {name})"
+        )
 
-    return Case(price)
+    return _derived(terms)
 
 
 def _gemm(row: pd.Series) -> Case:
@@ -109,18 +127,32 @@ def _gemm(row: pd.Series) -> Case:
         raise CommodelError(f"cannot read GEMM description '{row.op}'")
     if "cube" not in sizes:
 
-        def ceiling(db: HardwareDB) -> float:
+        def ceiling(db: HardwareDB) -> tuple[float, str]:
             gpu = db.gpu(row.model_target)
-            return peak_flops(gpu, dtype) * gpu.efficiency(dtype) / 1e12
+            peak, efficiency = peak_flops(gpu, dtype) / 1e12, gpu.efficiency(dtype)
+            return peak * efficiency, (
+                f"{dtype} peak {peak:g} TFLOP/s x matmul efficiency {efficiency:g} = {peak * efficiency:.4g} TFLOP/s "
+                f"(commodel hw show {row.model_target})"
+            )
 
-        return Case(ceiling)
+        return _derived(ceiling)
     s = int(sizes["cube"])
     job = make_job(GemmJob, gpu=row.model_target, m=s, n=s, k=s, dtype=dtype, launch=False)
     return Case(lambda db: float(price_gemm(job, db)["tflops"]), job=job)
 
 
 def _memory(row: pd.Series) -> Case:
-    return Case(lambda db: achievable_bandwidth(db.gpu(row.model_target)) / 1e12)
+    """A GPU's achievable HBM bandwidth (TB/s): its datasheet figure times its STREAM copy share."""
+
+    def terms(db: HardwareDB) -> tuple[float, str]:
+        gpu = db.gpu(row.model_target)
+        value = achievable_bandwidth(gpu) / 1e12
+        return value, (
+            f"{gpu.memory_bandwidth.value / 1e12:g} TB/s x memory efficiency {gpu.memory_efficiency.value:g} "
+            f"= {value:.4g} TB/s (commodel hw show {row.model_target})"
+        )
+
+    return _derived(terms)
 
 
 def _training(row: pd.Series) -> Case:
@@ -141,7 +173,10 @@ def _power(row: pd.Series) -> Case:
     load = runs().power.get(row.id)
     if load is not None:
         return Case(lambda db: float(train(load.job)["node_power_kW"]), job=load.job)
-    return Case(lambda db: db.gpu(row.model_target).idle_power.value)
+
+    return _derived(
+        lambda db: _recorded(row.model_target, "idle power", db.gpu(row.model_target).idle_power.value, "W")
+    )
 
 
 def _configured(table: dict, row: pd.Series) -> object:
@@ -153,23 +188,40 @@ def _configured(table: dict, row: pd.Series) -> object:
 
 def _facility(row: pd.Series) -> Case:
     """The facility PUE constants of the pooling model (:mod:`commodel.ops.pooling`) these rows set."""
-    pue = {"load-proportional": 1 + PROPORTIONAL_OVERHEAD, "baseline": BASELINE_PUE}
-    which = _configured(runs().facility, row)
-    return Case(lambda db: pue[which])
+    pue = {
+        "load-proportional": (
+            1 + PROPORTIONAL_OVERHEAD,
+            f"1 + PROPORTIONAL_OVERHEAD ({PROPORTIONAL_OVERHEAD:g})",
+        ),
+        "baseline": (BASELINE_PUE, f"BASELINE_PUE ({BASELINE_PUE:g})"),
+    }[_configured(runs().facility, row)]
+    return Case(lambda db: pue[0], formula=lambda db: f"{pue[1]}, a constant of commodel.ops.pooling")
 
 
 def _latency(row: pd.Series) -> Case:
     """A kernel launch, or a small put (one way or round trip) by the scheme the row measured (us)."""
     setting = _configured(runs().latency, row)
 
-    def price(db: HardwareDB) -> float:
+    def terms(db: HardwareDB) -> tuple[float, str]:
         if setting.launch_of:
-            return db.gpu(setting.launch_of).launch_overhead.value * 1e6
+            us = db.gpu(setting.launch_of).launch_overhead.value * 1e6
+            return _recorded(setting.launch_of, "launch overhead", us, "us")
         path = path_of(cluster(setting.system, 2, db))
-        one_way = float(put_latency(setting.scheme, path, 8, setting.after_kernel))
-        return (2 if setting.round_trip else 1) * one_way * 1e6
+        times = 2 if setting.round_trip else 1
+        one_way = float(put_latency(setting.scheme, path, 8, setting.after_kernel)) * 1e6
+        start = (
+            "after a kernel ends"
+            if setting.after_kernel
+            else "from a host program (no kernel end to wait for)"
+        )
+        return times * one_way, (
+            f"{'2 x ' if setting.round_trip else ''}a {setting.scheme} put of 8 B between two {setting.system} nodes, "
+            f"{start}: {one_way:.4g} us "
+            f"(its terms: commodel hw show {setting.system}; commodel comm schemes --system {setting.system} --size 8 "
+            "prints the puts after a kernel ends)"
+        )
 
-    return Case(price)
+    return _derived(terms)
 
 
 def _serving(row: pd.Series) -> Case:

@@ -80,17 +80,20 @@ def validation_table(db: HardwareDB | None = None) -> pd.DataFrame:
 
 def row_detail(row_id: str, db: HardwareDB | None = None) -> dict:
     """One row as :func:`validation_table` reports it, with what it was read from (``description``,
-    ``system``, ``source``, the hardware it runs on) and the job it runs (``job``: a training or
-    serving job, None for the kinds priced without one)."""
+    ``system``, ``source``, the hardware it runs on), the job it runs (``job``: a training or serving
+    job, None for the kinds priced without one) and, for those, how the value is derived
+    (``formula``)."""
     table = load_measurements().set_index("id", drop=False)
     if row_id not in table.index:
         listed = "; commodel validate lists them"
         raise CommodelError(f"unknown measurement row '{row_id}'{suggest(row_id, list(table.index))}{listed}")
+    db = db or default_db()
     series = table.loc[row_id]
-    row, case = _priced(series, db or default_db())
+    row, case = _priced(series, db)
+    modelled = isinstance(case, Case)
     read = {"description": series.op, "system": series.system, "model_target": series.model_target,
-            "source": series.source}  # fmt: skip
-    return row | read | {"job": case.job if isinstance(case, Case) else None}
+            "source": series.source, "formula": case.formula(db) if modelled and case.formula else None}  # fmt: skip
+    return row | read | {"job": case.job if modelled else None}
 
 
 def standing(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
