@@ -10,7 +10,7 @@ from typing import Annotated
 import pandas as pd
 import typer
 
-from commodel.cli.root import app, flag, job_options
+from commodel.cli.root import JSON_FLAG, app, flag, job_options
 from commodel.comm.calls import run
 from commodel.errors import CommodelError
 from commodel.pricing.collective import CollectiveJob, cluster_and_fabric
@@ -60,7 +60,7 @@ collective.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
     inspect.Parameter("size", inspect.Parameter.KEYWORD_ONLY, default="8B:8GiB", annotation=Annotated[str, typer.Option(
         help="One size, a list (8,1MiB) or a doubling range (8B:8GiB).")]),
     *job_options(CollectiveJob, skip=("op", "size_bytes")),
-    flag("as_json", "--json", "Print JSON instead of a table."),
+    JSON_FLAG,
     flag("as_csv", "--csv", "Print CSV instead of a table."),
     flag("uncertainty", "--uncertainty", "Add p10-p90 bands from the collectives' validation errors."),
 ])  # fmt: skip

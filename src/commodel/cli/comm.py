@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from commodel.cli.root import JsonFlag, comm_app, flag, job_options
+from commodel.cli.root import JSON_FLAG, JsonFlag, comm_app, flag, job_options
 from commodel.comm.initiation import check_scheme, path_of, scheme_table
 from commodel.hardware import cluster
 from commodel.pricing.dispatch import DispatchJob, price_dispatch
@@ -75,7 +75,7 @@ comm_dispatch.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
     inspect.Parameter("tokens", inspect.Parameter.KEYWORD_ONLY, default="128", annotation=Annotated[str, typer.Option(
         help="Tokens per GPU per call: one count, a list (128,4096) or a doubling range (1:4096).")]),
     *job_options(DispatchJob, skip=("tokens",)),
-    flag("as_json", "--json", "Print JSON instead of a table."),
+    JSON_FLAG,
     flag("uncertainty", "--uncertainty", "Add p10-p90 bands from the DeepEP rows' validation errors and the "
          "system's uncertain numbers."),
 ])  # fmt: skip

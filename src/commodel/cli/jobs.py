@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from commodel.cli.root import PanelCommand, app, flag, job_options
+from commodel.cli.root import JSON_FLAG, PanelCommand, app, flag, job_options
 from commodel.errors import CommodelError
 from commodel.pricing.run import MAX_MICRO_BATCH
 from commodel.pricing.run import serve as run_serve
@@ -74,7 +74,7 @@ for _name, _command, _schema, _kernels in (
 ):
     _command.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
         *(MICRO_BATCH if p.name == "micro_batch" else p for p in job_options(_schema)),
-        flag("as_json", "--json", "Print JSON instead of a table."),
+        JSON_FLAG,
         flag("uncertainty", "--uncertainty", "Add a p10-p90 band from the model class's validation errors."),
         flag("kernels", "--kernels", f"Add one layer's kernels {_kernels}: shape, roofline bound, TFLOP/s, time."),
     ])  # fmt: skip

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from commodel.cli.root import flag, job_options, roofline_app
+from commodel.cli.root import JSON_FLAG, job_options, roofline_app
 from commodel.compute.kernels import example_kernels
 from commodel.hardware import default_db
 from commodel.pricing.gemm import GemmJob, price_gemm
@@ -25,7 +25,7 @@ def roofline_gemm(as_json: bool = False, **values: object) -> None:
 
 
 roofline_gemm.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    [*job_options(GemmJob), flag("as_json", "--json", "Print JSON instead of a table.")]
+    [*job_options(GemmJob), JSON_FLAG]
 )
 roofline_app.command("gemm")(roofline_gemm)
 

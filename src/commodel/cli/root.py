@@ -59,7 +59,8 @@ def options(
         default_db()  # a bad overlay fails here, before any work
 
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+JSON_HELP = "Print JSON instead of a table."
+JsonFlag = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 ExecutorOption = Annotated[str, typer.Option(help="local, or dask (a LocalCluster unless --scheduler).")]
 SchedulerOption = Annotated[str | None, typer.Option(help="Dask scheduler address.")]
 
@@ -151,3 +152,7 @@ def flag(name: str, option: str, help: str) -> inspect.Parameter:
     """A keyword-only flag (off by default) for a command built from a declaration."""
     annotation = Annotated[bool, typer.Option(option, help=help)]
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=False, annotation=annotation)
+
+
+#: ``--json`` for a command built from a declaration (:data:`JsonFlag` for one written by hand).
+JSON_FLAG = flag("as_json", "--json", JSON_HELP)
