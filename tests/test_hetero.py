@@ -33,6 +33,32 @@ def test_device_direct_never_loses_to_cpu_forwarding_and_more_nics_narrow_the_ga
     assert all(g > 0 for g in gaps) and np.all(np.diff(gaps) < 0)
 
 
+def test_gloo_for_all_pays_each_nodes_gradient_reduction_on_the_host(monkeypatch):
+    """The paper's first arm: the boundary as CPU-forwarding, and every node's gradients copied out,
+    reduced by Gloo's ring over TCP streams and copied back. It costs the step what the ring over
+    the host streams takes: FP32 gradients twice BF16's, and a faster host stream narrows it."""
+    from commodel.comm import cross_vendor
+
+    def extra(fp32=True):
+        x = layouts(tp=1, pp=2, dp=8, global_batch=256, seq=4096, grad_reduce_in_fp32=fp32)
+
+        def step(transport):
+            r = hetero_train_step(
+                model("llama3-8b"), node_groups(MIXED), x, "bf16", "serial", "flash", transport, 1
+            )
+            return float(r["step_time_s"][0])
+
+        return step("gloo") - step("cpu-forwarding")
+
+    fp32, bf16 = extra(True), extra(False)
+    assert fp32 == pytest.approx(2 * bf16, rel=0.02) and bf16 > 0.5
+    monkeypatch.setattr(cross_vendor, "HOST_STREAM_BPS", 2 * cross_vendor.HOST_STREAM_BPS)
+    assert extra(True) < 0.6 * fp32
+    h100 = cluster("dgx-h100")
+    ring = [float(cross_vendor.host_allreduce_time(2**30, p, h100)) for p in (1, 2, 4, 8)]
+    assert ring[0] == 0 and np.all(np.diff(ring) > 0)  # 2 (p - 1) / p of the bytes over one stream each
+
+
 def test_balanced_stages_give_the_slower_gpus_fewer_layers():
     assert list(balanced_layers(32, np.array([1.0, 1.0]), np.zeros(2))) == [16, 16]
     layers = balanced_layers(32, np.array([1.0, 1.25]), np.zeros(2))

@@ -7,7 +7,9 @@ an NVIDIA node, where neither NCCL nor RCCL reaches the other side. The two path
   :data:`HOST_STREAM_BPS`), host to device over the receiver's; chunk-pipelined (chunk ``i`` crosses the
   network while ``i + 1`` is copied out), each transfer striped over all the node's NICs;
 - ``device-direct``: each NIC reads and writes GPU memory itself (GPUDirect RDMA, PCIe peer to peer)
-  and a CPU thread only posts the operations (CPU-offloaded P2P): no staging, one NIC per transfer.
+  and a CPU thread only posts the operations (CPU-offloaded P2P): no staging, one NIC per transfer;
+- ``gloo``: Gloo for all communication (the paper's first arm): the boundary as ``cpu-forwarding``,
+  and each vendor's data-parallel gradient reduction on the host too (:func:`host_allreduce_time`).
 
 With ``pairs`` transfers leaving a node at once over its ``nics`` NICs, a transfer's network share is
 ``nics x B_nic / pairs`` (device-direct: at most one NIC, ``B_nic``; CPU-forwarding: at most
@@ -31,7 +33,7 @@ from numpy.typing import ArrayLike
 from commodel.errors import unknown
 from commodel.hardware.cluster import Cluster
 
-TRANSPORTS = ("device-direct", "cpu-forwarding")
+TRANSPORTS = ("device-direct", "cpu-forwarding", "gloo")
 
 #: Host staging chunk (assumed: the pinned buffers of a pipelined host-forwarding path, as MPI's
 #: and Gloo's pipelines use a few MiB).
@@ -66,8 +68,29 @@ def cross_vendor_time(
     out_rate, in_rate = send.host_link_Bps, recv.host_link_Bps
     if transport == "device-direct":
         return latency + n / np.minimum(np.minimum(share, nic), min(out_rate, in_rate))
-    network = np.minimum(share, np.asarray(nics, dtype=float) * HOST_STREAM_BPS)
+    network = np.minimum(share, np.asarray(nics, dtype=float) * HOST_STREAM_BPS)  # cpu-forwarding, gloo
     chunk = np.minimum(n, CHUNK_BYTES)
     stages = [chunk / out_rate, chunk / network, chunk / in_rate]
     slowest = np.maximum(np.maximum(stages[0], stages[1]), stages[2])
     return latency + sum(stages) + (n / chunk - 1) * (slowest + SYNC_S)
+
+
+def host_allreduce_time(size: ArrayLike, ranks: int, c: Cluster) -> np.ndarray:
+    """Seconds Gloo takes to allreduce ``size`` bytes of GPU memory over ``ranks`` GPUs of ``c``, as
+    PyTorch's ``ProcessGroupGloo`` runs a CUDA tensor: copied to pinned host memory, reduced by Gloo's
+    ring between the ranks' processes over TCP, copied back, one after the other:
+
+    ``t = n / B_pcie + 2 (p - 1) (n / (p B_stream) + SYNC_S) + n / B_pcie``
+
+    with one TCP stream per process at ``B_stream = min(HOST_STREAM_BPS, nics x B_nic / g)`` when the
+    ranks span nodes of ``g`` GPUs (loopback inside one node: :data:`HOST_STREAM_BPS`), and the host's
+    sums, at its memory rate, left out. A sharded optimizer's reduce-scatter and parameter gather move
+    the same bytes as this allreduce."""
+    n = np.asarray(size, dtype=float)
+    if ranks <= 1:
+        return np.zeros_like(n)
+    stream = HOST_STREAM_BPS
+    if ranks > c.gpus_per_node:
+        stream = min(stream, c.system.scale_out.nics_per_node.value * _nic_Bps(c) / c.gpus_per_node)
+    ring = 2 * (ranks - 1) * (n / (ranks * stream) + SYNC_S)
+    return 2 * n / c.host_link_Bps + ring

@@ -306,7 +306,8 @@ class TrainingJob(Job):
     )
     transport: Annotated[str, Choices("cross-vendor transport", TRANSPORTS, group=False)] = Field(
         "device-direct",
-        description="Across node groups of different vendors: device-direct (GPUDirect RDMA) or cpu-forwarding.",
+        description="Across node groups of different vendors: device-direct (GPUDirect RDMA), cpu-forwarding "
+        "(Gloo across vendors only) or gloo (Gloo for all communication, gradient reductions included).",
     )
     nics: int | None = Field(
         None, ge=1, description="NICs per node carrying cross-vendor traffic (default: all the node's NICs)."

@@ -10,7 +10,8 @@ per stage are given, or balanced so every stage takes the same time: stage ``s``
 last stage) and ``T`` such that they sum to the model's layers, rounded to whole layers by largest
 remainder. Where stages of two vendors meet, activations and gradients cross by
 :func:`commodel.comm.cross_vendor.cross_vendor_time` (each tensor-parallel rank sends its 1/tp slice);
-between stages of one vendor, by its own library. Groups of one system (``dgx-h100:1,dgx-h100:1``)
+between stages of one vendor, by its own library; under the ``gloo`` transport the gradient
+reductions too run on the host. Groups of one system (``dgx-h100:1,dgx-h100:1``)
 are a homogeneous cluster with speed-balanced stages: the best a homogeneous counterpart reaches.
 
 1F1B with per-stage times ``t_s`` (a micro-batch's forward and backward) and ``m`` micro-batches:
@@ -26,12 +27,18 @@ import re
 
 import numpy as np
 
-from commodel.comm.cross_vendor import cross_vendor_time
+from commodel.comm.cross_vendor import cross_vendor_time, host_allreduce_time
 from commodel.compute.precision import precision
 from commodel.errors import CommodelError
 from commodel.hardware.cluster import Cluster, cluster
 from commodel.workloads.layout import AUTO, Layout
-from commodel.workloads.memory import by_category, fits, memory_with_microbatches
+from commodel.workloads.memory import (
+    by_category,
+    fits,
+    gradient_bytes,
+    memory_parts,
+    memory_with_microbatches,
+)
 from commodel.workloads.microbatch import per_microbatch
 from commodel.workloads.schema import Transformer
 from commodel.workloads.token_drop import dropped_share
@@ -152,6 +159,24 @@ def _sends(
     return np.where(boundary | np.concatenate([[False], boundary[:-1]]), 2 * cross, sends), cross
 
 
+def _gradient_reduction_s(
+    model: Transformer, groups: list[Cluster], x: Layout, parts: list[dict], share: np.ndarray, transport: str
+) -> float:
+    """The slowest group's exposed end-of-step gradient reduction, its stages' largest share of the
+    layers of it: by the group's own library, or under ``gloo`` by Gloo on the host
+    (:func:`~commodel.comm.cross_vendor.host_allreduce_time`), priced exposed: the most it could hide
+    behind, the last micro-batch's backward, is a small share of it."""
+    if transport != "gloo":
+        return max(float(parts[g]["dp_exposed_s"][0]) * share[g] for g in range(len(groups)))
+    if int(x.zero[0]) == 3:
+        raise CommodelError(
+            "Gloo for all communication prices ZeRO 0-2's gradient reduction; ZeRO-3 is not modelled"
+        )
+    held = memory_parts(model, x)
+    grads = float(((held["dense_parameters"] + held["expert_parameters"]) * gradient_bytes(x))[0])
+    return max(float(host_allreduce_time(grads * share[g], int(x.dp[0]), c)) for g, c in enumerate(groups))
+
+
 def _one_kind_only(x: Layout) -> None:
     """Refuse what is priced for one kind of node only."""
     one_kind = ("dualpipe", "first_stage_layers", "last_stage_layers", "ends_as_layers", "mtp_layers")
@@ -216,7 +241,7 @@ def hetero_train_step(
     share = np.array(
         [layers[[s for s in range(len(plan)) if plan[s] == g]].max() / even for g in range(len(groups))]
     )
-    dp_s = max(float(parts[g]["dp_exposed_s"][0]) * share[g] for g in range(len(groups)))
+    dp_s = _gradient_reduction_s(model, groups, x, parts, share, transport)
     optimizer_s = max(float(parts[g]["optimizer_s"][0]) * share[g] for g in range(len(groups)))
     step = (m - 1) * stage.max() + stage.sum() + dp_s + optimizer_s
     g_slow = plan[slowest]
