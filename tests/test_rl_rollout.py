@@ -94,6 +94,20 @@ def test_dapo_generates_rounds_until_its_kept_groups_fill_the_batch():
     assert gains[1] > gains[0] > _day().samples_per_hour["rose"] / _day().samples_per_hour["fixed"]
 
 
+def test_roses_32b_gain_follows_the_rollouts_share_of_the_step():
+    """The driving input of the 32B claims: borrowed GPUs shorten only the rollout, so ROSE's gain
+    over the fixed baseline grows with the rollout's share of the step (longer stragglers here)."""
+    from commodel.studies.base import study_spec
+
+    large = study_spec("rl-rollout").parameters["large"]
+    gains, shares = [], []
+    for sigma in (0.65, 0.95):
+        day = _day(**large, tail_sigma=sigma)
+        gains.append(day.samples_per_hour["rose"] / day.samples_per_hour["fixed"])
+        shares.append(day.rollout_s["fixed"] / day.step_s["fixed"])
+    assert shares[1] > shares[0] and gains[1] > gains[0] > 1
+
+
 def test_lending_costs_are_the_allocation_overhead():
     base, slow = _day(), _day(cold_start_s=240.0, activation_s=20.0)
     assert base.allocation_overhead_pct["fixed"] == 0
