@@ -30,12 +30,14 @@ slot until it ends.
   ``u B_slo`` online requests, at most ``(1 - u) B_slo`` rollouts, so its batch stays at the SLO
   batch at the hour's mean load; a burst above it halves the rollouts' share at once (ROSE's KV
   budget cut), and whether online requests then meet the SLO is checked, not assumed
-  (:func:`peak_tpot`, for every policy). Lending starts after an activation (remapping the rollout model's pages and
-  loading its weights) and a sparse weight transfer (the changed share of the weights, index and
-  value). Once nothing is queued, the RL cluster takes back, into its free
-  slots, the requests that have run longest on serving slots (its elastic scheduler), so the long
-  tail ends on lightly loaded replicas rather than at the SLO batch's pace (their KV caches, a few
-  hundred MB, move in milliseconds and are not charged).
+  (:func:`peak_tpot`, for every policy). Lending starts after a sparse weight transfer (the changed
+  share of the weights, index and value) and its rebuild; the activation before it (remapping the
+  rollout model's pages and loading its weights) runs while the RL cluster trains the step before, and
+  delays the rollout only by what it outlasts the update (:func:`lending_s`). Once nothing is
+  queued, the RL cluster takes back, into its free slots, the requests that have run longest on
+  serving slots (its elastic scheduler), so the long tail ends on lightly loaded replicas rather than
+  at the SLO batch's pace (their KV caches, a few hundred MB, move in milliseconds and are not
+  charged).
 
 Every policy but ``async`` trains after its rollout: ``step = t_last + T_train``.
 
@@ -66,6 +68,10 @@ TRAIN_PASSES = 5 / 3
 #: a 4-byte index and a 2-byte value.
 SPARSE_SHARE = 0.05
 SPARSE_BYTES = 6.0
+
+#: Seconds a serving GPU takes to rebuild the rollout model's weights from a step's sparse deltas
+#: (the paper's mechanism cost: COO-encoded deltas, rebuilt in about 1 s).
+SPARSE_REBUILD_S = 1.0
 
 
 def response_lengths(n: int, median: float, sigma: float, longest: float, seed: int) -> np.ndarray:
@@ -203,30 +209,35 @@ def pools_for(policy: str, setup: Setup, load: float) -> list[Pool]:
     if policy == "elastic":
         lent = lent_replicas(setup, load)
         if lent:
-            start = setup.cold_start_s + setup.dense_s
-            pools.append(Pool("lent replicas", per * lent, lent, setup.rl_iteration, start))
+            pools.append(
+                Pool("lent replicas", per * lent, lent, setup.rl_iteration, lending_s("elastic", setup))
+            )
     elif policy == "rose":
         # each replica keeps its online requests and fills up to the SLO batch (and its spare KV)
         online = load * setup.slo_batch
         slots = min(setup.slo_batch - online, (1 - load) * setup.spare_kv_slots)
         pools.append(
             Pool("serving spare", int(slots * setup.serve_replicas), setup.serve_replicas, setup.serve_iteration,
-                 setup.activation_s + setup.sparse_s, online)
+                 lending_s("rose", setup), online)
         )  # fmt: skip
     return pools
 
 
 def weight_sync_s(policy: str, setup: Setup) -> float:
-    """Seconds a step spends sending the new weights to borrowed serving GPUs: dense for ``elastic``,
-    sparse deltas for ``rose``, none for the policies that borrow nothing."""
-    return {"elastic": setup.dense_s, "rose": setup.sparse_s}.get(policy, 0.0)
+    """Seconds a step spends bringing the new weights to borrowed serving GPUs: dense for ``elastic``,
+    sparse deltas and their rebuild (:data:`SPARSE_REBUILD_S`) for ``rose``, none for the policies that
+    borrow nothing."""
+    return {"elastic": setup.dense_s, "rose": setup.sparse_s + SPARSE_REBUILD_S}.get(policy, 0.0)
 
 
 def lending_s(policy: str, setup: Setup) -> float:
-    """Seconds a step spends making borrowed serving GPUs ready to roll out (the allocation overhead):
-    the weight sync, after a cold start for ``elastic`` or an activation for ``rose``."""
-    start = {"elastic": setup.cold_start_s, "rose": setup.activation_s}.get(policy, 0.0)
-    return start + weight_sync_s(policy, setup)
+    """Seconds of a step's critical path spent making borrowed serving GPUs ready to roll out (the
+    allocation overhead): the weight sync, after an ``elastic`` replica's engine cold start, or after
+    what ``rose``'s activation leaves exposed. ROSE activates (remaps the rollout model's pages, loads
+    its weights) on the serving GPUs while the RL cluster trains the step before: that needs none of
+    the new weights, so only what it outlasts the update by delays the rollout."""
+    start = {"elastic": setup.cold_start_s, "rose": max(setup.activation_s - setup.train_s, 0.0)}
+    return start.get(policy, 0.0) + weight_sync_s(policy, setup)
 
 
 def lent_replicas(setup: Setup, load: float) -> int:

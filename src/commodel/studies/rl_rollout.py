@@ -96,7 +96,8 @@ def run() -> StudyResult:
         Claim(f"rollout time, {BASELINES['elastic']} (instance-elastic) over ROSE", (1.20, 1.26),
               float(at.rollout_elastic_over_rose), "x", "mean rollout phase of the baseline over ROSE's"),
         Claim("allocation overhead of ROSE (share of the step)", (0.3, 0.4), float(at.rose_allocation_overhead_pct),
-              "%", "seconds a step spends activating the rollout model and syncing sparse deltas, over the step",
+              "%", "seconds of a step's critical path spent readying serving GPUs (sparse deltas and their rebuild; "
+              "the activation, run during the update before, where it outlasts it), over the step",
               short),
         Claim(f"allocation overhead of {BASELINES['elastic']} (share of the step)", (6.8, 7.3),
               float(at.elastic_allocation_overhead_pct), "%",
