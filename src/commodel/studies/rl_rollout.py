@@ -54,6 +54,32 @@ def large_gains(spec: SweepSpec) -> pd.DataFrame:
     return gains(study_table(SweepSpec.model_validate(data)))
 
 
+def large_claims(spec: SweepSpec, definition: str) -> tuple[list[Claim], str]:
+    """The 32B runs' claims (ROSE over ROLL-GRPO, ROLL-DAPO and AReaL) and a note on their rollout
+    against the elastic baseline's."""
+    large = large_gains(spec).set_index("algorithm")
+    tail = (
+        f"the model's 32B step is {100 * large.fixed_rollout_s.grpo / large.fixed_step_s.grpo:.0f}% rollout, the "
+        "paper's 70.5%: at 16,384 trajectories of the 8B runs' lengths the update dominates, and borrowed GPUs "
+        "shorten only the rollout; ALFWorld's episode lengths and turns are not given"
+    )
+    claims = [
+        Claim(f"end-to-end throughput, ROSE over {name}, Qwen3-32B", paper, float(large.loc[algorithm, column]), "x",
+              definition, tail)
+        for name, algorithm, column, paper in (
+            ("ROLL-GRPO (resource-fixed)", "grpo", "rose_vs_fixed", 1.46),
+            ("ROLL-DAPO (resource-fixed, dynamic sampling)", "dapo", "rose_vs_fixed", 3.31),
+            (f"{BASELINES['async']} (asynchronous)", "grpo", "rose_vs_async", 2.69),
+        )
+    ]  # fmt: skip
+    note = (
+        f"32B runs: ROSE's rollout takes {1 / large.rollout_elastic_over_rose.grpo:.2f}x the elastic baseline's "
+        f"({large.rose_rollout_s.grpo:.0f} s against {large.elastic_rollout_s.grpo:.0f} s; the paper's 1.20-1.26x "
+        "the other way does not say which model, so only the 8B ratio is claimed)"
+    )
+    return claims, note
+
+
 def timeline(spec_fixed: dict, load_high: float, policy: str, hour: float = 4.0) -> Rollout:
     """One RL step's rollout under ``policy`` at ``hour`` (the day's quietest), for plotting."""
     f = spec_fixed
@@ -103,21 +129,8 @@ def run() -> StudyResult:
               float(at.elastic_allocation_overhead_pct), "%",
               "seconds a step spends starting lent engines and loading dense weights, over the step", short),
     ]  # fmt: skip
-    large = large_gains(spec).set_index("algorithm")
-    tail = (
-        f"the model's 32B step is {100 * large.fixed_rollout_s.grpo / large.fixed_step_s.grpo:.0f}% rollout, the "
-        "paper's 70.5%: at 16,384 trajectories of the 8B runs' lengths the update dominates, and borrowed GPUs "
-        "shorten only the rollout; ALFWorld's episode lengths and turns are not given"
-    )
-    claims += [
-        Claim(f"end-to-end throughput, ROSE over {name}, Qwen3-32B", paper, float(large.loc[algorithm, column]), "x",
-              definition, tail)
-        for name, algorithm, column, paper in (
-            ("ROLL-GRPO (resource-fixed)", "grpo", "rose_vs_fixed", 1.46),
-            ("ROLL-DAPO (resource-fixed, dynamic sampling)", "dapo", "rose_vs_fixed", 3.31),
-            (f"{BASELINES['async']} (asynchronous)", "grpo", "rose_vs_async", 2.69),
-        )
-    ]  # fmt: skip
+    large, large_note = large_claims(spec, definition)
+    claims += large
     claims += [
         Claim("ROSE: loads in the sweep whose online requests pass the P99 TPOT SLO at the per-minute peak", 0.0,
               float(violations), "count",
@@ -148,9 +161,7 @@ def run() -> StudyResult:
         "per step vary up to 5.7x) lengthen the rollout against the same update, so borrowed GPUs gain more than "
         f"under GRPO ({dapo.rose_vs_fixed:.2f}x against {at.rose_vs_fixed:.2f}x), and the per-step lending costs weigh "
         f"less: ROSE {dapo.rose_allocation_overhead_pct:.2f}%, RLBoost+ {dapo.elastic_allocation_overhead_pct:.1f}%",
-        f"32B runs: ROSE's rollout takes {1 / large.rollout_elastic_over_rose.grpo:.2f}x the elastic baseline's "
-        f"({large.rose_rollout_s.grpo:.0f} s against {large.elastic_rollout_s.grpo:.0f} s; the paper's 1.20-1.26x "
-        "the other way does not say which model, so only the 8B ratio is claimed)",
+        large_note,
         "not modelled: TTFT; AReaL's asynchronous run keeps its GPUs busy but does not add any, so at its best "
         "split it is level with the fixed one",
     ]
