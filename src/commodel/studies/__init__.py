@@ -18,7 +18,7 @@ STUDIES: dict[str, tuple[str, str]] = {
     ),
     "hetero": (
         "commodel.studies.hetero",
-        "pipeline stages across AMD and NVIDIA nodes: device-direct vs CPU-forwarding",
+        "pipeline stages across AMD and NVIDIA nodes: device-direct, CPU-forwarding or Gloo for all",
     ),
     "rl-rollout": (
         "commodel.studies.rl_rollout",
