@@ -59,6 +59,16 @@ def test_gloo_for_all_pays_each_nodes_gradient_reduction_on_the_host(monkeypatch
     assert ring[0] == 0 and np.all(np.diff(ring) > 0)  # 2 (p - 1) / p of the bytes over one stream each
 
 
+def test_a_transport_on_one_kind_of_node_is_said_to_change_nothing():
+    from commodel.pricing.run import train
+
+    job = {"model": "llama3-8b", "system": "dgx-h100", "global_batch": 64, "recompute": "full"}
+    base, gloo = train(**job), train(**job, transport="gloo")
+    assert gloo["step_time_s"] == base["step_time_s"]
+    assert any("--transport gloo prices node groups" in note for note in gloo["notes"])
+    assert not any("--transport" in note for note in base["notes"])
+
+
 def test_balanced_stages_give_the_slower_gpus_fewer_layers():
     assert list(balanced_layers(32, np.array([1.0, 1.0]), np.zeros(2))) == [16, 16]
     layers = balanced_layers(32, np.array([1.0, 1.25]), np.zeros(2))

@@ -27,6 +27,7 @@ from commodel.pricing.totals import JOB_OUTPUTS
 from commodel.pricing.training import STEP_OUTPUTS, job_layout, price_training
 from commodel.pricing.training_job import TrainingJob, training_job
 from commodel.workloads.catalog import model
+from commodel.workloads.hetero import is_node_groups
 from commodel.workloads.layer_work import kernel_table
 from commodel.workloads.serving import Engine, iteration_table, kv_dtype_of, steady_state
 from commodel.workloads.training import BREAKDOWN
@@ -61,7 +62,7 @@ def _training_layout(job: TrainingJob, row: SimpleNamespace) -> str:
 def _kernel_table(job: TrainingJob, row: SimpleNamespace) -> list[dict[str, object]]:
     """:func:`~commodel.workloads.layer_work.kernel_table` of the job's layout as the pricing resolved
     it (its data-parallel size, the model's sequence where the job gives none)."""
-    if ":" in job.system:
+    if is_node_groups(job.system):
         raise CommodelError("the kernel table prices one kind of node; give one system, not node groups")
     net, gpu = model(job.model), cluster(job.system).gpu
     x = job_layout(job_columns(job), np.zeros(1, dtype=int), net, np.array([float(row.dp)]))
@@ -79,6 +80,11 @@ def _training_notes(job: TrainingJob, row: SimpleNamespace) -> list[str]:
         notes.append(
             f"each activation or gradient crossing vendors takes {1e3 * float(row.cross_vendor_s):.3g} ms "
             f"({job.transport})"
+        )
+    elif job.transport != "device-direct" and not is_node_groups(job.system):
+        notes.append(
+            f"--transport {job.transport} prices node groups (SYSTEM:NODES,...); on one kind of node every "
+            "collective runs on its vendor's own library"
         )
     if float(row.tp_domains) > 1:
         notes.append(
