@@ -44,18 +44,29 @@ def arms(p: dict) -> pd.DataFrame:
     ]
 
 
+def gloo_arms(nics: int) -> tuple[tuple[str, str, str], ...]:
+    """The paper's three Gloo arms: (label, the paper's figure in the study's parameters, the model's
+    arm in :func:`arms`)."""
+    return (
+        ("Gloo for all communication (model: 1 NIC)", "paper_gloo_tflops", "gloo, 1 NIC"),
+        ("one host path (DCBS; model: 1 NIC)", "paper_dcbs_tflops", "cpu-forwarding, 1 NIC"),
+        (f"one NIC per GPU (MPDT; model: {nics} NICs)", "paper_mpdt_tflops", f"cpu-forwarding, {nics} NICs"),
+    )
+
+
 def _gloo_reason(table: pd.DataFrame, p: dict) -> str:
     """Why the Gloo arms miss, in the model's own figures: the time the paper's shares leave to Gloo's
     transfers at the model's device-direct step, against what the model's host paths take."""
     t = table[table.model == "llama3-8b"].set_index("arm").step_time_s
     step, direct = float(t["device-direct"]), p["paper_device_direct_tflops"]
-    arms = {"gloo, 1 NIC": "paper_gloo_tflops", "cpu-forwarding, 1 NIC": "paper_dcbs_tflops",
-            f"cpu-forwarding, {p['reference_nics']} NICs": "paper_mpdt_tflops"}  # fmt: skip
-    paper = [step * (direct / p[key] - 1) for key in arms.values()]
-    ratio = [extra / (float(t[arm]) - step) for arm, extra in zip(arms, paper, strict=True)]
+    everything, one_path, per_gpu = (
+        (step * (direct / p[key] - 1), float(t[ours]) - step)
+        for _, key, ours in gloo_arms(p["reference_nics"])
+    )
+    ratio = [paper / model for paper, model in (everything, one_path, per_gpu)]
     return (
-        f"at the model's batch the paper's shares leave Gloo {paper[1]:.0f} s (one host path), {paper[2]:.0f} s "
-        f"(a NIC per GPU) and {paper[0]:.0f} s (everything) of a {step:.1f} s device-direct step, "
+        f"at the model's batch the paper's shares leave Gloo {one_path[0]:.0f} s (one host path), {per_gpu[0]:.0f} s "
+        f"(a NIC per GPU) and {everything[0]:.0f} s (everything) of a {step:.1f} s device-direct step, "
         f"{min(ratio):.0f}-{max(ratio):.0f}x what the model's host paths take (TCP streams of "
         f"{HOST_STREAM_BPS / 1e9:.0f} GB/s, copies at PCIe rate): Gloo's own throughput, which the paper does "
         "not measure, and its batch, which it does not give, decide these arms"
@@ -67,7 +78,6 @@ def run() -> StudyResult:
     p = spec.parameters
     table = arms(p)
     tflops = table.set_index(["model", "arm"]).tflops_per_gpu
-    nics = p["reference_nics"]
 
     def pct(model: str, arm: str, base: str) -> float:
         return 100 * float(tflops[model, arm] / tflops[model, base])
@@ -102,11 +112,7 @@ def run() -> StudyResult:
         Claim(f"CPU-forwarding throughput, LLaMA-8B, % of device-direct, {arm}",
               100 * p[key] / p["paper_device_direct_tflops"], pct("llama3-8b", ours, "device-direct"), "%",
               "TFLOPs per GPU over device-direct's", why)
-        for arm, key, ours in (
-            ("Gloo for all communication (model: 1 NIC)", "paper_gloo_tflops", "gloo, 1 NIC"),
-            ("one host path (DCBS; model: 1 NIC)", "paper_dcbs_tflops", "cpu-forwarding, 1 NIC"),
-            (f"one NIC per GPU (MPDT; model: {nics} NICs)", "paper_mpdt_tflops", f"cpu-forwarding, {nics} NICs"),
-        )
+        for arm, key, ours in gloo_arms(p["reference_nics"])
     ]  # fmt: skip
     notes = [
         f"testbed: {p['mixed']} (AMD stage first), the paper's splits {p['splits']}; baselines one node of "
