@@ -59,6 +59,18 @@ def test_gloo_for_all_pays_each_nodes_gradient_reduction_on_the_host(monkeypatch
     assert ring[0] == 0 and np.all(np.diff(ring) > 0)  # 2 (p - 1) / p of the bytes over one stream each
 
 
+def test_gloos_ring_shares_each_process_stream_between_its_send_and_receive():
+    """The host stream is one Gloo pair's one-way rate (measured); in a ring step a process sends and
+    receives through its one I/O thread, which is what the same machine's two-rank allreduce shows:
+    1.5 GB/s of algorithm bandwidth (benchmarks/measure_gloo.py, 256 MiB), not the one-way 2.6."""
+    from commodel.comm.cross_vendor import HOST_STREAM_BPS, host_ring_s
+
+    n = 256 * 2**20
+    assert n / float(host_ring_s(n, 2, HOST_STREAM_BPS)) == pytest.approx(1.5e9, rel=0.25)
+    ring = [float(host_ring_s(n, p, HOST_STREAM_BPS)) for p in (2, 4, 8, 16)]
+    assert np.all(np.diff(ring) > 0) and ring[-1] < 2 * ring[0]  # 2 (p - 1) / p of the bytes: at most 2x
+
+
 def test_a_transport_on_one_kind_of_node_is_said_to_change_nothing():
     from commodel.pricing.run import train
 

@@ -3,8 +3,8 @@ an NVIDIA node, where neither NCCL nor RCCL reaches the other side. The two path
 (joint training on AMD and NVIDIA GPUs, arXiv 2602.18007):
 
 - ``cpu-forwarding``: device to pinned host memory over the sender's PCIe link, NIC to NIC by a host
-  backend (no vendor library spans both GPUs: Gloo-style TCP streams, one per NIC, each at most
-  :data:`HOST_STREAM_BPS`), host to device over the receiver's; chunk-pipelined (chunk ``i`` crosses the
+  backend (no vendor library spans both GPUs: Gloo's TCP streams, one per NIC, each at most
+  :data:`HOST_STREAM_BPS`, measured), host to device over the receiver's; chunk-pipelined (chunk ``i`` crosses the
   network while ``i + 1`` is copied out), each transfer striped over all the node's NICs;
 - ``device-direct``: each NIC reads and writes GPU memory itself (GPUDirect RDMA, PCIe peer to peer)
   and a CPU thread only posts the operations (CPU-offloaded P2P): no staging, one NIC per transfer;
@@ -43,9 +43,11 @@ CHUNK_BYTES = 4 * 2**20
 #: event, then posts the next stage.
 SYNC_S = 10e-6
 
-#: What one host-forwarding stream carries (assumed: a single TCP stream through the kernel, as Gloo
-#: runs it, reaches 30-50 Gb/s on 100-400 Gb/s NICs without tuning).
-HOST_STREAM_BPS = 5e9
+#: What one host-forwarding stream carries: one Gloo pair, whose sends and receives one I/O thread
+#: copies through the kernel's socket (measured: 2.6 GB/s one way for 256 MiB on the reference
+#: machine's loopback, a raw socket 2.5, ``benchmarks/measure_gloo.py``, docs/benchmarks.md; a
+#: server core's copies may reach about twice that).
+HOST_STREAM_BPS = 2.6e9
 
 #: A CPU thread posting a transfer's network operations (assumed).
 POST_S = 5e-6
@@ -75,22 +77,31 @@ def cross_vendor_time(
     return latency + sum(stages) + (n / chunk - 1) * (slowest + SYNC_S)
 
 
+def host_ring_s(size: ArrayLike, ranks: int, stream_Bps: float) -> np.ndarray:
+    """Seconds Gloo's ring allreduce of ``size`` bytes of host memory takes over ``ranks`` processes:
+    ``2 (p - 1)`` steps, in each of which a process sends ``n / p`` bytes to the next and receives as
+    many from the one before through its one I/O thread, so both share its stream:
+    ``2 (p - 1) (2 n / (p B_stream) + SYNC_S)`` (the host's sums, at its memory rate, left out). For
+    two ranks of one pair at 2.6 GB/s this gives 1.3 GB/s of algorithm bandwidth; the same machine
+    measures 1.5 (``benchmarks/measure_gloo.py``)."""
+    n = np.asarray(size, dtype=float)
+    if ranks <= 1:
+        return np.zeros_like(n)
+    return 2 * (ranks - 1) * (2 * n / (ranks * stream_Bps) + SYNC_S)
+
+
 def host_allreduce_time(size: ArrayLike, ranks: int, c: Cluster) -> np.ndarray:
     """Seconds Gloo takes to allreduce ``size`` bytes of GPU memory over ``ranks`` GPUs of ``c``, as
     PyTorch's ``ProcessGroupGloo`` runs a CUDA tensor: copied to pinned host memory, reduced by Gloo's
-    ring between the ranks' processes over TCP, copied back, one after the other:
-
-    ``t = n / B_pcie + 2 (p - 1) (n / (p B_stream) + SYNC_S) + n / B_pcie``
-
-    with one TCP stream per process at ``B_stream = min(HOST_STREAM_BPS, nics x B_nic / g)`` when the
-    ranks span nodes of ``g`` GPUs (loopback inside one node: :data:`HOST_STREAM_BPS`), and the host's
-    sums, at its memory rate, left out. A sharded optimizer's reduce-scatter and parameter gather move
-    the same bytes as this allreduce."""
+    ring between the ranks' processes (:func:`host_ring_s`), copied back, one after the other:
+    ``t = 2 n / B_pcie + ring``, with one stream per process at ``B_stream = min(HOST_STREAM_BPS,
+    nics x B_nic / g)`` when the ranks span nodes of ``g`` GPUs (loopback inside one node:
+    :data:`HOST_STREAM_BPS`). A sharded optimizer's reduce-scatter and parameter gather move the same
+    bytes as this allreduce."""
     n = np.asarray(size, dtype=float)
     if ranks <= 1:
         return np.zeros_like(n)
     stream = HOST_STREAM_BPS
     if ranks > c.gpus_per_node:
         stream = min(stream, c.system.scale_out.nics_per_node.value * _nic_Bps(c) / c.gpus_per_node)
-    ring = 2 * (ranks - 1) * (n / (ranks * stream) + SYNC_S)
-    return 2 * n / c.host_link_Bps + ring
+    return 2 * n / c.host_link_Bps + host_ring_s(n, ranks, stream)

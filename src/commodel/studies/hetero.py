@@ -67,9 +67,9 @@ def _gloo_reason(table: pd.DataFrame, p: dict) -> str:
     return (
         f"at the model's batch the paper's shares leave Gloo {one_path[0]:.0f} s (one host path), {per_gpu[0]:.0f} s "
         f"(a NIC per GPU) and {everything[0]:.0f} s (everything) of a {step:.1f} s device-direct step, "
-        f"{min(ratio):.0f}-{max(ratio):.0f}x what the model's host paths take (TCP streams of "
-        f"{HOST_STREAM_BPS / 1e9:.0f} GB/s, copies at PCIe rate): Gloo's own throughput, which the paper does "
-        "not measure, and its batch, which it does not give, decide these arms"
+        f"{min(ratio):.0f}-{max(ratio):.0f}x what the model's host paths take (Gloo streams of "
+        f"{HOST_STREAM_BPS / 1e9:.1f} GB/s, as measured here, copies at PCIe rate): the paper's hosts and "
+        "Gloo's path on them, which it does not describe, and its batch, which it does not give, decide these arms"
     )
 
 
