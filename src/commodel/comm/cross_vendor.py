@@ -4,8 +4,9 @@ an NVIDIA node, where neither NCCL nor RCCL reaches the other side. The two path
 
 - ``cpu-forwarding``: device to pinned host memory over the sender's PCIe link, NIC to NIC by a host
   backend (no vendor library spans both GPUs: Gloo's TCP streams, one per NIC, each at most
-  :data:`HOST_STREAM_BPS`, measured), host to device over the receiver's; chunk-pipelined (chunk ``i`` crosses the
-  network while ``i + 1`` is copied out), each transfer striped over all the node's NICs;
+  :data:`HOST_STREAM_BPS`, measured), host to device over the receiver's; chunk-pipelined (chunk
+  ``i`` crosses the network while ``i + 1`` is copied out), each transfer striped over all the
+  node's NICs;
 - ``device-direct``: each NIC reads and writes GPU memory itself (GPUDirect RDMA, PCIe peer to peer)
   and a CPU thread only posts the operations (CPU-offloaded P2P): no staging, one NIC per transfer;
 - ``gloo``: Gloo for all communication (the paper's first arm): the boundary as ``cpu-forwarding``,

@@ -162,8 +162,8 @@ def _sends(
 def _gradient_reduction_s(
     model: Transformer, groups: list[Cluster], x: Layout, parts: list[dict], share: np.ndarray, transport: str
 ) -> float:
-    """The slowest group's exposed end-of-step gradient reduction, its stages' largest share of the
-    layers of it: by the group's own library, or under ``gloo`` by Gloo on the host
+    """The end-of-step gradient reduction the slowest group exposes, scaled by its largest stage's
+    share of the layers: by the group's own library, or under ``gloo`` by Gloo on the host
     (:func:`~commodel.comm.cross_vendor.host_allreduce_time`), priced exposed: the most it could hide
     behind, the last micro-batch's backward, is a small share of it."""
     if transport != "gloo":
