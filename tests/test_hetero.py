@@ -51,6 +51,23 @@ def test_gloo_for_all_pays_each_nodes_gradient_reduction_on_the_host(monkeypatch
         return step("gloo") - step("cpu-forwarding")
 
     fp32, bf16 = extra(True), extra(False)
+    same_vendor = layouts(tp=1, pp=2, dp=8, global_batch=256, seq=4096)
+    sends = {
+        t: float(
+            hetero_train_step(
+                model("llama3-8b"),
+                node_groups("dgx-h100:1,dgx-h100:1"),
+                same_vendor,
+                "bf16",
+                "serial",
+                "flash",
+                t,
+                1,
+            )["pp_comm_s"][0]
+        )
+        for t in ("device-direct", "gloo")
+    }
+    assert sends["gloo"] > 5 * sends["device-direct"]  # Gloo for all: even one vendor's sends go by the host
     assert fp32 == pytest.approx(2 * bf16, rel=0.02) and bf16 > 0.5
     monkeypatch.setattr(cross_vendor, "HOST_STREAM_BPS", 2 * cross_vendor.HOST_STREAM_BPS)
     assert extra(True) < 0.6 * fp32

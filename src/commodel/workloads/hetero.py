@@ -144,11 +144,13 @@ def _sends(
     transport: str,
     nics: int | None,
 ) -> tuple[np.ndarray, float]:
-    """Each stage's pipeline sends per micro-batch: within a group by the group's library, across
-    groups by the chosen ``transport`` (a forward and a backward each), and one crossing's seconds."""
+    """Each stage's pipeline sends per micro-batch: between stages of one vendor by its library, where
+    vendors meet by the chosen ``transport`` (a forward and a backward each), every one on the host
+    path under ``gloo`` (Gloo for all communication); and one such crossing's seconds."""
     act = x.tokens[0] * model.hidden * 2 / x.tp[0]
     vendor = [groups[g].gpu.vendor for g in plan]
-    boundary = np.array([vendor[s] != vendor[s + 1] for s in range(len(plan) - 1)] + [False])
+    hosted = transport == "gloo"
+    boundary = np.array([hosted or vendor[s] != vendor[s + 1] for s in range(len(plan) - 1)] + [False])
     crossing = [
         float(cross_vendor_time(transport, act, groups[plan[s]], groups[plan[s + 1]], groups[plan[s]].gpus_per_node,
                                 nics or groups[plan[s]].system.scale_out.nics_per_node.value))
