@@ -61,3 +61,16 @@ def test_the_policy_changes_only_the_sizes_it_names():
     changed = table[table.policy != "default"]
     assert changed.size_bytes.min() == 4 * 2**20 and changed.size_bytes.max() == 128 * 2**20
     assert (table.loc[table.policy == "default", "policy_gain_pct"] == 0).all()
+
+
+def test_the_allgather_check_follows_the_links_nvlink_5_carries(tmp_path, monkeypatch):
+    """The paper's AllGather at 128 MiB, which the policy leaves at NCCL's default, is priced from
+    NVLink 5's links: a lower payload efficiency lowers the model's busbw in proportion."""
+    from commodel.hardware.loader import OVERLAY_ENV
+
+    base = ncclbpf.allgather_claim(PARAMETERS).model
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links" / "nvlink5.toml").write_text('efficiency = { value = 0.64, source = "test" }\n')
+    monkeypatch.setenv(OVERLAY_ENV, str(tmp_path))
+    slower = ncclbpf.allgather_claim(PARAMETERS).model
+    assert 0.75 * base < slower < 0.85 * base
