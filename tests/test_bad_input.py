@@ -68,6 +68,8 @@ CASES = (
         ("--model", "llama3-8b"), ("--model", "deepseek-v4"), ("--system", "dgx-h1000"),
     )]
     + [["comm", "dispatch", "--system", "frontier-node", "--model", "qwen3-30b-a3b", "--ep", "16"]]  # no IBGDA on Slingshot
+    + [["train", "--system", "mi325x-8:1,hgx-h200:1", "--pp", "2", "--recompute", "full", "--transport", "gloo",
+        "--zero", "3"]]  # Gloo for all prices ZeRO 0-2's reduction only
     + [["compare", "--a", "model=llama3-8b,system=dgx-h100", "--b", "model=llama3-8b,system=dgx-h100,tp=3"],
        ["compare", "--a", "", "--b", "x=1"], ["compare", "--a", "/nonexistent.toml", "--b", "x=1"]]
     + [["sensitivity", "/nonexistent.toml"], ["calibrate", "nccl-tests", "/nonexistent.log", "--system", "dgx-h100"]]
