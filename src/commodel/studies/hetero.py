@@ -33,10 +33,8 @@ def arms(p: dict) -> pd.DataFrame:
             {"arm": "nvidia-only", **common, "model": model, "system": p["nvidia"], "gpus": 8},
             {"arm": "amd-only", **common, "model": model, "system": p["amd"], "gpus": 8},
             {"arm": "device-direct", **mixed, "transport": "device-direct", "nics": p["reference_nics"]},
-            {"arm": "gloo, 1 NIC", **mixed, "transport": "gloo", "nics": 1},
-            {"arm": "cpu-forwarding, 1 NIC", **mixed, "transport": "cpu-forwarding", "nics": 1},
-            {"arm": f"cpu-forwarding, {p['reference_nics']} NICs", **mixed, "transport": "cpu-forwarding",
-             "nics": p["reference_nics"]},
+            *({"arm": arm_name(transport, nics), **mixed, "transport": transport, "nics": nics}
+              for _, _, transport, nics in gloo_arms(p["reference_nics"])),
         ]  # fmt: skip
     table = evaluator("training")(pd.DataFrame(rows))
     return table[
@@ -44,14 +42,19 @@ def arms(p: dict) -> pd.DataFrame:
     ]
 
 
-def gloo_arms(nics: int) -> tuple[tuple[str, str, str], ...]:
+def gloo_arms(nics: int) -> tuple[tuple[str, str, str, int], ...]:
     """The paper's three Gloo arms: (label, the paper's figure in the study's parameters, the model's
-    arm in :func:`arms`)."""
+    transport and the NICs it uses)."""
     return (
-        ("Gloo for all communication (model: 1 NIC)", "paper_gloo_tflops", "gloo, 1 NIC"),
-        ("one host path (DCBS; model: 1 NIC)", "paper_dcbs_tflops", "cpu-forwarding, 1 NIC"),
-        (f"one NIC per GPU (MPDT; model: {nics} NICs)", "paper_mpdt_tflops", f"cpu-forwarding, {nics} NICs"),
+        ("Gloo for all communication (model: 1 NIC)", "paper_gloo_tflops", "gloo", 1),
+        ("one host path (DCBS; model: 1 NIC)", "paper_dcbs_tflops", "cpu-forwarding", 1),
+        (f"one NIC per GPU (MPDT; model: {nics} NICs)", "paper_mpdt_tflops", "cpu-forwarding", nics),
     )
+
+
+def arm_name(transport: str, nics: int) -> str:
+    """A mixed-cluster arm's name in :func:`arms`' table ("cpu-forwarding, 8 NICs")."""
+    return f"{transport}, {nics} NIC{'s' if nics > 1 else ''}"
 
 
 def _gloo_reason(table: pd.DataFrame, p: dict) -> str:
@@ -60,8 +63,8 @@ def _gloo_reason(table: pd.DataFrame, p: dict) -> str:
     t = table[table.model == "llama3-8b"].set_index("arm").step_time_s
     step, direct = float(t["device-direct"]), p["paper_device_direct_tflops"]
     everything, one_path, per_gpu = (
-        (step * (direct / p[key] - 1), float(t[ours]) - step)
-        for _, key, ours in gloo_arms(p["reference_nics"])
+        (step * (direct / p[key] - 1), float(t[arm_name(transport, nics)]) - step)
+        for _, key, transport, nics in gloo_arms(p["reference_nics"])
     )
     ratio = [paper / model for paper, model in (everything, one_path, per_gpu)]
     return (
@@ -110,9 +113,10 @@ def run() -> StudyResult:
     why = _gloo_reason(table, p)
     claims += [
         Claim(f"CPU-forwarding throughput, LLaMA-8B, % of device-direct, {arm}",
-              100 * p[key] / p["paper_device_direct_tflops"], pct("llama3-8b", ours, "device-direct"), "%",
-              "TFLOPs per GPU over device-direct's", why)
-        for arm, key, ours in gloo_arms(p["reference_nics"])
+              100 * p[key] / p["paper_device_direct_tflops"],
+              pct("llama3-8b", arm_name(transport, nics), "device-direct"), "%", "TFLOPs per GPU over device-direct's",
+              why)
+        for arm, key, transport, nics in gloo_arms(p["reference_nics"])
     ]  # fmt: skip
     notes = [
         f"testbed: {p['mixed']} (AMD stage first), the paper's splits {p['splits']}; baselines one node of "

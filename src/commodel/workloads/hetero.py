@@ -36,8 +36,8 @@ from commodel.workloads.memory import (
     by_category,
     fits,
     gradient_bytes,
-    memory_parts,
     memory_with_microbatches,
+    stage_parameters,
 )
 from commodel.workloads.microbatch import per_microbatch
 from commodel.workloads.schema import Transformer
@@ -174,8 +174,7 @@ def _gradient_reduction_s(
         raise CommodelError(
             "Gloo for all communication prices ZeRO 0-2's gradient reduction; ZeRO-3 is not modelled"
         )
-    held = memory_parts(model, x)
-    grads = float(((held["dense_parameters"] + held["expert_parameters"]) * gradient_bytes(x))[0])
+    grads = float((sum(stage_parameters(model, x)) * gradient_bytes(x))[0])
     return max(float(host_allreduce_time(grads * share[g], int(x.dp[0]), c)) for g, c in enumerate(groups))
 
 
