@@ -11,7 +11,7 @@ same rows:
 - **pricing**: the same jobs already held as columns (the declaration's defaults broadcast) into
   :func:`commodel.pricing.training.price_training`: what the DataFrame path wraps, without the
   DataFrame in and out and the input checks;
-- **step**: the same layouts already built, into :func:`commodel.workloads.training.train_step`
+- **step**: the same layouts already built, into :func:`commodel.workloads.training.step.train_step`
   (the step alone: no input checks, no layout rules, no job totals, no tables).
 
 Each figure is the best of ``repeats`` calls, layouts per second; each ratio is the public path's
@@ -29,8 +29,8 @@ import pandas as pd
 from commodel.hardware import cluster
 from commodel.pricing.evaluator import evaluator
 from commodel.pricing.training import job_layouts, price_training
-from commodel.workloads.catalog import model
-from commodel.workloads.training import train_step
+from commodel.workloads.model.catalog import model
+from commodel.workloads.training.step import train_step
 
 SPACE = {
     "tp": [1, 2, 4, 8],

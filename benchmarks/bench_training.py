@@ -18,10 +18,10 @@ import numpy as np
 
 from commodel.hardware import cluster
 from commodel.pricing.training import job_layouts
-from commodel.workloads.catalog import model
-from commodel.workloads.layout import RECOMPUTE
-from commodel.workloads.layout_rules import valid
-from commodel.workloads.training import train_step
+from commodel.workloads.model.catalog import model
+from commodel.workloads.parallel.layout import RECOMPUTE
+from commodel.workloads.parallel.layout_rules import valid
+from commodel.workloads.training.step import train_step
 
 
 def design_points(limit: int) -> dict[str, np.ndarray]:

@@ -1,5 +1,5 @@
 """Measure PyTorch eager's host time per operator: the framework dispatch the host-issue model charges
-every kernel (``initiation.op_dispatch``, ``workloads/host_issue.py``), and how many operators a
+every kernel (``initiation.op_dispatch``, ``workloads/training/host_issue.py``), and how many operators a
 backward pass issues per forward one (``BACKWARD_OPS``).
 
 A stack of small pre-norm Transformer layers (norms, QKV and output projections, the views and

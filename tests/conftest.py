@@ -60,11 +60,11 @@ def layouts(model: str = "llama3-8b", system: str = "dgx-h100", **fields: object
 
 
 def module_texts(bits):
-    """Recompute-module bits (:data:`commodel.workloads.layout.RECOMPUTE_MODULES`) as the names a job
+    """Recompute-module bits (:data:`commodel.workloads.model.recompute.RECOMPUTE_MODULES`) as the names a job
     states, one text per entry."""
     import numpy as np
 
-    from commodel.workloads.layout import RECOMPUTE_MODULES
+    from commodel.workloads.model.recompute import RECOMPUTE_MODULES
 
     return np.array(
         [",".join(n for n, b in RECOMPUTE_MODULES.items() if int(v) & b) for v in np.ravel(bits)],

@@ -10,9 +10,9 @@ from conftest import layouts
 
 from commodel.hardware import cluster
 from commodel.pricing.run import train
-from commodel.workloads.catalog import model
-from commodel.workloads.memory import FSDP_LAYERS_IN_FLIGHT, layer_parameters, memory_per_gpu
-from commodel.workloads.training import train_step
+from commodel.workloads.model.catalog import model
+from commodel.workloads.training.memory import FSDP_LAYERS_IN_FLIGHT, layer_parameters, memory_per_gpu
+from commodel.workloads.training.step import train_step
 
 #: Llama 3 8B on 32 H100s (4 nodes), FSDP, one 8K-token sequence per GPU: the torchtitan shape.
 JOB = dict(model="llama3-8b", system="dgx-h100", gpus=32, global_batch=32, seq=8192, zero=3)
@@ -77,7 +77,7 @@ def test_eager_elementwise_kernels_never_make_a_step_faster():
     """PyTorch's eager norms and SwiGLU (torchtitan without --compile) read and write more than fused
     ones: never a faster step, and a norm moves 9 times the bytes (18 where the fused one moves 2)."""
     from commodel.compute.precision import precision
-    from commodel.workloads.layer_kernels import layer_kernels
+    from commodel.workloads.layer.kernels import layer_kernels
 
     for name in ("llama3-8b", "gpt3-175b", "qwen3-30b-a3b"):
         job = dict(model=name, system="dgx-h100", gpus=64, global_batch=64, seq=4096)

@@ -14,7 +14,7 @@ from commodel.explore.spec import load_spec
 from commodel.hardware import default_db
 from commodel.hardware.loader import apply_overlay
 from commodel.pricing.run import serve, train
-from commodel.workloads.catalog import models
+from commodel.workloads.model.catalog import models
 
 SCALARS = st.one_of(
     st.integers(-(2**40), 2**40), st.floats(allow_nan=True, allow_infinity=True), st.booleans(),
@@ -228,7 +228,7 @@ def test_any_model_config_loads_or_is_one_commodel_error(tmp_path_factory, confi
     positive sizes, or one CommodelError naming the file."""
     import json
 
-    from commodel.workloads.model_files import load_model_file
+    from commodel.workloads.model.files import load_model_file
 
     base = (
         json.loads((Path(__file__).parent / "data" / "hf" / "qwen3-30b-a3b.json").read_text())

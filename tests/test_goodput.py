@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from commodel.ops.goodput import daly_interval, goodput
 from commodel.pricing.run import train
-from commodel.workloads.catalog import failure_model
+from commodel.workloads.model.catalog import failure_model
 
 
 def test_the_llama3_failure_data_adds_up():
@@ -75,7 +75,7 @@ def test_a_checkpoint_burst_gets_its_share_of_the_file_system_and_no_more_than_i
 
 
 def test_each_fleet_states_its_source_and_rates_follow_its_counts():
-    from commodel.workloads.catalog import failure_models
+    from commodel.workloads.model.catalog import failure_models
 
     fleets = failure_models()
     assert {"llama3-h100", "bloom-a100", "opt-a100"} <= set(fleets)

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from commodel.comm.cross_vendor import cross_vendor_time
 from commodel.hardware import cluster
-from commodel.workloads.catalog import model
-from commodel.workloads.hetero import balanced_layers, hetero_train_step, node_groups
+from commodel.workloads.model.catalog import model
+from commodel.workloads.training.hetero import balanced_layers, hetero_train_step, node_groups
 
 MIXED = "dgx-h100:1,mi300x-8:1"
 

@@ -10,8 +10,8 @@ from commodel.cli import app
 from commodel.hardware import cluster
 from commodel.pricing.evaluator import evaluator
 from commodel.pricing.training import job_layouts
-from commodel.workloads.catalog import model
-from commodel.workloads.host_issue import BACKWARD_OPS, SCOPE_OPS, host_issue_s, host_wait_s
+from commodel.workloads.model.catalog import model
+from commodel.workloads.training.host_issue import BACKWARD_OPS, SCOPE_OPS, host_issue_s, host_wait_s
 
 MOE_GRAPHS = "attn,moe_router,moe_preprocess"
 

@@ -11,9 +11,9 @@ import pytest
 from commodel.comm.initiation import SCHEMES, available, coordination_latency, handoff, path_of, put_latency
 from commodel.errors import CommodelError
 from commodel.hardware import cluster
-from commodel.workloads.catalog import model
-from commodel.workloads.moe_dispatch import dispatch_combine
-from commodel.workloads.stencil import Stencil, iteration_time, strong_efficiency, weak_efficiency
+from commodel.workloads.hpc.stencil import Stencil, iteration_time, strong_efficiency, weak_efficiency
+from commodel.workloads.model.catalog import model
+from commodel.workloads.moe.dispatch import dispatch_combine
 
 IB, SLINGSHOT = (path_of(cluster(s, 2)) for s in ("dgx-h100", "frontier-node"))
 
@@ -222,7 +222,7 @@ def test_deepeps_normal_kernels_reach_eight_nvlink_peers_even_in_a_rack_scale_do
     and send the rest over RDMA, as training's flex dispatcher prices them; its low-latency kernels
     reach the whole domain."""
     from commodel.pricing.dispatch import DispatchJob, price_dispatch
-    from commodel.workloads.moe_dispatch import DEEPEP_NVL_PEERS, exchange
+    from commodel.workloads.moe.dispatch import DEEPEP_NVL_PEERS, exchange
 
     rack = cluster("gb200-nvl72", 16)  # 64 GPUs, an expert-parallel size that divides 256 experts
     net = model("deepseek-v3")

@@ -14,7 +14,7 @@ from commodel.pricing.run import train
 )
 def test_pipeline_stages_hold_the_models_layers(model, pp):
     """Stages add up to the model's layers, even where pp does not divide them (and pp = layers)."""
-    from commodel.workloads.catalog import model as get_model
+    from commodel.workloads.model.catalog import model as get_model
 
     result = train(model=model, system="dgx-h100", gpus=8 * pp, tp=8, pp=pp, global_batch=8 * pp)
     stages = [int(n) for n in result["stage_layers"].split(",")]
@@ -46,8 +46,8 @@ def test_checkpoints_fall_between_steps_and_never_closer_than_their_write(storag
                    checkpoint="async", failures="llama3-h100", storage_GBps=storage)  # fmt: skip
     interval, step = 60 * result["checkpoint_interval_min"], result["step_time_s"]
     from commodel.ops.goodput import STATE_BYTES_PER_PARAM
-    from commodel.workloads.catalog import model
-    from commodel.workloads.transformer import parameters
+    from commodel.workloads.model.catalog import model
+    from commodel.workloads.model.transformer import parameters
 
     state = parameters(model("llama3-405b"))["total"] * STATE_BYTES_PER_PARAM
     write = state / (storage * 1e9)  # the state, to storage in the background
@@ -79,8 +79,8 @@ def test_every_valid_training_job_holds_the_physical_invariants():
     from commodel.hardware.loader import default_db
     from commodel.ops.goodput import STATE_BYTES_PER_PARAM
     from commodel.pricing.evaluator import evaluator
-    from commodel.workloads.catalog import model
-    from commodel.workloads.transformer import parameters
+    from commodel.workloads.model.catalog import model
+    from commodel.workloads.model.transformer import parameters
 
     rng = np.random.default_rng(11)
     result = evaluator("training")(_random_training_jobs(rng))

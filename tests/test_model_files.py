@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 from commodel.cli import app, main
 from commodel.errors import CommodelError
 from commodel.pricing.run import train
-from commodel.workloads.catalog import model
-from commodel.workloads.model_files import MAX_BYTES, load_model_file
-from commodel.workloads.transformer import model_flops_per_token, parameters
+from commodel.workloads.model.catalog import model
+from commodel.workloads.model.files import MAX_BYTES, load_model_file
+from commodel.workloads.model.transformer import model_flops_per_token, parameters
 
 HF = Path(__file__).parent / "data" / "hf"
 SHIPPED = Path(__file__).parents[1] / "workloads"
@@ -29,7 +29,7 @@ def test_a_hugging_face_config_is_the_shipped_model_of_that_name(name):
 
 
 def test_every_listed_architecture_has_a_config_in_the_tests():
-    from commodel.workloads.model_files import ARCHITECTURES
+    from commodel.workloads.model.files import ARCHITECTURES
 
     kinds = {json.loads(p.read_text())["model_type"] for p in HF.glob("*.json")}
     assert kinds == set(ARCHITECTURES)

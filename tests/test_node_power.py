@@ -12,8 +12,8 @@ from commodel.ops.node_power import ALWAYS_ON, NodeLedger, PowerSaving
 from commodel.ops.scheduler import Scheduler
 from commodel.ops.scheduling import approximate_waits, simulate_waits
 from commodel.pricing.scheduling import scheduling
-from commodel.workloads.catalog import job_mix
-from commodel.workloads.schema import NodePowerSpec
+from commodel.workloads.model.catalog import job_mix
+from commodel.workloads.model.schema import NodePowerSpec
 
 POWER = NodePowerSpec(busy=1000.0, idle=200.0, off=10.0, source="test")
 MIX = job_mix("hpc-cpu")

@@ -9,7 +9,7 @@ from commodel.pricing.run import train
 from commodel.pricing.table import job_columns
 from commodel.pricing.training import price_training
 from commodel.pricing.training_job import training_job
-from commodel.workloads.pipeline_layout import StageSplit, layout_chunks, stage_split
+from commodel.workloads.parallel.pipeline_layout import StageSplit, layout_chunks, stage_split
 
 #: DeepSeek-V3 (61 layers) on 256 GB200, as Megatron-Bridge's pp 4 x vp 4 recipe runs it.
 DSV3 = dict(model="deepseek-v3", system="gb200-nvl72", gpus=256, pp=4, ep=64, etp=1, global_batch=4096)

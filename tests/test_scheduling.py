@@ -7,7 +7,7 @@ import pytest
 from commodel.errors import CommodelError
 from commodel.ops.scheduling import approximate_waits, erlang_c, servers
 from commodel.studies import run_study
-from commodel.workloads.catalog import job_mix
+from commodel.workloads.model.catalog import job_mix
 
 
 def test_erlang_c_by_hand():

@@ -11,9 +11,9 @@ from commodel.cli import app
 from commodel.compute.precision import serving_precision
 from commodel.hardware import cluster
 from commodel.pricing.run import serve
-from commodel.workloads.catalog import model
-from commodel.workloads.serving import Engine, steady_state
-from commodel.workloads.serving_memory import capacity, kv_bytes_per_token_layer, weight_bytes_per_gpu
+from commodel.workloads.model.catalog import model
+from commodel.workloads.serving.engine import Engine, steady_state
+from commodel.workloads.serving.memory import capacity, kv_bytes_per_token_layer, weight_bytes_per_gpu
 
 
 def engine(
@@ -225,7 +225,7 @@ def test_serving_memory_categories_fill_the_gpu_where_the_weights_fit():
     import pandas as pd
 
     from commodel.pricing.evaluator import evaluator
-    from commodel.workloads.serving_memory import SERVING_CATEGORIES
+    from commodel.workloads.serving.memory import SERVING_CATEGORIES
 
     jobs = pd.DataFrame({"model": ["llama3-8b", "llama3-70b", "llama3-405b"], "system": "dgx-a100", "tp": [1, 4, 8],
                          "prompt": 1024, "output": 256})  # fmt: skip
@@ -293,7 +293,7 @@ def test_an_overlapped_host_loop_hides_behind_the_gpu_and_never_slows_an_iterati
     iteration takes the longer of the two where the serial loop adds them, so it is never slower, and
     no faster than its GPU work; where the GPU's work is the longer (both models here) the host loop
     hides entirely."""
-    from commodel.workloads.serving import iteration_time
+    from commodel.workloads.serving.engine import iteration_time
 
     for name, tp in (("qwen3-30b-a3b", 1), ("llama3-70b", 1)):
         job = dict(model=name, system="gb200-nvl72", gpus=tp, tp=tp, prompt=1000, output=1000, dtype="fp4")

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from commodel.cli import app
 from commodel.hardware import cluster
 from commodel.studies import STUDIES, run_study
-from commodel.workloads.catalog import model
-from commodel.workloads.training import train_step
+from commodel.workloads.model.catalog import model
+from commodel.workloads.training.step import train_step
 
 STUDIES_DIR = Path(__file__).parents[1] / "studies"
 
@@ -155,8 +155,8 @@ def test_cais_overlaps_what_its_base_exposes_and_its_gain_falls_as_collectives_g
 
 def test_stores_through_the_switch_never_beat_the_links():
     from commodel.comm.fabric import fabric_of
-    from commodel.workloads.groups import group
-    from commodel.workloads.tensor_parallel import switch_stores
+    from commodel.workloads.parallel.groups import group
+    from commodel.workloads.training.tensor_parallel import switch_stores
 
     fab = fabric_of(cluster("dgx-h100"))
     sizes = np.array([2**20, 2**26])

@@ -7,8 +7,8 @@ import pytest
 
 from commodel.pricing.evaluator import evaluator
 from commodel.pricing.training import job_layouts
-from commodel.workloads.catalog import model
-from commodel.workloads.token_drop import dropped_share
+from commodel.workloads.model.catalog import model
+from commodel.workloads.moe.token_drop import dropped_share
 
 
 def _layouts(**values):

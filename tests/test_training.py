@@ -17,13 +17,19 @@ from commodel.overlap import STRATEGIES, Window, window_time
 from commodel.pricing.run import train
 from commodel.pricing.table import job_columns
 from commodel.pricing.training_job import training_job
-from commodel.workloads.activation_fit import offload_exposed
-from commodel.workloads.catalog import model, models
-from commodel.workloads.layout import RECOMPUTE_CHOICES, RECOMPUTE_MODULES, module_bits, stage_layers_text
-from commodel.workloads.memory import layer_parameters, memory_per_gpu, reserved_memory, stage_parameters
-from commodel.workloads.moe_dispatch import NVLINK_SHARE, domains_reached, forwarded_copies
-from commodel.workloads.training import BREAKDOWN, train_step
-from commodel.workloads.transformer import model_flops_per_token, parameters
+from commodel.workloads.model.catalog import model, models
+from commodel.workloads.model.recompute import RECOMPUTE_MODULES, module_bits
+from commodel.workloads.model.transformer import model_flops_per_token, parameters
+from commodel.workloads.moe.dispatch import NVLINK_SHARE, domains_reached, forwarded_copies
+from commodel.workloads.parallel.layout import RECOMPUTE_CHOICES, stage_layers_text
+from commodel.workloads.training.activation_fit import offload_exposed
+from commodel.workloads.training.memory import (
+    layer_parameters,
+    memory_per_gpu,
+    reserved_memory,
+    stage_parameters,
+)
+from commodel.workloads.training.step import BREAKDOWN, train_step
 
 GPT3 = model("gpt3-175b")
 
@@ -249,7 +255,7 @@ def test_activations_keep_q_k_and_v_as_wide_as_the_heads_make_them():
     """Q is heads x d_qk wide, K and V kv_heads x (d_qk + d_v), the attention output heads x d_v:
     Korthikanti's 2h for Q holds only where heads x d = h. MLA keeps every head's up-projected key and
     value (DeepSeek-V3: 128 x (192 + 192 + 128) x 2 B) and its two latents."""
-    from commodel.workloads.transformer import activation_bytes_per_token
+    from commodel.workloads.model.transformer import activation_bytes_per_token
 
     llama = model("llama3-70b")  # heads x d = h: Korthikanti's count, GQA's K and V, no dropout
     h, kv, d, f = llama.hidden, llama.n_kv_heads, llama.d_head, llama.ffn_hidden
@@ -313,7 +319,7 @@ def test_recompute_modules_free_their_outputs_and_run_their_kernels_again(dtype)
     experts', each in the layers of its kind (DeepSeek-V3: 3 dense, 58 MoE). Each costs its kernels'
     forward again (``moe`` its dispatch and combine too) and nothing where the layer is recomputed in
     full."""
-    from commodel.workloads.transformer import activation_bytes_per_token, recompute_flops_per_token
+    from commodel.workloads.model.transformer import activation_bytes_per_token, recompute_flops_per_token
 
     net = model("deepseek-v3")
     h, heads, a, k, f = net.hidden, net.heads, net.mla, net.moe.top_k, net.moe.expert_ffn_hidden
@@ -426,7 +432,7 @@ def test_recompute_modules_are_checked_against_the_model():
 
 
 def test_stage_split_follows_megatrons_first_and_last_stage_layers():
-    from commodel.workloads.layout import stage_split
+    from commodel.workloads.parallel.layout import stage_split
 
     dsv3 = model("deepseek-v3")  # 61 layers
     cases = [
@@ -747,8 +753,8 @@ def test_the_parameter_all_gather_moves_the_recipes_primary_weights():
     Megatron-Bridge recipe): per-tensor FP8 exposes less data-parallel time than MXFP8, and less with
     FP8 parameters than without, in less memory; BF16 ignores the setting."""
     from commodel.comm.fabric import fabric_of
-    from commodel.workloads.data_parallel import gradient_sync
-    from commodel.workloads.groups import collective, group
+    from commodel.workloads.parallel.groups import collective, group
+    from commodel.workloads.training.data_parallel import gradient_sync
 
     c = cluster("gb200-nvl72", 16)
     fab = fabric_of(c)
@@ -834,7 +840,7 @@ def test_a_batch_prices_every_layout_as_it_would_alone(name):
     recomputation's none and full priced in one pass for ``auto``), and skipping what no layout of a
     batch uses (DualPipe, stated stages, multi-token prediction, context parallelism), must not change
     any number: a batch of layouts equals each layout priced on its own."""
-    from commodel.workloads.layout_rules import valid
+    from commodel.workloads.parallel.layout_rules import valid
 
     rng = np.random.default_rng(7)
     n = 600
@@ -902,7 +908,7 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     DeepEP, permuted by fused kernels or not, with Adam's moments in FP32 or BF16."""
     from commodel.compute import gemm, kernel_time
     from commodel.compute.roofline import peak_flops
-    from commodel.workloads.layout_rules import valid
+    from commodel.workloads.parallel.layout_rules import valid
 
     rng = np.random.default_rng(seed)
     n = 3300
@@ -1033,8 +1039,8 @@ def test_userbuffers_chunks_cost_small_gemms_their_waves(monkeypatch):
     grows, which takes Megatron-LM's own GPT-3 175B run on 96 H100 from 23% to 13.5% fast."""
     from commodel.compute.kernels import gemm
     from commodel.hardware import default_db
-    from commodel.workloads import layer_work as lw
-    from commodel.workloads import userbuffers
+    from commodel.workloads.layer import userbuffers
+    from commodel.workloads.layer import work as lw
 
     h100, gb300 = default_db().gpu("h100-sxm"), default_db().gpu("gb300")
     qkv = gemm(4096, 3 * 12288 / 8, 12288)
@@ -1117,8 +1123,8 @@ def test_the_expert_grid_folds_over_the_tensor_parallel_ranks():
     (the default) cannot place; each GPU then holds E / ep whole experts, and no expert-tp gather
     follows the dispatch. A layer of routed experts (no shared expert) has one tensor-parallel
     gather-reduce pair per pass, not a dense layer's two."""
-    from commodel.workloads.memory import stage_parameters
-    from commodel.workloads.transformer import layer_weights, tensor_parallel_mlps
+    from commodel.workloads.model.transformer import layer_weights, tensor_parallel_mlps
+    from commodel.workloads.training.memory import stage_parameters
 
     recipe = dict(model="qwen3-235b-a22b", system="dgx-h100", gpus=256, tp=2, pp=8, ep=32, vpp=4,
                   global_batch=1024, seq=4096, sequence_parallel=True)  # fmt: skip
@@ -1157,7 +1163,7 @@ def test_fp8_activation_inputs_take_one_byte_each_and_cost_no_time():
     activation function keeps its input, FC1's gate and up outputs, in FP8: a dense SwiGLU layer holds
     2 f bytes less per token, a MoE layer 2 f per routed copy (top_k of them), on any recipe; the
     step's time does not change."""
-    from commodel.workloads.transformer import activation_bytes_per_token
+    from commodel.workloads.model.transformer import activation_bytes_per_token
 
     for name, dtype in (("llama3-8b", "bf16"), ("qwen3-30b-a3b", "fp8")):
         net = model(name)
@@ -1241,7 +1247,7 @@ def test_deepep_crosses_the_network_once_per_node_and_group_limited_routing_caps
 def test_a_group_limited_router_is_checked_where_it_is_declared(groups, top, problem):
     from pydantic import ValidationError
 
-    from commodel.workloads.schema import MoE
+    from commodel.workloads.model.schema import MoE
 
     declared = dict(
         experts=256, top_k=8, expert_ffn_hidden=2048, router_groups=groups, router_group_top_k=top
@@ -1325,7 +1331,7 @@ def test_shared_expert_overlap_hides_the_all_to_alls_behind_the_shared_experts_o
     the shared experts' time, less than 1F1B's whole partner layer, nothing under serial execution or
     for a model without shared experts (Qwen3)."""
     from commodel.compute.precision import precision
-    from commodel.workloads.layer_work import layer_work_of
+    from commodel.workloads.layer.work import layer_work_of
 
     net, c = model("deepseek-v3"), cluster("gb200-nvl72", 16)
     x = layouts(dp=64, ep=64, micro_batch=1, global_batch=512, seq=4096, zero=1)
@@ -1383,7 +1389,7 @@ def test_the_kernel_table_adds_up_to_the_layer_the_step_prices(job):
     same pricing, itemized), and a compute-bound GEMM never beats its GPU's peak."""
     from commodel.compute.roofline import peak_flops
     from commodel.pricing.training import job_layout
-    from commodel.workloads.layer_work import layer_work_of
+    from commodel.workloads.layer.work import layer_work_of
 
     result = train(**job, kernels=True)
     rows = result["kernels"]
@@ -1471,8 +1477,8 @@ def test_interleaved_chunks_reduce_their_gradients_as_their_work_ends():
     the first chunk's end (pp chunk-passes apart). Hidden as well or better, never below zero, and a
     step with more chunks exposes less of it."""
     from commodel.overlap import exposed
-    from commodel.workloads.data_parallel import chunked_exposed
-    from commodel.workloads.layer_work import repeat
+    from commodel.workloads.layer.work import repeat
+    from commodel.workloads.training.data_parallel import chunked_exposed
 
     layer = Window(*(np.array([t]) for t in (0.010, 0.012, 0.001, 1e-4)))  # 10 ms of backward per layer
     comm, bw, buckets, layers = np.array([0.5]), np.array([4e10]), np.array([40.0]), np.array([8.0])
@@ -1509,7 +1515,7 @@ def test_memory_categories_add_up_to_the_total_over_random_valid_jobs():
     import pandas as pd
 
     from commodel.pricing.evaluator import evaluator
-    from commodel.workloads.memory import CATEGORIES
+    from commodel.workloads.training.memory import CATEGORIES
 
     rng = np.random.default_rng(7)
     n = 600

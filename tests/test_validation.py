@@ -13,7 +13,7 @@ from commodel.validate.megatron_bridge import flop_count_note, flops_per_token, 
 from commodel.validate.runs import runs
 from commodel.validate.table import GAP_GATE, _case, _note
 from commodel.validate.training import recipe_run, training_metric, training_run
-from commodel.workloads.catalog import model as get_model
+from commodel.workloads.model.catalog import model as get_model
 
 MiB = 2**20
 
@@ -108,8 +108,8 @@ def test_the_llama3_paper_counts_attention_causally_as_its_three_runs_show(table
     with cp 16) sit within 4 points of one error; counted in full, the 128K run's error would be 40
     points above the 8K ones', its attention being most of its FLOPs. The offset is a level, not a
     layout: the model has what the runs' relative costs are."""
-    from commodel.workloads.catalog import model
-    from commodel.workloads.transformer import model_flops_per_token
+    from commodel.workloads.model.catalog import model
+    from commodel.workloads.model.transformer import model_flops_per_token
 
     rows = table.set_index("id").loc[[f"llama3-405b-{k}" for k in ("8k", "16k", "128k")]]
     assert np.ptp(rows.error_pct) < 4

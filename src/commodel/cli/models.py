@@ -9,8 +9,8 @@ import typer
 
 from commodel.cli.root import JsonFlag, model_app
 from commodel.units import format_quantity
-from commodel.workloads.catalog import model, models
-from commodel.workloads.model_summary import model_summary
+from commodel.workloads.model.catalog import model, models
+from commodel.workloads.model.summary import model_summary
 
 
 @model_app.command("list")

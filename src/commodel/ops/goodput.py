@@ -1,7 +1,7 @@
 """Goodput of a long training job under failures: checkpoints, restarts and the work lost between them.
 
 Failures arrive as a Poisson process at ``G x lambda`` per hour for ``G`` GPUs (``lambda`` per GPU-hour
-from a failure model, :class:`commodel.workloads.schema.FailureModel`); the job's MTBF is
+from a failure model, :class:`commodel.workloads.model.schema.FailureModel`); the job's MTBF is
 ``M = 1 / (G lambda)``. A checkpoint holds the model state, ``S`` bytes (weights and optimizer).
 
 - ``sync``: training stops while the state is written: ``C = S / B_write``.

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from commodel.errors import CommodelError
-from commodel.workloads.schema import NodePowerSpec
+from commodel.workloads.model.schema import NodePowerSpec
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ with the scheduler's cycle and per-job costs and bursty or daily-cycling arrival
 (:mod:`commodel.ops.scheduler`).
 
 Each job asks for the resources of its class (a stated mix,
-:class:`commodel.workloads.schema.JobMixSpec`, every job within one node) for a lognormal runtime with
+:class:`commodel.workloads.model.schema.JobMixSpec`, every job within one node) for a lognormal runtime with
 the mix's mean and coefficient of variation ``cv``, and holds them for its runtime plus the prolog and
 epilog: ``S = E[runtime] + prolog + epilog``.
 
@@ -40,7 +40,7 @@ from numpy.typing import ArrayLike
 from commodel.errors import CommodelError, unknown
 from commodel.ops.node_power import ALWAYS_ON, NodeLedger, PowerSaving, steady_power_W
 from commodel.ops.scheduler import IDEAL, POISSON, Arrivals, Scheduler
-from commodel.workloads.schema import JobMixSpec, NodePowerSpec
+from commodel.workloads.model.schema import JobMixSpec, NodePowerSpec
 
 POLICIES = ("exclusive", "tres")
 

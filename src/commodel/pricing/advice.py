@@ -12,15 +12,15 @@ from typing import Any
 
 import numpy as np
 
+from commodel.choice_bits import module_names
 from commodel.compute.precision import precision
 from commodel.pricing.table import Columns, job_columns
 from commodel.pricing.training import price_training
 from commodel.pricing.training_job import TrainingJob
-from commodel.workloads.catalog import model
-from commodel.workloads.choice_bits import module_names
-from commodel.workloads.host_issue import capturable_scopes
-from commodel.workloads.layout import COVERED_BY, RECOMPUTE_MODULES
-from commodel.workloads.transformer import activation_bytes_per_token
+from commodel.workloads.model.catalog import model
+from commodel.workloads.model.recompute import COVERED_BY, RECOMPUTE_MODULES
+from commodel.workloads.model.transformer import activation_bytes_per_token
+from commodel.workloads.training.host_issue import capturable_scopes
 
 #: Stage imbalance (slowest stage over the mean) above which a lighter last stage is looked for, and
 #: the gain that makes a change worth a note.
@@ -87,7 +87,7 @@ FLEX_DISPATCHERS = {
 def deepep_to_try(job: TrainingJob, row: SimpleNamespace) -> str:
     """Where NCCL's all-to-all dispatches a MoE job's tokens: Megatron's flex dispatcher priced instead,
     with DeepEP and with HybridEP (one network copy per remote NVLink group and one NVLink copy per GPU
-    holding the token's experts, :func:`~commodel.workloads.moe_dispatch.forwarded_copies`); the faster
+    holding the token's experts, :func:`~commodel.workloads.moe.dispatch.forwarded_copies`); the faster
     is named if it saves at least :data:`GAIN_WORTH_A_NOTE` and fits where the job does; else no note."""
     if job.dispatcher != "alltoall" or job.ep < 2 or float(row.ep_comm_s) <= 0 or ":" in job.system:
         return ""
@@ -108,7 +108,7 @@ def deepep_to_try(job: TrainingJob, row: SimpleNamespace) -> str:
 def recompute_modules_to_try(job: TrainingJob, row: SimpleNamespace) -> str:
     """Where a job fits only by recomputing or offloading whole layers (``--recompute auto``), or does
     not fit: the recompute modules it does not use yet that free memory for its model and precision
-    (:func:`~commodel.workloads.transformer.activation_bytes_per_token` says which), each alone and all
+    (:func:`~commodel.workloads.model.transformer.activation_bytes_per_token` says which), each alone and all
     together, priced as one batch; the fastest that fits is named if it saves at least
     :data:`GAIN_WORTH_A_NOTE` or makes the job fit; else no note."""
     pressed = not row.fits or (

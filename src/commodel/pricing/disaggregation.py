@@ -20,7 +20,7 @@ from commodel.ops.pooling import JobMix, facility_pue, pool_utilization, remote_
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.job import LINK, SYSTEM, Choices, Job
 from commodel.pricing.table import Columns, blank_outputs, flags, groups, numbers
-from commodel.workloads.catalog import job_mix, job_mixes
+from commodel.workloads.model.catalog import job_mix, job_mixes
 
 
 class PoolingJob(Job):

@@ -1,11 +1,11 @@
 """The MoE dispatch job (``commodel comm dispatch``'s options, the ``moe_dispatch`` evaluator's
 inputs): one expert-parallel dispatch and one combine per GPU as DeepEP's kernels run them
-(:func:`commodel.workloads.moe_dispatch.exchange`), reported as DeepEP's own tests report them: the
+(:func:`commodel.workloads.moe.dispatch.exchange`), reported as DeepEP's own tests report them: the
 time of each call, what binds it, and its NVLink and RDMA bandwidths as the tests count them
-(:func:`~commodel.workloads.moe_dispatch.received_bandwidths`).
+(:func:`~commodel.workloads.moe.dispatch.received_bandwidths`).
 
 Dispatch sends FP8 elements with their per-128 scales, combine BF16 ones
-(:data:`~commodel.workloads.moe_dispatch.DISPATCH_BYTES`, ``COMBINE_BYTES``), as DeepEP's tests do.
+(:data:`~commodel.workloads.moe.dispatch.DISPATCH_BYTES`, ``COMBINE_BYTES``), as DeepEP's tests do.
 A scheme the fabric's NIC cannot run across nodes is a row with ``valid = False`` and the reason in
 ``problem``.
 """
@@ -35,8 +35,8 @@ from commodel.pricing.job import (
     TraysPerRack,
     cluster_shape,
 )
-from commodel.workloads.catalog import model as get_model
-from commodel.workloads.moe_dispatch import (
+from commodel.workloads.model.catalog import model as get_model
+from commodel.workloads.moe.dispatch import (
     COMBINE_BYTES,
     DISPATCH_BYTES,
     MODES,

@@ -1,5 +1,5 @@
 """Evaluators of GPU-initiated communication (:mod:`commodel.comm.initiation`): one message per scheme
-and fabric (``initiation``) and a stencil's halo exchange (``halo``, :mod:`commodel.workloads.stencil`);
+and fabric (``initiation``) and a stencil's halo exchange (``halo``, :mod:`commodel.workloads.hpc.stencil`);
 a MoE layer's dispatch and combine is :mod:`commodel.pricing.dispatch`'s. A scheme a fabric's NIC
 cannot run is a row with ``valid = False`` and the reason in ``problem``.
 """
@@ -16,8 +16,8 @@ from commodel.hardware import cluster, nodes_for
 from commodel.hardware.cluster import Cluster
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.job import SYSTEM, Choices, Job
-from commodel.workloads import stencil
-from commodel.workloads.stencil import SEVEN_POINT, iteration_time, weak_efficiency
+from commodel.workloads.hpc import stencil
+from commodel.workloads.hpc.stencil import SEVEN_POINT, iteration_time, weak_efficiency
 
 
 class MessageJob(Job):

@@ -20,8 +20,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from commodel.errors import CommodelError, suggest
 from commodel.hardware import default_db
-from commodel.workloads.catalog import models
-from commodel.workloads.model_files import readable_model_file
+from commodel.workloads.model.catalog import models
+from commodel.workloads.model.files import readable_model_file
 
 #: Largest global batch (sequences) and sequence length a job may state: beyond, products of them
 #: leave the range where float64 token counts are exact.

@@ -6,13 +6,13 @@ import numbers
 from typing import Any
 
 from commodel.errors import CommodelError
-from commodel.workloads.catalog import known_model
-from commodel.workloads.pipeline_layout import stage_split
+from commodel.workloads.model.catalog import known_model
+from commodel.workloads.parallel.pipeline_layout import stage_split
 
 
 def with_pipeline_layout(data: Any) -> Any:
     """A pipeline layout states vpp, the first and last stages' layers and the prediction modules
-    (:func:`commodel.workloads.pipeline_layout.stage_split`); Megatron-Core refuses it beside its
+    (:func:`commodel.workloads.parallel.pipeline_layout.stage_split`); Megatron-Core refuses it beside its
     first and last stage flags or the embedding and loss counted as layers, and so does this."""
     text = data.get("pipeline_layout") if isinstance(data, dict) else None
     if not text:

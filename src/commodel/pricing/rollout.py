@@ -2,7 +2,7 @@
 over a day of online load (:mod:`commodel.ops.rl_rollout`).
 
 Every priced piece comes from the other models: an RL replica's time per token at each batch and its
-slots (:mod:`commodel.workloads.serving`, KV for a prompt and the longest response), a serving
+slots (:mod:`commodel.workloads.serving.engine`, KV for a prompt and the longest response), a serving
 replica's largest batch under the time-per-token SLO and its time per token there, the policy update
 (:func:`commodel.pricing.run.train` on the RL cluster, FSDP, x ``TRAIN_PASSES``), and the weight
 transfers over the cross-cluster link. The day is sampled every ``24 / hours`` hours; each sample is
@@ -41,11 +41,11 @@ from commodel.ops.rl_rollout import (
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.job import MAX_GPUS, MODEL, SYSTEM, Choices, Job
 from commodel.pricing.run import train
-from commodel.workloads.catalog import model as get_model
-from commodel.workloads.serving import Engine, steady_state
-from commodel.workloads.serving_batch import slo_batch
-from commodel.workloads.serving_memory import capacity
-from commodel.workloads.transformer import parameters
+from commodel.workloads.model.catalog import model as get_model
+from commodel.workloads.model.transformer import parameters
+from commodel.workloads.serving.batch import slo_batch
+from commodel.workloads.serving.engine import Engine, steady_state
+from commodel.workloads.serving.memory import capacity
 
 
 class RolloutJob(Job):

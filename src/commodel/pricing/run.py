@@ -26,11 +26,11 @@ from commodel.pricing.table import Columns, job_columns
 from commodel.pricing.totals import JOB_OUTPUTS
 from commodel.pricing.training import STEP_OUTPUTS, job_layout, price_training
 from commodel.pricing.training_job import TrainingJob, training_job
-from commodel.workloads.catalog import model
-from commodel.workloads.hetero import is_node_groups
-from commodel.workloads.layer_work import kernel_table
-from commodel.workloads.serving import Engine, iteration_table, kv_dtype_of, steady_state
-from commodel.workloads.training import BREAKDOWN
+from commodel.workloads.layer.work import kernel_table
+from commodel.workloads.model.catalog import model
+from commodel.workloads.serving.engine import Engine, iteration_table, kv_dtype_of, steady_state
+from commodel.workloads.training.hetero import is_node_groups
+from commodel.workloads.training.step import BREAKDOWN
 
 #: Step outputs :func:`train` reports elsewhere in its result (the layout, the recomputation in words).
 TRAIN_APART = ("recompute_used", "stage_layers")
@@ -60,7 +60,7 @@ def _training_layout(job: TrainingJob, row: SimpleNamespace) -> str:
 
 
 def _kernel_table(job: TrainingJob, row: SimpleNamespace) -> list[dict[str, object]]:
-    """:func:`~commodel.workloads.layer_work.kernel_table` of the job's layout as the pricing resolved
+    """:func:`~commodel.workloads.layer.work.kernel_table` of the job's layout as the pricing resolved
     it (its data-parallel size, the model's sequence where the job gives none)."""
     if is_node_groups(job.system):
         raise CommodelError("the kernel table prices one kind of node; give one system, not node groups")
@@ -205,7 +205,7 @@ SERVING_APART = ("batch_in_flight", "max_batch", "fits", "replicas", "problem", 
 
 
 def _iteration_table(job: ServingJob, batch: int) -> list[dict[str, object]]:
-    """:func:`~commodel.workloads.serving.iteration_table` of the job's replica at ``batch`` in flight."""
+    """:func:`~commodel.workloads.serving.engine.iteration_table` of the job's replica at ``batch`` in flight."""
     if job.prefill_gpus:
         raise CommodelError("the kernel table prices colocated serving; give no --prefill-gpus")
     where = cluster(job.system)

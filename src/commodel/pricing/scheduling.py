@@ -20,7 +20,7 @@ from commodel.ops.scheduler import Arrivals, Scheduler
 from commodel.ops.scheduling import POLICIES, approximate_waits, simulate_waits
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.job import MAX_NODES, Choices, Job
-from commodel.workloads.catalog import job_mix, job_mixes
+from commodel.workloads.model.catalog import job_mix, job_mixes
 
 METHODS = ("approximation", "simulation")
 

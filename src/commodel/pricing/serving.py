@@ -2,7 +2,7 @@
 
 Its inputs are :class:`commodel.pricing.serving_job.ServingJob`'s fields with their defaults,
 checked with the CLI's rules. Per replica (``tp x pp`` GPUs) the steady state of continuous batching
-(:mod:`commodel.workloads.serving`) at the batch the row asks for: ``max`` (all the KV cache holds
+(:mod:`commodel.workloads.serving.engine`) at the batch the row asks for: ``max`` (all the KV cache holds
 under the engine's limits), a number, or the largest meeting a latency SLO; totals are over the
 ``gpus / (tp pp)`` replicas. Facility power = IT power x PUE, the GPUs at the power of their
 compute-bound kernels and their memory-bound kernels' HBM traffic
@@ -23,10 +23,10 @@ from commodel.ops.energy import gpu_power_W, it_power_W
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.serving_job import ServingJob
 from commodel.pricing.table import Columns, blank_outputs, groups, numbers, problem_messages, take
-from commodel.workloads.catalog import model as get_model
-from commodel.workloads.serving import Engine, kv_dtype_of, replica_problems, steady_state
-from commodel.workloads.serving_batch import disaggregated, slo_batch
-from commodel.workloads.serving_memory import SERVING_CATEGORIES, capacity, kv_tokens_held
+from commodel.workloads.model.catalog import model as get_model
+from commodel.workloads.serving.batch import disaggregated, slo_batch
+from commodel.workloads.serving.engine import Engine, kv_dtype_of, replica_problems, steady_state
+from commodel.workloads.serving.memory import SERVING_CATEGORIES, capacity, kv_tokens_held
 
 OUTPUTS = (
     "ttft_s",

@@ -12,8 +12,8 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from commodel.compute.precision import SERVING_RECIPES
 from commodel.hardware import default_db
 from commodel.pricing.job import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ, MODEL, Choices, Job, Pue, make_job
-from commodel.workloads.serving import HOST_SCHEDULES, KV_DTYPES
-from commodel.workloads.serving_memory import KV_RESERVE
+from commodel.workloads.serving.engine import HOST_SCHEDULES, KV_DTYPES
+from commodel.workloads.serving.memory import KV_RESERVE
 
 
 def _systems() -> list[str]:

@@ -10,9 +10,9 @@ from commodel.hardware.cluster import Cluster
 from commodel.ops.energy import energy_costs, gpu_power_W, it_power_W, network_capex_usd, node_power_W
 from commodel.ops.goodput import STATE_BYTES_PER_PARAM, checkpoint_bandwidth, goodput
 from commodel.pricing.table import Columns, flags, numbers, take
-from commodel.workloads.catalog import failure_model
-from commodel.workloads.schema import Transformer
-from commodel.workloads.transformer import parameters
+from commodel.workloads.model.catalog import failure_model
+from commodel.workloads.model.schema import Transformer
+from commodel.workloads.model.transformer import parameters
 
 JOB_OUTPUTS = (
     "goodput",

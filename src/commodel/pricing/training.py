@@ -3,7 +3,7 @@ models, one call of the models per group of rows that share their model, system 
 
 Its inputs are :class:`~commodel.pricing.training_job.TrainingJob`'s fields. A row's GPUs and nodes
 follow from each other (:func:`commodel.hardware.cluster.job_size`, or the node groups' own:
-:func:`commodel.workloads.hetero.groups_size`), its data-parallel size from its GPUs, its layout from
+:func:`commodel.workloads.training.hetero.groups_size`), its data-parallel size from its GPUs, its layout from
 its fields by name (:func:`job_layout`). Each rule a row breaks is the rule of the declaration or of
 the model that owns the fact (the layout's, the placement's, CPU offloading's, DeepEP's, node
 groups'), and the row comes back with ``valid = False`` and the rules in ``problem``; the resolved
@@ -33,24 +33,24 @@ from commodel.pricing.table import (
 )
 from commodel.pricing.totals import JOB_OUTPUTS, job_totals
 from commodel.pricing.training_job import TrainingJob
-from commodel.workloads.activation_fit import offload_problem, recompute_layers_problem
-from commodel.workloads.catalog import model as get_model
-from commodel.workloads.hetero import (
+from commodel.workloads.model.catalog import model as get_model
+from commodel.workloads.model.schema import Transformer
+from commodel.workloads.moe.dispatch import deepep_problem
+from commodel.workloads.moe.token_drop import capacity_problem
+from commodel.workloads.parallel.layout import RECOMPUTE_CHOICES, Layout, stage_layers_text
+from commodel.workloads.parallel.layout_rules import layout_problems
+from commodel.workloads.parallel.pipeline_layout import stage_split
+from commodel.workloads.training.activation_fit import offload_problem, recompute_layers_problem
+from commodel.workloads.training.hetero import (
     group_rules,
     groups_size,
     hetero_train_step,
     is_node_groups,
     parse_node_groups,
 )
-from commodel.workloads.host_issue import graph_problem
-from commodel.workloads.layout import RECOMPUTE_CHOICES, Layout, stage_layers_text
-from commodel.workloads.layout_rules import layout_problems
-from commodel.workloads.memory import CATEGORIES as MEMORY_CATEGORIES
-from commodel.workloads.moe_dispatch import deepep_problem
-from commodel.workloads.pipeline_layout import stage_split
-from commodel.workloads.schema import Transformer
-from commodel.workloads.token_drop import capacity_problem
-from commodel.workloads.training import BREAKDOWN, train_step
+from commodel.workloads.training.host_issue import graph_problem
+from commodel.workloads.training.memory import CATEGORIES as MEMORY_CATEGORIES
+from commodel.workloads.training.step import BREAKDOWN, train_step
 
 STEP_OUTPUTS = (
     "step_time_s",
@@ -228,7 +228,7 @@ def _one_or_each(values: np.ndarray) -> object:
 def _hetero(
     net: Transformer, groups_: list[Cluster], x: Layout, key: dict, columns: Columns, rows: np.ndarray
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Rows on unlike node groups, one at a time (:func:`commodel.workloads.hetero.hetero_train_step`):
+    """Rows on unlike node groups, one at a time (:func:`commodel.workloads.training.hetero.hetero_train_step`):
     the results, NaN where a row breaks a rule of the groups, and that rule per row ("" if none)."""
     results, failed = [], np.full(len(rows), "", dtype=object)
     for i, row in enumerate(rows):
@@ -254,7 +254,7 @@ def job_layouts(jobs: Columns | object) -> Layout:
     """The layouts of a table of training jobs of one model (a DataFrame, or columns: arrays that
     broadcast, scalars included), every field it leaves out at the declaration's default, checked by
     its rules, ``gpus`` and ``dp`` resolved as the evaluator resolves them (layout rules not checked:
-    :func:`~commodel.workloads.layout_rules.layout_problems`); one job of scalars gives one layout of
+    :func:`~commodel.workloads.parallel.layout_rules.layout_problems`); one job of scalars gives one layout of
     scalars. For scripts and tests that call the models directly with jobs as a user states them."""
     given = {name: np.atleast_1d(np.asarray(v)) for name, v in dict(jobs).items()}
     scalar = all(np.ndim(v) == 0 for v in dict(jobs).values())

@@ -1,7 +1,7 @@
 """The training job as a user states it (:class:`TrainingJob`): model, system, parallel layout,
 batch, software settings, and the facility and price figures its energy and cost use. ``commodel
 train``'s options, :func:`commodel.pricing.run.train` and the ``training`` evaluator's inputs are its
-fields; cross-field rules of a layout are the model's (:func:`commodel.workloads.layout_rules.layout_problems`)."""
+fields; cross-field rules of a layout are the model's (:func:`commodel.workloads.parallel.layout_rules.layout_problems`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
+from commodel.choice_bits import module_names
 from commodel.comm.cross_vendor import TRANSPORTS
 from commodel.compute.precision import PRECISIONS
 from commodel.hardware import default_db
@@ -29,23 +30,21 @@ from commodel.pricing.job import (
     make_job,
 )
 from commodel.pricing.pipeline_fields import with_pipeline_layout
-from commodel.workloads.catalog import failure_models
-from commodel.workloads.choice_bits import module_names
-from commodel.workloads.hetero import parse_node_groups
-from commodel.workloads.host_issue import GRAPH_SCOPES, graph_bits
-from commodel.workloads.kernel_traffic import ELEMENTWISE
-from commodel.workloads.layout import (
+from commodel.workloads.layer.kernel_traffic import ELEMENTWISE
+from commodel.workloads.model.catalog import failure_models
+from commodel.workloads.model.recompute import RECOMPUTE_MODULES, module_bits
+from commodel.workloads.model.transformer import ATTENTION_IMPLEMENTATIONS
+from commodel.workloads.parallel.layout import (
     DISPATCHERS,
     OFFLOAD_STATES,
     RECOMPUTE,
-    RECOMPUTE_MODULES,
     SCHEDULES,
-    module_bits,
     offload_bits,
 )
-from commodel.workloads.tensor_parallel import TP_OVERLAP
-from commodel.workloads.training import EP_OVERLAP
-from commodel.workloads.transformer import ATTENTION_IMPLEMENTATIONS
+from commodel.workloads.training.hetero import parse_node_groups
+from commodel.workloads.training.host_issue import GRAPH_SCOPES, graph_bits
+from commodel.workloads.training.step import EP_OVERLAP
+from commodel.workloads.training.tensor_parallel import TP_OVERLAP
 
 
 def _systems() -> list[str]:

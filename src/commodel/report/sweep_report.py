@@ -22,7 +22,7 @@ from commodel.report.sweep_text import (
     uncertainty_text,
     varying,
 )
-from commodel.workloads.training import BREAKDOWN
+from commodel.workloads.training.step import BREAKDOWN
 
 #: Pareto points labelled with their design (the rest stay unlabelled to keep the plot readable).
 MAX_LABELS = 12

@@ -3,7 +3,7 @@ rings, or reduced by the switch), and compute-aware in-switch reduction (CAIS, w
 dataflow optimizer), end to end, on the paper's simulated system: half-width models on GPUs with
 half their SMs (setup: ``studies/cais/study.toml``).
 
-Mechanisms are those of :func:`commodel.workloads.tensor_parallel.tensor_parallel_exposed`.
+Mechanisms are those of :func:`commodel.workloads.training.tensor_parallel.tensor_parallel_exposed`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from commodel.hardware import cluster
 from commodel.hardware.cluster import Cluster
 from commodel.pricing.training import job_layouts
 from commodel.studies.base import Claim, StudyResult, study_spec
-from commodel.workloads.catalog import model as get_model
-from commodel.workloads.schema import Transformer
-from commodel.workloads.training import train_step
+from commodel.workloads.model.catalog import model as get_model
+from commodel.workloads.model.schema import Transformer
+from commodel.workloads.training.step import train_step
 
 
 def narrowed(net: Transformer, width: float) -> Transformer:

@@ -1,6 +1,6 @@
 """Study ``gicc``: GPU-triggered communication and coordination (Shan et al., arXiv:2604.22126): the
 coordination and put latencies of the schemes (:mod:`commodel.comm.initiation`) and two stencils'
-scaling under GPU-aware MPI and kernel-triggered exchange (:mod:`commodel.workloads.stencil`), on
+scaling under GPU-aware MPI and kernel-triggered exchange (:mod:`commodel.workloads.hpc.stencil`), on
 the paper's two platforms. Setup: ``studies/gicc/study.toml``."""
 
 from __future__ import annotations
@@ -12,7 +12,13 @@ import pandas as pd
 from commodel.comm.initiation import handoff, path_of, put_latency
 from commodel.hardware import cluster, nodes_for
 from commodel.studies.base import Claim, StudyResult, study_spec
-from commodel.workloads.stencil import SCHEMES, Stencil, iteration_time, strong_efficiency, weak_efficiency
+from commodel.workloads.hpc.stencil import (
+    SCHEMES,
+    Stencil,
+    iteration_time,
+    strong_efficiency,
+    weak_efficiency,
+)
 
 MPI, GICC = SCHEMES  # host-driven (GPU-aware MPI), kernel-triggered (GICC)
 

@@ -1,7 +1,7 @@
 """Study ``gin``: NCCL's GPU-initiated networking (Hamidouche et al., arXiv:2511.15076): its GDAKI and
 proxy backends and NVSHMEM's IBGDA transport, each with its own per-operation costs
 (:mod:`commodel.comm.initiation`), on DeepEP-style MoE dispatch and combine
-(:mod:`commodel.workloads.moe_dispatch`). Setup: ``studies/gin/study.toml``."""
+(:mod:`commodel.workloads.moe.dispatch`). Setup: ``studies/gin/study.toml``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pandas as pd
 from commodel.comm.initiation import path_of, put_latency
 from commodel.hardware import cluster, nodes_for
 from commodel.studies.base import Claim, StudyResult, study_spec
-from commodel.workloads.catalog import model as get_model
-from commodel.workloads.moe_dispatch import dispatch_combine
+from commodel.workloads.model.catalog import model as get_model
+from commodel.workloads.moe.dispatch import dispatch_combine
 
 #: Each transport: the initiation scheme it is, and whether its GPU threads share send queues.
 TRANSPORTS = {

@@ -1,6 +1,6 @@
 """Study ``hetero``: joint training on AMD and NVIDIA GPUs (Hu et al., arXiv:2602.18007), on the
 paper's testbed: one 8 x H200 node and one 8 x MI325X node, a two-stage pipeline with one stage per
-vendor and the paper's uneven splits (:mod:`commodel.workloads.hetero`), activations and gradients
+vendor and the paper's uneven splits (:mod:`commodel.workloads.training.hetero`), activations and gradients
 crossing by device-direct or CPU-forwarding transfers (:mod:`commodel.comm.cross_vendor`), against one
 node of each vendor alone (TP1 PP2 DP4). The claims compare TFLOPs per GPU, the paper's metric, at
 the reference point; the sweep shows the mixed cluster across transports, NICs and micro-batches.

@@ -3,7 +3,7 @@
 The paper's experiment (Cui & Pericas, arXiv:2606.09200; setup in ``studies/overlap/study.toml``):
 each platform's GEMM as tiled blocks on its SMs (:mod:`commodel.compute.residency`), the collective's
 time and CTAs from the NCCL/RCCL model, and the three arms from the block scheduler's dispatch rules
-(:mod:`commodel.overlap.streams`, :mod:`commodel.workloads.concurrent_gemm`). End-to-end training
+(:mod:`commodel.overlap.streams`, :mod:`commodel.overlap.concurrent_gemm`). End-to-end training
 stays a what-if beside the claims: the study's sweep (the training evaluator, serial vs naive vs
 shaped gradient all-reduce), summarized in the notes.
 """
@@ -17,9 +17,9 @@ import pandas as pd
 from commodel.comm.calls import run as run_collective
 from commodel.compute.residency import Block, tiled_gemm, waves
 from commodel.hardware import cluster as make_cluster
+from commodel.overlap.concurrent_gemm import COLLECTIVE_THREADS, arm_times, residency
 from commodel.studies.base import Claim, StudyResult, study_spec, study_table
 from commodel.units import parse_quantity
-from commodel.workloads.concurrent_gemm import COLLECTIVE_THREADS, arm_times, residency
 
 #: Lanes per warp (NVIDIA) or wavefront (AMD).
 WARP = {"nvidia": 32, "amd": 64}

@@ -11,7 +11,7 @@ import pandas as pd
 
 from commodel.ops.goodput import STATE_BYTES_PER_PARAM, goodput
 from commodel.studies.base import Claim, StudyResult, side_by_side, study_spec, study_table
-from commodel.workloads.catalog import failure_model
+from commodel.workloads.model.catalog import failure_model
 
 
 def by_rate(table: pd.DataFrame) -> pd.DataFrame:

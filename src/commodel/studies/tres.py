@@ -22,7 +22,7 @@ from commodel.ops.scheduler import Scheduler
 from commodel.ops.scheduling import approximate_waits, simulate_waits
 from commodel.pricing.scheduling import arrivals_per_h
 from commodel.studies.base import Claim, StudyResult, study_spec, study_table
-from commodel.workloads.catalog import job_mix
+from commodel.workloads.model.catalog import job_mix
 
 #: How far apart the approximation's and the simulation's mean waits may be (a factor, either way).
 TOLERANCE = 3.0

@@ -27,7 +27,7 @@ from commodel.validate.descriptions import DISPATCH, SERVING, read_sizes
 from commodel.validate.megatron_bridge import flop_count_note
 from commodel.validate.runs import runs
 from commodel.validate.training import training_metric, training_run
-from commodel.workloads.catalog import model as get_model
+from commodel.workloads.model.catalog import model as get_model
 
 #: Size used for collective rows that quote an asymptotic figure without a size.
 ASYMPTOTIC_SIZE = 8 * 2**30

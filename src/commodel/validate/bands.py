@@ -36,10 +36,10 @@ from commodel.hardware.uncertain import Uncertain, draws, drivers, on_draws, unc
 from commodel.io import atomic_path, files_digest
 from commodel.resources import resource_dir
 from commodel.validate.table import validation_table
-from commodel.workloads.catalog import model
-from commodel.workloads.hetero import is_node_groups, parse_node_groups
-from commodel.workloads.host_issue import capturable_scopes
-from commodel.workloads.moe_dispatch import DEEPEP_NVL_PEERS
+from commodel.workloads.model.catalog import model
+from commodel.workloads.moe.dispatch import DEEPEP_NVL_PEERS
+from commodel.workloads.training.hetero import is_node_groups, parse_node_groups
+from commodel.workloads.training.host_issue import capturable_scopes
 
 #: Metrics that are times (a larger value is slower); the rest are speeds.
 TIME_METRICS = ("time",)

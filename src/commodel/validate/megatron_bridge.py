@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 
 from commodel.pricing.training_job import TrainingJob
-from commodel.workloads.catalog import model as get_model
-from commodel.workloads.schema import Transformer
+from commodel.workloads.model.catalog import model as get_model
+from commodel.workloads.model.schema import Transformer
 
 #: How far (relative) a job's count may sit from what its row's figures imply before the row notes it.
 FLOP_COUNT_TOLERANCE = 0.01

@@ -12,9 +12,10 @@ from commodel.hardware import default_db
 from commodel.pricing.training_job import TrainingJob, training_job
 from commodel.validate.descriptions import RECIPE
 from commodel.validate.runs import RecipeSettings, runs
-from commodel.workloads.catalog import model as get_model
-from commodel.workloads.layout import RECOMPUTE, module_bits
-from commodel.workloads.transformer import model_flops_per_token, recompute_flops_per_token
+from commodel.workloads.model.catalog import model as get_model
+from commodel.workloads.model.recompute import module_bits
+from commodel.workloads.model.transformer import model_flops_per_token, recompute_flops_per_token
+from commodel.workloads.parallel.layout import RECOMPUTE
 
 
 @dataclass(frozen=True)

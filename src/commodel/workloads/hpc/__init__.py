@@ -1,0 +1,1 @@
+"""HPC kernels: stencils with halo exchange."""

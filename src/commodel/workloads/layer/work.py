@@ -1,0 +1,367 @@
+"""Compute of one transformer layer and micro-batch on a GPU, and the overlap windows it offers.
+
+A layer's forward kernels come from :func:`commodel.workloads.layer.kernels.layer_kernels`; each is
+priced by the roofline (:func:`commodel.compute.roofline.kernel_time`) and takes at least the GPU's
+launch overhead (the host issues kernels no faster than that). A GEMM's backward is its
+input-gradient and weight-gradient GEMMs, flash attention's is :data:`ATTENTION_BACKWARD` times its
+forward, an elementwise pass's twice its forward; recomputation repeats the forward (full) or the
+attention core (selective). :func:`kernel_table` lists one layer's kernels as priced, for a person.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from commodel.compute.kernels import Kernel, gemm_backward
+from commodel.compute.precision import Precision, precision
+from commodel.compute.roofline import kernel_time
+from commodel.hardware.cluster import Cluster
+from commodel.hardware.schema import GPU
+from commodel.overlap import Window
+from commodel.vectorize import on_unique
+from commodel.workloads.layer.kernels import LayerKernels, layer_kernels
+from commodel.workloads.layer.userbuffers import UB_SMS, UB_SPLITS, chunk_groups
+from commodel.workloads.model.recompute import has_module
+from commodel.workloads.model.schema import Transformer
+from commodel.workloads.parallel.layout import Layout
+
+#: Flash-attention backward runs five matmuls to the forward's two (Dao 2023): 2.5x the forward's
+#: tensor FLOPs, and recomputes the softmax (one exponential per score again).
+ATTENTION_BACKWARD = 2.5
+
+
+def attention_backward(forward: Kernel) -> Kernel:
+    """The backward of a flash-attention forward: 2.5x its FLOPs, the same exponentials, twice its
+    traffic (read Q, K, V, O, dO; write dQ, dK, dV)."""
+    return dataclasses.replace(
+        forward, name="attention-backward", flops=ATTENTION_BACKWARD * forward.flops, bytes=2 * forward.bytes
+    )
+
+
+@dataclass(frozen=True)
+class Work:
+    """Compute of one layer and micro-batch on a given number of SMs: totals and their make-up.
+
+    ``reduce_fwd_s``/``reduce_bwd_s``: GEMMs whose output is a tensor-parallel partial sum (row GEMMs
+    forward, column GEMMs' input gradients backward); ``gather_fwd_s``/``gather_bwd_s``: GEMMs that
+    consume gathered input (column forward, row input gradients backward); ``reduce_*_hbm_s``: the
+    roofline memory term of the reducing GEMMs (what shared HBM bandwidth would stretch);
+    ``wgrad_s``: the weight-gradient GEMMs of the backward (what zero-bubble schedules defer);
+    ``*_ub_s``: those GEMMs as Transformer Engine's userbuffers overlap cuts them
+    (:mod:`commodel.workloads.layer.userbuffers`): the gathered ones in ``tp`` chunks, the forward
+    reducing ones in its pipeline's chunks on the SMs its reduce-scatter leaves.
+    """
+
+    fwd_s: np.ndarray
+    bwd_s: np.ndarray
+    wgrad_s: np.ndarray
+    attention_fwd_s: np.ndarray
+    memory_bound_s: np.ndarray
+    launches: np.ndarray
+    reduce_fwd_s: np.ndarray
+    gather_fwd_s: np.ndarray
+    reduce_bwd_s: np.ndarray
+    gather_bwd_s: np.ndarray
+    reduce_fwd_hbm_s: np.ndarray
+    reduce_bwd_hbm_s: np.ndarray
+    reduce_fwd_ub_s: np.ndarray
+    gather_fwd_ub_s: np.ndarray
+    gather_bwd_ub_s: np.ndarray
+
+    @property
+    def total_s(self) -> np.ndarray:
+        return self.fwd_s + self.bwd_s
+
+
+def either(mask: ArrayLike, a: Work, b: Work) -> Work:
+    """``a`` where ``mask`` holds, ``b`` elsewhere (field by field); ``a`` or ``b`` itself where the mask
+    holds everywhere or nowhere."""
+    if np.all(mask):
+        return a
+    if not np.any(mask):
+        return b
+    return Work(
+        **{f.name: np.where(mask, getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(Work)}
+    )
+
+
+def timed(gpu: GPU, kernel: Kernel, units: ArrayLike | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(time, memory-bound time, HBM time) of a kernel; no kernel is shorter than a launch.
+
+    HBM time is the roofline's memory term (bytes / achievable bandwidth), bound or not.
+    """
+    r = kernel_time(gpu, kernel, launch=False, units=units)
+    time = np.maximum(r.time_s, gpu.launch_overhead.value)
+    return time, np.where(r.memory_s >= r.compute_s, time, 0.0), r.memory_s
+
+
+@dataclass(frozen=True)
+class Priced:
+    """One entry of a layer's kernels, priced: ``forward`` calls of ``fwd_s`` each and ``backward``
+    of ``bwd_s`` (a GEMM's input- and weight-gradient GEMMs together, ``wgrad_s`` of it the weight
+    gradient's), ``memory_calls`` of ``memory_s`` memory-bound time and ``launches`` kernel launches;
+    a GEMM carries its tensor-parallel ``role``, its forward's and input gradient's times (``dgrad_s``),
+    HBM times (roofline memory terms) and both times as userbuffers' overlap cuts them (``*_ub_s``)."""
+
+    kernel: Kernel
+    forward: float
+    backward: float
+    fwd_s: np.ndarray
+    bwd_s: np.ndarray
+    memory_calls: float
+    memory_s: np.ndarray
+    launches: float
+    attention: bool = False
+    role: str = ""
+    wgrad_s: np.ndarray | float = 0.0
+    dgrad_s: np.ndarray | float = 0.0
+    fwd_hbm_s: np.ndarray | float = 0.0
+    dgrad_hbm_s: np.ndarray | float = 0.0
+    fwd_ub_s: np.ndarray | float = 0.0
+    dgrad_ub_s: np.ndarray | float = 0.0
+
+
+def chunked_s(
+    gpu: GPU, kernel: Kernel, chunks: ArrayLike, units: ArrayLike | None, whole: ArrayLike | None = None
+) -> np.ndarray:
+    """Seconds of a GEMM cut into ``chunks`` (:func:`~commodel.workloads.layer.userbuffers.chunk_groups`),
+    at least the uncut GEMM's (``whole``, where the caller has timed it): the pieces do all of its work
+    and more, where the roofline, which prices a part tile by its FLOPs, could price them a little
+    cheaper."""
+    cut = sum(np.asarray(n) * timed(gpu, piece, units)[0] for piece, n in chunk_groups(kernel, chunks))
+    return np.maximum(cut, timed(gpu, kernel, units)[0] if whole is None else whole)
+
+
+def _userbuffers_s(
+    gpu: GPU,
+    role: str,
+    forward: tuple[Kernel, np.ndarray],
+    dgrad: tuple[Kernel, np.ndarray],
+    tp: ArrayLike,
+    units: ArrayLike | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, input gradient) seconds of a ``role`` GEMM as userbuffers runs them, from each
+    (kernel, uncut seconds): a column GEMM's forward and a row GEMM's input gradient in ``tp``
+    ring-exchange chunks, a row GEMM's forward in :data:`UB_SPLITS` chunks on ``SMs - UB_SMS``; the
+    rest, and everything at tp 1, uncut."""
+    (kernel, f), (dgrad_kernel, d) = forward, dgrad
+    if role not in ("column", "row") or np.all(np.asarray(tp) == 1):
+        return f, d
+    if role == "column":
+        return chunked_s(gpu, kernel, tp, units, f), d
+    fewer = np.asarray(gpu.compute_units.value if units is None else units) - UB_SMS
+    pipelined = chunked_s(gpu, kernel, UB_SPLITS, fewer)
+    return pipelined, chunked_s(gpu, dgrad_kernel, tp, units, d)
+
+
+def priced_kernels(
+    gpu: GPU, lk: LayerKernels, units: ArrayLike | None = None, tp: ArrayLike = 1
+) -> list[Priced]:
+    """Every forward kernel of one layer and micro-batch with its backward (module docstring), in
+    the order :func:`layer_work` adds them up: GEMMs, attention cores, memory-bound kernels."""
+    entries = []
+    for kernel, count, role in lk.gemms:
+        f, m, hbm = timed(gpu, kernel, units)
+        backward = gemm_backward(kernel)
+        dgrad, wgrad = (timed(gpu, b, units) for b in backward)
+        fwd_ub, dgrad_ub = _userbuffers_s(gpu, role, (kernel, f), (backward[0], dgrad[0]), tp, units)
+        entries.append(
+            Priced(kernel, count, count, f, dgrad[0] + wgrad[0], count, m + dgrad[1] + wgrad[1], 3 * count,
+                   role=role, wgrad_s=wgrad[0], dgrad_s=dgrad[0], fwd_hbm_s=hbm, dgrad_hbm_s=dgrad[2],
+                   fwd_ub_s=fwd_ub, dgrad_ub_s=dgrad_ub)
+        )  # fmt: skip
+    for kernel, count in lk.attention:
+        f, m, _ = timed(gpu, kernel, units)
+        if kernel.shape is not None:  # unfused attention's batched GEMMs
+            (b1, m1, _), (b2, m2, _) = (timed(gpu, b, units) for b in gemm_backward(kernel))
+            b_time, b_mem, b_launches = b1 + b2, m1 + m2, 2.0
+        elif kernel.name == "attention":
+            b_time, b_mem, b_launches = timed(gpu, attention_backward(kernel), units)[0], 0.0, 1.0
+        else:
+            b_time, b_mem, b_launches = 2 * f, 2 * m, 1.0
+        entries.append(
+            Priced(
+                kernel, count, count, f, b_time, count, m + b_mem, count * (1 + b_launches), attention=True
+            )
+        )
+    for kernel, forward, backward in lk.elementwise:
+        f, m, _ = timed(gpu, kernel, units)
+        entries.append(Priced(kernel, forward, backward, f, f, forward + backward, m, forward + backward))
+    return entries
+
+
+def layer_work(
+    gpu: GPU,
+    lk: LayerKernels,
+    recompute: np.ndarray,
+    modules: ArrayLike = 0,
+    units: ArrayLike | None = None,
+    tp: ArrayLike = 1,
+) -> Work:
+    """Forward and backward (with recomputation) compute of one layer for one micro-batch: the sum of
+    its :func:`priced_kernels`.
+
+    A GEMM's backward is its input-gradient and weight-gradient GEMMs, flash attention's is
+    :data:`ATTENTION_BACKWARD` times its forward, an elementwise pass's twice its forward. Full
+    recomputation (``recompute`` 2) runs the forward again, selective (1) the attention core; outside
+    full, each of ``modules`` (:attr:`~commodel.workloads.parallel.layout.Layout.recompute_modules`) runs its
+    kernels' forward again.
+    """
+    fwd = bwd = weights = mem = launches = attn = 0.0
+    parts = ("fwd", "dgrad", "fwd_hbm", "dgrad_hbm", "fwd_ub", "dgrad_ub")
+    by_role = {(role, p): 0.0 for role in ("column", "row") for p in parts}
+    for e in priced_kernels(gpu, lk, units, tp):
+        fwd, bwd = fwd + e.forward * e.fwd_s, bwd + e.backward * e.bwd_s
+        mem, launches = mem + e.memory_calls * e.memory_s, launches + e.launches
+        if e.attention:
+            attn = attn + e.forward * e.fwd_s
+        if e.role:
+            weights = weights + e.forward * e.wgrad_s
+        if e.role in ("column", "row"):
+            times = (e.fwd_s, e.dgrad_s, e.fwd_hbm_s, e.dgrad_hbm_s, e.fwd_ub_s, e.dgrad_ub_s)
+            for key, value in zip(parts, times, strict=True):
+                by_role[e.role, key] = by_role[e.role, key] + e.forward * value
+    remade = 0.0
+    for name, kernels in lk.remade.items():
+        again = has_module(modules, name)
+        if np.any(again):  # priced only where some layout recomputes the module
+            remade = remade + again * sum(count * timed(gpu, kernel, units)[0] for kernel, count in kernels)
+    recompute_s = np.where(recompute == 2, fwd, np.where(recompute == 1, attn, 0.0) + remade)
+    return Work(
+        fwd,
+        bwd + recompute_s,
+        weights,
+        attn,
+        mem,
+        launches,
+        reduce_fwd_s=by_role["row", "fwd"],
+        gather_fwd_s=by_role["column", "fwd"],
+        reduce_bwd_s=by_role["column", "dgrad"],
+        gather_bwd_s=by_role["row", "dgrad"],
+        reduce_fwd_hbm_s=by_role["row", "fwd_hbm"],
+        reduce_bwd_hbm_s=by_role["column", "dgrad_hbm"],
+        reduce_fwd_ub_s=by_role["row", "fwd_ub"],
+        gather_fwd_ub_s=by_role["column", "fwd_ub"],
+        gather_bwd_ub_s=by_role["row", "dgrad_ub"],
+    )
+
+
+def window(full: Work, part: Work, which: str) -> Window:
+    """Overlap window over the forward (``fwd``), backward (``bwd``) or ``both`` passes of one layer."""
+    pick = {"fwd": lambda w: w.fwd_s, "bwd": lambda w: w.bwd_s, "both": lambda w: w.total_s}[which]
+    compute = pick(full)
+    share = np.divide(compute, full.total_s, out=np.zeros_like(compute), where=full.total_s > 0)
+    kernel = np.divide(full.total_s, full.launches, out=np.zeros_like(compute), where=full.launches > 0)
+    return Window(compute, pick(part), full.memory_bound_s * share, kernel)
+
+
+def repeat(window: Window, factor: ArrayLike) -> Window:
+    """The same window repeated ``factor`` times (a stage of several layers)."""
+    f = np.asarray(factor, dtype=float)
+    return Window(window.compute_s * f, window.partitioned_s * f, window.memory_bound_s * f, window.kernel_s)
+
+
+def layer_work_of(
+    model: Transformer,
+    gpu: GPU,
+    x: Layout,
+    recipe: Precision,
+    attention_impl: str,
+    units: ArrayLike | None = None,
+    shared_experts: bool = False,
+    cut: bool = False,
+) -> Work:
+    """:func:`layer_work` of every layout in ``x``, computed once per distinct layer shape; with
+    ``shared_experts``, of the layer's shared experts alone (nothing without them); with ``cut``, its
+    tensor-parallel GEMMs also as userbuffers cuts them (``*_ub_s``; else those are the uncut times)."""
+
+    def work(
+        T, mb, seq, tp, cp, ep, sp, recompute, modules, load, etp, fp8_dispatch, flex, fused, eager, sms
+    ):
+        lk = layer_kernels(model, T, mb, seq, tp, cp, ep, sp, recipe, attention_impl, load, etp, fp8_dispatch,
+                           flex, fused, eager)  # fmt: skip
+        if shared_experts:
+            lk = lk.shared_experts or LayerKernels([], [], [], {})
+        return layer_work(gpu, lk, recompute, modules, sms, tp if cut else 1)
+
+    sms = gpu.compute_units.value if units is None else units
+    return on_unique(
+        work,
+        x.tokens,
+        x.micro_batch,
+        x.seq,
+        x.tp,
+        x.cp,
+        x.ep,
+        x.sequence_parallel,
+        x.recompute,
+        x.recompute_modules,
+        x.busiest_expert_rank,
+        x.expert_tp,
+        x.fp8_dispatch,
+        x.flex,
+        x.permute_fusion,
+        x.elementwise,
+        sms,
+    )
+
+
+def kernel_table(
+    model: Transformer, gpu: GPU, x: Layout, recipe: Precision, attention_impl: str = "flash"
+) -> list[dict[str, object]]:
+    """One row per kernel of one (average) layer and micro-batch of the single layout ``x``: the
+    forward call's :func:`kernel_row`, calls per layer (``forward``, ``backward``; a MoE model's
+    expert kernels weighed by the share of MoE layers) and the forward and backward milliseconds per
+    layer. The rows add up to :func:`layer_work_of`'s forward and backward, recomputation aside."""
+    lk = layer_kernels(model, x.tokens, x.micro_batch, x.seq, x.tp, x.cp, x.ep, x.sequence_parallel, recipe,
+                       attention_impl, x.busiest_expert_rank, x.expert_tp, x.fp8_dispatch, x.flex,
+                       x.permute_fusion, x.elementwise)  # fmt: skip
+    return [
+        {**kernel_row(gpu, e.kernel, e.fwd_s), "forward": first_design(e.forward), "backward": first_design(e.backward),
+         "fwd_ms": 1e3 * first_design(e.forward) * first_design(e.fwd_s), "bwd_ms": 1e3 * first_design(e.backward) * first_design(e.bwd_s)}
+        for e in priced_kernels(gpu, lk)
+    ]  # fmt: skip
+
+
+def first_design(value: ArrayLike) -> float:
+    """The first design's value of a per-design array (or a scalar), as a float."""
+    return float(np.ravel(value)[0])
+
+
+def kernel_row(gpu: GPU, kernel: Kernel, time: ArrayLike) -> dict[str, object]:
+    """What a kernel table prints of the first design's ``kernel`` priced at ``time`` seconds a call
+    (:func:`timed`): what it computes, its shape (GEMMs: ``m x n x k`` and how many in a grouped
+    launch), dtype, GFLOP, MB of HBM traffic, roofline ``bound`` (compute, with the special-function
+    units' exponentials, memory, or the launch floor), achieved TFLOP/s and GB/s; a GEMM's split-K
+    factor where it has one (:func:`~commodel.compute.roofline.split_k`; its MB count the partial sums)."""
+    roofline, seconds = kernel_time(gpu, kernel, launch=False), first_design(time)
+    split = first_design(roofline.split_k)
+    if first_design(roofline.time_s) < seconds:
+        bound = "launch"
+    else:
+        bound = "memory" if first_design(roofline.memory_s) >= first_design(roofline.compute_s) else "compute"
+    shape = ""
+    if kernel.shape is not None:
+        m, n, depth, b = (first_design(v) for v in kernel.shape)
+        shape = f"{m:.0f} x {n:.0f} x {depth:.0f}" + (f" ({b:.0f} grouped)" if b > 1 else "")
+        shape += f" (split-K {split:.0f})" if split > 1 else ""
+    flops, traffic = first_design(kernel.flops), first_design(roofline.traffic)
+    return {
+        "kernel": kernel.label or kernel.name, "shape": shape, "dtype": kernel.dtype, "gflop": flops / 1e9,
+        "mb": traffic / 1e6, "bound": bound, "tflops": flops / seconds / 1e12, "gbps": traffic / seconds / 1e9,
+    }  # fmt: skip
+
+
+def layer_window(
+    model: Transformer, cluster: Cluster, x: Layout, comm_ctas: ArrayLike, recipe: str = "bf16"
+) -> Window:
+    """The overlap window of one layer's forward and backward for one micro-batch, with the same
+    kernels also priced on the SMs a collective of ``comm_ctas`` CTAs leaves free."""
+    units = cluster.gpu.compute_units.value - np.asarray(comm_ctas, dtype=float)
+    mix = precision(recipe)
+    full = layer_work_of(model, cluster.gpu, x, mix, "flash")
+    return window(full, layer_work_of(model, cluster.gpu, x, mix, "flash", units), "both")

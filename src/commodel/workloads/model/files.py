@@ -1,0 +1,187 @@
+"""A model from a file: commodel's own TOML (:class:`~commodel.workloads.model.schema.Transformer`) or a
+Hugging Face ``config.json`` of a supported architecture, translated field by field.
+
+Hugging Face's names (``transformers`` configuration classes): ``num_hidden_layers``, ``hidden_size``,
+``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, ``intermediate_size``, ``vocab_size``,
+``tie_word_embeddings``; mixture-of-experts ``num_local_experts`` / ``num_experts`` /
+``n_routed_experts``, ``num_experts_per_tok``, ``moe_intermediate_size``, ``n_shared_experts``,
+``first_k_dense_replace``, ``n_group``, ``topk_group``; DeepSeek's latent attention ``q_lora_rank``,
+``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``; gpt-oss's banded layers
+(``sliding_window``, ``layer_types``). Every supported architecture runs a gated MLP: SwiGLU, or
+gpt-oss's clamped quick-GeGLU (``activation``, clamped at ``swiglu_limit``: ``activation_clamp``).
+
+A config states the context a model was built for, not the sequence a job trains at: the model's
+default ``seq`` is the pre-extension context where the config gives one (``initial_context_length``,
+``rope_scaling.original_max_position_embeddings``), else ``max_position_embeddings``, at most
+:data:`DEFAULT_SEQ_CAP`; a job's ``--seq`` sets its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from commodel.errors import CommodelError
+from commodel.io import read_text, regular_file
+from commodel.records import read_toml, validate_record
+from commodel.workloads.model.schema import Transformer
+
+#: Architectures (``model_type``) whose ``config.json`` translates.
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "deepseek_v3", "gpt_oss")
+
+#: Suffixes a model file may have.
+SUFFIXES = (".toml", ".json")
+
+#: The longest default training sequence taken from a config (a job's ``--seq`` overrides it).
+DEFAULT_SEQ_CAP = 8192
+
+#: Largest model file read, bytes (a config is a few kB).
+MAX_BYTES = 1 << 20
+
+
+def is_model_file(name: str) -> bool:
+    """Whether ``name`` names a model file: a ``.toml`` or ``.json`` path that exists."""
+    return name.endswith(SUFFIXES) and Path(name).is_file()
+
+
+def readable_model_file(name: str) -> bool:
+    """Whether ``name`` is a path to a model file (a ``.toml`` or ``.json`` name), checked by reading it:
+    a missing, oversized or malformed file is a :class:`CommodelError` saying which and why."""
+    if not name.endswith(SUFFIXES):
+        return False
+    load_model_file(name)
+    return True
+
+
+def load_model_file(path: str | Path) -> Transformer:
+    """The model in ``path`` (commodel TOML or Hugging Face ``config.json``); errors name the file and
+    the field."""
+    path = Path(path)
+    stat = _checked(path)
+    return _load(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+def _checked(path: Path) -> os.stat_result:
+    """The file's stat, or a clear error: it must be a regular file of at most :data:`MAX_BYTES`."""
+    if path.suffix not in SUFFIXES:
+        raise CommodelError(f"{path}: a model file is a commodel .toml or a Hugging Face config .json")
+    return regular_file(path, "model file", MAX_BYTES).stat()
+
+
+@lru_cache(maxsize=64)
+def _load(path: str, mtime_ns: int, size: int) -> Transformer:
+    """Parse and validate one model file (cached while it is unchanged)."""
+    if path.endswith(".toml"):
+        return validate_record(read_toml(Path(path)), Transformer, path)
+    try:
+        config = json.loads(read_text(path, "model config", MAX_BYTES))
+    except json.JSONDecodeError as exc:
+        raise CommodelError(f"{path}: not a JSON config ({exc.__class__.__name__}: {exc})") from None
+    if not isinstance(config, dict):
+        raise CommodelError(f"{path}: a config.json holds one JSON object")
+    return validate_record(from_hf_config(config, path), Transformer, path)
+
+
+#: The config fields read as counts: each, where present (and not null), must be a whole number.
+WHOLE_FIELDS = (
+    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "vocab_size", "max_position_embeddings", "initial_context_length", "head_dim", "num_experts",
+    "num_local_experts", "n_routed_experts", "num_experts_per_tok", "experts_per_token", "moe_intermediate_size",
+    "n_shared_experts", "first_k_dense_replace", "n_group", "topk_group", "q_lora_rank", "kv_lora_rank",
+    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "sliding_window",
+)  # fmt: skip
+
+
+def _check_types(config: dict[str, Any], where: str) -> None:
+    """Counts that are whole numbers and tables that are tables, or an error naming the field."""
+    for name in WHOLE_FIELDS:
+        value = config.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise CommodelError(f"{where}: '{name}' must be a whole number, got {value!r}")
+    for name in ("rope_scaling",):
+        if config.get(name) is not None and not isinstance(config[name], dict):
+            raise CommodelError(f"{where}: '{name}' must be a JSON object, got {config[name]!r}")
+    for name in ("layer_types", "mlp_only_layers"):
+        if config.get(name) is not None and not isinstance(config[name], list):
+            raise CommodelError(f"{where}: '{name}' must be a list, got {config[name]!r}")
+
+
+def _field(config: dict[str, Any], where: str, *names: str) -> Any:
+    """The first of ``names`` the config has, or an error naming them."""
+    for name in names:
+        if config.get(name) is not None:
+            return config[name]
+    raise CommodelError(f"{where}: missing '{names[0]}' (a {config.get('model_type')} config needs it)")
+
+
+def _seq(config: dict[str, Any]) -> int:
+    scaling = config.get("rope_scaling") or {}
+    context = (
+        config.get("initial_context_length")
+        or scaling.get("original_max_position_embeddings")
+        or config.get("max_position_embeddings")
+        or DEFAULT_SEQ_CAP
+    )
+    return min(int(context), DEFAULT_SEQ_CAP)
+
+
+def from_hf_config(config: dict[str, Any], where: str = "config.json") -> dict[str, Any]:
+    """A Hugging Face ``config.json`` as a commodel model record (a dict to validate)."""
+    kind = config.get("model_type")
+    if kind not in ARCHITECTURES:
+        raise CommodelError(
+            f"{where}: model_type {kind!r} is not one commodel translates; supported: {', '.join(ARCHITECTURES)}"
+        )
+    _check_types(config, where)
+    heads = int(_field(config, where, "num_attention_heads"))
+    hidden = int(_field(config, where, "hidden_size"))
+    record: dict[str, Any] = {
+        "description": f"{config.get('_name_or_path') or kind} (from {Path(where).name})",
+        "source": f"Hugging Face config.json: {where}",
+        "layers": _field(config, where, "num_hidden_layers"),
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": config.get("num_key_value_heads") or heads,
+        "ffn_hidden": _field(config, where, "intermediate_size"),
+        "gated_mlp": True,
+        "vocab": _field(config, where, "vocab_size"),
+        "seq": _seq(config),
+        "tied_embeddings": bool(config.get("tie_word_embeddings", False)),
+    }
+    head_dim = config.get("head_dim")
+    if head_dim and head_dim * heads != hidden:
+        record["head_dim"] = head_dim
+    experts = config.get("num_local_experts") or config.get("num_experts") or config.get("n_routed_experts")
+    if experts:
+        record["moe"] = {
+            "experts": experts,
+            "top_k": _field(config, where, "num_experts_per_tok", "experts_per_token"),
+            "expert_ffn_hidden": config.get("moe_intermediate_size") or record["ffn_hidden"],
+            "shared_experts": config.get("n_shared_experts") or 0,
+            "dense_layers": config.get("first_k_dense_replace") or len(config.get("mlp_only_layers") or []),
+            "router_groups": config.get("n_group") or 0 if config.get("topk_group") else 0,
+            "router_group_top_k": config.get("topk_group") or 0 if config.get("n_group") else 0,
+        }
+    if kind in ("qwen3", "qwen3_moe"):
+        record["qk_norm"] = True  # q_norm and k_norm: an RMSNorm per head
+    if kind == "gpt_oss":
+        record["activation"] = "quick-gelu"
+        if config.get("swiglu_limit"):
+            record["activation_clamp"] = float(config["swiglu_limit"])
+        record["expert_bias"] = True  # the experts' gate_up_proj_bias and down_proj_bias
+    if kind == "deepseek_v3":
+        record.pop("kv_heads")
+        record["mla"] = {
+            name: _field(config, where, name)
+            for name in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+        }
+    scaling = config.get("rope_scaling") or {}
+    if kind == "gpt_oss" and (scaling.get("rope_type") or scaling.get("type")) == "yarn":
+        record["rotary_scaling"] = "yarn"
+    banded = [t for t in config.get("layer_types") or [] if t == "sliding_attention"]
+    if banded and config.get("sliding_window"):
+        record |= {"sliding_window": config["sliding_window"], "sliding_window_layers": len(banded)}
+    return record

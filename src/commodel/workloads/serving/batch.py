@@ -1,0 +1,107 @@
+"""How a serving deployment's batch is decided beyond one replica's steady state
+(:mod:`commodel.workloads.serving.engine`): prefill and decode on separate pools (:func:`disaggregated`),
+and the largest batch a latency SLO allows (:func:`slo_batch`)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from commodel.workloads.serving.engine import Engine, iteration_time, steady_state
+from commodel.workloads.serving.memory import capacity, kv_bytes_per_sequence
+
+#: Fixed-point steps that match a disaggregated decode pool's batch to the requests it is sent.
+DECODE_BATCH_STEPS = 8
+
+
+def disaggregated(
+    engine: Engine, prefill: ArrayLike, decode: ArrayLike, prompt: ArrayLike, output: ArrayLike
+) -> dict[str, np.ndarray]:
+    """Prefill and decode on separate replicas (``prefill`` and ``decode`` of them), the KV cache of
+    each prompt sent from one to the other over the network.
+
+    Prefill replicas run prompt-only iterations of as many whole prompts as the token budget holds;
+    each request's KV cache (all its GPUs' shards, sent in parallel over their NIC shares) then moves
+    to a decode replica, which runs decode-only iterations. Requests flow at the slower pool's rate;
+    a decode pool that could take more runs a smaller batch, found by a few fixed-point steps
+    (batch = rate x per-token time x output tokens). Time to first token = prefill iteration + KV
+    transfer; time per output token = the decode iteration.
+    """
+    p, o = np.asarray(prompt, dtype=float), np.asarray(output, dtype=float)
+    prefill, decode = np.asarray(prefill, dtype=float), np.asarray(decode, dtype=float)
+    prompts = np.maximum(np.floor(engine.max_num_tokens / p), 1.0)
+    first = iteration_time(engine, np.zeros_like(p), prompts, p, p)
+    t_prefill = first["time_s"]
+    prefill_rate = prefill * prompts / t_prefill
+    kv = kv_bytes_per_sequence(engine.model, p, engine.tp, engine.pp, engine.kv_dtype)
+    fab = engine.fabric
+    nic_share = fab.nics_per_domain * fab.nic_Bps / fab.domain
+    transfer = kv / nic_share + fab.net_latency_s
+    largest = np.maximum(capacity(engine, p, o)["max_batch"], 1.0)
+    context = p + o / 2
+
+    def decode_iteration(batch: np.ndarray) -> np.ndarray:
+        return iteration_time(engine, batch, np.zeros_like(batch), p, context)["time_s"]
+
+    t_full = decode_iteration(largest)
+    decode_rate = decode * largest / (np.maximum(o - 1, 1) * t_full)
+    rate = np.minimum(prefill_rate, decode_rate)
+    batch = largest
+    for _ in range(DECODE_BATCH_STEPS):
+        batch = np.clip(rate / decode * np.maximum(o - 1, 1) * decode_iteration(batch), 1.0, largest)
+    final = iteration_time(engine, batch, np.zeros_like(batch), p, context)
+    tpot = final["time_s"]
+    busy_prefill = rate / prefill_rate  # the prefill pool idles between prompts when decode bounds
+
+    def per_second(name: str) -> np.ndarray:  # per GPU, over both pools
+        pools = busy_prefill * first[name] / t_prefill * prefill + final[name] / tpot * decode
+        return pools / (prefill + decode)
+
+    return {
+        "ttft_s": t_prefill + transfer,
+        "tpot_s": tpot,
+        "comm_share": final["comm_s"] / tpot,
+        "host_share": final["host_s"] / tpot,
+        "compute_bound_share": per_second("compute_bound_s"),
+        "hbm_Bps": per_second("hbm_bytes"),
+        "requests_per_s": rate,
+        "output_tokens_per_s": rate * o,
+        "decode_batch": batch,
+        "kv_transfer_s": transfer,
+        "bound": np.where(prefill_rate < decode_rate, "prefill", "decode"),
+    }
+
+
+#: Batches tried when a latency SLO chooses the batch: steps of 2^(1/4) from 1 to the limit.
+SLO_STEPS_PER_DOUBLING = 4
+
+
+def slo_batch(
+    engine: Engine,
+    limit: ArrayLike,
+    prompt: ArrayLike,
+    output: ArrayLike,
+    ttft: ArrayLike,
+    tpot: ArrayLike,
+    prompt_cv: ArrayLike = 0.0,
+    output_cv: ArrayLike = 0.0,
+) -> np.ndarray:
+    """The largest batch (at most ``limit``, on a grid of :data:`SLO_STEPS_PER_DOUBLING` steps per
+    doubling) whose first-token and per-token times meet the SLO; 0 where one request misses it."""
+    limit = np.asarray(limit, dtype=float)
+    rows = limit.size
+    doublings = np.log2(max(float(limit.max()), 1.0))
+    grid = np.unique(
+        np.floor(2 ** (np.arange(doublings * SLO_STEPS_PER_DOUBLING + 1) / SLO_STEPS_PER_DOUBLING))
+    )
+    batch = np.minimum(grid[None, :], limit[:, None]).ravel()  # rows x grid, row-major
+
+    def per_point(values: ArrayLike) -> np.ndarray:
+        return np.repeat(np.broadcast_to(np.asarray(values, dtype=float), (rows,)), grid.size)
+
+    r = steady_state(
+        engine.repeated(grid.size), np.maximum(batch, 1.0), per_point(prompt), per_point(output),
+        per_point(prompt_cv), per_point(output_cv),
+    )  # fmt: skip
+    ok = (r["ttft_s"] <= per_point(ttft)) & (r["tpot_s"] <= per_point(tpot)) & (batch >= 1)
+    return np.where(ok, batch, 0.0).reshape(rows, grid.size).max(axis=1)

@@ -1,0 +1,328 @@
+"""Serving a transformer: prefill and decode iterations of an inference engine and the throughput and
+latency of continuous batching, from the same kernels, roofline and collectives as training.
+
+**An iteration** (one forward pass of the engine, TensorRT-LLM's in-flight batching, vLLM's scheduler
+step) carries ``G`` decode queries and ``c`` whole prompts of ``p`` tokens. Its linear layers are one
+GEMM over the ``G + c p`` tokens (:func:`commodel.workloads.layer.kernels.layer_kernels`: weights read
+once, so decode alone is bound by the weights and the KV cache, prefill by compute); attention is
+two kernels, causal flash attention over the prompts and :func:`commodel.compute.kernels.decode_attention`
+over each decode query's cached context; tensor parallelism adds two allreduces per layer, expert
+parallelism a dispatch and a combine all-to-all per MoE layer; the last pipeline stage computes the
+logits of the ``G + c`` tokens that sample. With ``pp`` stages, ``pp`` micro-batches are in flight and
+a round of all of them takes ``pp x`` the slowest stage.
+
+**Continuous batching in steady state** (every request ``p`` prompt and ``o`` output tokens): a
+request stays in flight ``L = o + k - 1`` iterations, its prompt in ``k = ceil(p / max_num_tokens)``
+chunks (TensorRT-LLM's chunked context, which trtllm-bench enables; ``k = 1`` for a prompt within
+the limit) and then decode. With ``B`` requests in flight, ``B / L`` finish and start per iteration,
+so an iteration carries ``G = B (o - 1) / L`` decode queries and, on a share ``f = min(B / L, 1)``
+of iterations, ``c = max(B / L, 1)`` prompts' work. ``output tokens/s = (B / L) o / t``, ``t = f
+t_mixed + (1 - f) t_decode`` the mean iteration (also the time per output token); the first token
+comes ``t_mixed + (k - 1) t_decode`` after a request is scheduled.
+
+**How many in flight**: as TensorRT-LLM's guaranteed-no-evict scheduler admits them, each request
+reserves KV blocks for its whole ``p + o`` tokens; the KV pool is ``kv_fraction`` of the memory
+left after weights and runtime buffers; at most ``max_batch`` requests, and the prompt tokens of an
+iteration fill at most ``max_num_tokens`` less its decode tokens, ``B <= max_num_tokens o / (p + o -
+1)`` (at least one request; :func:`commodel.workloads.serving.memory.capacity`). ``batch = max`` is
+trtllm-bench's offline scenario: all requests queued, as many in flight as fit; a latency SLO picks
+the largest batch whose first-token and per-token times meet it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from commodel.comm.fabric import Fabric, fabric_of
+from commodel.compute.kernels import Kernel, attention, decode_attention, gemm, named
+from commodel.compute.precision import Precision
+from commodel.hardware.cluster import Cluster
+from commodel.workloads.layer.kernels import layer_kernels
+from commodel.workloads.layer.work import first_design, kernel_row, timed
+from commodel.workloads.model.schema import Transformer
+from commodel.workloads.model.transformer import attention_dims, bytes_per
+from commodel.workloads.parallel.groups import Group, collective, group
+from commodel.workloads.parallel.layout_rules import heads_problem
+
+#: KV-cache dtypes; ``auto`` is FP8 when the linear layers run in FP8 or FP4 (as ModelOpt checkpoints
+#: ship), else BF16.
+KV_DTYPES = ("auto", "bf16", "fp8")
+
+#: Host time per request in an iteration: the engine's own loop (scheduling, input preparation,
+#: sampling, stop checks and responses, in Python in TensorRT-LLM's PyTorch executor and vLLM),
+#: serialized with the GPU work it prepares. Calibrated: trt-gb200-qwen3-30b-a3b-128-2048.
+HOST_PER_REQUEST_S = 18.32e-6
+
+#: How the engine's host loop meets the GPU: ``serial`` (it prepares the next iteration after the
+#: GPU ends this one: ``GPU + host``) or ``overlapped`` (TensorRT-LLM's overlap scheduler, vLLM's
+#: async scheduling: it prepares iteration i + 1 while the GPU runs i, ``max(GPU, host)``).
+HOST_SCHEDULES = ("serial", "overlapped")
+
+#: The per-design fields of an :class:`Engine`.
+_SIZES = ("tp", "pp", "ep", "max_batch", "max_num_tokens", "kv_fraction")
+
+
+def kv_dtype_of(kv_dtype: str, recipe: Precision) -> str:
+    """The KV-cache dtype ``auto`` stands for under ``recipe``."""
+    if kv_dtype != "auto":
+        return kv_dtype
+    return "fp8" if recipe.gemm in ("fp8", "fp4") else recipe.other
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One serving replica: a model on ``tp x pp`` GPUs of a cluster (experts over ``ep`` of the tp
+    ranks), its precision recipe, KV-cache dtype and engine limits (requests in flight, tokens per
+    iteration, share of free memory for the KV cache); sizes are arrays, one entry per design."""
+
+    model: Transformer
+    cluster: Cluster
+    recipe: Precision
+    kv_dtype: str
+    tp: np.ndarray
+    pp: np.ndarray
+    ep: np.ndarray
+    max_batch: np.ndarray
+    max_num_tokens: np.ndarray
+    kv_fraction: np.ndarray
+    host_schedule: str = "serial"
+
+    def repeated(self, times: int) -> Engine:
+        """Each design repeated ``times`` times in a row (a grid per design)."""
+        return replace(self, **{name: np.repeat(getattr(self, name), times) for name in _SIZES})
+
+    def select(self, rows: np.ndarray) -> Engine:
+        """The designs at ``rows`` (a mask or indices)."""
+        return replace(self, **{name: getattr(self, name)[rows] for name in _SIZES})
+
+    @cached_property
+    def fabric(self) -> Fabric:
+        return fabric_of(self.cluster, launch="graph")  # engines replay decode iterations as CUDA graphs
+
+    @property
+    def tp_group(self) -> Group:
+        return group(self.tp, 1, self.cluster.domain_gpus)
+
+
+def _with_host(engine: Engine, gpu_s: np.ndarray, host_s: np.ndarray) -> np.ndarray:
+    """An iteration's seconds from its GPU work and its host loop under the engine's
+    :data:`HOST_SCHEDULES`: serial adds them, overlapped takes the longer."""
+    return np.maximum(gpu_s, host_s) if engine.host_schedule == "overlapped" else gpu_s + host_s
+
+
+def replica_problems(
+    model: Transformer, tp: ArrayLike, pp: ArrayLike, ep: ArrayLike, gpus: ArrayLike
+) -> list:
+    """``(mask, message)`` for each rule a serving replica layout breaks: whole replicas of tp x pp,
+    heads split by tp, at most one layer per stage, experts over ep dividing tp and the experts."""
+    tp, pp, ep, gpus = (np.asarray(v, dtype=float) for v in (tp, pp, ep, gpus))
+    problems = [
+        (np.mod(gpus, tp * pp) != 0, "the GPUs are not whole replicas of tp x pp"),
+        heads_problem(model, tp),
+        (pp > model.layers, f"pp cannot exceed the layers ({model.layers})"),
+    ]
+    if model.moe is None:
+        return [*problems, (ep > 1, "ep > 1 needs a mixture-of-experts model")]
+    divides = (np.mod(tp, ep) == 0) & (np.mod(model.moe.experts, ep) == 0)
+    return [*problems, (~divides, f"ep must divide tp and the experts ({model.moe.experts})")]
+
+
+def _decode_attention(
+    engine: Engine, queries: np.ndarray, context: np.ndarray
+) -> list[tuple[Kernel, np.ndarray]]:
+    """One layer's decode attention with its calls per layer: the full layers' and the sliding-window
+    layers' (which read at most their window) in their shares of the layers; none without queries."""
+    model = engine.model
+    heads = model.heads / engine.tp
+    if model.mla is not None:
+        r, rope = model.mla.kv_lora_rank, model.mla.qk_rope_head_dim
+        flops, cached = 2 * (2 * r + rope), r + rope
+    else:
+        flops = 4 * model.d_head
+        cached = 2 * np.maximum(model.n_kv_heads / engine.tp, 1.0) * model.d_head
+    q, some = np.maximum(queries, 1.0), (queries > 0).astype(float)
+    windowed = model.windowed_layers / model.layers
+    bands = (("decode attention", 1 - windowed, context),
+             ("decode attention (window)", windowed, np.minimum(context, model.sliding_window or np.inf)))  # fmt: skip
+    return [
+        (named(decode_attention(q, heads, keys, flops, cached, engine.kv_dtype), label), share * some)
+        for label, share, keys in bands
+        if share
+    ]
+
+
+def _prefill_attention(
+    engine: Engine, prompts: np.ndarray, prompt: np.ndarray
+) -> list[tuple[Kernel, np.ndarray]]:
+    """One layer's causal flash attention over ``prompts`` prompts of ``prompt`` tokens, with its calls
+    per layer (sliding-window layers' in their share); none without prompts."""
+    model = engine.model
+    d_qk, d_v = attention_dims(model)
+    shape = (
+        np.maximum(prompts, 1e-9),
+        model.heads / engine.tp,
+        prompt,
+        (d_qk + d_v) / 2,
+        engine.recipe.other,
+    )
+    windowed = model.windowed_layers / model.layers
+    some = (prompts > 0).astype(float)
+    kernels = [(named(attention(*shape, True), "prefill attention"), (1 - windowed) * some)]
+    if windowed:
+        window = attention(*shape, True, window=model.sliding_window)
+        kernels.append((named(window, "prefill attention (window)"), windowed * some))
+    return kernels
+
+
+def iteration_time(
+    engine: Engine,
+    queries: ArrayLike,
+    prompts: ArrayLike,
+    prompt: ArrayLike,
+    context: ArrayLike,
+    prompt_cv: ArrayLike = 0.0,
+) -> dict[str, Any]:
+    """Seconds of one engine iteration carrying ``queries`` decode queries (each over ``context`` cached
+    tokens) and ``prompts`` whole prompts of ``prompt`` tokens on average (coefficient of variation
+    ``prompt_cv``: causal attention grows as ``E[p^2] = p^2 (1 + cv^2)``, priced as ``prompts / (1 + cv^2)``
+    prompts of ``p (1 + cv^2)`` tokens, the same tokens): ``time_s`` (a round of the pipeline), and its
+    ``compute_s``, ``comm_s`` and ``host_s``, the ``compute_bound_s`` of the compute and the
+    ``hbm_bytes`` its memory-bound kernels stream (for :func:`commodel.ops.energy.gpu_power_W`); and
+    what makes it, for a person (:func:`iteration_table`):
+    ``layer``, one layer's kernels for one of the ``pp`` micro-batches with their calls per layer and
+    seconds a call, and ``logits``, the last stage's logits GEMM over the tokens that sample and its
+    seconds."""
+    model, gpu, fab = engine.model, engine.cluster.gpu, engine.fabric
+    pp = engine.pp
+    g = np.asarray(queries, dtype=float) / pp  # one of pp micro-batches
+    c = np.asarray(prompts, dtype=float) / pp
+    p = np.asarray(prompt, dtype=float)
+    tokens = g + c * p
+    lk = layer_kernels(model, tokens, 1, p, engine.tp, 1, engine.ep, False, engine.recipe, eager_glue=False)
+    spread = 1 + np.asarray(prompt_cv, dtype=float) ** 2
+    kernels = [
+        *((k, np.asarray(count, dtype=float)) for k, count, _ in lk.gemms),
+        *((k, np.asarray(forward, dtype=float)) for k, forward, _ in lk.elementwise if np.any(forward)),
+        *_prefill_attention(engine, c / spread, p * spread),
+        *_decode_attention(engine, g, np.asarray(context, dtype=float)),
+    ]
+    logits = named(gemm(g + c, model.vocab / engine.tp, model.hidden, engine.recipe.other), "logits")
+    times = [timed(gpu, k, None) for k, _ in kernels]
+    priced = [(k, calls, t[0]) for (k, calls), t in zip(kernels, times, strict=True)]
+    layer = sum(calls * seconds for _, calls, seconds in priced)
+    logits_s, logits_memory_s, _ = timed(gpu, logits, None)
+    # Per GPU and iteration: compute-bound seconds and the bytes memory-bound kernels stream (power).
+    bound = sum(calls * (t - memory_s) for (_, calls), (t, memory_s, _) in zip(kernels, times, strict=True))
+    streamed = sum(
+        calls * k.bytes * (memory_s > 0) for (k, calls), (_, memory_s, _) in zip(kernels, times, strict=True)
+    )
+    act = tokens * model.hidden * bytes_per(engine.recipe.other)
+    ar, _ = collective("allreduce", act, engine.tp_group, fab)
+    comm = np.where(engine.tp > 1, 2 * ar, 0.0)
+    if model.moe is not None:
+        ep = group(engine.ep, 1, engine.cluster.domain_gpus)
+        a2a, _ = collective("alltoall", act * model.moe.top_k, ep, fab)
+        comm = comm + np.where(engine.ep > 1, 2 * model.moe_layers / model.layers * a2a, 0.0)
+    stage_layers = np.ceil(model.layers / pp)
+    send, _ = collective("sendrecv", act, Group(np.full_like(tokens, 2.0), np.full_like(tokens, 2.0)), fab)
+    stage_comm = stage_layers * comm + np.where(pp > 1, send, 0.0)
+    stage_compute = stage_layers * layer + logits_s
+    host = HOST_PER_REQUEST_S * (np.asarray(queries, dtype=float) + np.asarray(prompts, dtype=float))
+    gpu_s = pp * (stage_compute + stage_comm)
+    time_s = _with_host(engine, gpu_s, host)
+    return {
+        "time_s": time_s,
+        "compute_s": pp * stage_compute,
+        "comm_s": pp * stage_comm,
+        "host_s": time_s - gpu_s,  # what the host adds: all of it serial, its excess overlapped
+        "compute_bound_s": pp * (stage_layers * bound + logits_s - logits_memory_s),
+        "hbm_bytes": pp * (stage_layers * streamed + logits.bytes * (logits_memory_s > 0)),
+        "layer": priced,
+        "logits": (logits, logits_s),
+    }
+
+
+def mean_context(prompt: ArrayLike, output: ArrayLike, output_cv: ArrayLike) -> np.ndarray:
+    """A request's length-biased mean length in flight, ``E[p] + E[o^2] / 2 E[o] = p + o (1 + cv_o^2)
+    / 2``: long outputs are in flight longer."""
+    o = np.asarray(output, dtype=float)
+    return np.asarray(prompt, dtype=float) + o * (1 + np.asarray(output_cv, dtype=float) ** 2) / 2
+
+
+def steady_state(
+    engine: Engine,
+    batch: ArrayLike,
+    prompt: ArrayLike,
+    output: ArrayLike,
+    prompt_cv: ArrayLike = 0.0,
+    output_cv: ArrayLike = 0.0,
+) -> dict[str, Any]:
+    """Continuous batching with ``batch`` requests in flight (module docstring): time to first token
+    once scheduled, time per output token, and output tokens and requests per second per replica;
+    the time shares of communication, host and compute-bound kernels, and the mean HBM traffic of
+    the memory-bound ones (``hbm_Bps``).
+
+    A request mix enters by its mean lengths and their coefficients of variation: a decode step sees
+    the length-biased mean context ``E[p] + E[o^2] / 2 E[o] = p + o (1 + cv_o^2) / 2`` (long outputs
+    are in flight longer), prompts' attention ``E[p^2]`` (:func:`iteration_time`). ``iterations``:
+    each kind (with prompts, decode only) with its share, decode queries, prompts and its
+    :func:`iteration_time`."""
+    b, p, o = (np.asarray(v, dtype=float) for v in (batch, prompt, output))
+    chunks = np.ceil(p / engine.max_num_tokens)
+    life = o + chunks - 1  # iterations a request stays in flight: its prompt's chunks, then decode
+    starts = b / life
+    share, prompts = np.minimum(starts, 1.0), np.maximum(starts, 1.0)
+    queries = b * (o - 1) / life
+    context = mean_context(p, o, output_cv)
+    mixed = iteration_time(engine, queries, prompts, p, context, prompt_cv)
+    # Decode-only iterations occur where requests decode (o > 1); with one output token (no queries)
+    # their share is 0 and one query keeps their kernels defined.
+    decode = iteration_time(engine, np.maximum(queries, 1.0), np.zeros_like(b), p, context)
+    mean = share * mixed["time_s"] + (1 - share) * decode["time_s"]
+
+    def per_second(name: str) -> np.ndarray:
+        return (share * mixed[name] + (1 - share) * decode[name]) / mean
+
+    return {
+        "ttft_s": mixed["time_s"] + (chunks - 1) * decode["time_s"],
+        "tpot_s": mean,
+        "output_tokens_per_s": starts * o / mean,
+        "requests_per_s": starts / mean,
+        "comm_share": per_second("comm_s"),
+        "host_share": per_second("host_s"),
+        "compute_bound_share": per_second("compute_bound_s"),
+        "hbm_Bps": per_second("hbm_bytes"),
+        "iterations": (
+            ("with prompts", share, queries, prompts, mixed),
+            ("decode only", 1 - share, queries, 0 * b, decode),
+        ),
+    }
+
+
+def iteration_table(engine: Engine, state: dict[str, Any], prompt: ArrayLike) -> list[dict[str, object]]:
+    """The first design's steady-state iterations (:func:`steady_state`'s ``state`` of prompts of
+    ``prompt`` tokens), each kind that occurs (with prompts, a ``share`` f of them; decode only,
+    1 - f): its decode ``queries`` and ``prompts``, one layer's kernels for one micro-batch
+    (:func:`~commodel.workloads.layer.work.kernel_row`, ``calls`` per layer, ``ms`` per layer), the
+    last stage's ``logits``, and what :func:`iteration_time` adds up from them: ``stage_layers``,
+    ``pp``, ``comm_ms``, ``host_ms``, ``time_ms``."""
+    gpu, first = engine.cluster.gpu, first_design
+    out = []
+    for kind, share, queries, prompts, timing in state["iterations"]:
+        if not first(share) > 0:
+            continue
+        (logits, logits_s), layer = timing["logits"], timing["layer"]
+        priced = [(k, n, first(seconds)) for k, calls, seconds in layer if (n := first(calls)) > 0]
+        out.append({
+            "iteration": kind, "share": first(share), "queries": first(queries), "prompts": first(prompts),
+            "prompt": first(prompt), "pp": int(first(engine.pp)), "stage_layers": int(np.ceil(engine.model.layers / first(engine.pp))),
+            "kernels": [{**kernel_row(gpu, k, t), "calls": calls, "ms": 1e3 * calls * t} for k, calls, t in priced],
+            "logits": {**kernel_row(gpu, logits, logits_s), "calls": 1.0, "ms": 1e3 * first(logits_s)},
+            **{f"{name}_ms": 1e3 * first(timing[f"{name}_s"]) for name in ("comm", "host", "time")},
+        })  # fmt: skip
+    return out

@@ -1,0 +1,155 @@
+"""The host that issues a training step's kernels (Megatron-Core on PyTorch eager), and CUDA graphs.
+
+Every operator a layer runs costs the host its framework dispatch (Python module code, PyTorch's
+dispatcher and autograd; the system record's ``initiation.op_dispatch``, by CPU) plus the driver's
+launch (the GPU record's ``launch_overhead``). The host runs ahead of the GPU by as many kernels as the
+launch queue holds, so a layer's pass takes ``max(G, H)``: the GPU's work ``G`` (compute and the
+communication it exposes) or the host's issue ``H``, whichever is longer; the GPU waits
+``max(0, H - G)`` (Megatron-LM's MoE guide: the cure for CPU overhead is "CUDA graphs, or a larger
+micro-batch", since ``G`` grows with the micro-batch and ``H`` does not).
+
+**Operators per layer** (:data:`SCOPE_OPS`, forward, by Megatron's CUDA-graph scope; assumed from
+Megatron-Core 0.15's module structure, each within a factor of 1.5): ``attn`` the input norm, QKV GEMM,
+rotary embedding, attention and its output projection with the bias-dropout-add and the views and
+splits between them; ``mlp`` the pre-MLP norm, two GEMMs, the activation and the residual;
+``moe_router`` the router GEMM, score function, top-k and the load-balancing loss terms;
+``moe_preprocess`` the tokens per expert and the permutation indices; ``moe`` the permutation, the two
+all-to-alls, the sort by local expert and back, the activation and unpermute, plus
+:data:`OPS_PER_LOCAL_EXPERT` per expert on the GPU (Transformer Engine's ``GroupedLinear`` issues one
+GEMM per local expert for fc1 and fc2). FP8 adds :data:`FP8_OPS_PER_GEMM_MODULE` per GEMM module
+(quantize, scale update). The backward issues :data:`BACKWARD_OPS` times the forward's operators
+(input- and weight-gradient GEMMs, elementwise gradients). An MoE model's dense layers run ``attn`` and
+``mlp``; its MoE layers ``attn``, the router, preprocess and ``moe`` (and ``mlp`` for shared experts).
+
+**Synchronization**: Megatron's all-to-all dispatcher copies the tokens per expert to the host and
+synchronizes the stream in every MoE layer's forward (dropless experts have dynamic shapes; a
+capacity factor's padded ones do not, :mod:`commodel.workloads.moe.token_drop`), so the
+host cannot run ahead past it: the layer's forward takes ``max(G, H)`` plus the refill, the GPU
+idle while the host sees the stream end (``initiation.host_sync``), copies the counts and issues the
+next kernel (two operators' issue).
+
+**CUDA graphs** (``--cuda-graphs``, Megatron's ``--cuda-graph-scope`` names,
+:data:`GRAPH_SCOPES`): a
+captured scope costs one graph replay (``initiation.graph_replay``) per pass instead of its
+operators' issue; ``full_iteration`` captures the whole step (one replay per step, none per layer).
+Dropless experts cannot be captured (``moe``, and ``full_iteration`` of an MoE model): the job refuses it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from commodel.choice_bits import bits_of, has_bit
+from commodel.hardware.cluster import Cluster
+from commodel.workloads.model.schema import Transformer
+from commodel.workloads.moe.token_drop import dropless
+from commodel.workloads.parallel.layout import Layout
+
+#: CUDA-graph scopes a job may capture (``--cuda-graphs``, Megatron's ``--cuda-graph-scope`` names),
+#: each a bit of :attr:`~commodel.workloads.parallel.layout.Layout.cuda_graphs`; ``none`` is no bit.
+GRAPH_SCOPES = {
+    "none": 0,
+    "attn": 1,
+    "mlp": 2,
+    "moe_router": 4,
+    "moe_preprocess": 8,
+    "moe": 16,
+    "full_iteration": 32,
+}
+
+#: Forward operators per layer by CUDA-graph scope (module docstring; assumed, within a factor of 1.5).
+SCOPE_OPS = {"attn": 14.0, "mlp": 8.0, "moe_router": 10.0, "moe_preprocess": 10.0, "moe": 14.0}
+
+#: Operators Transformer Engine's ``GroupedLinear`` adds per local expert in the forward: fc1's and
+#: fc2's GEMMs, one per expert.
+OPS_PER_LOCAL_EXPERT = 2.0
+
+#: Operators FP8 adds per GEMM module in the forward (quantize the input, update the scale); two GEMM
+#: modules in each of ``attn``, ``mlp`` and ``moe``.
+FP8_OPS_PER_GEMM_MODULE = 2.0
+
+#: Backward operators per forward operator: a GEMM's input- and weight-gradient GEMMs, an elementwise
+#: operator's gradient, autograd's accumulation (measured 2.29 on small eager Transformer layers,
+#: ``benchmarks/measure_host_ops.py``).
+BACKWARD_OPS = 2.0
+
+
+def graph_bits(names: str) -> int:
+    """The :data:`GRAPH_SCOPES` bits of comma-separated scope names ("" or none for none)."""
+    return bits_of(GRAPH_SCOPES, names)
+
+
+def captures(bits: ArrayLike, scope: str) -> np.ndarray:
+    """Where ``bits`` (:attr:`~commodel.workloads.parallel.layout.Layout.cuda_graphs`) capture ``scope``."""
+    return has_bit(bits, GRAPH_SCOPES[scope])
+
+
+def graph_problem(model: Transformer, x: Layout) -> tuple[np.ndarray, str]:
+    """Dropless experts have dynamic shapes: their layer, or a whole MoE step, cannot be captured."""
+    captured = captures(x.cuda_graphs, "moe") | captures(x.cuda_graphs, "full_iteration")
+    return np.asarray(model.moe is not None and captured & dropless(x)), (
+        "dropless experts have dynamic shapes, so CUDA graphs cannot capture the moe scope or the full "
+        "iteration of a mixture-of-experts model (Megatron captures attn, moe_router and moe_preprocess; "
+        "a --capacity-factor pads them to static shapes)"
+    )
+
+
+def scope_shares(model: Transformer) -> dict[str, float]:
+    """The share of the model's layers that run each scope (an MoE model's dense layers have
+    ``mlp``; its MoE layers the router, preprocess and ``moe``, and ``mlp`` too with shared experts)."""
+    moe = model.moe_layers / model.layers if model.moe is not None else 0.0
+    shared = model.moe is not None and model.moe.shared_experts > 0
+    mlp = 1.0 if shared else 1.0 - moe
+    return {"attn": 1.0, "mlp": mlp, "moe_router": moe, "moe_preprocess": moe, "moe": moe}
+
+
+def capturable_scopes(model: Transformer, padded: bool = False) -> str:
+    """The CUDA graphs a tuned recipe captures for ``model``: the whole iteration of a dense model;
+    every scope an MoE model's layers run but the experts, whose dropless shapes are dynamic (with
+    them too where a capacity factor pads them)."""
+    if model.moe is None:
+        return "full_iteration"
+    shares = scope_shares(model)
+    return ",".join(s for s, share in shares.items() if share > 0 and (s != "moe" or padded))
+
+
+def scope_ops(model: Transformer, x: Layout, fp8: bool) -> dict[str, tuple[np.ndarray, float]]:
+    """Per scope: forward operators in a layer that has it, and the share of the layers that do."""
+    cast = FP8_OPS_PER_GEMM_MODULE * 2 if fp8 else 0.0
+    local = model.moe.experts / np.asarray(x.ep, dtype=float) if model.moe is not None else 0.0
+    extra = {"attn": cast, "mlp": cast, "moe": cast + OPS_PER_LOCAL_EXPERT * local}
+    shape = np.shape(x.ep)
+    return {
+        name: (np.broadcast_to(SCOPE_OPS[name] + extra.get(name, 0.0), shape), share)
+        for name, share in scope_shares(model).items()
+    }
+
+
+def _op_s(cluster: Cluster) -> float:
+    """Host seconds to issue one operator: the framework's dispatch and the driver's launch."""
+    return cluster.system.initiation.op_dispatch.value + cluster.gpu.launch_overhead.value
+
+
+def host_issue_s(model: Transformer, cluster: Cluster, x: Layout, fp8: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Host seconds to issue one layer's forward and backward for one micro-batch, averaged over the
+    layers: a captured scope at one graph replay per pass, nothing per layer under ``full_iteration``."""
+    host, op = cluster.system.initiation, _op_s(cluster)
+    fwd = bwd = np.zeros(np.shape(x.cuda_graphs))
+    for name, (ops, share) in scope_ops(model, x, fp8).items():
+        captured = captures(x.cuda_graphs, name)
+        fwd = fwd + share * np.where(captured, host.graph_replay.value, ops * op)
+        bwd = bwd + share * np.where(captured, host.graph_replay.value, BACKWARD_OPS * ops * op)
+    whole = captures(x.cuda_graphs, "full_iteration")
+    return np.where(whole, 0.0, fwd), np.where(whole, 0.0, bwd)
+
+
+def host_wait_s(
+    model: Transformer, cluster: Cluster, x: Layout, fp8: bool, gpu_fwd_s: np.ndarray, gpu_bwd_s: np.ndarray
+) -> np.ndarray:
+    """Seconds per layer and micro-batch the GPU waits for the host: ``max(0, H - G)`` per pass, plus
+    the refill after the all-to-all dispatcher's synchronization in MoE layers (module docstring)."""
+    fwd, bwd = host_issue_s(model, cluster, x, fp8)
+    syncs = (model.moe_layers / model.layers if model.moe is not None else 0.0) * (~x.flex & dropless(x))
+    refill = syncs * (cluster.system.initiation.host_sync.value + 2 * _op_s(cluster))
+    return np.maximum(fwd - gpu_fwd_s, 0.0) + np.maximum(bwd - gpu_bwd_s, 0.0) + refill
