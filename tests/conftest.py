@@ -70,3 +70,29 @@ def module_texts(bits):
         [",".join(n for n, b in RECOMPUTE_MODULES.items() if int(v) & b) for v in np.ravel(bits)],
         dtype=object,
     )
+
+
+def model_step(job: object = None, **fields: object) -> dict:
+    """One training job's step as the models price it (:func:`commodel.workloads.training.step.train_step`),
+    whether or not it fits: ``commodel train`` gives a job that does not fit no step, but a test of a
+    mechanism on such a job (a recomputation, a collective's bytes) reads what the models give it. The
+    job as a user states it, the declaration's defaults for the rest; its outputs as floats, with the
+    seconds per step by component under ``breakdown`` as :func:`commodel.pricing.run.train` gives them.
+    ``job``: a :class:`~commodel.pricing.training_job.TrainingJob` instead of its fields."""
+    import numpy as np
+
+    from commodel.hardware import cluster
+    from commodel.pricing.job import cluster_shape
+    from commodel.pricing.training import job_layouts
+    from commodel.pricing.training_job import training_job
+    from commodel.workloads.model.catalog import model
+    from commodel.workloads.training.step import BREAKDOWN, train_step
+
+    j = job if job is not None else training_job(**fields)
+    values = j.model_dump()
+    x = job_layouts({k: v for k, v in values.items() if v is not None})
+    c = cluster(j.system, scale_out=j.fabric or None, **cluster_shape(values))
+    r = train_step(model(j.model), c, x, j.dtype, j.overlap, j.attention, j.tp_overlap, j.ep_overlap)
+    out = {k: float(np.asarray(v)) for k, v in r.items() if np.asarray(v).dtype.kind in "fb"}
+    out["fits"] = bool(out["fits"])
+    return out | {"breakdown": {name: out[f"{name}_s"] for name in BREAKDOWN}}

@@ -103,6 +103,14 @@ CASES = (
        ["sweep", "--executor", "dask", "--scheduler", "notanaddress"],
        ["calibrate", "nccl-tests", "/dev/zero", "--system", "dgx-h100", "-o", "/tmp/x.toml"],
        ["--hardware", "/dev/zero", "hw", "list"]]
+    # No answer that cannot be true: a batch above the engine's limits, no micro-batch that fits,
+    # GEMM operands larger than the GPU
+    + [[*SERVE, "--batch", "4096"], [*SERVE, "--batch", "100", "--max-batch-size", "10"],
+       [*SERVE, "--batch", "100", "--max-num-tokens", "64"],
+       ["train", "--model", "llama3-70b", "--system", "dgx-h100", "--gpus", "64", "--tp", "8", "--pp", "2",
+        "--global-batch", "256", "--seq", "8192", "--micro-batch", "max"],
+       [*TRAIN, "--gpus", "8", "--global-batch", "1099511627776", "--micro-batch", "max"],
+       ["roofline", "gemm", "--gpu", "h100-sxm", "--m", "1000000", "--n", "1000000", "--k", "1000000"]]
 )  # fmt: skip
 
 

@@ -34,7 +34,7 @@ def test_the_projects_golden_numbers_and_the_sample_hold(path, capsys, monkeypat
 
 
 def _design(tmp_path, expect, **job):
-    job = {"model": "llama3-8b", "system": "dgx-h100", "gpus": 8} | job
+    job = {"model": "llama3-8b", "system": "dgx-h100", "gpus": 8, "recompute": "full"} | job
     lines = ["[designs.d]", *(f"{k} = {json.dumps(v)}" for k, v in job.items()), "[designs.d.expect]"]
     path = tmp_path / "checks.toml"
     path.write_text("\n".join(lines + [f"{k} = {v}" for k, v in expect.items()]) + "\n")
@@ -43,11 +43,21 @@ def _design(tmp_path, expect, **job):
 
 def test_a_bound_that_fails_exits_3_and_says_which(tmp_path, capsys, monkeypatch):
     code, out = _run(
-        [_design(tmp_path, {"mfu": "[0.9, 1.0]", "fits": "false"}), "--json"], capsys, monkeypatch
+        [_design(tmp_path, {"mfu": "[0.9, 1.0]", "fits": "true"}), "--json"], capsys, monkeypatch
     )
     records = json.loads(out.out)
     assert code == 3 and [r["holds"] for r in records] == [False, True]
     assert records[0]["output"] == "mfu" and 0 < records[0]["value"] < 0.9
+
+
+def test_a_design_that_does_not_fit_has_its_memory_checked_and_no_throughput(tmp_path, capsys, monkeypatch):
+    """Llama 3 8B on 8 H100 without recomputation needs about 100 GiB per GPU: its fit and memory are
+    checked as bounds, and a bound on its MFU fails, saying that it does not fit."""
+    expect = {"fits": "false", "memory_per_gpu_bytes": "[85e9, 1e12]", "mfu": "[0, 1]"}
+    code, out = _run([_design(tmp_path, expect, recompute="none"), "--json"], capsys, monkeypatch)
+    records = {r["output"]: r for r in json.loads(out.out)}
+    assert code == 3 and [records[k]["holds"] for k in expect] == [True, True, False]
+    assert records["mfu"]["note"].startswith("does not fit: ") and records["fits"]["note"] == ""
 
 
 def test_an_invalid_design_fails_its_bounds_with_its_problem(tmp_path, capsys, monkeypatch):
@@ -57,7 +67,9 @@ def test_an_invalid_design_fails_its_bounds_with_its_problem(tmp_path, capsys, m
 
 def test_bounds_compare_as_the_file_states_them(tmp_path):
     value = float(
-        evaluator("training")(pd.DataFrame([{"model": "llama3-8b", "system": "dgx-h100", "gpus": 8}])).mfu[0]
+        evaluator("training")(
+            pd.DataFrame([{"model": "llama3-8b", "system": "dgx-h100", "gpus": 8, "recompute": "full"}])
+        ).mfu[0]
     )
     cases = {f"{{ value = {value * 1.04}, rel = 0.05 }}": True, f"{{ value = {value * 1.06}, rel = 0.05 }}": False,
              f"{{ value = {value + 0.01}, abs = 0.02 }}": True, f"[{value}, {value}]": True}  # fmt: skip

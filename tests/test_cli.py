@@ -397,12 +397,12 @@ def test_bad_sweep_specs_stop_before_any_work_and_leave_nothing(
 def test_compare_sets_two_designs_side_by_side_from_the_train_model(tmp_path):
     from commodel.pricing.run import train
 
-    common = "model=llama3-8b,gpus=8,global_batch=64,seq=4096"
+    common = "model=llama3-8b,gpus=8,global_batch=64,seq=2048"
     result = invoke("compare", "--common", common, "--a", "system=dgx-h100", "--b", "system=dgx-b200",
                     "--json", "--plot", str(tmp_path / "cmp.png"))  # fmt: skip
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    a = train(model="llama3-8b", gpus=8, global_batch=64, seq=4096, system="dgx-h100")
+    a = train(model="llama3-8b", gpus=8, global_batch=64, seq=2048, system="dgx-h100")
     step = next(r for r in data["metrics"] if r["metric"] == "step time")
     assert step["a"] == pytest.approx(a["step_time_s"]) and step["b_over_a"] < 1  # B200 is faster
     assert sum(r["change_s"] for r in data["breakdown"]) == pytest.approx(step["b"] - step["a"])

@@ -86,8 +86,12 @@ def test_one_rank_communicates_nothing(system, op):
 def _line_rates(c, ranks: int, domains: int) -> tuple[float, float]:
     """(a GPU's scale-up line rate, a domain's NIC line rate) in GB/s: vendor figures, no efficiency."""
     g = ranks // domains
-    links = c.system.scale_up.links_per_gpu.value * c.scale_up.bandwidth.value / 1e9
-    up = links * (max(g - 1, 1) if c.system.scale_up.topology == "mesh" else 1)
+    scale_up, link = c.system.scale_up, c.scale_up.bandwidth.value / 1e9
+    links = scale_up.links_per_gpu.value * link
+    up = links * (max(g - 1, 1) if scale_up.topology == "mesh" else 1)
+    if scale_up.package is not None:  # a ring leaves a q-die package on g / q of its g hops
+        q, inner = scale_up.package.value, scale_up.package_links.value * link
+        up = inner if g <= q else min(q * links, inner + links)
     nics = min(c.system.scale_out.nics_per_node.value * c.domain_gpus / c.gpus_per_node, g)
     return up, nics * c.scale_out.bandwidth.value / 1e9
 
@@ -117,6 +121,22 @@ def test_busbw_stays_within_what_the_path_can_carry(layout, op):
             )
         )
         assert np.all(busbw <= bound * (1 + 1e-9)), (algo, protocol, busbw.max(), bound)
+
+
+def test_a_ring_across_mi250x_packages_is_bound_by_the_links_leaving_them():
+    """Frontier's GCDs: 4 links to the package's other die, 3 out of the package (OLCF's node diagram).
+    A ring over 8 GCDs leaves a package on 4 of its 8 hops, so it sends at most 2 x 3 x 50 = 300 GB/s
+    per GCD (at the links' payload efficiency, 240), not the 350 of seven direct links; an all-to-all
+    sends 6/7 of its bytes out of the package: at most 150 x 7/6 = 175 GB/s. One link fewer out of the
+    package lowers both."""
+    c = cluster("frontier-node", 1)
+    frame = run("allreduce", c, [2**30], 8)
+    a2a = run("alltoall", c, [2**30], 8)
+    assert frame.busbw_GBps.iloc[0] <= 300 and a2a.algbw_GBps.iloc[0] * 7 / 8 <= 175
+    fewer = dataclasses.replace(c, system=c.system.model_copy(update={"scale_up": c.system.scale_up.model_copy(
+        update={"links_per_gpu": c.system.scale_up.links_per_gpu.model_copy(update={"value": 2})})}))  # fmt: skip
+    assert run("allreduce", fewer, [2**30], 8).busbw_GBps.iloc[0] < frame.busbw_GBps.iloc[0]
+    assert run("alltoall", fewer, [2**30], 8).algbw_GBps.iloc[0] < a2a.algbw_GBps.iloc[0]
 
 
 def test_nvls_exceeds_the_link_rate_as_measured():

@@ -42,7 +42,7 @@ def test_serving_power_follows_what_the_gpu_does(system):
 
     tdp = cluster(system).gpu.tdp.value
     one, full = power(batch=1), power()
-    prefill = power(prompt=8000, output=4, batch=64)
+    prefill = power(prompt=8000, output=4, batch=16)
     assert one < 0.6 * tdp < prefill and one < full < prefill
 
 
@@ -71,7 +71,7 @@ def test_facility_pue():
 def test_training_evaluator_job_totals():
     ev = evaluator("training")
     frame = pd.DataFrame(
-        {"model": "llama3-8b", "system": "dgx-h100", "nodes": [1, 2], "global_batch": 64, "seq": 4096, "zero": 1,
+        {"model": "llama3-8b", "system": "dgx-h100", "nodes": [1, 2], "global_batch": 64, "seq": 2048, "zero": 1,
          "pue": 1.2, "price_per_gpu_hour": 2.5, "train_tokens": 1e10}
     )  # fmt: skip
     r = ev(frame)

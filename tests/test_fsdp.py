@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from conftest import layouts
+from conftest import layouts, model_step
 
 from commodel.hardware import cluster
 from commodel.pricing.run import train
@@ -81,7 +81,7 @@ def test_eager_elementwise_kernels_never_make_a_step_faster():
 
     for name in ("llama3-8b", "gpt3-175b", "qwen3-30b-a3b"):
         job = dict(model=name, system="dgx-h100", gpus=64, global_batch=64, seq=4096)
-        fused, eager = train(**job), train(**job, elementwise="eager")
+        fused, eager = model_step(**job), model_step(**job, elementwise="eager")
         assert eager["step_time_s"] >= fused["step_time_s"]
     args = (model("llama3-8b"), 8192.0, 1.0, 8192.0, 1.0, 1.0, 1.0, False, precision("bf16"))
     norms = [

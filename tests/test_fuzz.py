@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 
 from commodel.errors import CommodelError
 from commodel.explore.spec import load_spec
-from commodel.hardware import default_db
+from commodel.hardware import cluster, default_db
 from commodel.hardware.loader import apply_overlay
 from commodel.pricing.run import serve, train
 from commodel.workloads.model.catalog import models
+from commodel.workloads.training.hetero import is_node_groups, parse_node_groups
 
 SCALARS = st.one_of(
     st.integers(-(2**40), 2**40), st.floats(allow_nan=True, allow_infinity=True), st.booleans(),
@@ -132,16 +133,25 @@ def training_jobs(draw: st.DrawFn) -> dict:
 @example({"model": "gpt3-175b", "system": "a40-pcie-8", "tp": 4, "pp": 1, "cp": 1, "gpus": 8, "global_batch": 64,
           "seq": 2048, "offload_layers": 1})  # fmt: skip
 def test_any_training_job_prices_or_is_one_commodel_error(job):
-    """A job is priced (a finite, positive step within the GPU's peak) or refused with one
-    CommodelError: no other exception, no infinite or NaN step (a stated offload on a system with no
-    host memory once priced an infinite one)."""
+    """A job that fits is priced (a finite, positive step within the GPU's peak); one that does not has
+    its memory, more than its GPUs hold, and no step, throughput, MFU or energy; any other is refused
+    with one CommodelError: no other exception, no infinite or NaN step (a stated offload on a system
+    with no host memory once priced an infinite one)."""
     try:
         result = train(**job)
     except CommodelError as exc:
         assert str(exc).strip()
         return
+    assert np.isfinite(result["memory_per_gpu_bytes"]) and result["memory_per_gpu_bytes"] > 0
+    if not result["fits"]:
+        system = job["system"]
+        names = [name for name, _ in parse_node_groups(system)] if is_node_groups(system) else [system]
+        held = min(cluster(name).gpu.memory_capacity.value for name in names)
+        assert result["memory_per_gpu_bytes"] > held
+        assert not {"step_time_s", "tokens_per_s", "mfu", "energy_per_token_J", "breakdown"} & set(result)
+        return
     assert np.isfinite(result["step_time_s"]) and result["step_time_s"] > 0
-    assert 0 < result["mfu"] <= 1 and np.isfinite(result["memory_per_gpu_bytes"])
+    assert 0 < result["mfu"] <= 1
 
 
 @settings(max_examples=200, deadline=None)

@@ -48,7 +48,8 @@ def test_goodput_is_a_share_async_never_loses_and_more_failures_hurt(mtbf_gpu_h,
 
 
 def test_train_reports_goodput_and_a_shorter_mtbf_lowers_it():
-    job = dict(model="llama3-70b", system="dgx-h100", gpus=1024, tp=8, pp=4, global_batch=1024, seq=8192)
+    job = dict(model="llama3-70b", system="dgx-h100", gpus=1024, tp=8, pp=4, global_batch=1024, seq=8192,
+               sequence_parallel=True)  # fmt: skip
     none = train(**job)
     assert none["goodput"] == 1 and "job_mtbf_h" not in none
     long, short = (train(**job, mtbf_gpu_hours=h) for h in (50_000, 5_000))
@@ -66,7 +67,7 @@ def test_a_checkpoint_burst_gets_its_share_of_the_file_system_and_no_more_than_i
     assert checkpoint_bandwidth(2e12, 1.0, 8, 1e11) == pytest.approx(8e11)  # 8 nodes' links
     assert checkpoint_bandwidth(2e12, 0.25, 2048, 1e11) == pytest.approx(5e11)  # a quarter of the FS
     job = {"model": "llama3-70b", "system": "dgx-h100", "gpus": 64, "tp": 8, "global_batch": 64, "seq": 4096,
-           "failures": "llama3-h100"}  # fmt: skip
+           "sequence_parallel": True, "failures": "llama3-h100"}  # fmt: skip
     roomy, narrow = (train(**job, storage_node_GBps=b) for b in (1000.0, 25.0))
     assert narrow["goodput"] < roomy["goodput"]
     assert narrow["checkpoint_interval_min"] > roomy["checkpoint_interval_min"]
@@ -91,6 +92,7 @@ def test_each_fleet_states_its_source_and_rates_follow_its_counts():
         "tp": 8,
         "global_batch": 1024,
         "seq": 4096,
+        "sequence_parallel": True,
     }
     worse = [train(**job, failures=f)["goodput"] for f in ("llama3-h100", "opt-a100")]
     assert worse[1] < worse[0]  # OPT's fleet failed 3.5x as often per GPU-hour

@@ -66,16 +66,17 @@ def test_graphs_never_make_a_step_slower():
     jobs = _random_jobs(21, 400)
     moe = jobs.model != "llama3-8b"
     eager = _steps(jobs)
-    assert eager.valid.all()
+    runs = eager.valid.to_numpy()
+    assert runs.mean() > 0.5 and eager.problem[~runs].str.startswith("does not fit").all()
     for scopes in ("attn", "mlp", "moe_router", MOE_GRAPHS, "full_iteration"):
         graphed = jobs.assign(cuda_graphs=np.where(moe & (scopes == "full_iteration"), MOE_GRAPHS, scopes))
         result = _steps(graphed)
-        assert result.valid.all()
-        assert (result.step_time_s <= eager.step_time_s * (1 + 1e-12)).all(), scopes
-        assert (result.host_s <= eager.host_s + 1e-15).all(), scopes
-    assert (eager.host_s > 0).any() and (
-        _steps(jobs.assign(cuda_graphs="full_iteration")[~moe]).host_s == 0
-    ).all()
+        assert (result.valid == eager.valid).all()  # a graph takes no memory the model counts
+        result, eager_runs = result[runs], eager[runs]
+        assert (result.step_time_s <= eager_runs.step_time_s * (1 + 1e-12)).all(), scopes
+        assert (result.host_s <= eager_runs.host_s + 1e-15).all(), scopes
+    whole = _steps(jobs.assign(cuda_graphs="full_iteration")[~moe & runs])
+    assert (eager.host_s > 0).any() and (whole.host_s == 0).all()
 
 
 def test_a_larger_micro_batch_never_lowers_a_host_bound_steps_throughput():

@@ -38,9 +38,10 @@ def test_every_listed_architecture_has_a_config_in_the_tests():
 def test_a_job_names_a_model_file_and_prices_as_the_shipped_model(tmp_path):
     own = tmp_path / "mine.toml"
     shutil.copy(SHIPPED / "llama3-8b.toml", own)
-    shipped = train(model="llama3-8b", system="dgx-h100", gpus=8)["step_time_s"]
+    job = {"system": "dgx-h100", "gpus": 8, "recompute": "full"}
+    shipped = train(model="llama3-8b", **job)["step_time_s"]
     for path in (own, HF / "llama3-8b.json"):
-        assert train(model=str(path), system="dgx-h100", gpus=8)["step_time_s"] == pytest.approx(shipped)
+        assert train(model=str(path), **job)["step_time_s"] == pytest.approx(shipped)
 
 
 def _config(tmp_path, **changes):
@@ -149,5 +150,5 @@ def test_a_model_that_normalizes_its_queries_and_keys_pays_their_norms(tmp_path)
     assert model("qwen3-8b").qk_norm and load_model_file(HF / "qwen3-8b.json").qk_norm
     assert not load_model_file(HF / "qwen2-7b.json").qk_norm
     without = _without(shipped, "qk_norm", tmp_path)
-    job = {"system": "dgx-h100", "gpus": 8, "global_batch": 64, "seq": 4096}
+    job = {"system": "dgx-h100", "gpus": 8, "global_batch": 64, "seq": 4096, "recompute": "full"}
     assert train(model=str(shipped), **job)["step_time_s"] > train(model=str(without), **job)["step_time_s"]

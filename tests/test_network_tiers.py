@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from conftest import model_step
 
 from commodel.comm.calls import run
 from commodel.errors import CommodelError
@@ -52,8 +53,8 @@ def test_rings_leave_a_pod_through_one_domain_and_all_to_alls_through_all():
 
 def test_expert_parallelism_across_pods_pays_the_oversubscription():
     job = dict(model="deepseek-v3", system="dgx-h100", gpus=1024, tp=1, pp=16, ep=64, global_batch=4096)
-    inside = {r: train(**job, pod_gpus=256, oversubscription=r)["breakdown"]["ep_comm"] for r in (1, 7)}
-    across = {r: train(**job, pod_gpus=16, oversubscription=r)["breakdown"]["ep_comm"] for r in (1, 7)}
+    inside = {r: model_step(**job, pod_gpus=256, oversubscription=r)["breakdown"]["ep_comm"] for r in (1, 7)}
+    across = {r: model_step(**job, pod_gpus=16, oversubscription=r)["breakdown"]["ep_comm"] for r in (1, 7)}
     assert inside[7] == pytest.approx(inside[1]) and across[7] > 1.5 * across[1]
 
 
@@ -90,7 +91,7 @@ def test_pipeline_stages_that_fill_a_pod_send_through_the_core():
     crosses, and its 128 senders fit the core's 1024/7."""
     job = dict(model="llama3-405b", system="dgx-h100", gpus=2048, tp=8, pp=16, global_batch=1024,
                sequence_parallel=True)  # fmt: skip
-    pp = {(pod, r): train(**job, pod_gpus=pod, oversubscription=r)["breakdown"]["pp_comm"]
+    pp = {(pod, r): model_step(**job, pod_gpus=pod, oversubscription=r)["breakdown"]["pp_comm"]
           for pod in (128, 1024) for r in (1, 7)}  # fmt: skip
     assert pp[(128, 7)] == pytest.approx(7 * pp[(128, 1)], rel=0.01)
     assert pp[(1024, 7)] == pytest.approx(pp[(1024, 1)])

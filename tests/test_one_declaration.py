@@ -38,15 +38,19 @@ def test_the_cli_the_scalar_api_and_the_sweep_read_one_set_of_defaults(command, 
     assert {name: getattr(job, name) for name in declared} == {**declared, **GIVEN}
 
 
-def test_a_training_job_with_no_options_prices_the_same_through_every_front_end():
-    """``commodel train`` with only a model and a system, ``train()`` with the same, and a one-row
-    table into the training evaluator: the same resolved layout and the same numbers, exactly."""
+@pytest.mark.parametrize("options", [{}, {"recompute": "full"}])
+def test_a_training_job_with_no_options_prices_the_same_through_every_front_end(options):
+    """``commodel train`` with only a model and a system (and one option), ``train()`` with the same,
+    and a one-row table into the training evaluator: the same resolved layout and the same numbers,
+    exactly. With no option Llama 3 8B does not fit 8 H100 (no recomputation of 8K tokens): each front
+    end says so, with its memory and no step."""
+    flags = [f"--{k}={v}" for k, v in options.items()]
     result = CliRunner().invoke(
-        app, ["train", "--model", GIVEN["model"], "--system", GIVEN["system"], "--json"]
+        app, ["train", "--model", GIVEN["model"], "--system", GIVEN["system"], *flags, "--json"]
     )
     assert result.exit_code == 0, result.output
-    cli, scalar = json.loads(result.output), train(**GIVEN)
-    row = evaluator("training")(pd.DataFrame([GIVEN])).iloc[0]
+    cli, scalar = json.loads(result.output), train(**GIVEN, **options)
+    row = evaluator("training")(pd.DataFrame([GIVEN | options])).iloc[0]
     assert (cli["gpus"], cli["nodes"], cli["layout"]["dp"]) == (
         scalar["gpus"],
         scalar["nodes"],
@@ -57,14 +61,13 @@ def test_a_training_job_with_no_options_prices_the_same_through_every_front_end(
         scalar["nodes"],
         scalar["layout"]["dp"],
     )
-    for name in (
-        "step_time_s",
-        "tokens_per_s",
-        "mfu",
-        "memory_per_gpu_bytes",
-        "gpu_power_W",
-        "time_to_train_days",
-    ):
+    assert cli["memory_per_gpu_bytes"] == scalar["memory_per_gpu_bytes"] == float(row.memory_per_gpu_bytes)
+    assert cli["fits"] is scalar["fits"] is bool(row.fits) is bool(options)
+    if not options:
+        assert row.problem.startswith("does not fit") and np.isnan(row.step_time_s) and not row.valid
+        assert "step_time_s" not in cli and "step_time_s" not in scalar
+        return
+    for name in ("step_time_s", "tokens_per_s", "mfu", "gpu_power_W", "time_to_train_days"):
         assert cli[name] == scalar[name] == float(row[name]), name
     assert cli["breakdown"] == scalar["breakdown"] == {k: float(row[f"{k}_s"]) for k in scalar["breakdown"]}
 

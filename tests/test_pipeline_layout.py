@@ -12,7 +12,16 @@ from commodel.pricing.training_job import training_job
 from commodel.workloads.parallel.pipeline_layout import StageSplit, layout_chunks, stage_split
 
 #: DeepSeek-V3 (61 layers) on 256 GB200, as Megatron-Bridge's pp 4 x vp 4 recipe runs it.
-DSV3 = dict(model="deepseek-v3", system="gb200-nvl72", gpus=256, pp=4, ep=64, etp=1, global_batch=4096)
+DSV3 = dict(
+    model="deepseek-v3",
+    system="gb200-nvl72",
+    gpus=256,
+    pp=4,
+    ep=64,
+    etp=1,
+    global_batch=4096,
+    recompute="full",
+)
 
 
 def test_a_layout_unrolls_its_repetitions_as_megatron_core_does():

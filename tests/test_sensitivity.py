@@ -62,7 +62,9 @@ def test_a_studys_dominant_variable_ranks_first_and_a_study_without_variables_is
     # the cais study varies model, system and tp_overlap: the model's size dominates step time
     table = study_sensitivity(load_spec(STUDIES / "cais" / "study.toml"), "sobol", 64).set_index("variable")
     assert table.ST["model"] > table.ST["tp_overlap"]
-    assert (table.invalid_share == 0).all()
+    # GPT-3 175B on 64 H100 and Llama 3 405B on 64 of either GPU do not fit: three of the space's
+    # eight model-system pairs have no step
+    assert (table.invalid_share > 0.25).all() and (table.invalid_share < 0.5).all()
     spec = tmp_path / "fixed.toml"
     spec.write_text('[study]\nname = "fixed"\nevaluate = "training"\n[fixed]\nmodel = "llama3-8b"\n'
                     'system = "dgx-h100"\n[objectives]\nstep_time_s = "min"\n')  # fmt: skip

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import layouts, module_texts
+from conftest import layouts, model_step, module_texts
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -85,7 +85,7 @@ def test_recomputation_trades_memory_for_flops(attention):
     the unfused scores, softmax and dropout mask, and saves nothing under flash attention, which
     stores no more than the Q, K, V and output other layers hold: there it only costs time."""
     base = dict(model="gpt3-175b", system="dgx-h100", gpus=64, tp=8, pp=8, global_batch=64, seq=2048)
-    runs = {r: train(**base, recompute=r, attention=attention) for r in ("none", "selective", "full")}
+    runs = {r: model_step(**base, recompute=r, attention=attention) for r in ("none", "selective", "full")}
     mems = [runs[r]["memory_per_gpu_bytes"] for r in ("none", "selective", "full")]
     times = [runs[r]["step_time_s"] for r in ("none", "selective", "full")]
     assert (mems[0] > mems[1] > mems[2]) if attention == "unfused" else (mems[0] == mems[1] > mems[2])
@@ -466,7 +466,8 @@ def test_one_layer_chunks_shrink_the_405b_bubble_to_the_papers_loss():
 
     def loss(**changes):
         small, large = (
-            train(runs().training[f"llama3-405b-{g}"].job.model_copy(update=changes)) for g in ("8k", "16k")
+            model_step(runs().training[f"llama3-405b-{g}"].job.model_copy(update=changes))
+            for g in ("8k", "16k")
         )
         return 1 - large["tflops_per_gpu"] / small["tflops_per_gpu"], small
 
@@ -565,6 +566,7 @@ def test_virtual_stages_take_an_uneven_split_that_divides_into_their_chunks():
     job |= dict(sequence_parallel=True, vpp=2)
     even, uneven = train(**job), train(**job, first_stage_layers=18, last_stage_layers=18)
     assert (even["stage_layers"], uneven["stage_layers"]) == ("20,20,20,20", "18,22,22,18")
+    even, uneven = model_step(**job), model_step(**job, first_stage_layers=18, last_stage_layers=18)
     assert uneven["step_time_s"] > even["step_time_s"]
 
 
@@ -641,7 +643,7 @@ def test_fp32_gradients_take_twice_the_bytes_to_hold_and_to_reduce():
     gradients take 2 (not sharded under ZeRO-1), and its reduce-scatter carries twice the bytes; the
     parameter all-gather does not change."""
     job = dict(model="llama3-8b", system="dgx-h100", gpus=16, global_batch=32, zero=1, overlap="serial")
-    bf16, fp32 = (train(**job, grad_reduce_in_fp32=on) for on in (False, True))
+    bf16, fp32 = (model_step(**job, grad_reduce_in_fp32=on) for on in (False, True))
     held = sum(parameters(model("llama3-8b"))[k] for k in ("layers", "embedding"))
     assert fp32["memory_per_gpu_bytes"] - bf16["memory_per_gpu_bytes"] == pytest.approx(2 * held)
     assert 1 < fp32["breakdown"]["dp_comm"] / bf16["breakdown"]["dp_comm"] < 2
@@ -652,7 +654,7 @@ def test_bf16_moments_take_two_bytes_each_of_the_sharded_optimizer_state():
     for it): 8 B of optimizer state per parameter where FP32 moments take 12, sharded over the data-
     parallel ranks under ZeRO-1, and 8 B less read and written per local parameter in the step."""
     job = dict(model="llama3-8b", system="dgx-h100", gpus=16, global_batch=32, zero=1, overlap="serial")
-    fp32, bf16 = (train(**job, bf16_moments=on) for on in (False, True))
+    fp32, bf16 = (model_step(**job, bf16_moments=on) for on in (False, True))
     held = sum(parameters(model("llama3-8b"))[k] for k in ("layers", "embedding")) / 16  # dp 16 shards
     assert fp32["memory_per_gpu_bytes"] - bf16["memory_per_gpu_bytes"] == pytest.approx(4 * held)
     assert bf16["breakdown"]["optimizer"] / fp32["breakdown"]["optimizer"] == pytest.approx(26 / 34)
@@ -766,12 +768,12 @@ def test_the_parameter_all_gather_moves_the_recipes_primary_weights():
         assert rs == bf16[0], name
         assert ag == collective("allgather", params * gathered, where, fab)[0], name
     job = dict(model="llama3-70b", system="gb200-nvl72", gpus=64, micro_batch=2, global_batch=256, zero=3)
-    fp8, blocks = train(**job, dtype="fp8"), train(**job, dtype="mxfp8")
-    bf16_weights = train(**job, dtype="fp8", fp8_param_gather=False)
+    fp8, blocks = model_step(**job, dtype="fp8"), model_step(**job, dtype="mxfp8")
+    bf16_weights = model_step(**job, dtype="fp8", fp8_param_gather=False)
     assert fp8["breakdown"]["dp_comm"] < blocks["breakdown"]["dp_comm"]
     assert fp8["breakdown"]["dp_comm"] < bf16_weights["breakdown"]["dp_comm"]
     assert fp8["memory_per_gpu_bytes"] < bf16_weights["memory_per_gpu_bytes"]
-    plain = [train(**job, fp8_param_gather=on) for on in (True, False)]
+    plain = [model_step(**job, fp8_param_gather=on) for on in (True, False)]
     assert plain[0]["step_time_s"] == plain[1]["step_time_s"]
     assert plain[0]["memory_per_gpu_bytes"] == plain[1]["memory_per_gpu_bytes"]
 
@@ -817,18 +819,27 @@ def test_a_faster_network_never_makes_a_step_slower(system):
 
 
 def test_every_shipped_model_trains():
+    """On one node, every shipped model has a step where it fits, and where it does not (the largest:
+    tens of billions of parameters and more on 8 GPUs) its memory, more than the GPU holds, and no step."""
+    held = cluster("dgx-h100").gpu.memory_capacity.value
     for name, net in models().items():
         tp = max(t for t in (1, 2, 4, 8) if net.heads % t == 0 and net.n_kv_heads % t == 0)
-        r = train(
+        job = dict(
             model=name, system="dgx-h100", gpus=8, tp=tp, global_batch=8, seq=2048, sequence_parallel=True
         )
-        assert np.isfinite(r["step_time_s"]) and r["step_time_s"] > 0, name
+        r = train(**job, recompute="auto", zero=3)
+        if r["fits"]:
+            assert np.isfinite(r["step_time_s"]) and r["step_time_s"] > 0, name
+        else:
+            assert r["memory_per_gpu_bytes"] > held and "step_time_s" not in r and "mfu" not in r, name
+            assert 16 * parameters(net)["total"] / 8 > held, name  # its states alone, sharded over 8
 
 
 def test_an_alias_is_the_same_architecture():
-    job = dict(system="dgx-h100", gpus=8, tp=8, global_batch=8)
+    job = dict(system="dgx-h100", gpus=8, tp=8, global_batch=8, sequence_parallel=True, recompute="full")
     assert (
-        train(model="llama3.1-70b", **job)["step_time_s"] == train(model="llama3-70b", **job)["step_time_s"]
+        model_step(model="llama3.1-70b", **job)["step_time_s"]
+        == model_step(model="llama3-70b", **job)["step_time_s"]
     )
     with pytest.raises(CommodelError, match=re.escape("did you mean 'llama3.1-405b'")):
         train(model="llama3.1-405", **job)
@@ -1028,7 +1039,7 @@ def test_userbuffers_hides_tensor_parallel_communication_behind_its_gemms():
     assert tp_comm("userbuffers", sp=False) == pytest.approx(tp_comm("none", sp=False))
     alone = dict(model="llama3-8b", system="dgx-h100", gpus=8, sequence_parallel=True)
     assert (
-        train(**alone, tp_overlap="userbuffers")["breakdown"]["tp_comm"] == 0
+        model_step(**alone, tp_overlap="userbuffers")["breakdown"]["tp_comm"] == 0
     )  # no TP group: nothing to hide
 
 
@@ -1151,11 +1162,11 @@ def test_fp8_dispatch_halves_the_bytes_towards_the_experts_only():
     FP8 with per-128 scales (1.03 B per element), the combine and its gradient in BF16: a large,
     bandwidth-bound expert exchange takes (1 + 1.03 / 2) / 2 = 0.76 of its BF16 time."""
     base = dict(model="qwen3-30b-a3b", system="dgx-h100", gpus=64, ep=64, global_batch=512, seq=4096)
-    bf16, fp8 = train(**base), train(**base, fp8_dispatch=True)
+    bf16, fp8 = model_step(**base), model_step(**base, fp8_dispatch=True)
     ratio = fp8["breakdown"]["ep_comm"] / bf16["breakdown"]["ep_comm"]
     assert ratio == pytest.approx((1 + (1 + 4 / 128) / 2) / 2, abs=0.02)
     dense = dict(model="llama3-8b", system="dgx-h100", gpus=8, global_batch=64)
-    assert train(**dense, fp8_dispatch=True)["step_time_s"] == train(**dense)["step_time_s"]
+    assert model_step(**dense, fp8_dispatch=True)["step_time_s"] == model_step(**dense)["step_time_s"]
 
 
 def test_fp8_activation_inputs_take_one_byte_each_and_cost_no_time():
@@ -1182,7 +1193,7 @@ def test_fp8_activation_inputs_take_one_byte_each_and_cost_no_time():
             seq=4096,
             dtype=dtype,
         )
-        off, on = train(**job), train(**job, fp8_activation_input=True)
+        off, on = model_step(**job), model_step(**job, fp8_activation_input=True)
         assert (
             on["memory_per_gpu_bytes"] < off["memory_per_gpu_bytes"]
             and on["step_time_s"] == off["step_time_s"]
@@ -1210,7 +1221,7 @@ def test_deepep_crosses_the_network_once_per_node_and_group_limited_routing_caps
 
     def ep_comm(system, gpus, dispatcher, name="deepseek-v3"):
         job = dict(model=name, system=system, gpus=gpus, pp=8, ep=gpus // 8, global_batch=1024, seq=4096)
-        return train(**job, dispatcher=dispatcher)["breakdown"]["ep_comm"]
+        return model_step(**job, dispatcher=dispatcher)["breakdown"]["ep_comm"]
 
     assert ep_comm("hgx-h800", 512, "deepep") < 0.6 * ep_comm("hgx-h800", 512, "alltoall")
     inside = 7 * (1 - (7 / 8) ** 8)
@@ -1229,8 +1240,9 @@ def test_deepep_crosses_the_network_once_per_node_and_group_limited_routing_caps
     # requests (Slingshot's does not), inside one node it runs over the scale-up links
     with pytest.raises(CommodelError, match="deepep dispatcher needs GPU-initiated RDMA across nodes"):
         train(model="qwen3-30b-a3b", system="frontier-node", gpus=16, ep=16, dispatcher="deepep")
-    inside = train(model="qwen3-30b-a3b", system="frontier-node", gpus=16, ep=8, dispatcher="deepep")
-    assert inside["breakdown"]["ep_comm"] > 0
+    inside = dict(model="qwen3-30b-a3b", system="frontier-node", gpus=16, ep=8, dispatcher="deepep")
+    train(**inside)  # accepted: inside one node DeepEP runs over the scale-up links
+    assert model_step(**inside)["breakdown"]["ep_comm"] > 0
     with pytest.raises(CommodelError, match="did you mean 'deepep'"):
         train(model="deepseek-v3", system="dgx-h100", gpus=64, ep=8, dispatcher="deepeep")
 
@@ -1275,8 +1287,8 @@ def test_deepep_holds_its_20_sms_unless_told_otherwise():
     """Megatron's --moe-deepep-num-sms defaults to 20: the SMs a paired layer loses under 1F1B overlap."""
     base = dict(model="qwen3-30b-a3b", system="dgx-h100", gpus=8, ep=8, global_batch=256, seq=4096,
                 overlap="sm-partition", ep_overlap="1f1b", dispatcher="deepep")  # fmt: skip
-    assert train(**base)["step_time_s"] == train(**base, ep_sms=20)["step_time_s"]
-    assert train(**base)["step_time_s"] != train(**base, ep_sms=24)["step_time_s"]
+    assert model_step(**base)["step_time_s"] == model_step(**base, ep_sms=20)["step_time_s"]
+    assert model_step(**base)["step_time_s"] != model_step(**base, ep_sms=24)["step_time_s"]
 
 
 def test_deepep_reaches_8_nvlink_peers_and_hybridep_the_whole_domain():
@@ -1310,7 +1322,7 @@ def test_hybridep_never_moves_tokens_slower_than_deepep_on_a_rack(system, model_
     for ep, gpus in ((16, 64), (32, 128), (64, 256)):
         job = dict(model=model_name, system=system, gpus=gpus, ep=ep, global_batch=gpus * 2, seq=4096,
                    recompute="auto", pp=max(1, gpus // ep // 2))  # fmt: skip
-        deep, hybrid = (train(**job, dispatcher=d) for d in ("deepep", "hybridep"))
+        deep, hybrid = (model_step(**job, dispatcher=d) for d in ("deepep", "hybridep"))
         assert hybrid["breakdown"]["ep_comm"] <= deep["breakdown"]["ep_comm"] * (1 + 1e-9), (ep, gpus)
 
 
@@ -1320,9 +1332,9 @@ def test_sms_held_by_the_expert_all_to_all_slow_the_layer_it_overlaps():
     step where compute sets the pace."""
     base = dict(model="qwen3-30b-a3b", system="dgx-h100", gpus=8, ep=8, global_batch=256, seq=4096,
                 overlap="sm-partition", ep_overlap="1f1b")  # fmt: skip
-    steps = [train(**base, ep_sms=k)["step_time_s"] for k in (4, 20, 24, 40)]
+    steps = [model_step(**base, ep_sms=k)["step_time_s"] for k in (4, 20, 24, 40)]
     assert steps == sorted(steps) and steps[0] < steps[-1]
-    assert train(**base)["step_time_s"] == steps[2]
+    assert model_step(**base)["step_time_s"] == steps[2]
 
 
 def test_shared_expert_overlap_hides_the_all_to_alls_behind_the_shared_experts_only():
@@ -1421,8 +1433,8 @@ def test_fp8_dispatch_casts_each_token_once_before_the_all_to_all():
     output gradients before the combine's backward: one cast per token a GPU holds, where casting
     after the dispatch would convert each of its top_k = 8 received copies; the step gets faster."""
     job = dict(model="deepseek-v3", system="hgx-h800", gpus=512, pp=8, ep=64, seq=4096, global_batch=1024,
-               dtype="fp8-block", kernels=True)  # fmt: skip
-    after, before = train(**job), train(**job, fp8_dispatch=True)
+               dtype="fp8-block")  # fmt: skip
+    after, before = (train(**job, fp8_dispatch=on, kernels=True) for on in (False, True))
 
     def cast_mb(result, label):
         return next(r["mb"] for r in result["kernels"] if r["kernel"].startswith(label))
@@ -1431,7 +1443,7 @@ def test_fp8_dispatch_casts_each_token_once_before_the_all_to_all():
         assert cast_mb(after, label) == pytest.approx(8 * cast_mb(before, label))
     for label in ("cast expert fc1 grad", "cast expert fc2 input"):  # what the all-to-alls do not carry
         assert cast_mb(after, label) == pytest.approx(cast_mb(before, label))
-    assert before["step_time_s"] < after["step_time_s"]
+    assert model_step(**job, fp8_dispatch=True)["step_time_s"] < model_step(**job)["step_time_s"]
 
 
 @pytest.mark.parametrize(("pp", "ep"), [(2, 8), (1, 256)])  # 32 local experts, or one
@@ -1505,7 +1517,7 @@ def test_interleaved_chunks_reduce_their_gradients_as_their_work_ends():
     job = dict(
         model="llama3-70b", system="dgx-h100", gpus=1024, tp=8, pp=8, global_batch=256, overlap="ideal"
     )
-    dp = [train(**job, vpp=v)["breakdown"]["dp_comm"] for v in (1, 2, 5)]
+    dp = [model_step(**job, vpp=v)["breakdown"]["dp_comm"] for v in (1, 2, 5)]
     assert dp[0] > dp[1] > dp[2] > 0
 
 
@@ -1561,9 +1573,14 @@ def test_micro_batch_max_is_the_largest_that_fits(job):
         break
 
 
-def test_micro_batch_max_says_when_nothing_fits():
-    result = train(model="llama3-70b", system="dgx-h100", gpus=8, global_batch=64, micro_batch="max")
-    assert result["micro_batch"] == 1 and not result["fits"] and "no micro-batch fits" in result["notes"][0]
+def test_micro_batch_max_says_when_nothing_fits_and_what_would():
+    """No micro-batch of Llama 3 70B fits one node unsharded: an error, naming the memory at micro-batch
+    1 and the changes that make it fit."""
+    with pytest.raises(
+        CommodelError,
+        match=r"no micro-batch fits: at micro-batch 1 the job does not fit: .* GiB.* makes it fit",
+    ):
+        train(model="llama3-70b", system="dgx-h100", gpus=8, global_batch=64, micro_batch="max")
 
 
 def test_block_recomputation_trades_memory_for_time_layer_by_layer():
@@ -1578,8 +1595,11 @@ def test_block_recomputation_trades_memory_for_time_layer_by_layer():
             "global_batch": 256}  # fmt: skip
     jobs = pd.DataFrame([{**base, "recompute_layers": n} for n in range(0, 21)])
     table = evaluator("training")(jobs)
-    assert table.valid.all()
-    assert (np.diff(table.memory_per_gpu_bytes) < 0).all() and (np.diff(table.step_time_s) > 0).all()
+    fits = table.fits.to_numpy()
+    assert not fits[0] and fits[-1] and (np.diff(fits.astype(int)) >= 0).all()  # fewer layers: none fit
+    assert (table.valid == table.fits).all() and table.problem[~fits].str.startswith("does not fit").all()
+    assert (np.diff(table.memory_per_gpu_bytes) < 0).all() and (np.diff(table.step_time_s[fits]) > 0).all()
+    assert table.step_time_s[~fits].isna().all()
     full = evaluator("training")(pd.DataFrame([{**base, "recompute": "full"}]))
     assert table.step_time_s.iloc[-1] == pytest.approx(full.step_time_s[0])
     assert table.memory_per_gpu_bytes.iloc[-1] == pytest.approx(full.memory_per_gpu_bytes[0])

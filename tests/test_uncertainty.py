@@ -27,7 +27,11 @@ def test_leave_one_out_coverage_of_the_80_percent_band_is_honest(table):
 def test_bands_wrap_predictions_and_times_invert():
     result = CliRunner().invoke(
         app,
-        ["train", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "8", "--uncertainty", "--json"],
+        [
+            *("train", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "8", "--recompute", "full"),
+            "--uncertainty",
+            "--json",
+        ],
     )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)

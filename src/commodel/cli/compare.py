@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from commodel.cli.root import JsonFlag, app
+from commodel.errors import CommodelError
 from commodel.report.compare import compare as run_compare
 from commodel.report.compare import compare_plot, compare_text, parse_design
 
@@ -31,6 +32,8 @@ def compare(
     and which part of the step grew or shrank."""
     shared = parse_design(common, "--common") if common else {}
     result = run_compare(parse_design(a, "--a"), parse_design(b, "--b"), shared)
+    if plot and not result["breakdown"]:
+        raise CommodelError("--plot: a design that does not fit has no step to draw")
     if plot:
         compare_plot(result, plot)
     typer.echo(json.dumps(result, indent=2) if as_json else compare_text(result))

@@ -70,6 +70,8 @@ class Fabric:
     nvls_latency_s: float | None = None
     pod_domains: float = float("inf")
     oversubscription: float = 1.0
+    package: int = 1
+    package_Bps: float = 0.0
 
     def call_time(self, kernel_s: ArrayLike) -> np.ndarray:
         """Time per call of back-to-back calls whose kernel takes ``kernel_s``: ``max(kernel + start,
@@ -95,18 +97,35 @@ class Fabric:
 
     # --- achievable bandwidths (bytes/s) ----------------------------------------------------------
 
-    def up_Bps(self, ranks_per_domain: ArrayLike) -> np.ndarray:
+    def up_Bps(self, ranks_per_domain: ArrayLike, all_to_all: bool = False) -> np.ndarray:
         """Per-GPU scale-up bandwidth when ``ranks_per_domain`` GPUs of a domain take part.
 
         switch and pcie: every GPU drives its own ports (``links x link``); mesh: a GPU reaches each of
         the other g - 1 participants over its own direct links, so ring-like and all-to-all patterns
-        use ``(g - 1) x links x link`` in aggregate.
+        use ``(g - 1) x links x link`` in aggregate; a mesh of packages: :meth:`packaged_Bps`.
         """
         g = np.asarray(ranks_per_domain, dtype=float)
         per_gpu = self.links_per_gpu * self.link_Bps
+        if self.topology == "mesh" and self.package > 1:
+            return self.packaged_Bps(g, all_to_all)
         if self.topology == "mesh":
             return np.maximum(g - 1, 1) * per_gpu
         return np.full_like(g, per_gpu)
+
+    def packaged_Bps(self, g: np.ndarray, all_to_all: bool = False) -> np.ndarray:
+        """Per-GPU bandwidth on a mesh of ``q``-die packages (MI250X: two GCDs): ``P`` a die's package
+        links, ``X`` its links to other packages, ``g`` participants in whole packages. Inside one
+        package: ``P``. A ring visits each package's dies in a row, so at least ``g / q`` of its ``g``
+        hops leave a package: the ``g X`` leaving capacity carries at least that share of the ``g B``
+        sent, ``B <= q X``, and no die sends more than its links, ``B <= P + X``. An all-to-all sends
+        ``(g - q) / (g - 1)`` of its bytes out of the package: ``B <= X (g - 1) / (g - q)``, and
+        ``(q - 1) / (g - 1)`` over the package links."""
+        q, cross, inner = float(self.package), self.links_per_gpu * self.link_Bps, self.package_Bps
+        if all_to_all:
+            across = np.minimum(cross * (g - 1) / np.maximum(g - q, 1e-300), inner * (g - 1) / max(q - 1, 1))
+        else:
+            across = np.minimum(q * cross, inner + cross)
+        return np.where(g <= q, inner, across)
 
     def net_Bps(self, ranks_per_domain: ArrayLike) -> np.ndarray:
         """Scale-out bandwidth of one domain when ``ranks_per_domain`` of its GPUs take part (each
@@ -148,6 +167,10 @@ class Fabric:
     def nccl_up_GBps(self, ranks_per_domain: ArrayLike) -> np.ndarray:
         """A GPU's total scale-up bandwidth as NCCL's topology sees it (digest 3.1, 7.5)."""
         g = np.asarray(ranks_per_domain, dtype=float)
+        if self.topology == "mesh" and self.package > 1:  # the package's links, and beyond it all of them
+            package_links = self.package_Bps / self.link_Bps
+            links = np.where(g <= self.package, package_links, package_links + self.links_per_gpu)
+            return links * tables.XGMI_LINK_BW.get(self.arch, self.link_line_Bps / 1e9)
         if self.topology == "mesh":
             per_link = tables.XGMI_LINK_BW.get(self.arch, self.link_line_Bps / 1e9)
             return np.maximum(g - 1, 1) * self.links_per_gpu * per_link
@@ -155,9 +178,22 @@ class Fabric:
             return np.full_like(g, self.links_per_gpu * tables.NVLINK_LINK_BW[self.arch_index])
         return np.full_like(g, self.links_per_gpu * self.link_line_Bps / 1e9)
 
+    def mesh_paths(self, ranks_per_domain: ArrayLike) -> np.ndarray:
+        """The paths a GPU's ring channels can take on a mesh, each at :meth:`nccl_path_GBps`: one to
+        each of the ``g - 1`` peers; on packages, the one to its package's peers inside a package, and
+        beyond it each of its links (the package's and those leaving it) on its own."""
+        g = np.asarray(ranks_per_domain, dtype=float)
+        if self.package > 1:
+            outside = self.package_Bps / self.link_Bps + self.links_per_gpu
+            return np.where(g <= self.package, np.maximum(g - 1, 1), outside)
+        return np.maximum(g - 1, 1)
+
     def nccl_path_GBps(self, ranks_per_domain: ArrayLike) -> np.ndarray:
         """The best single GPU-to-GPU path inside a domain, as NCCL sees it (one peer on a mesh)."""
         g = np.asarray(ranks_per_domain, dtype=float)
+        if self.topology == "mesh" and self.package > 1:  # the package's links; beyond, one link's hop
+            per_link = tables.XGMI_LINK_BW.get(self.arch, self.link_line_Bps / 1e9)
+            return np.where(g <= self.package, self.nccl_up_GBps(g), per_link)
         if self.topology == "mesh":
             return self.nccl_up_GBps(g) / np.maximum(g - 1, 1)
         return self.nccl_up_GBps(g)
@@ -232,4 +268,8 @@ def fabric_of(
         nvls_latency_s=up.nvls_latency.value if up.nvls_latency and launch == "graph" else None,
         pod_domains=float("inf") if cluster.pod_gpus is None else cluster.pod_gpus / cluster.domain_gpus,
         oversubscription=cluster.oversubscription,
+        package=int(system.scale_up.package.value) if system.scale_up.package else 1,
+        package_Bps=system.scale_up.package_links.value * up.bandwidth.value * up.efficiency.value
+        if system.scale_up.package_links
+        else 0.0,
     )

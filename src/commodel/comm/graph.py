@@ -70,7 +70,7 @@ def ring_graph(fab: Fabric, g: np.ndarray, nodes: np.ndarray) -> Graph:
         _highest_speed(tables.SPEEDS_INTRA[family], limit),
     )
     if fab.topology == "mesh":
-        by_links = np.maximum(g - 1, 1) * np.floor(path / speed)
+        by_links = fab.mesh_paths(g) * np.floor(path / speed)
     else:
         by_links = np.floor(total / speed)
     by_links = np.where(g > 1, by_links, np.inf)

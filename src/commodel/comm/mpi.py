@@ -77,7 +77,7 @@ class Point:
 
     @property
     def B_i(self) -> np.ndarray:
-        return self.fab.up_Bps(self.g) * self.factor
+        return self.fab.up_Bps(self.g, self.all_to_all) * self.factor
 
     @property
     def B_net(self) -> np.ndarray:

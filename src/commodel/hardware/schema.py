@@ -213,12 +213,24 @@ class ScaleUp(Strict):
     ``pcie``: GPUs talk through the host's PCIe hierarchy, ``links_per_gpu`` x16 ports each.
     ``domain``: GPUs one scale-up fabric joins when it spans several nodes (GB200 NVL72: 72 GPUs in
     18 trays of 4); absent means one node.
+    ``package``: dies sharing one package (MI250X: two GCDs), joined by ``package_links`` links each;
+    on such a mesh ``links_per_gpu`` counts a die's links to the dies of other packages, in all.
     """
 
     topology: Literal["switch", "mesh", "pcie"]
     link: str
     links_per_gpu: Count
     domain: Count | None = None
+    package: Count | None = None
+    package_links: Count | None = None
+
+    @model_validator(mode="after")
+    def _package(self) -> ScaleUp:
+        if (self.package is None) != (self.package_links is None):
+            raise ValueError("package and package_links go together: dies per package, links between them")
+        if self.package is not None and self.topology != "mesh":
+            raise ValueError(f"a package of dies is a mesh's; the topology here is {self.topology}")
+        return self
 
 
 class ScaleOut(Strict):

@@ -7,6 +7,7 @@ named only where it pays."""
 
 from __future__ import annotations
 
+from itertools import combinations
 from types import SimpleNamespace
 from typing import Any
 
@@ -48,7 +49,7 @@ def _priced_fixes(job: TrainingJob, row: SimpleNamespace, tried: list[tuple[str,
     for field, value, flag in tried:
         table = variants(job, field, [value])
         faster = float(table["step_time_s"][0])
-        if table["valid"][0] and (table["fits"][0] or not row.fits) and _saves(faster, now):
+        if table["valid"][0] and _saves(faster, now):  # valid: the rules hold and it fits
             fixes.append(f"{flag}: {now:.4g} -> {faster:.4g} s per step")
     return "; ".join(fixes)
 
@@ -57,7 +58,7 @@ def lighter_last_stage(job: TrainingJob, row: SimpleNamespace) -> str:
     """Where the last stage (its logits, multi-token prediction modules) sets a pipeline's pace: the
     fewer layers there (Megatron's ``--decoder-last-pipeline-num-layers``, or under virtual stages its
     pipeline layout) that make the step the shortest, if that saves at least
-    :data:`GAIN_WORTH_A_NOTE` and still fits where the job does; else no note."""
+    :data:`GAIN_WORTH_A_NOTE` and fits; else no note."""
     if job.pp < 2 or job.last_stage_layers is not None or ":" in job.system:
         return ""
     if float(row.stage_imbalance) < IMBALANCE_WORTH_A_LOOK:
@@ -66,7 +67,7 @@ def lighter_last_stage(job: TrainingJob, row: SimpleNamespace) -> str:
     if not choices:  # one layer per stage: none lighter
         return ""
     table = variants(job, "last_stage_layers", choices)
-    step = np.where(table["valid"] & (table["fits"] | ~row.fits), table["step_time_s"].astype(float), np.inf)
+    step = np.where(table["valid"], table["step_time_s"].astype(float), np.inf)
     best, now = int(np.argmin(step)), float(row.step_time_s)
     if not _saves(step[best], now):
         return ""
@@ -88,13 +89,14 @@ def deepep_to_try(job: TrainingJob, row: SimpleNamespace) -> str:
     """Where NCCL's all-to-all dispatches a MoE job's tokens: Megatron's flex dispatcher priced instead,
     with DeepEP and with HybridEP (one network copy per remote NVLink group and one NVLink copy per GPU
     holding the token's experts, :func:`~commodel.workloads.moe.dispatch.forwarded_copies`); the faster
-    is named if it saves at least :data:`GAIN_WORTH_A_NOTE` and fits where the job does; else no note."""
+    is named if it saves at least :data:`GAIN_WORTH_A_NOTE` and fits; else no note."""
     if job.dispatcher != "alltoall" or job.ep < 2 or float(row.ep_comm_s) <= 0 or ":" in job.system:
         return ""
     names = list(FLEX_DISPATCHERS)
     table = variants(job, "dispatcher", names)
-    usable = np.asarray(table["valid"], dtype=bool) & (np.asarray(table["fits"], dtype=bool) | (not row.fits))
-    steps = np.where(usable, np.asarray(table["step_time_s"], dtype=float), np.inf)
+    steps = np.where(
+        np.asarray(table["valid"], dtype=bool), np.asarray(table["step_time_s"], dtype=float), np.inf
+    )
     best, now = int(np.argmin(steps)), float(row.step_time_s)
     if not _saves(float(steps[best]), now):
         return ""
@@ -128,23 +130,23 @@ def recompute_modules_to_try(job: TrainingJob, row: SimpleNamespace) -> str:
     choices = [",".join(sorted(used | {name})) for name in new]
     choices += [",".join(sorted(together))] if len(new) > 1 else []
     table = variants(job, "recompute_modules", choices)
-    step = np.where(table["valid"] & table["fits"], table["step_time_s"].astype(float), np.inf)
+    step = np.where(table["valid"], table["step_time_s"].astype(float), np.inf)
     best, now = int(np.argmin(step)), float(row.step_time_s)
     if not (_saves(step[best], now) or (np.isfinite(step[best]) and not row.fits)):
         return ""
+    gain = f"{now:.4g} -> {step[best]:.4g} s per step" if row.fits else f"{step[best]:.4g} s per step"
     fits = "" if row.fits else "fits, "
     return (
         f"--recompute-modules {choices[best]} frees activations: {fits}recompute "
-        f"{table['recompute_used'][best]} ({now:.4g} -> {step[best]:.4g} s per step)"
+        f"{table['recompute_used'][best]} ({gain})"
     )
 
 
-#: The changes ``train(advise=True)`` prices, in the order their notes appear.
 def host_fixes(job: TrainingJob, row: SimpleNamespace) -> str:
     """Where a step is host-bound (:data:`HOST_BOUND_SHARE`): the CUDA graphs Megatron can capture
     for the model (every scope but dropless experts' for an MoE model, the whole iteration for a
     dense one) and twice the micro-batch, each priced; named if it saves at least
-    :data:`GAIN_WORTH_A_NOTE` and fits where the job does."""
+    :data:`GAIN_WORTH_A_NOTE` and fits."""
     if float(row.host_s) < HOST_BOUND_SHARE * float(row.step_time_s) or ":" in job.system:
         return ""
     graphs = capturable_scopes(model(job.model), padded=job.capacity_factor is not None)
@@ -159,7 +161,7 @@ def software_to_try(job: TrainingJob, row: SimpleNamespace) -> str:
     ``reshard_after_forward=False``); where tensor parallelism runs with sequence parallelism,
     userbuffers' overlap, or for a job that runs it Megatron's default without it (its GEMM chunks
     can cost more than the communication it hides); each priced, named if it saves at least
-    :data:`GAIN_WORTH_A_NOTE` and fits where the job does."""
+    :data:`GAIN_WORTH_A_NOTE` and fits."""
     if ":" in job.system:
         return ""
     tried = []
@@ -173,4 +175,57 @@ def software_to_try(job: TrainingJob, row: SimpleNamespace) -> str:
     return _priced_fixes(job, row, tried)
 
 
+def _memory_changes(job: TrainingJob, dp: int) -> list[tuple[str, Any, str]]:
+    """The changes that take memory off a GPU without more GPUs, each ``(field, value, flag)``:
+    recomputing (or offloading) the fewest layers that fit, sequence parallelism, sharding the optimizer
+    (or everything) over data parallelism, one sequence per micro-batch, the optimizer in CPU memory."""
+    changes = []
+    if job.recompute not in ("auto", "full"):  # auto recomputes all the layers where fewer do not fit
+        changes.append(("recompute", "auto", "--recompute auto"))
+    if job.tp > 1 and not job.sequence_parallel:
+        changes.append(("sequence_parallel", True, "--sequence-parallel"))
+    if dp > 1:
+        changes += [("zero", z, f"--zero {z}") for z in (1, 3) if job.zero < z]
+    if job.micro_batch > 1:
+        changes.append(("micro_batch", 1, "--micro-batch 1"))
+    if "optimizer" not in module_names(job.offload):
+        changes.append(
+            ("offload", ",".join([*module_names(job.offload), "optimizer"]), "--offload optimizer")
+        )
+    return changes
+
+
+def fit_fixes(job: TrainingJob, row: SimpleNamespace) -> str:
+    """Where a job does not fit: every combination of the changes of :func:`_memory_changes`, priced
+    as one batch; the fastest that fits is named, or, where none does, what is left (more GPUs per
+    model copy, or GPUs with more memory)."""
+    if row.fits or ":" in job.system:
+        return ""
+    changes = _memory_changes(job, int(row.dp))
+    tries = [list(c) for n in range(1, len(changes) + 1) for c in combinations(changes, n)]
+    if not tries:
+        return "it needs more GPUs per model copy (--tp, --pp, --ep) or GPUs with more memory"
+    columns = job_columns(job, len(tries))
+    for field in {field for field, _, _ in changes}:
+        columns[field] = np.array(columns[field], dtype=object)
+    for i, tried in enumerate(tries):
+        for field, value, _ in tried:
+            columns[field][i] = value  # of two ZeRO stages together, the later (3)
+    table = price_training(columns)
+    step = np.where(table["valid"], table["step_time_s"].astype(float), np.inf)
+    best = int(np.argmin(step))
+    if not np.isfinite(step[best]):
+        flags = ", ".join(flag for _, _, flag in changes)
+        return (
+            f"none of {flags}, alone or together, makes it fit: it needs more GPUs per model copy "
+            "(--tp, --pp, --ep) or GPUs with more memory"
+        )
+    flags = " ".join(flag for _, _, flag in tries[best])
+    how = f", recompute {table['recompute_used'][best]}" if "--recompute auto" in flags else ""
+    return f"{flags} makes it fit: {step[best]:.4g} s per step{how}"
+
+
+#: The changes ``train(advise=True)`` prices for a job that fits, in the order their notes appear, and
+#: those it prices for one that does not.
 ADVICE = (lighter_last_stage, recompute_modules_to_try, deepep_to_try, host_fixes, software_to_try)
+FIT_ADVICE = (fit_fixes, recompute_modules_to_try)

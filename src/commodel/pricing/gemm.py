@@ -9,10 +9,13 @@ from typing import Annotated
 from pydantic import Field
 
 from commodel.compute.kernels import DTYPE_BYTES
+from commodel.compute.kernels import gemm as gemm_kernel
 from commodel.compute.roofline import gemm_summary
+from commodel.errors import CommodelError
 from commodel.hardware import HardwareDB, default_db
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.job import GPU, Choices, Job
+from commodel.units import format_bytes
 
 #: The largest GEMM dimension taken (2^31: a 32-bit index, as cuBLAS takes it).
 MAX_DIM = 2**31
@@ -36,8 +39,16 @@ class GemmJob(Job):
 
 
 def price_gemm(job: GemmJob, db: HardwareDB | None = None) -> dict[str, object]:
-    """The job's GEMM on its GPU in ``db`` (default: the hardware database in use)."""
-    return gemm_summary((db or default_db()).gpu(job.gpu), job.m, job.n, job.k, job.dtype, job.launch)
+    """The job's GEMM on its GPU in ``db`` (default: the hardware database in use); one whose operands
+    (A, B and C, each held once: the kernel's traffic) exceed the GPU's memory is an error saying so."""
+    gpu = (db or default_db()).gpu(job.gpu)
+    held = float(gemm_kernel(job.m, job.n, job.k, job.dtype).bytes)
+    if held > gpu.memory_capacity.value:
+        raise CommodelError(
+            f"the operands of a {job.m}x{job.n}x{job.k} {job.dtype} GEMM take {format_bytes(held)}, more than "
+            f"{job.gpu}'s {format_bytes(gpu.memory_capacity.value)}: it does not fit"
+        )
+    return gemm_summary(gpu, job.m, job.n, job.k, job.dtype, job.launch)
 
 
 OUTPUTS = ("time_s", "tflops", "bound", "intensity_flop_per_byte", "split_k", "problem", "valid")

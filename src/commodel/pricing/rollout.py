@@ -163,6 +163,11 @@ def rl_setup(
     batch = slo_batch(engine(), online["max_batch"], online_prompt, online_output, np.inf, slo_tpot)[0]
     job = train(model=model, system=system, gpus=train_gpus or rl_gpus, tp=tp, global_batch=samples,
                 seq=int(prompt + mean_len), zero=3, recompute="auto")  # fmt: skip
+    if not job["fits"]:
+        raise CommodelError(
+            f"{model}'s update does not fit {job['gpus']} training GPUs at tp {tp}, recomputing every layer: "
+            f"{job['memory_per_gpu_bytes'] / 2**30:.0f} GiB per GPU"
+        )
     weights = parameters(net)["total"]
     return Setup(
         rl_iteration=iteration(prompt, mean_len, rl_slots),
@@ -201,11 +206,12 @@ def async_setups(row: object) -> list[Setup]:
         if 0 < generating < rl:
             try:
                 setups.append(setup_of(row, generating, rl - generating))
-            except CommodelError:  # the training GPUs do not divide the batch
+            except CommodelError:  # the training GPUs do not divide the batch, or cannot hold the update
                 continue
     if not setups:
         raise CommodelError(
-            f"no split of {rl} RL GPUs into generating replicas and a trainer that divides the batch"
+            f"no split of {rl} RL GPUs into generating replicas and a trainer that divides the batch and holds "
+            "the update"
         )
     return setups
 

@@ -8,6 +8,7 @@ table, so a scalar call and a sweep give the same answer for the same job (DESIG
 from __future__ import annotations
 
 from collections.abc import Callable
+from math import isqrt
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,12 +18,12 @@ from commodel.compute.kernels import WEIGHT_ONLY
 from commodel.compute.precision import precision, serving_precision
 from commodel.errors import CommodelError
 from commodel.hardware import cluster
-from commodel.pricing.advice import ADVICE, HOST_BOUND_SHARE
+from commodel.pricing.advice import ADVICE, FIT_ADVICE, HOST_BOUND_SHARE, fit_fixes
 from commodel.pricing.job import Job
 from commodel.pricing.serving import OUTPUTS as SERVING_OUTPUTS
 from commodel.pricing.serving import price_serving
 from commodel.pricing.serving_job import ServingJob, serving_job
-from commodel.pricing.table import Columns, job_columns
+from commodel.pricing.table import UNFIT, Columns, job_columns
 from commodel.pricing.totals import JOB_OUTPUTS
 from commodel.pricing.training import STEP_OUTPUTS, job_layout, price_training
 from commodel.pricing.training_job import TrainingJob, training_job
@@ -40,10 +41,11 @@ def _one_row(
     price: Callable[[Columns], Columns], job: Job, describe: Callable[[SimpleNamespace], str] = lambda row: ""
 ) -> SimpleNamespace:
     """The pricing of one job, its outputs as attributes; an invalid job is an error naming why (and
-    what the job resolved to, as ``describe`` puts it)."""
+    what the job resolved to, as ``describe`` puts it), but for one that only does not fit: that is
+    its answer (its memory, and no figure that needs it to run)."""
     table = price(job_columns(job))
     row = SimpleNamespace(**{name: values[0] for name, values in table.items()})
-    if not row.valid:
+    if not row.valid and not str(row.problem).startswith(UNFIT):
         what = describe(row)
         raise CommodelError(f"invalid {job.noun} job{f' ({what})' if what else ''}: {row.problem}")
     return row
@@ -135,16 +137,28 @@ def _numbers(row: SimpleNamespace, names: tuple[str, ...]) -> dict[str, float | 
 MAX_MICRO_BATCH = "max"
 
 
+def divisors(n: int) -> np.ndarray:
+    """The divisors of ``n``, ascending, from those up to its square root (one vectorized pass)."""
+    low = np.arange(1, isqrt(n) + 1)
+    low = low[n % low == 0]
+    return np.unique(np.concatenate([low, n // low]))
+
+
 def largest_fitting_micro_batch(job: TrainingJob) -> tuple[int, str]:
     """The largest micro-batch of ``job`` that is a valid layout and fits the GPUs' memory, priced
-    in one batch over every divisor of its global batch; 1 where none fits. With a note saying so."""
-    candidates = np.array([m for m in range(1, job.global_batch + 1) if job.global_batch % m == 0])
+    in one batch over the divisors of its global batch, with a note saying so. Where none fits, an
+    error naming why at micro-batch 1 and what would make it fit (:func:`~commodel.pricing.advice.fit_fixes`)."""
+    candidates = divisors(job.global_batch)
     columns = job_columns(job, len(candidates)) | {"micro_batch": candidates.astype(object)}
     table = price_training(columns)
-    fitting = candidates[np.asarray(table["valid"], dtype=bool) & np.asarray(table["fits"], dtype=bool)]
+    fitting = candidates[np.asarray(table["valid"], dtype=bool)]  # valid: the rules hold and it fits
     if len(fitting):
         return int(fitting.max()), f"micro-batch {int(fitting.max())}: the largest that fits"
-    return 1, "no micro-batch fits the GPUs' memory; priced at 1"
+    smallest = job.model_copy(update={"micro_batch": 1})
+    one = _one_row(price_training, smallest)
+    raise CommodelError(
+        f"no micro-batch fits: at micro-batch 1 the job {one.problem}; {fit_fixes(smallest, one)}"
+    )
 
 
 def train(
@@ -165,7 +179,7 @@ def train(
     row = _one_row(price_training, job, lambda row: _training_layout(job, row))
     notes = chose + _training_notes(job, row)
     if advise:
-        notes += [note for note in (a(job, row) for a in ADVICE) if note]
+        notes += [note for note in (a(job, row) for a in (ADVICE if row.fits else FIT_ADVICE)) if note]
     outputs = tuple(name for name in (*STEP_OUTPUTS, *JOB_OUTPUTS) if name not in TRAIN_APART)
     step = _numbers(row, outputs)
     layout = {"tp": job.tp, "pp": job.pp, "dp": int(row.dp), "cp": job.cp, "ep": job.ep,
@@ -193,8 +207,14 @@ def train(
         "recompute_modules": job.recompute_modules,
         "offload": job.offload,
         **step,
-        "energy_per_step_J": step["it_power_kW"] * 1e3 * job.pue * step["step_time_s"],
-        "breakdown": {name: float(getattr(row, f"{name}_s")) for name in BREAKDOWN},
+        **(
+            {
+                "energy_per_step_J": step["it_power_kW"] * 1e3 * job.pue * step["step_time_s"],
+                "breakdown": {name: float(getattr(row, f"{name}_s")) for name in BREAKDOWN},
+            }
+            if row.fits  # a job that does not fit has no step
+            else {}
+        ),
         "notes": notes,
         **({"kernels": _kernel_table(job, row)} if kernels else {}),
     }
@@ -248,15 +268,14 @@ def serve(job: ServingJob | None = None, kernels: bool = False, **values: Any) -
         )
     else:
         notes.append(f"{in_flight} requests in flight per replica, as --batch states")
-    if not row.fits:
-        notes.append(
-            "does not fit: the weights and runtime buffers, or this batch's KV cache, exceed the HBM"
-        )
     outputs = {name: float(getattr(row, name)) for name in SERVING_OUTPUTS if name not in SERVING_APART}
     outputs = {name: v if np.isfinite(v) else None for name, v in outputs.items()}  # empty: not priced
     if largest == 0:  # not one request fits: the pricing leaves latency, throughput and cost empty
-        notes = ["does not fit: not one request's KV cache fits beside the weights and runtime buffers "
+        notes = [f"{row.problem}: not one request's KV cache fits beside the weights and runtime buffers "
                  "(more GPUs per replica, a smaller dtype or a shorter context)"]  # fmt: skip
+    elif not row.fits:
+        notes = [f"{row.problem}: {in_flight} requests' KV cache does not fit; at most {largest} do "
+                 f"(--batch {largest} or --batch max, more GPUs per replica, or an FP8 KV cache)"]  # fmt: skip
     return {
         "model": job.model,
         "system": job.system,

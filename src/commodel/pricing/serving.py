@@ -22,7 +22,16 @@ from commodel.hardware import cluster as make_cluster
 from commodel.ops.energy import gpu_power_W, it_power_W
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.serving_job import ServingJob
-from commodel.pricing.table import Columns, blank_outputs, groups, numbers, problem_messages, take
+from commodel.pricing.table import (
+    Columns,
+    blank_outputs,
+    groups,
+    numbers,
+    problem_messages,
+    take,
+    unfit_problems,
+    untimed,
+)
 from commodel.workloads.model.catalog import model as get_model
 from commodel.workloads.serving.batch import disaggregated, slo_batch
 from commodel.workloads.serving.engine import Engine, kv_dtype_of, replica_problems, steady_state
@@ -190,20 +199,43 @@ def _price(
         "energy_per_token_J": it_power * pue / total,
         "cost_per_million_tokens_usd": price * gpus / 3600 / total * 1e6,
     }
-    # Not one request fits beside the weights: nothing to time, rate or charge per token.
-    nothing = cap["max_batch"] == 0
-    for name in UNTIMED_WHEN_NOTHING_FITS:
-        fields[name] = np.where(nothing, np.nan, fields[name])
+    over = (chosen > cap["engine_batch"]) & ~split
+    problems = np.where(problems == "", _over_limit(chosen, engine, cap["engine_batch"], over), problems)
+    # A batch whose KV cache exceeds the pool: the memory it needs, not the pool the engine allocates.
+    short = np.where(
+        split, 0.0, np.maximum(chosen * cap["kv_per_request"] - cap["memory_kv_cache_bytes"], 0.0)
+    )
+    fields["memory_kv_cache_bytes"] = cap["memory_kv_cache_bytes"] + short
+    fields["memory_per_gpu_bytes"] = cap["memory_per_gpu_bytes"] + short
+    unfit = (problems == "") & ~fields["fits"]
+    if unfit.any():
+        need = unfit_problems(fields["memory_per_gpu_bytes"], engine.cluster.gpu.memory_capacity.value)
+        problems = np.where(unfit, need, problems)
+    fields = untimed(fields, over | unfit, FIT_OUTPUTS)  # no latency, rate or cost where it cannot run
     for name, values in fields.items():
         out[name][rows] = values
     return problems
 
 
-#: The outputs that time or rate requests: NaN where not one request fits beside the weights.
-UNTIMED_WHEN_NOTHING_FITS = (
-    "ttft_s", "tpot_s", "output_tokens_per_s", "output_tokens_per_s_per_gpu", "requests_per_s",
-    "energy_per_token_J", "cost_per_million_tokens_usd",
+#: Outputs a deployment has whether or not it runs: its memory, the batch it asks for and the largest
+#: that fits, its replicas. Where it does not fit, or asks for more than the engine admits, the others
+#: (latency, throughput, power, energy, cost) are NaN and its ``problem`` says why.
+FIT_OUTPUTS = (
+    "batch_in_flight", "max_batch", "fits", "replicas", "memory_per_gpu_bytes",
+    *(f"memory_{category}_bytes" for category in SERVING_CATEGORIES),
 )  # fmt: skip
+
+
+def _over_limit(chosen: np.ndarray, engine: Engine, limit: np.ndarray, over: np.ndarray) -> np.ndarray:
+    """Why a batch above what the engine admits (:func:`~commodel.workloads.serving.memory.capacity`'s
+    ``engine_batch``: its batch limit, or its token limit, one decode token a request) is refused, at
+    the rows ``over`` ("" elsewhere)."""
+    out = np.full(len(chosen), "", dtype=object)
+    for i in np.flatnonzero(over):
+        size, tokens = engine.max_batch[i], engine.max_num_tokens[i]
+        why = f"--max-batch-size {size:.0f}" if limit[i] >= size else f"--max-num-tokens {tokens:.0f}"
+        out[i] = f"{chosen[i]:.0f} requests in flight per replica, above {why}"
+    return out
 
 
 def serving() -> Evaluator:

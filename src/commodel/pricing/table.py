@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from commodel.errors import CommodelError
 
@@ -90,6 +91,33 @@ def blank_outputs(
     for name in text:
         out[name] = np.full(rows, "", dtype=object)
     return out
+
+
+def untimed(values: Mapping[str, Any], rows: np.ndarray, keep: tuple[str, ...]) -> dict[str, Any]:
+    """``values`` (name -> one value per row, or one for all) with every number outside ``keep`` NaN
+    at the ``rows`` mask: what a design that cannot run (it does not fit) has no figure for."""
+    out = dict(values)
+    for name, v in values.items():
+        column = np.asarray(v)
+        if name in keep or column.dtype.kind != "f":
+            continue
+        out[name] = np.where(rows, np.nan, np.broadcast_to(column, rows.shape))
+    return out
+
+
+#: How the problem of a design that only does not fit begins (:func:`unfit_problems`).
+UNFIT = "does not fit"
+
+
+def unfit_problems(memory_bytes: ArrayLike, held_bytes: float) -> np.ndarray:
+    """Why a design that does not fit has no figures: the memory it needs per GPU against what one
+    holds, per row."""
+    held = held_bytes / 2**30
+    return coded(
+        lambda need: f"{UNFIT}: {need / 2**30:,.1f} GiB per GPU, where a GPU holds {held:,.1f} GiB",
+        np.asarray(memory_bytes, dtype=float),
+        object,
+    )
 
 
 def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

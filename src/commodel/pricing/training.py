@@ -30,6 +30,8 @@ from commodel.pricing.table import (
     numbers,
     problem_messages,
     take,
+    unfit_problems,
+    untimed,
 )
 from commodel.pricing.totals import JOB_OUTPUTS, job_totals
 from commodel.pricing.training_job import TrainingJob
@@ -74,6 +76,24 @@ STEP_OUTPUTS = (
     "cross_vendor_s",
 )
 OUTPUTS = (*STEP_OUTPUTS, *(f"{b}_s" for b in BREAKDOWN), *JOB_OUTPUTS, "problem", "valid")
+#: Outputs a design has whether or not it fits: its memory, how it fits (or tries to), its stages. A
+#: design that does not fit has none of the others (no step, throughput, power, energy or cost): they
+#: are NaN, and its ``problem`` says by how much it misses (:func:`~commodel.pricing.table.unfit_problems`).
+FIT_OUTPUTS = (
+    "memory_per_gpu_bytes",
+    *(f"memory_{category}_bytes" for category in MEMORY_CATEGORIES),
+    "fits",
+    "recompute_share",
+    "offload_share",
+    "offloaded_bytes",
+    "offloaded_state_bytes",
+    "recompute_used",
+    "dropped_share",
+    "tp_domains",
+    "stage_layers",
+    "fabric_tiers",
+    "network_capex_usd",
+)
 #: Outputs that are words: a row's problem, its recomputation in words, its stages' layers.
 TEXT_OUTPUTS = ("problem", "recompute_used", "stage_layers")
 #: Inputs the pricing resolves (gpus from nodes or nodes from gpus, dp from the GPUs).
@@ -194,7 +214,16 @@ def _price_group(columns: Columns, key: dict, rows: np.ndarray, out: Outputs) ->
         if result:
             named = recompute_names(sub.recompute, result["recompute_share"], result["offload_share"])
             totals = job_totals(columns, keep, net, key, result, powered, gpus[ok])
-            out.put(keep, {**result, "recompute_used": named, **totals})
+            priced = {**result, "recompute_used": named, **totals}
+            unfit = ~np.broadcast_to(np.asarray(priced["fits"], dtype=bool), keep.shape) & (
+                messages[ok] == ""
+            )
+            if unfit.any():  # no step for a design that does not fit: say by how much it misses
+                need = np.broadcast_to(priced["memory_per_gpu_bytes"], keep.shape)
+                held = min(c.gpu.memory_capacity.value for c in clusters)  # the smallest, on node groups
+                messages[ok] = np.where(unfit, unfit_problems(need, held), messages[ok])
+                priced = untimed(priced, unfit, FIT_OUTPUTS)
+            out.put(keep, priced)
     out.put(rows, {"problem": messages, "valid": messages == "", "gpus": gpus, "nodes": nodes, "dp": dp})
 
 

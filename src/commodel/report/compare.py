@@ -46,32 +46,41 @@ def parse_design(text: str, option: str) -> dict[str, str]:
 
 
 def compare(a: dict[str, Any], b: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
-    """Price both designs (each over ``common``) and set them side by side."""
-    results, priced = {}, False
+    """Price both designs (each over ``common``) and set them side by side. A design that does not fit
+    has its memory and no other figure; a note says so, with what would make it fit."""
+    results, priced, notes = {}, False, []
     for label, design in (("a", a), ("b", b)):
+        job = {**common, **design}
         try:
-            results[label] = train(**{**common, **design})
+            result = train(**job)
+            if not result["fits"]:  # what would make it fit: the advice train gives such a job
+                result = train(**job, advise=True)
+                notes.append(f"{label.upper()} does not fit: " + "; ".join(result["notes"]))
         except CommodelError as exc:
             raise CommodelError(f"design {label.upper()}: {exc}") from None
-        job = {**common, **design}
         price = float(job.get("price_per_gpu_hour", 0) or 0)
         priced = priced or price > 0
-        result = results[label]
-        result["cost_usd"] = price * result["gpus"] * result["time_to_train_days"] * 24
-    notes = [] if priced else ["cost to train: give price_per_gpu_hour (in --common or a design)"]
+        if "time_to_train_days" in result:
+            result["cost_usd"] = price * result["gpus"] * result["time_to_train_days"] * 24
+        results[label] = result
+    if not priced:
+        notes.append("cost to train: give price_per_gpu_hour (in --common or a design)")
     rows = []
     for key, label, unit, scale in METRICS:
         if key == "cost_usd" and not priced:
             continue
-        va, vb = results["a"][key] * scale, results["b"][key] * scale
-        rows.append({"metric": label, "unit": unit, "a": va, "b": vb, "b_over_a": vb / va if va else None})
+        va, vb = (results[side].get(key) for side in ("a", "b"))
+        va, vb = (None if v is None else v * scale for v in (va, vb))
+        ratio = vb / va if va and vb is not None else None
+        rows.append({"metric": label, "unit": unit, "a": va, "b": vb, "b_over_a": ratio})
+    steps = [results[side].get("breakdown") for side in ("a", "b")]
     breakdown = [
-        {"component": name, "a_s": results["a"]["breakdown"][name], "b_s": results["b"]["breakdown"][name],
-         "change_s": results["b"]["breakdown"][name] - results["a"]["breakdown"][name]}
-        for name in results["a"]["breakdown"]
-    ]  # fmt: skip
+        {"component": name, "a_s": steps[0][name], "b_s": steps[1][name], "change_s": steps[1][name] - steps[0][name]}
+        for name in steps[0]
+    ] if all(steps) else []  # fmt: skip
     designs = {"a": {**common, **a}, "b": {**common, **b}}
-    return {"designs": designs, "labels": labels(designs["a"], designs["b"]), "metrics": rows,
+    fits = {side: bool(results[side]["fits"]) for side in ("a", "b")}
+    return {"designs": designs, "labels": labels(designs["a"], designs["b"]), "fits": fits, "metrics": rows,
             "breakdown": breakdown, "notes": notes}  # fmt: skip
 
 
@@ -90,14 +99,20 @@ def labels(a: dict[str, Any], b: dict[str, Any]) -> dict[str, str]:
 def compare_text(result: dict[str, Any]) -> str:
     """The comparison for a person: metrics with B / A, then the breakdown's changes, largest first."""
     names = result["labels"]
-    lines = [f"A ({names['a']}): {_design(result['designs']['a'])}",
-             f"B ({names['b']}): {_design(result['designs']['b'])}", ""]  # fmt: skip
-    lines.append(f"{'':<26}{'A':>14}{'B':>14}{'B / A':>9}")
+    fits = result.get("fits", {"a": True, "b": True})
+    lines = [
+        f"{side.upper()} ({names[side]}): {_design(result['designs'][side])}"
+        + ("" if fits[side] else " -- DOES NOT FIT")
+        for side in ("a", "b")
+    ]
+    lines += ["", f"{'':<26}{'A':>14}{'B':>14}{'B / A':>9}"]
     for row in result["metrics"]:
         ratio = f"{row['b_over_a']:.3g}" if row["b_over_a"] is not None else "-"
         name = f"{row['metric']} ({row['unit']})"
-        lines.append(f"{name:<26}{readable_number(row['a']):>14}{readable_number(row['b']):>14}{ratio:>9}")
-    lines += ["", "where the step's time moved (s, B - A):"]
+        a, b = (readable_number(v) if v is not None else "-" for v in (row["a"], row["b"]))
+        lines.append(f"{name:<26}{a:>14}{b:>14}{ratio:>9}")
+    if result["breakdown"]:
+        lines += ["", "where the step's time moved (s, B - A):"]
     for row in sorted(result["breakdown"], key=lambda r: -abs(r["change_s"])):
         lines.append(
             f"  {row['component']:<12}{row['a_s']:>12.4g}{row['b_s']:>12.4g}{row['change_s']:>+12.4g}"

@@ -119,24 +119,34 @@ def training_table(result: dict) -> str:
     if result.get("elementwise") == "eager":
         software.append("eager elementwise")
     extra = "".join(f", {name}" for name in software)
-    lines = [
+    head = (
         f"{result['model']} on {result['gpus']} GPUs ({where}), {layout}, {result['dtype']}{extra}, "
-        f"recompute {recompute}, overlap {overlap}",
-        f"  step time        {result['step_time_s']:.4g} s",
-        f"  throughput       {result['tokens_per_s']:,.0f} tokens/s",
-        f"  model TFLOP/s    {result['tflops_per_gpu']:.1f} per GPU (MFU {100 * result['mfu']:.1f}%)",
-        f"  hardware TFLOP/s {result['hw_tflops_per_gpu']:.1f} per GPU (with recomputation)",
+        f"recompute {recompute}, overlap {overlap}"
+    )
+    memory = (
         f"  memory           {result['memory_per_gpu_bytes'] / 2**30:.1f} GiB per GPU ({fits}): "
         + ", ".join(
             f"{name} {result[f'memory_{name}_bytes'] / 2**30:.1f}"
             for name in MEMORY_CATEGORIES
             if result.get(f"memory_{name}_bytes")
-        ),
-        *(
-            [f"  stages           {_runs(result['stage_layers'])} layers, first to last"]
-            if result.get("stage_layers")
-            else []
-        ),
+        )
+    )
+    stages = (
+        [f"  stages           {_runs(result['stage_layers'])} layers, first to last"]
+        if result.get("stage_layers")
+        else []
+    )
+    notes = [f"  note: {note}" for note in result.get("notes", [])]
+    if not result["fits"]:  # a job that does not fit has no step, throughput, power or energy
+        return "\n".join([head, memory, *stages, "  no step: the job does not fit the GPUs' memory", *notes])
+    lines = [
+        head,
+        f"  step time        {result['step_time_s']:.4g} s",
+        f"  throughput       {result['tokens_per_s']:,.0f} tokens/s",
+        f"  model TFLOP/s    {result['tflops_per_gpu']:.1f} per GPU (MFU {100 * result['mfu']:.1f}%)",
+        f"  hardware TFLOP/s {result['hw_tflops_per_gpu']:.1f} per GPU (with recomputation)",
+        memory,
+        *stages,
         *_offload_lines(result),
         f"  power            {result['gpu_power_W']:.0f} W per GPU, {format_quantity(1e3 * result['it_power_kW'], 'power')} IT",
         f"  energy           {result['energy_per_step_J'] / 1e6:.3g} MJ per step, {result['energy_per_token_J']:.3g} J per token",
@@ -156,8 +166,7 @@ def training_table(result: dict) -> str:
         lines.append(f"    {name:<10} {seconds:10.4g} s  {100 * seconds / step:5.1f}%")
     if result["layout"]["pp"] > 1:
         lines.append(f"  slowest pipeline stage {100 * result['stage_imbalance']:.1f}% above the mean")
-    lines += [f"  note: {note}" for note in result.get("notes", [])]
-    return "\n".join(lines)
+    return "\n".join(lines + notes)
 
 
 def _kernel_lines(rows: list[dict], calls: Callable[[dict], str], times: dict[str, str]) -> list[str]:
@@ -240,8 +249,14 @@ def serving_table(result: dict) -> str:
         f"{name.replace('_', ' ')} {result[f'memory_{name}_bytes'] / 2**30:.1f}"
         for name in ("weights", "activations", "kv_cache", "reserved")
     )
-    if not result["max_batch"]:  # not one request fits beside the weights: nothing to time
-        lines = [head, "  no request fits beside the weights: no latency or throughput", memory]
+    if not result["fits"]:  # it cannot run: nothing to time, rate or charge
+        in_flight = f"  in flight        {result['batch_in_flight']} requests per replica (at most {result['max_batch']} fit)"
+        lines = [
+            head,
+            in_flight,
+            memory,
+            "  no latency or throughput: the deployment does not fit the GPUs' memory",
+        ]
         return "\n".join(lines + [f"  note: {note}" for note in result.get("notes", [])])
     lines = [
         head,

@@ -14,7 +14,9 @@ The file (TOML)::
     step_time_s = { value = 12.3, rel = 0.05 }   # within 5% (or abs = ...)
     fits = true                        # a flag or a name, exactly
 
-A design that its evaluator marks invalid fails every bound, with its problem as the reason.
+A design that its evaluator marks invalid fails every bound, with its problem as the reason; one that
+only does not fit has its memory and ``fits`` checked, and fails a bound on any figure it would need
+to run for (a step, a throughput), with "does not fit: ..." as the reason.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pydantic import ConfigDict, Field, PositiveFloat, field_validator, model_va
 
 from commodel.errors import unknown
 from commodel.pricing.evaluator import BUILTIN, evaluator
+from commodel.pricing.table import UNFIT
 from commodel.records import Strict, read_toml, validate_record
 
 
@@ -159,12 +162,12 @@ def run_checks(checks: CheckFile) -> list[Outcome]:
     outcomes = []
     for name, design in checks.designs.items():
         row = rows[name]
-        valid = bool(row.get("valid", True))
-        note = "" if valid else f"invalid design: {row.get('problem', '')}"
+        valid, problem = bool(row.get("valid", True)), str(row.get("problem", ""))
+        unfit = not valid and problem.startswith(UNFIT)  # its memory and fit priced, nothing else
         for output, expected in design.expect.items():
             value = row[output]
             value = value.item() if hasattr(value, "item") else value
-            outcomes.append(
-                Outcome(name, output, value, _describe(expected), valid and _holds(value, expected), note)
-            )
+            holds = (valid or unfit) and _holds(value, expected)
+            note = "" if valid or (unfit and holds) else ("" if unfit else "invalid design: ") + problem
+            outcomes.append(Outcome(name, output, value, _describe(expected), holds, note))
     return outcomes

@@ -96,10 +96,13 @@ SERVING_CATEGORIES = ("weights", "activations", "kv_cache", "reserved")
 def capacity(
     engine: Engine, prompt: ArrayLike, output: ArrayLike, held: ArrayLike | None = None
 ) -> dict[str, np.ndarray]:
-    """Requests the engine can hold in flight: by KV cache (``kv_batch``), and under the engine's
-    batch and token limits (``max_batch``); the memory per GPU by category
-    (``memory_CATEGORY_bytes``, :data:`SERVING_CATEGORIES`) and ``memory_per_gpu_bytes``. ``held``:
-    the tokens a request's KV blocks hold on average (default ``p + o``, reserved up front:
+    """Requests the engine can hold in flight: by KV cache (``kv_batch``, each request's blocks
+    taking ``kv_per_request`` bytes per GPU), by what the engine admits at all (``engine_batch``:
+    ``max_batch_size``, and ``max_num_tokens`` decode tokens in one iteration), and the most that
+    both allow with every request's tokens fitting ``max_num_tokens`` per iteration in steady state
+    (``max_batch``, what ``--batch max`` runs); the memory per GPU by
+    category (``memory_CATEGORY_bytes``, :data:`SERVING_CATEGORIES`) and ``memory_per_gpu_bytes``.
+    ``held``: the tokens a request's KV blocks hold on average (default ``p + o``, reserved up front:
     :func:`kv_tokens_held`)."""
     p, o = np.asarray(prompt, dtype=float), np.asarray(output, dtype=float)
     tokens = p + o if held is None else np.asarray(held, dtype=float)
@@ -120,6 +123,8 @@ def capacity(
     shape = np.shape(kv_batch)
     return {
         "kv_batch": kv_batch,
+        "kv_per_request": np.broadcast_to(per_request, shape),
+        "engine_batch": np.broadcast_to(np.minimum(engine.max_batch, engine.max_num_tokens), shape),
         "max_batch": np.minimum(np.minimum(kv_batch, engine.max_batch), np.floor(budget)),
         "weights_fit": free > 0,
         **{f"memory_{k}_bytes": np.broadcast_to(np.asarray(v, dtype=float), shape) for k, v in parts.items()},

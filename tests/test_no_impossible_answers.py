@@ -1,0 +1,146 @@
+"""No answer that cannot be true: a design that does not fit its GPUs' memory, or asks for more requests
+than its engine admits, has no step, latency, throughput, power, energy or cost, in any front end; and
+no memory or time comes out negative."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from commodel.cli import main
+from commodel.hardware import cluster
+from commodel.pricing.evaluator import evaluator
+from commodel.pricing.run import serve, train
+
+#: Training outputs that need the job to run.
+RUNNING = ("step_time_s", "tokens_per_s", "mfu", "tflops_per_gpu", "compute_s", "gpu_power_W", "power_kW",
+           "energy_per_token_J", "time_to_train_days", "cost_usd")  # fmt: skip
+#: Serving outputs that need the deployment to run.
+SERVING = ("ttft_s", "tpot_s", "output_tokens_per_s", "requests_per_s", "gpu_power_W", "energy_per_token_J")
+
+
+def _cli(args, capsys, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["commodel", *args])
+    try:
+        main()
+        code = 0
+    except SystemExit as exit_info:
+        code = exit_info.code
+    return code, capsys.readouterr()
+
+
+def _random_training(seed: int, rows: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({
+        "model": rng.choice(["llama3-8b", "llama3-70b", "qwen3-30b-a3b", "gpt3-175b"], rows),
+        "system": rng.choice(["dgx-h100", "dgx-a100", "dgx-b200", "mi300x-8"], rows),
+        "gpus": rng.choice([8, 16, 64], rows), "tp": rng.choice([1, 2, 8], rows), "pp": rng.choice([1, 2], rows),
+        "global_batch": 64, "micro_batch": rng.choice([1, 2, 4], rows), "seq": rng.choice([2048, 8192], rows),
+        "recompute": rng.choice(["none", "selective", "full", "auto"], rows), "zero": rng.choice([1, 3], rows),
+        "sequence_parallel": rng.random(rows) < 0.5,
+    })  # fmt: skip
+
+
+def test_no_training_design_has_a_throughput_without_fitting():
+    """Over 1,500 random jobs: a row either runs (it fits, every figure finite and positive, MFU at most
+    1), or does not fit (memory above what its GPU holds, its problem says so, no figure that needs it
+    to run), or breaks a rule (no memory either); memory and times are never negative."""
+    jobs = _random_training(5, 1500)
+    table = evaluator("training")(jobs)
+    held = jobs.system.map(lambda s: cluster(s).gpu.memory_capacity.value)
+    runs, unfit = table.valid.to_numpy(), table.problem.str.startswith("does not fit").to_numpy()
+    assert runs.any() and unfit.any() and (table.valid | (table.problem != "")).all()
+    assert table.fits[runs].all() and (table.memory_per_gpu_bytes[runs] <= held[runs] * (1 + 1e-9)).all()
+    assert (table.memory_per_gpu_bytes[unfit] > held[unfit]).all() and not table.fits[unfit].any()
+    for name in RUNNING:  # cost is 0 where no price is given
+        assert (table[name][runs] >= 0).all() and table[name][~runs].isna().all(), name
+    assert (
+        (table.mfu[runs] > 0).all() and (table.mfu[runs] <= 1).all() and (table.step_time_s[runs] > 0).all()
+    )
+    memory = table.filter(like="memory_").to_numpy()
+    times = table.filter(regex="_s$").to_numpy()
+    assert (memory[runs | unfit] >= 0).all() and (times[runs] >= 0).all()
+
+
+def test_no_serving_design_has_a_throughput_without_fitting_or_above_its_engines_limit():
+    """Over 1,200 random deployments, batches up to 8,192 against engine limits of 64 to 2,048: a row
+    that runs fits and holds no more requests than its engine admits; one that does not fit shows the
+    memory its batch needs, above the GPU's, and no latency, throughput or energy."""
+    rng = np.random.default_rng(11)
+    n = 1200
+    jobs = pd.DataFrame({
+        "model": rng.choice(["llama3-8b", "llama3-70b", "qwen3-30b-a3b"], n),
+        "system": rng.choice(["dgx-h100", "dgx-a100", "dgx-b200"], n), "tp": rng.choice([1, 2, 8], n),
+        "batch": rng.choice(["max", "1", "64", "512", "4096", "8192"], n),
+        "max_batch_size": rng.choice([64, 256, 2048], n), "prompt": rng.choice([128, 2048], n),
+        "output": rng.choice([128, 2048], n), "dtype": rng.choice(["bf16", "fp8"], n),
+    })  # fmt: skip
+    table = evaluator("serving")(jobs)
+    held = jobs.system.map(lambda s: cluster(s).gpu.memory_capacity.value)
+    runs = table.valid.to_numpy()
+    unfit = table.problem.str.startswith("does not fit").to_numpy()
+    over = table.problem.str.contains("requests in flight per replica, above").to_numpy()
+    assert runs.any() and unfit.any() and over.any()
+    assert table.fits[runs].all() and (table.batch_in_flight[runs] <= jobs.max_batch_size[runs]).all()
+    assert (table.memory_per_gpu_bytes[unfit] > held[unfit]).all()
+    stated = jobs.batch != "max"
+    assert (table.batch_in_flight[over & stated] > jobs.max_batch_size[over & stated]).all()
+    for name in SERVING:
+        assert (table[name][runs] > 0).all() and table[name][~runs].isna().all(), name
+    assert (table.filter(like="memory_").to_numpy()[runs | unfit] >= 0).all()
+
+
+def test_serve_says_a_batch_does_not_fit_with_the_memory_it_needs(capsys, monkeypatch):
+    """Llama 3 8B on one H100 holds 228 requests of 2,048 tokens: 300 need about 98 GiB, shown as such,
+    with no latency or throughput; 4,096 are above TensorRT-LLM's batch limit and refused."""
+    result = serve(model="llama3-8b", system="dgx-h100", batch=300)
+    assert not result["fits"] and result["output_tokens_per_s"] is None and result["ttft_s"] is None
+    assert result["memory_per_gpu_bytes"] > cluster("dgx-h100").gpu.memory_capacity.value
+    assert "at most" in result["notes"][0]
+    code, out = _cli(
+        ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--batch", "300"], capsys, monkeypatch
+    )
+    assert code == 0 and "DOES NOT FIT" in out.out and "tokens/s" not in out.out
+    code, out = _cli(
+        ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--batch", "4096"], capsys, monkeypatch
+    )
+    assert code == 2 and "above --max-batch-size 2048" in out.err and out.out == ""
+
+
+def test_train_prints_memory_and_a_fix_not_a_throughput_for_a_job_that_does_not_fit(capsys, monkeypatch):
+    """Llama 3 405B on one H100 needs terabytes: no step, throughput or MFU, and a note saying what is
+    left (more GPUs per copy); Llama 3 70B at tp 8 without sequence parallelism is told the fix."""
+    args = ["train", "--model", "llama3-405b", "--system", "dgx-h100", "--gpus", "1", "--global-batch", "8"]
+    code, out = _cli(args, capsys, monkeypatch)
+    assert code == 0 and "DOES NOT FIT" in out.out and "MFU" not in out.out and "tokens/s" not in out.out
+    assert "more GPUs per model copy" in out.out
+    code, out = _cli([*args, "--json"], capsys, monkeypatch)
+    data = json.loads(out.out)
+    assert data["fits"] is False and not {"step_time_s", "mfu", "tokens_per_s", "breakdown"} & set(data)
+    job = dict(model="llama3-70b", system="dgx-h100", gpus=64, tp=8, pp=2, global_batch=256, seq=8192)
+    notes = train(**job, advise=True)["notes"]
+    assert any(note.startswith("--sequence-parallel") and "makes it fit" in note for note in notes)
+
+
+def test_compare_marks_a_design_that_does_not_fit_with_its_fix(capsys, monkeypatch):
+    common = "model=llama3-70b,dtype=fp8,gpus=64,tp=8,pp=2,global_batch=256,seq=8192,system=dgx-h100"
+    args = ["compare", "--common", common, "--a", "sequence_parallel=false", "--b", "sequence_parallel=true"]
+    code, out = _cli(args, capsys, monkeypatch)
+    lines = out.out.splitlines()
+    assert code == 0 and lines[0].endswith("DOES NOT FIT") and not lines[1].endswith("DOES NOT FIT")
+    step = next(line for line in lines if line.startswith("step time"))
+    assert step.split()[3] == "-" and "A does not fit" in out.out and "makes it fit" in out.out
+    code, out = _cli([*args, "--plot", "/tmp/never.png"], capsys, monkeypatch)
+    assert code == 2 and "no step to draw" in out.err
+
+
+@pytest.mark.parametrize("global_batch", [2**40, 963761198400])
+def test_the_largest_micro_batch_is_searched_among_divisors_of_any_global_batch(global_batch):
+    """--micro-batch max prices the global batch's divisors (6,720 for 963,761,198,400), not every
+    number up to it: a trillion-sequence batch answers, here that nothing fits and what would."""
+    with pytest.raises(Exception, match=r"no micro-batch fits: at micro-batch 1 .* makes it fit"):
+        train(model="llama3-8b", system="dgx-h100", gpus=8, global_batch=global_batch, micro_batch="max")
+    found = train(model="llama3-8b", system="dgx-h100", gpus=8, global_batch=global_batch, micro_batch="max",
+                  recompute="full", zero=3)  # fmt: skip
+    assert found["fits"] and global_batch % found["micro_batch"] == 0 and found["micro_batch"] > 1
