@@ -146,6 +146,8 @@ BAD_FILES = {
     "stream-arm.toml": "[study]\nname='x'\nevaluate='stream'\n[variables]\narm={choice=['flink']}\n"
     "[objectives]\nimpact_pct='min'\n",
     "folder.toml": "folder",
+    "unread-parameter.toml": "[study]\nname='x'\nevaluate='training'\n[parameters]\nnested={a=1}\n[fixed]\n"
+    "model='llama3-8b'\nsystem='dgx-h100'\n[variables]\ntp={choice=[1,2]}\n[objectives]\nstep_time_s='min'\n",
     "fifo.toml": "fifo",
     "empty-hardware-folder": "folder",
 }
@@ -167,6 +169,13 @@ def bad_files(tmp_path_factory):
         else:
             path.write_text(content)
     (root / "a-file").write_text("x")
+    from test_calibrate import write_log  # a valid log, to try calibrate's options on
+
+    from commodel.comm.calls import run
+    from commodel.hardware import cluster
+
+    write_log(root / "good.log", run("allreduce", cluster("dgx-h100"), [2**k for k in range(10, 30, 4)], 8))
+    write_log(root / "one-size.log", run("allreduce", cluster("dgx-h100"), [2**20], 8))
     return root
 
 
@@ -186,13 +195,20 @@ FILE_CASES = [
     ["train", "--model", "{binary.toml}", "--system", "dgx-h100"],
     ["--hardware", "{idle-above-tdp.toml}", "hw", "list"], ["sweep", "{nan-constraint.toml}", "-o", "{out}"],
     ["roofline", "gemm", "--m", "100000000000000000000"], ["sweep", "{all-invalid.toml}", "-o", "{out}"],
+    ["sweep", "{unread-parameter.toml}", "-o", "{out}"], ["sensitivity", "{unread-parameter.toml}"],
+    # calibrate's options and output, checked before the fit
+    *[["calibrate", "nccl-tests", "{good.log}", "--system", "dgx-h100", "-o", "{out}/c.toml", *extra]
+      for extra in (["--gpus", "0"], ["--nodes", "0"], ["--gpus-per-process", "0"], ["--gpus", "-8"])],
+    *[["calibrate", "nccl-tests", "{good.log}", "--system", "dgx-h100", "-o", out]
+      for out in ("{empty-hardware-folder}", "{a-file}/x.toml", "", "{out}/", "{fifo.toml}")],
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize("args", FILE_CASES, ids=lambda a: " ".join(a)[:80])
 def test_bad_files_are_one_line_exit_2_no_traceback(args, bad_files, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv(OVERLAY_ENV, "")  # --hardware sets it: restore it after the test
-    names = {name: str(bad_files / name) for name in [*BAD_FILES, "a-file"]} | {"out": str(tmp_path / "out")}
+    names = {name: str(bad_files / name) for name in [*BAD_FILES, "a-file", "good.log", "one-size.log"]}
+    names |= {"out": str(tmp_path / "out")}
 
     def filled(arg: str) -> str:
         for name, path in names.items():

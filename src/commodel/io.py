@@ -93,6 +93,26 @@ def output_folder(out: str | Path) -> Path:
     return out
 
 
+def output_file(path: str | Path, what: str = "output file") -> Path:
+    """``path`` checked as a file commodel may write, before any work that would end in writing it:
+    a name, not a folder or other non-regular file, under folders (the first that exists writable)."""
+    if not str(path).strip():
+        raise CommodelError(f"the {what} needs a name")
+    target = Path(path)
+    if target.is_dir() or str(path).endswith(("/", os.sep)):
+        raise CommodelError(f"{target}: is a folder; give a file name for the {what}")
+    if (target.exists() or target.is_symlink()) and not target.is_file():
+        raise CommodelError(f"{target}: not a regular file; commodel writes only regular files")
+    parent = target.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise CommodelError(f"{target}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK):
+        raise CommodelError(f"{target}: cannot write under {parent}")
+    return target
+
+
 #: The file a writer holds in its output folder while it writes there (:func:`writer_lock`).
 LOCK_FILE = ".lock"
 

@@ -13,7 +13,7 @@ from commodel.comm.calibrate import calibrate
 from commodel.comm.nccl_tests import SIGNATURES, read
 from commodel.errors import pick
 from commodel.hardware import cluster
-from commodel.io import write_text
+from commodel.io import output_file, write_text
 from commodel.report.frames import plain_table
 
 
@@ -21,9 +21,13 @@ from commodel.report.frames import plain_table
 def calibrate_nccl_tests(
     logs: Annotated[list[Path], typer.Argument(help="nccl-tests output files (all_reduce_perf, ...).")],
     system: Annotated[str, typer.Option(help="The system the logs ran on (hardware database name).")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Overlay file to write (TOML).")],
-    gpus: Annotated[int | None, typer.Option(help="GPUs the logs ran on (default: from the logs).")] = None,
-    nodes: Annotated[int | None, typer.Option(help="Nodes the logs ran on (default: from the logs).")] = None,
+    output: Annotated[str, typer.Option("-o", "--output", help="Overlay file to write (TOML).")],
+    gpus: Annotated[
+        int | None, typer.Option(min=1, help="GPUs the logs ran on (default: from the logs).")
+    ] = None,
+    nodes: Annotated[
+        int | None, typer.Option(min=1, help="Nodes the logs ran on (default: from the logs).")
+    ] = None,
     op: Annotated[
         str | None,
         typer.Option(help="The collective (allreduce, allgather, ...) where the log cannot tell."),
@@ -32,7 +36,7 @@ def calibrate_nccl_tests(
         str | None, typer.Option(help="stream, or graph for nccl-tests -G runs (default: from the log).")
     ] = None,
     gpus_per_process: Annotated[
-        int | None, typer.Option(help="nccl-tests -g of the runs (default: from the log).")
+        int | None, typer.Option(min=1, help="nccl-tests -g of the runs (default: from the log).")
     ] = None,
     algo: Annotated[str, typer.Option(help="auto, or the NCCL_ALGO the runs forced.")] = "auto",
 ) -> None:
@@ -40,6 +44,7 @@ def calibrate_nccl_tests(
 
     The fit minimizes the rows' mean |log error| and never returns constants that raise their median
     |error|."""
+    output = output_file(output, "overlay (-o)")  # checked before the fit, which may take a while
     if op is not None:
         op = pick("collective", op, {name: name for name in SIGNATURES})
     parsed = [read(path, op) for path in logs]

@@ -14,6 +14,7 @@ from commodel.explore.spec import load_spec
 from commodel.io import output_folder, write_text
 from commodel.report.frames import plain_table
 from commodel.report.plots import sensitivity_plot
+from commodel.studies import check_parameters
 
 #: The most base samples sensitivity takes: N (k + 2) evaluations, 65,536 x 12 in about 10 minutes.
 MAX_SAMPLES = 65_536
@@ -47,6 +48,7 @@ def sensitivity(
     """Which variables drive each objective: Sobol indices or Morris effects, estimated by SALib on the
     sweep's own evaluation."""
     loaded = load_spec(spec)
+    check_parameters(loaded, spec)
     check_scheduler(executor, scheduler)
     table = study_sensitivity(loaded, method, samples, loaded.study.seed, executor, scheduler, parameters)
     if output:

@@ -14,6 +14,7 @@ from commodel.explore.spec import load_spec
 from commodel.explore.sweep import MAX_POINTS, run_sweep
 from commodel.report.sweep_report import write_reports
 from commodel.resources import resource_dir
+from commodel.studies import check_parameters
 from commodel.validate import standing
 from commodel.validate.bands import cached_validation_table
 
@@ -51,6 +52,7 @@ def sweep(
     """Explore a design space and write its results, Pareto front, plot, summary and report."""
     spec_path = spec or resource_dir("studies") / "default" / "study.toml"
     loaded = load_spec(spec_path)
+    check_parameters(loaded, spec_path)
     check_scheduler(executor, scheduler)
     out = f"sweep-{loaded.study.name}" if output is None else output
     try:

@@ -146,7 +146,7 @@ def _price(
     price: np.ndarray,
 ) -> np.ndarray:
     """Fill ``out`` at ``rows`` for designs the layout rules accept; return each row's problem ("" if
-    none: an SLO that one request misses is the only one left)."""
+    none: an SLO that one request misses, a batch the engine does not admit or that does not fit)."""
     p, o = request["prompt"], request["output"]
     spread = request["prompt_cv"], request["output_cv"]
     cap = capacity(engine, p, o, kv_tokens_held(p, o, request["output_cv"], request["paged"]))
@@ -199,9 +199,25 @@ def _price(
         "energy_per_token_J": it_power * pue / total,
         "cost_per_million_tokens_usd": price * gpus / 3600 / total * 1e6,
     }
+    fields, problems = _runnable(fields, problems, engine, cap, chosen, split)
+    for name, values in fields.items():
+        out[name][rows] = values
+    return problems
+
+
+def _runnable(
+    fields: dict[str, np.ndarray],
+    problems: np.ndarray,
+    engine: Engine,
+    cap: dict[str, np.ndarray],
+    chosen: np.ndarray,
+    split: np.ndarray,
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The priced ``fields`` and ``problems`` of deployments that may not run: a batch above what the
+    engine admits is refused; one whose KV cache exceeds the pool shows the memory it needs (not the
+    pool the engine allocates) and does not fit; neither has a latency, rate or cost."""
     over = (chosen > cap["engine_batch"]) & ~split
     problems = np.where(problems == "", _over_limit(chosen, engine, cap["engine_batch"], over), problems)
-    # A batch whose KV cache exceeds the pool: the memory it needs, not the pool the engine allocates.
     short = np.where(
         split, 0.0, np.maximum(chosen * cap["kv_per_request"] - cap["memory_kv_cache_bytes"], 0.0)
     )
@@ -211,10 +227,7 @@ def _price(
     if unfit.any():
         need = unfit_problems(fields["memory_per_gpu_bytes"], engine.cluster.gpu.memory_capacity.value)
         problems = np.where(unfit, need, problems)
-    fields = untimed(fields, over | unfit, FIT_OUTPUTS)  # no latency, rate or cost where it cannot run
-    for name, values in fields.items():
-        out[name][rows] = values
-    return problems
+    return untimed(fields, over | unfit, FIT_OUTPUTS), problems
 
 
 #: Outputs a deployment has whether or not it runs: its memory, the batch it asks for and the largest

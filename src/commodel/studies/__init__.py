@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from importlib import import_module
+from pathlib import Path
 
-from commodel.errors import pick
+from commodel.errors import CommodelError, pick
+from commodel.explore.spec import SweepSpec
 from commodel.studies.base import Claim, StudyResult
 
 #: Study name -> (module, one-line description).
@@ -40,6 +42,19 @@ STUDIES: dict[str, tuple[str, str]] = {
         "a size-aware tuner policy vs NCCL's default choice, and its cost",
     ),
 }
+
+
+def check_parameters(spec: SweepSpec, path: str | Path) -> None:
+    """A spec's ``[parameters]`` are inputs a shipped study's own module reads (the paper's setup);
+    in any other spec nothing reads them, so an entry there is an error naming it, not a value
+    silently ignored."""
+    if spec.parameters and spec.study.name not in STUDIES:
+        name = next(iter(spec.parameters))
+        raise CommodelError(
+            f"{path}: [parameters] '{name}' is read by nothing: [parameters] holds the inputs of a shipped "
+            f"study's module ({', '.join(STUDIES)}), and this spec's study is '{spec.study.name}'; give a "
+            "job's input in [fixed] or [variables]"
+        )
 
 
 def study_runner(name: str) -> Callable[[], StudyResult]:
