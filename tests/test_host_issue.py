@@ -11,7 +11,13 @@ from commodel.hardware import cluster
 from commodel.pricing.evaluator import evaluator
 from commodel.pricing.training import job_layouts
 from commodel.workloads.model.catalog import model
-from commodel.workloads.training.host_issue import BACKWARD_OPS, SCOPE_OPS, host_issue_s, host_wait_s
+from commodel.workloads.training.host_issue import (
+    BACKWARD_OPS,
+    SCOPE_OPS,
+    host_issue_s,
+    host_wait_s,
+    scope_shares,
+)
 
 MOE_GRAPHS = "attn,moe_router,moe_preprocess"
 
@@ -56,6 +62,12 @@ def _random_jobs(seed: int, jobs: int) -> pd.DataFrame:
     return frame
 
 
+def _runs(name: str, scopes: str) -> bool:
+    """Whether model ``name`` runs every one of ``scopes`` (a scope it never runs is refused)."""
+    shares = scope_shares(model(name))
+    return scopes == "full_iteration" or all(shares[s] > 0 for s in scopes.split(","))
+
+
 def _steps(jobs: pd.DataFrame) -> pd.DataFrame:
     return evaluator("training")(jobs)
 
@@ -69,7 +81,10 @@ def test_graphs_never_make_a_step_slower():
     runs = eager.valid.to_numpy()
     assert runs.mean() > 0.5 and eager.problem[~runs].str.startswith("does not fit").all()
     for scopes in ("attn", "mlp", "moe_router", MOE_GRAPHS, "full_iteration"):
-        graphed = jobs.assign(cuda_graphs=np.where(moe & (scopes == "full_iteration"), MOE_GRAPHS, scopes))
+        scope = np.where(moe & (scopes == "full_iteration"), MOE_GRAPHS, scopes)
+        graphed = jobs.assign(
+            cuda_graphs=np.where([_runs(m, s) for m, s in zip(jobs.model, scope, strict=True)], scope, "")
+        )
         result = _steps(graphed)
         assert (result.valid == eager.valid).all()  # a graph takes no memory the model counts
         result, eager_runs = result[runs], eager[runs]

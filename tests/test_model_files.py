@@ -5,6 +5,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from commodel.cli import app, main
@@ -152,3 +154,57 @@ def test_a_model_that_normalizes_its_queries_and_keys_pays_their_norms(tmp_path)
     without = _without(shipped, "qk_norm", tmp_path)
     job = {"system": "dgx-h100", "gpus": 8, "global_batch": 64, "seq": 4096, "recompute": "full"}
     assert train(model=str(shipped), **job)["step_time_s"] > train(model=str(without), **job)["step_time_s"]
+
+
+@st.composite
+def _model_records(draw):
+    """Model records anywhere in the schema's bounds, dense or MoE, with or without a window or MLA."""
+    heads = draw(st.sampled_from([1, 2, 8, 32, 128]))
+    record = {
+        "description": "random", "source": "hypothesis", "layers": draw(st.integers(1, 200)),
+        "hidden": heads * draw(st.sampled_from([8, 64, 128])), "heads": heads,
+        "kv_heads": draw(st.sampled_from([h for h in (1, 2, 8, 32, 128) if heads % h == 0])),
+        "ffn_hidden": draw(st.integers(1, 2**16)), "gated_mlp": draw(st.booleans()),
+        "vocab": draw(st.integers(1, 2**18)), "seq": draw(st.sampled_from([1, 128, 4096, 131072])),
+        "tied_embeddings": draw(st.booleans()),
+    }  # fmt: skip
+    if draw(st.booleans()):
+        experts = draw(st.integers(1, 256))
+        record["moe"] = {
+            "experts": experts, "top_k": draw(st.integers(1, experts)), "expert_ffn_hidden": draw(st.integers(1, 8192)),
+            "shared_experts": draw(st.integers(0, 2)), "dense_layers": draw(st.integers(0, record["layers"] - 1)),
+        }  # fmt: skip
+    if draw(st.booleans()):
+        record |= {
+            "sliding_window": draw(st.integers(1, 8192)),
+            "sliding_window_layers": record["layers"] // 2,
+        }
+    return record
+
+
+@settings(max_examples=80, deadline=None)
+@given(_model_records())
+def test_no_model_file_gives_a_negative_quantity(tmp_path_factory, record):
+    """Over random model files inside the schema's bounds: parameters, FLOPs per token, and a training
+    job's and a serving deployment's memory and times are finite and never negative (a negative one
+    means a check was missed)."""
+    import numpy as np
+    import tomli_w
+
+    from commodel.pricing.run import serve
+
+    path = tmp_path_factory.mktemp("models") / "random.toml"
+    path.write_text(tomli_w.dumps(record))
+    net = load_model_file(path)
+    values = [*parameters(net).values(), float(model_flops_per_token(net, net.seq))]
+    assert all(np.isfinite(v) and v >= 0 for v in values), values
+    for price in (
+        lambda: train(model=str(path), system="dgx-h100", gpus=8, global_batch=8, seq=min(net.seq, 4096)),
+        lambda: serve(model=str(path), system="dgx-h100", prompt=256, output=64),
+    ):
+        try:
+            result = price()
+        except CommodelError:  # a layout or replica the model cannot take: refused, not priced
+            continue
+        numbers = [v for v in result.values() if isinstance(v, float)]
+        assert all(np.isfinite(v) and v >= 0 for v in numbers), result

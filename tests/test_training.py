@@ -866,8 +866,8 @@ def test_a_batch_prices_every_layout_as_it_would_alone(name):
         mtp_layers=rng.choice([0, 1], n), last_stage_layers=last_layers,
         ends_as_layers=(pp == 2) & np.isnan(last_layers) & (rng.random(n) < 0.4),
         ep=rng.choice([1, 4] if "qwen" in name else [1], n),
-        etp=np.where(sp & (rng.random(n) < 0.5), 1, np.nan), fp8_dispatch=rng.random(n) < 0.5,
-        ep_sms=rng.choice([np.nan, 20], n),
+        etp=np.where(sp & (rng.random(n) < 0.5) & ("qwen" in name), 1, np.nan),
+        fp8_dispatch=(rng.random(n) < 0.5) & ("qwen" in name), ep_sms=rng.choice([np.nan, 20] if "qwen" in name else [np.nan], n),
         recompute_modules=module_texts(rng.choice([0, 1, 3] if "qwen" in name else [0, 1], n)),
         dispatcher=np.where(("qwen" in name) & (rng.random(n) < 0.5), "deepep", "alltoall"),
     )  # fmt: skip
@@ -926,7 +926,7 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
     net, c = model(name), cluster(system, 64)
     dtype = str(rng.choice(["bf16", "fp8"] if "fp8" in c.gpu.peak_flops else ["bf16"]))
     tp, pp, cp = rng.choice([1, 2, 4, 8], n), rng.choice([1, 2, 4, 8], n), rng.choice([1, 2], n)
-    experts = net.moe.experts if net.moe else 1
+    experts, moe = (net.moe.experts, True) if net.moe else (1, False)  # MoE-only settings: MoE models only
     ep = np.where(rng.random(n) < 0.7, 1, rng.choice([e for e in (1, 2, 4, 8) if experts % e == 0], n))
     gpus = tp * pp * cp * rng.choice([1, 2, 4, 8], n)
     mb, vpp, sp = rng.choice([1, 2, 4], n), rng.choice([1, 2], n), rng.random(n) < 0.5
@@ -943,12 +943,14 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
         name, system, tp=tp, pp=pp, cp=cp, ep=ep, dp=gpus // (tp * pp * cp), vpp=vpp, micro_batch=mb,
         global_batch=gpus // (tp * pp * cp) * mb * rng.choice([1, 4, 16], n), seq=rng.choice([2048, 8192, 131072], n),
         recompute=np.array(RECOMPUTE_CHOICES)[recompute], sequence_parallel=sp, zero=rng.integers(0, 4, n),
-        expert_load=rng.choice([1.0, 1.3, 2.0], n), schedule=np.where(dualpipe, "dualpipe", "1f1b"),
+        expert_load=np.where(moe, np.minimum(rng.choice([1.0, 1.3, 2.0], n), ep), 1.0),
+        schedule=np.where(dualpipe, "dualpipe", "1f1b"),
         mtp_layers=rng.choice([0, 0, 1], n), last_stage_layers=np.where(lighter_last, 2, np.nan),
-        ends_as_layers=ends_as_layers, etp=np.where(sp & (rng.random(n) < 0.3), 1, np.nan),
+        ends_as_layers=ends_as_layers, etp=np.where(moe & sp & (rng.random(n) < 0.3), 1, np.nan),
         recompute_modules=module_texts(modules), offload_layers=np.where(offloads, rng.integers(1, net.layers, n), 0),
         dispatcher=np.where((net.moe is not None) & (rng.random(n) < 0.5), "deepep", "alltoall"),
-        fp8_activation_input=rng.random(n) < 0.3, bf16_moments=rng.random(n) < 0.3, permute_fusion=rng.random(n) < 0.5,
+        fp8_activation_input=rng.random(n) < 0.3, bf16_moments=rng.random(n) < 0.3,
+        permute_fusion=moe & (rng.random(n) < 0.5),
     )  # fmt: skip
     ok = valid(net, x, gpus)
     assert ok.sum() >= 2000, ok.sum()
@@ -1593,7 +1595,9 @@ def test_block_recomputation_trades_memory_for_time_layer_by_layer():
 
     base = {"model": "llama3-70b", "system": "dgx-h100", "gpus": 64, "tp": 8, "pp": 4, "micro_batch": 2,
             "global_batch": 256}  # fmt: skip
-    jobs = pd.DataFrame([{**base, "recompute_layers": n} for n in range(0, 21)])
+    jobs = pd.DataFrame(
+        [{**base, "recompute": "full" if n else "none", "recompute_layers": n} for n in range(21)]
+    )
     table = evaluator("training")(jobs)
     fits = table.fits.to_numpy()
     assert not fits[0] and fits[-1] and (np.diff(fits.astype(int)) >= 0).all()  # fewer layers: none fit
@@ -1603,7 +1607,9 @@ def test_block_recomputation_trades_memory_for_time_layer_by_layer():
     full = evaluator("training")(pd.DataFrame([{**base, "recompute": "full"}]))
     assert table.step_time_s.iloc[-1] == pytest.approx(full.step_time_s[0])
     assert table.memory_per_gpu_bytes.iloc[-1] == pytest.approx(full.memory_per_gpu_bytes[0])
-    chunked = evaluator("training")(pd.DataFrame([{**base, "vpp": 2, "recompute_layers": 5}]))
+    chunked = evaluator("training")(
+        pd.DataFrame([{**base, "vpp": 2, "recompute": "full", "recompute_layers": 5}])
+    )
     assert chunked.recompute_share[0] == pytest.approx(0.5)  # 5 of each chunk's 10 layers
     job = {**base, "recompute": "full", "sequence_parallel": True}
     said = [n for n in (9, 10, 99) if any("covers every layer" in note for note in

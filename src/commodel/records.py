@@ -127,6 +127,8 @@ def read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(read_text(path, "TOML file"))
     except tomllib.TOMLDecodeError as exc:
         raise CommodelError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:  # the parser recurses into each nested array or table
+        raise CommodelError(f"{path}: arrays or tables nested too deeply to be a commodel file") from None
 
 
 def validate_record(data: Any, model: type[M], where: str | Path) -> M:

@@ -12,8 +12,9 @@ from commodel.cli.root import calibrate_app
 from commodel.comm.calibrate import calibrate
 from commodel.comm.nccl_tests import SIGNATURES, read
 from commodel.errors import pick
-from commodel.hardware import cluster
-from commodel.io import output_file, write_text
+from commodel.hardware import cluster, default_db
+from commodel.hardware.loader import apply_overlay
+from commodel.io import atomic_path, output_file
 from commodel.report.frames import plain_table
 
 
@@ -72,5 +73,7 @@ def calibrate_nccl_tests(
         typer.echo(f"{why}: the defaults are kept and no overlay is written")
         return
     header = f"# commodel hardware overlay for {system}: apply with commodel --hardware {output} ...\n"
-    write_text(output, header + tomli_w.dumps(overlay))
+    with atomic_path(output) as written:  # kept only if --hardware would take it, as it checks overlays
+        written.write_text(header + tomli_w.dumps(overlay))
+        apply_overlay(default_db(), written)
     typer.echo(f"\nwrote {output} (use: commodel --hardware {output} collective ... --system {system})")

@@ -9,7 +9,7 @@ import typer
 
 from commodel.cli.root import ExecutorOption, SchedulerOption, app, check_scheduler
 from commodel.errors import CommodelError
-from commodel.explore.evaluation import commonest_problem
+from commodel.explore.evaluation import commonest_problem, emptying_constraint
 from commodel.explore.spec import load_spec
 from commodel.explore.sweep import MAX_POINTS, run_sweep
 from commodel.report.sweep_report import write_reports
@@ -72,6 +72,12 @@ def sweep(
         found = commonest_problem(loaded)
         reason = f"; the commonest reason ({found[1]} of the first {found[2]}): {found[0]}" if found else ""
         raise CommodelError(f"no design is valid{reason}")
+    if summary["feasible"] == 0:  # the constraints' fault: name the one that empties the space
+        import pandas as pd  # slow: pandas (0.2 s), for the results this case reads
+
+        found = emptying_constraint(loaded, pd.read_parquet(Path(out) / "results.parquet"))
+        which = f": '{found[0]}' removes the last {found[1]:,} valid designs" if found else ""
+        raise CommodelError(f"no design meets the constraints{which} (the results stay in {out}/)")
     if not quiet:
         for name, row in summary["best"].items():
             typer.echo(

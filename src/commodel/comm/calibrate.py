@@ -199,6 +199,56 @@ def median_error_pct(residuals: np.ndarray) -> float:
     return float(100 * np.median(np.abs(np.expm1(residuals))))
 
 
+#: The least the mean |log error| must fall for a fit to replace the priors (0.01%): below it the
+#: logs already agree with the defaults, and an overlay would only restate them.
+MIN_GAIN = 1e-4
+
+
+def _check_run_settings(logs: list[NcclTestsLog], launch: str | None, gpus_per_process: int | None) -> None:
+    """``--launch`` and ``--gpus-per-process`` as the logs record them (nccl-tests' -G and -g), where
+    they do; a process drives a whole number of a log's GPUs."""
+    for log in logs:
+        if launch is not None and log.graph is not None and (launch == "graph") != log.graph:
+            said = "replayed CUDA graphs (graph: 1)" if log.graph else "launched each call (graph: 0)"
+            raise CommodelError(f"{log.path.name}: the run {said}; --launch {launch} says otherwise")
+        recorded = log.gpus_per_process
+        if gpus_per_process is not None and recorded is not None and gpus_per_process != recorded:
+            raise CommodelError(
+                f"{log.path.name}: each process drove {recorded} GPU(s) (nThread x nGpus); "
+                f"--gpus-per-process {gpus_per_process} says otherwise"
+            )
+        if gpus_per_process is not None and log.ranks and log.ranks % gpus_per_process:
+            raise CommodelError(
+                f"{log.path.name}: --gpus-per-process {gpus_per_process} does not divide its {log.ranks} ranks"
+            )
+
+
+def _movable(
+    params: list[Parameter],
+    prior: np.ndarray,
+    residuals: Callable[[np.ndarray, list[Parameter]], np.ndarray],
+    logs: list[NcclTestsLog],
+) -> list[Parameter]:
+    """The constants the logs determine: those a 1% nudge moves some row's log error by
+    :data:`IDENTIFIABLE`; more of them than the logs have distinct sizes is an error (one size cannot
+    fit a latency and a rate)."""
+    start, movable = residuals(prior, params), []
+    for i, p in enumerate(params):
+        nudged = prior.copy()
+        nudged[i] = min(max(prior[i] * 1.01, p.bounds[0]), p.bounds[1])
+        if nudged[i] == prior[i]:
+            nudged[i] = prior[i] * 0.99
+        if np.max(np.abs(residuals(nudged, params) - start)) >= IDENTIFIABLE:
+            movable.append(p)
+    points = len({(i, size) for i, log in enumerate(logs) for size in log.rows.size_bytes})
+    if len(movable) > points:
+        raise CommodelError(
+            f"the logs hold {points} distinct size(s), too few to fit the {len(movable)} constants they move "
+            f"({', '.join(p.name for p in movable)}); run a sweep of sizes (nccl-tests -b 8 -e 8G -f 2)"
+        )
+    return movable
+
+
 def calibrate(
     logs: list[NcclTestsLog],
     system: str,
@@ -220,6 +270,7 @@ def calibrate(
     if not logs:
         raise CommodelError("give at least one nccl-tests log")
     layouts = [_layout(log, system, gpus, nodes) for log in logs]
+    _check_run_settings(logs, launch, gpus_per_process)
     launch = launch or ("graph" if logs[0].graph else "stream")
     base = fabric_of(
         layouts[0][0], launch=launch, gpus_per_process=gpus_per_process or logs[0].gpus_per_process or 1
@@ -238,14 +289,7 @@ def calibrate(
 
     prior = np.array([p.prior for p in params])
     start = residuals(prior, params)
-    movable = []
-    for i, p in enumerate(params):
-        nudged = prior.copy()
-        nudged[i] = min(max(prior[i] * 1.01, p.bounds[0]), p.bounds[1])
-        if nudged[i] == prior[i]:
-            nudged[i] = prior[i] * 0.99
-        if np.max(np.abs(residuals(nudged, params) - start)) >= IDENTIFIABLE:
-            movable.append(p)
+    movable = _movable(params, prior, residuals, logs)
     fitted: dict[str, float | None] = {p.name: None for p in params}
     after = start
     if movable:
@@ -262,7 +306,9 @@ def calibrate(
         ).x  # fmt: skip
         best = min((coarse, fine), key=lambda x: mean_log_error(log_residuals(x)))
         fit = log_residuals(best)
-        if mean_log_error(fit) < mean_log_error(start) and median_error_pct(fit) <= median_error_pct(start):
+        if mean_log_error(fit) < mean_log_error(start) - MIN_GAIN and median_error_pct(
+            fit
+        ) <= median_error_pct(start):
             after = fit
             values = np.exp(np.clip(best, lo, hi))
             fitted.update({p.name: float(v) for p, v in zip(movable, values, strict=True)})

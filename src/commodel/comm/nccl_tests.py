@@ -21,6 +21,7 @@ GPUs per process from the ``nThread ... nGpus ... graph:`` line; a forced algori
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,7 +45,8 @@ BINARIES = {
 }
 _STARTING = re.compile(r"#\s*Collective test starting:\s*(\w+?)_perf")
 _RANK = re.compile(r"#\s*Rank\s+\d+\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^]]*\]\s*(.*)")
-_THREADS = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+).*?graph:\s*(\d+)")
+_THREADS = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
+_GRAPH = re.compile(r"#\s*nThread\s.*?graph:\s*(\d+)")
 _HEADER = re.compile(r"#\s+size\s+count\s+type\s+redop\s")
 _FORCED = re.compile(r"NCCL_ALGO set by environment to (\w+)\s*$", re.MULTILINE)
 #: NCCL_ALGO spellings -> commodel algorithm names.
@@ -173,7 +175,13 @@ def read(path: str | Path, op: str | None = None) -> NcclTestsLog:
     lines = text.splitlines()
     if not any(line.strip() for line in lines):
         raise CommodelError(f"{path}: empty file, not an nccl-tests log")
-    header = next((i for i, line in enumerate(lines) if _HEADER.match(line)), None)
+    headers = [i for i, line in enumerate(lines) if _HEADER.match(line)]
+    header = headers[0] if headers else None
+    if len(headers) > 1:  # runs pasted one after another: each may have its own ranks and settings
+        at = ", ".join(str(i + 1) for i in headers)
+        raise CommodelError(
+            f"{path}: {len(headers)} runs in one file (results headers at lines {at}); give each run its own file"
+        )
     if header is None:
         raise CommodelError(
             f"{path}: not nccl-tests output (no '#  size  count  type  redop ...' header line; "
@@ -201,7 +209,7 @@ def read(path: str | Path, op: str | None = None) -> NcclTestsLog:
     ranks = len(ranked) or None
     op = _op_of(path, text, frame, ranks, op)
     forced = _FORCED.search(text)
-    threads = _THREADS.search(text)
+    threads, graph = _THREADS.search(text), _GRAPH.search(text)
     return NcclTestsLog(
         path,
         op,
@@ -210,7 +218,7 @@ def read(path: str | Path, op: str | None = None) -> NcclTestsLog:
         frame,
         NCCL_ALGO_NAMES.get(forced[1].lower()) if forced else None,
         tuple(m[2].strip() for m in ranked),
-        bool(int(threads[3])) if threads else None,
+        bool(int(graph[1])) if graph else None,
         int(threads[1]) * int(threads[2]) if threads else None,
     )
 
@@ -234,6 +242,8 @@ def _row(path: Path, number: int, fields: list[str], has_root: bool) -> dict[str
         ) from None
     if size <= 0 or min(numbers[0], numbers[3]) <= 0:
         raise CommodelError(f"{path}: line {number}: sizes and times must be positive")
+    if not all(math.isfinite(v) and v >= 0 for v in numbers):  # 0.00 GB/s: a tiny size, as printed
+        raise CommodelError(f"{path}: line {number}: times and bandwidths must be finite and not negative")
     return {
         "size_bytes": size,
         "count": count,

@@ -71,3 +71,16 @@ def commonest_problem(spec: SweepSpec, rows: int = 1000) -> tuple[str, int, int]
         return None
     counts = problems.value_counts()
     return str(counts.index[0]), int(counts.iloc[0]), len(frame)
+
+
+def emptying_constraint(spec: SweepSpec, results: pd.DataFrame) -> tuple[str, int] | None:
+    """The constraint that removes the last of the valid designs ``results``, applied in the order
+    the specification gives them, and how many designs were left before it (``None`` if some design
+    meets them all)."""
+    left = np.ones(len(results), dtype=bool)
+    for text in spec.study.constraints:
+        before = int(left.sum())
+        left &= constraint_mask(text, results)
+        if before and not left.any():
+            return text, before
+    return None

@@ -161,6 +161,12 @@ def study_sensitivity(
     uncertain = _study_parameters(spec) if parameters else []
     if not spec.variables and not uncertain:
         raise CommodelError(f"{spec.study.name} has no variables to be sensitive to")
+    fixed = [name for name, var in spec.variables.items() if not var.varies]
+    if fixed and len(fixed) == len(spec.variables) and not uncertain:
+        raise CommodelError(
+            f"{spec.study.name}: no variable varies ({', '.join(fixed)} take one value each): nothing to be "
+            "sensitive to"
+        )
     names = [*spec.variables, *(p.label for p in uncertain)]
     return indices(study_function(spec, executor, scheduler, uncertain), names, method, samples, seed)
 

@@ -63,6 +63,19 @@ Scalar = bool | int | float | str
 class Choice(Strict):
     choice: list[Scalar] = Field(min_length=1)
 
+    @field_validator("choice")
+    @classmethod
+    def _finite(cls, values: list[Scalar]) -> list[Scalar]:
+        """A choice is a value a job can take: no NaN or infinity among its numbers."""
+        bad = [v for v in values if isinstance(v, float) and not math.isfinite(v)]
+        if bad:
+            raise ValueError(f"a choice must be a finite number or a name, got {bad[0]}")
+        return values
+
+    @property
+    def varies(self) -> bool:
+        return len(set(map(repr, self.choice))) > 1
+
 
 class IntRange(Strict):
     int: tuple[int, int]
@@ -77,6 +90,10 @@ class IntRange(Strict):
         if self.step < 1 or (self.log and lo < 1):
             raise ValueError("step must be >= 1, and a log range must start at >= 1")
         return self
+
+    @property
+    def varies(self) -> bool:
+        return self.int[1] > self.int[0]
 
 
 class RealRange(Strict):
@@ -94,6 +111,10 @@ class RealRange(Strict):
         if self.points < 2 or (self.log and lo <= 0):
             raise ValueError("points must be >= 2, and a log range must be positive")
         return self
+
+    @property
+    def varies(self) -> bool:
+        return True  # a real range is never empty (its validator)
 
 
 VARIABLE_KINDS = {"choice": Choice, "int": IntRange, "real": RealRange}
@@ -210,6 +231,15 @@ class SweepSpec(Strict):
     uncertainty: UncertaintySection | None = None
     sensitivity: SensitivitySection | None = None
 
+    @field_validator("fixed")
+    @classmethod
+    def _finite(cls, fixed: dict[str, Scalar]) -> dict[str, Scalar]:
+        """A fixed input is a value a job can take: no NaN or infinity."""
+        for name, value in fixed.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value}")
+        return fixed
+
     @field_validator("variables", mode="before")
     @classmethod
     def _no_empty_choice(cls, variables: Any) -> Any:
@@ -277,9 +307,15 @@ def check_names(spec: SweepSpec, path: Path | str) -> None:
     for name in spec.objectives:
         if name not in columns:
             raise CommodelError(f"{path}: [objectives] unknown column '{name}'{suggest(name, columns)}")
-        if name in ev.words:
+        if name in ev.words or name in ev.flags:
+            what = "words" if name in ev.words else "a flag (true or false)"
             raise CommodelError(
-                f"{path}: [objectives] '{name}' holds words, not numbers: it cannot be minimized"
+                f"{path}: [objectives] '{name}' holds {what}, not numbers: it cannot be minimized or maximized"
+                + (
+                    "; keep only the designs that fit with the constraint 'fits == true'"
+                    if name == "fits"
+                    else ""
+                )
             )
     for text in spec.study.constraints:
         column, op, value = constraint_parts(text)

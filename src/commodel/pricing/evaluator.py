@@ -38,6 +38,7 @@ class Evaluator:
     price: Callable[[Columns], Columns]
     resolved: tuple[str, ...] = ()
     text: tuple[str, ...] = ("problem",)
+    flags: tuple[str, ...] = ("valid",)
 
     @classmethod
     def row_by_row(

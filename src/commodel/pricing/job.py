@@ -168,6 +168,23 @@ class Job(BaseModel):
         return [name for name in cls.model_fields if (c := choices_of(cls, name)) is not None and c.group]
 
 
+def listed_once(value: Any, alone: tuple[str, ...] = ()) -> Any:
+    """A comma-separated list of names as a user writes it, checked: no empty name between commas, no
+    name twice, and each of ``alone`` only by itself; other values pass through to the field's type."""
+    if not isinstance(value, str) or not value.strip():
+        return value
+    items = [item.strip() for item in value.split(",")]
+    if "" in items:
+        raise ValueError(f"'{value}' has an empty name between commas")
+    twice = sorted({item for item in items if items.count(item) > 1})
+    if twice:
+        raise ValueError(f"'{value}' names {', '.join(twice)} more than once")
+    single = [name for name in alone if name in items and len(items) > 1]
+    if single:
+        raise ValueError(f"{single[0]} stands alone: it cannot go with other names ('{value}')")
+    return value
+
+
 def choices_of(schema: type[Job], name: str) -> Choices | None:
     """The :class:`Choices` of field ``name``, if it is categorical."""
     field = schema.model_fields.get(name)
@@ -239,14 +256,14 @@ def check_columns(schema: type[Job], columns: Mapping[str, np.ndarray]) -> None:
     """Every distinct value of every input of a table of jobs, by the declaration's own rules: a sweep
     gets the CLI's bounds and messages. A number whose field states only bounds is checked against them
     at once; any other value in a job that varies that one field of the first row's required fields;
-    the fields a cross-field rule reads (``together``), by their distinct combinations. A broken value
+    the fields a cross-field rule reads (``together``), only by their distinct combinations. A broken value
     is reported as the declaration words it."""
     base = {name: np.asarray(columns[name]).flat[0] for name in schema.required()}
     defaults = schema.inputs()
     distinct = {name: _distinct(columns[name]) for name in schema.model_fields}
     for name, values in distinct.items():
-        if len(values) == 1 and _same(values[0], defaults[name]):
-            continue  # the declaration's own default
+        if (len(values) == 1 and _same(values[0], defaults[name])) or name in schema.together:
+            continue  # the declaration's own default, or a field checked with those it goes with
         if values.dtype.kind in "fiu" and _bounds_only(schema, name):
             broken = _first_broken(schema, name, values)
             values = [] if broken is None else [broken]

@@ -260,4 +260,5 @@ def serving() -> Evaluator:
         OUTPUTS,
         price_serving,
         ("gpus", "batch"),
+        flags=("fits", "valid"),
     )

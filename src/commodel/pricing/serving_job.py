@@ -30,7 +30,7 @@ class ServingJob(Job):
         extra="forbid", frozen=True, coerce_numbers_to_str=True, defer_build=True
     )  # batch = 8 or "8"
     noun: ClassVar[str] = "serving"
-    together: ClassVar[tuple[str, ...]] = ("batch", "slo_ttft", "slo_tpot")
+    together: ClassVar[tuple[str, ...]] = ("batch", "slo_ttft", "slo_tpot", "attention_dp", "tp", "ep")
 
     model: Annotated[str, MODEL] = Field(
         description="Model name (workloads/): llama3-70b, qwen3-30b-a3b, ..., or a model file (commodel .toml, Hugging Face config.json)"

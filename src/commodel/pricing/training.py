@@ -37,7 +37,7 @@ from commodel.pricing.totals import JOB_OUTPUTS, job_totals
 from commodel.pricing.training_job import TrainingJob
 from commodel.workloads.model.catalog import model as get_model
 from commodel.workloads.model.schema import Transformer
-from commodel.workloads.moe.dispatch import deepep_problem
+from commodel.workloads.moe.dispatch import deepep_problem, ep_sms_problem
 from commodel.workloads.moe.token_drop import capacity_problem
 from commodel.workloads.parallel.layout import RECOMPUTE_CHOICES, Layout, stage_layers_text
 from commodel.workloads.parallel.layout_rules import layout_problems
@@ -50,7 +50,7 @@ from commodel.workloads.training.hetero import (
     is_node_groups,
     parse_node_groups,
 )
-from commodel.workloads.training.host_issue import graph_problem
+from commodel.workloads.training.host_issue import graph_problem, unrun_scope_problem
 from commodel.workloads.training.memory import CATEGORIES as MEMORY_CATEGORIES
 from commodel.workloads.training.step import BREAKDOWN, train_step
 
@@ -109,7 +109,7 @@ def recompute_names(codes: np.ndarray, recomputed: np.ndarray, offloaded: np.nda
     the layers, or offloading a share of the layers' activations to CPU memory (auto's choice, or
     the job's)."""
     named = np.asarray(RECOMPUTE_CHOICES, dtype=object)[np.asarray(codes, dtype=int)]
-    blocks = (np.asarray(recomputed) > 0) & np.isin(named, ("none", "full"))  # --recompute-layers
+    blocks = (np.asarray(recomputed) > 0) & (named == "full")  # --recompute-layers
     chose = (named == "auto") | (np.asarray(offloaded) > 0) | blocks
     if not chose.any():
         return named
@@ -196,12 +196,23 @@ def _price_group(columns: Columns, key: dict, rows: np.ndarray, out: Outputs) ->
     tp, pp, cp, dp = (col(k) for k in ("tp", "pp", "cp", "dp"))
     dp = np.where(np.isnan(dp), np.floor(gpus / (tp * pp * cp)), dp)
     layout = job_layout(columns, rows, net, dp)
+    nics = col("nics")
     problems += [
         *layout_problems(net, layout, gpus),
         offload_problem(clusters, layout),
         graph_problem(net, layout),
+        unrun_scope_problem(net, layout),
         capacity_problem(net, layout),
         recompute_layers_problem(layout),
+        ep_sms_problem(clusters, layout),
+        (
+            np.full(len(rows), net.moe is None and key["ep_overlap"] != "none"),
+            "--ep-overlap overlaps expert all-to-alls: it needs a mixture-of-experts model",
+        ),
+        (
+            nics > min(c.system.scale_out.nics_per_node.value for c in clusters),
+            "--nics cannot exceed the NICs a node has",
+        ),
     ]
     if len(fleet) == 1:  # DeepEP puts from the GPU across domains
         problems.append(deepep_problem(clusters[0], layout, gpus))
@@ -315,4 +326,5 @@ def training() -> Evaluator:
         price_training,
         RESOLVED,
         TEXT_OUTPUTS,
+        ("fits", "valid"),
     )

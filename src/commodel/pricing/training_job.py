@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from commodel.choice_bits import module_names
 from commodel.comm.cross_vendor import TRANSPORTS
@@ -27,6 +27,7 @@ from commodel.pricing.job import (
     PodGpus,
     Pue,
     TraysPerRack,
+    listed_once,
     make_job,
 )
 from commodel.pricing.pipeline_fields import with_pipeline_layout
@@ -365,6 +366,12 @@ class TrainingJob(Job):
     @classmethod
     def _from_pipeline_layout(cls, data: Any) -> Any:
         return with_pipeline_layout(data)
+
+    @field_validator("cuda_graphs", "offload", mode="before")
+    @classmethod
+    def _each_name_once(cls, value: Any, info: ValidationInfo) -> Any:
+        """Of CUDA graph scopes, ``none`` and ``full_iteration`` stand alone (Megatron asserts the latter)."""
+        return listed_once(value, ("none", "full_iteration") if info.field_name == "cuda_graphs" else ())
 
     @field_validator("recompute_modules", mode="before")
     @classmethod

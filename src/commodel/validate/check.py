@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pydantic import ConfigDict, Field, PositiveFloat, field_validator, model_validator
 
-from commodel.errors import unknown
+from commodel.errors import CommodelError, unknown
 from commodel.pricing.evaluator import BUILTIN, evaluator
 from commodel.pricing.table import UNFIT
 from commodel.records import Strict, read_toml, validate_record
@@ -58,10 +59,14 @@ Expected = tuple[float, float] | Tolerance | bool | str
 
 
 def _expected(value: Any) -> Expected:
-    """One bound as the file writes it: ``[low, high]``, ``{value, rel | abs}``, a flag or a name."""
+    """One bound as the file writes it: ``[low, high]``, ``{value, rel | abs}``, a flag or a name; its
+    numbers finite."""
     if isinstance(value, bool | str):
         return value
-    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int | float) for v in value):
+    numbers = value if isinstance(value, list) else list(value.values()) if isinstance(value, dict) else []
+    if any(isinstance(v, float) and not math.isfinite(v) for v in numbers):
+        raise ValueError(f"a bound's numbers must be finite, got {value}")
+    if isinstance(value, list) and len(value) == 2 and all(_is_number(v) for v in value):
         low, high = (float(v) for v in value)
         if not low <= high:
             raise ValueError(f"a range's low end ({low:g}) is above its high end ({high:g})")
@@ -105,6 +110,49 @@ class Outcome:
     expected: str
     holds: bool
     note: str = ""
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_inputs(name: str, design: Design, schema: type) -> None:
+    """A design's inputs as one value each, of the field's kind: no list or table, no NaN or infinity,
+    no true or false where the field is not a flag (``gpus = true`` is not one GPU)."""
+    for field, value in design.inputs.items():
+        where = f"input '{field}' of design '{name}'"
+        if isinstance(value, list | dict):
+            raise CommodelError(
+                f"{where}: give one value, not a {'list' if isinstance(value, list) else 'table'}"
+            )
+        if isinstance(value, float) and not math.isfinite(value):
+            raise CommodelError(f"{where}: must be a finite number, got {value}")
+        annotation = schema.model_fields[field].annotation if field in schema.model_fields else None
+        if isinstance(value, bool) and annotation not in (bool, bool | None):
+            raise CommodelError(
+                f"{where}: {str(value).lower()} is a flag; this input takes a number or a name"
+            )
+
+
+def _check_kind(name: str, output: str, value: object, expected: Expected) -> None:
+    """A bound of the output's kind: a range or tolerance for a number, true or false for a flag, a
+    name for words; else an error naming the design and output."""
+    flag = isinstance(value, bool | np.bool_)
+    words = isinstance(value, str)
+    kind = "a flag" if flag else "words" if words else "a number"
+    fits = (
+        isinstance(expected, bool)
+        if flag
+        else isinstance(expected, str)
+        if words
+        else not isinstance(expected, bool | str)
+    )
+    if not fits:
+        wanted = "true or false" if flag else "a name" if words else "[low, high] or { value, rel | abs }"
+        raise CommodelError(
+            f"bound on '{output}' of design '{name}': the output is {kind}, so its bound is {wanted}, not "
+            f"{_describe(expected)!r}"
+        )
 
 
 def load_checks(path: str | Path) -> CheckFile:
@@ -153,6 +201,7 @@ def run_checks(checks: CheckFile) -> list[Outcome]:
             for field in checks.designs[name].inputs:
                 if field not in ev.inputs:
                     raise unknown(f"input of design '{name}' ({kind} takes)", field, list(ev.inputs))
+            _check_inputs(name, checks.designs[name], ev.job)
         frame = pd.DataFrame([checks.designs[n].inputs for n in names])
         for name, (_, row) in zip(names, ev(frame).iterrows(), strict=True):
             for output in checks.designs[name].expect:
@@ -167,6 +216,7 @@ def run_checks(checks: CheckFile) -> list[Outcome]:
         for output, expected in design.expect.items():
             value = row[output]
             value = value.item() if hasattr(value, "item") else value
+            _check_kind(name, output, value, expected)
             holds = (valid or unfit) and _holds(value, expected)
             note = "" if valid or (unfit and holds) else ("" if unfit else "invalid design: ") + problem
             outcomes.append(Outcome(name, output, value, _describe(expected), holds, note))

@@ -130,7 +130,8 @@ def _experts(model: Transformer, T: np.ndarray, t: np.ndarray, sp_tokens: np.nda
     # Experts the block's tokens reach (each picks top_k of E; all of them at training batch sizes, a
     # few in a small decode batch), and the tokens each of those receives.
     block = T * e * et / t
-    reached = m.experts * -np.expm1(block * np.log1p(-m.top_k / m.experts))
+    with np.errstate(divide="ignore"):  # top_k = experts: log(0), and every expert reached
+        reached = m.experts * -np.expm1(block * np.log1p(-m.top_k / m.experts))
     load = np.asarray(expert_load, dtype=float)
     per_expert, local = block * m.top_k / reached * load, reached / e
     out = _Experts(

@@ -80,6 +80,8 @@ def _load(path: str, mtime_ns: int, size: int) -> Transformer:
         config = json.loads(read_text(path, "model config", MAX_BYTES))
     except json.JSONDecodeError as exc:
         raise CommodelError(f"{path}: not a JSON config ({exc.__class__.__name__}: {exc})") from None
+    except RecursionError:
+        raise CommodelError(f"{path}: arrays or objects nested too deeply to be a config.json") from None
     if not isinstance(config, dict):
         raise CommodelError(f"{path}: a config.json holds one JSON object")
     return validate_record(from_hf_config(config, path), Transformer, path)
@@ -95,12 +97,29 @@ WHOLE_FIELDS = (
 )  # fmt: skip
 
 
+#: Counts a config may set to 0 to mean none (every other count, where present, is at least 1: a zero
+#: experts, heads or window is an error, never "no MoE" or "no window").
+MAY_BE_ZERO = ("n_shared_experts", "first_k_dense_replace", "n_group", "topk_group")
+
+
 def _check_types(config: dict[str, Any], where: str) -> None:
-    """Counts that are whole numbers and tables that are tables, or an error naming the field."""
+    """Counts that are whole numbers (positive but for :data:`MAY_BE_ZERO`), flags that are booleans,
+    a clamp that is a finite number and tables that are tables, or an error naming the field."""
     for name in WHOLE_FIELDS:
         value = config.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise CommodelError(f"{where}: '{name}' must be a whole number, got {value!r}")
+        if value is not None and value < (0 if name in MAY_BE_ZERO else 1):
+            least = "0" if name in MAY_BE_ZERO else "1 (leave it out where the model has none)"
+            raise CommodelError(f"{where}: '{name}' must be at least {least}, got {value}")
+    for name in ("tie_word_embeddings",):
+        if config.get(name) is not None and not isinstance(config[name], bool):
+            raise CommodelError(f"{where}: '{name}' must be true or false, got {config[name]!r}")
+    limit = config.get("swiglu_limit")
+    if limit is not None and (
+        isinstance(limit, bool) or not isinstance(limit, int | float) or not 0 < limit < 1e6
+    ):
+        raise CommodelError(f"{where}: 'swiglu_limit' must be a positive finite number, got {limit!r}")
     for name in ("rope_scaling",):
         if config.get(name) is not None and not isinstance(config[name], dict):
             raise CommodelError(f"{where}: '{name}' must be a JSON object, got {config[name]!r}")
@@ -152,10 +171,12 @@ def from_hf_config(config: dict[str, Any], where: str = "config.json") -> dict[s
         "tied_embeddings": bool(config.get("tie_word_embeddings", False)),
     }
     head_dim = config.get("head_dim")
-    if head_dim and head_dim * heads != hidden:
+    if head_dim is not None and head_dim * heads != hidden:
         record["head_dim"] = head_dim
-    experts = config.get("num_local_experts") or config.get("num_experts") or config.get("n_routed_experts")
-    if experts:
+    experts = next(
+        (config[k] for k in ("num_local_experts", "num_experts", "n_routed_experts") if k in config), None
+    )
+    if experts is not None:
         record["moe"] = {
             "experts": experts,
             "top_k": _field(config, where, "num_experts_per_tok", "experts_per_token"),
@@ -182,6 +203,7 @@ def from_hf_config(config: dict[str, Any], where: str = "config.json") -> dict[s
     if kind == "gpt_oss" and (scaling.get("rope_type") or scaling.get("type")) == "yarn":
         record["rotary_scaling"] = "yarn"
     banded = [t for t in config.get("layer_types") or [] if t == "sliding_attention"]
-    if banded and config.get("sliding_window"):
-        record |= {"sliding_window": config["sliding_window"], "sliding_window_layers": len(banded)}
+    if banded:  # the window its banded layers need (a missing one is an error, not "no window")
+        window = _field(config, where, "sliding_window")
+        record |= {"sliding_window": window, "sliding_window_layers": len(banded)}
     return record

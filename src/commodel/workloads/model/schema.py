@@ -6,14 +6,29 @@ mixture-of-experts layers (``[moe]``) are first-class.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+from pydantic import ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from commodel.records import Strict
 
+# Bounds a model file's numbers must keep: well above every published model, far below what would
+# overflow a count or make a price meaningless (1e12 layers). Types are exact: ``"false"`` is not a
+# boolean, ``true`` not a count, ``32.0`` not a layer count.
+Layers = Annotated[int, Field(ge=1, le=4096)]
+Width = Annotated[int, Field(ge=1, le=2**20)]  # hidden, FFN and head widths, latent ranks
+Heads = Annotated[int, Field(ge=1, le=2**14)]
+Experts = Annotated[int, Field(ge=1, le=2**14)]
+Tokens = Annotated[int, Field(ge=1, le=2**24)]  # a vocabulary, a sequence, a window
 
-class MoE(Strict):
+
+class ModelPart(Strict):
+    """A part of a model file: exact types, finite numbers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class MoE(ModelPart):
     """Mixture-of-experts FFN: ``experts`` routed experts, ``top_k`` per token, plus shared experts.
 
     The first ``dense_layers`` layers keep a dense FFN of ``ffn_hidden`` (DeepSeek-V3: 3). Group-limited
@@ -23,13 +38,13 @@ class MoE(Strict):
     ``router_group_top_k`` of them (0: no limit).
     """
 
-    experts: PositiveInt
-    top_k: PositiveInt
-    expert_ffn_hidden: PositiveInt
-    shared_experts: int = 0
-    dense_layers: int = 0
-    router_groups: NonNegativeInt = 0
-    router_group_top_k: NonNegativeInt = 0
+    experts: Experts
+    top_k: Experts
+    expert_ffn_hidden: Width
+    shared_experts: Annotated[int, Field(ge=0, le=256)] = 0
+    dense_layers: Annotated[int, Field(ge=0, le=4096)] = 0
+    router_groups: Annotated[int, Field(ge=0, le=2**14)] = 0
+    router_group_top_k: Annotated[int, Field(ge=0, le=2**14)] = 0
 
     @model_validator(mode="after")
     def _top_k_fits(self) -> MoE:
@@ -47,17 +62,17 @@ class MoE(Strict):
         return self
 
 
-class MLA(Strict):
+class MLA(ModelPart):
     """Multi-head latent attention (DeepSeek-V2/V3): low-rank query and key-value projections."""
 
-    q_lora_rank: PositiveInt
-    kv_lora_rank: PositiveInt
-    qk_nope_head_dim: PositiveInt
-    qk_rope_head_dim: PositiveInt
-    v_head_dim: PositiveInt
+    q_lora_rank: Width
+    kv_lora_rank: Width
+    qk_nope_head_dim: Width
+    qk_rope_head_dim: Width
+    v_head_dim: Width
 
 
-class Transformer(Strict):
+class Transformer(ModelPart):
     """A decoder-only transformer: sizes, attention kind, FFN kind, vocabulary, training sequence.
 
     ``sliding_window``: keys a query attends to in the ``sliding_window_layers`` layers that use a
@@ -79,24 +94,24 @@ class Transformer(Strict):
     description: str
     source: str
     aliases: list[str] = []
-    layers: PositiveInt
-    hidden: PositiveInt
-    heads: PositiveInt
-    kv_heads: PositiveInt | None = None
-    head_dim: PositiveInt | None = None
-    ffn_hidden: PositiveInt
+    layers: Layers
+    hidden: Width
+    heads: Heads
+    kv_heads: Heads | None = None
+    head_dim: Width | None = None
+    ffn_hidden: Width
     gated_mlp: bool
     activation: Literal["silu", "gelu", "quick-gelu"] | None = None
-    activation_clamp: PositiveFloat | None = None
+    activation_clamp: Annotated[float, Field(gt=0, le=1e6)] | None = None
     expert_bias: bool = False
     rotary_scaling: Literal["yarn"] | None = None
     qk_norm: bool = False
-    vocab: PositiveInt
-    seq: PositiveInt
+    vocab: Tokens
+    seq: Tokens
     tied_embeddings: bool = False
     dropout: bool = False
-    sliding_window: PositiveInt | None = None
-    sliding_window_layers: int = 0
+    sliding_window: Tokens | None = None
+    sliding_window_layers: Annotated[int, Field(ge=0, le=4096)] = 0
     mla: MLA | None = None
     moe: MoE | None = None
 
@@ -112,6 +127,11 @@ class Transformer(Strict):
             raise ValueError(f"sliding_window_layers must be between 0 and layers ({self.layers})")
         if self.sliding_window_layers and self.sliding_window is None:
             raise ValueError("sliding_window_layers needs a sliding_window")
+        if self.moe is not None and self.moe.dense_layers >= self.layers:
+            raise ValueError(
+                f"moe.dense_layers ({self.moe.dense_layers}) must leave at least one of the {self.layers} "
+                "layers to the experts"
+            )
         return self
 
     @property

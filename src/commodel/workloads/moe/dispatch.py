@@ -137,6 +137,13 @@ def deepep_problem(c: Cluster, x: Layout, gpus: np.ndarray) -> tuple[np.ndarray,
     return x.flex & where.spans_nodes, reason
 
 
+def ep_sms_problem(clusters: list[Cluster], x: Layout) -> tuple[np.ndarray, str]:
+    """``(mask, message)``: layouts whose expert kernels would hold more SMs (``--ep-sms``) than a GPU
+    has (the fewest, on node groups)."""
+    sms = min(c.gpu.compute_units.value for c in clusters)
+    return np.asarray(x.ep_sms) > sms, f"--ep-sms cannot exceed the GPU's {sms:.0f} SMs"
+
+
 #: Share of a GPU's achievable NVLink rate DeepEP's high-throughput kernels sustain: their SMs copy
 #: tokens through per-channel ring buffers with head and tail flags, flow-controlled, where the
 #: network leg is the NIC's own DMA. Calibrated: measurement deepep-ht-ep8-dispatch (153 GB/s of

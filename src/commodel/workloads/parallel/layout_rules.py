@@ -84,14 +84,33 @@ def _schedule_rules(x: Layout, model: Transformer) -> list[tuple[np.ndarray, str
     return rules
 
 
+#: Layout settings only a mixture-of-experts model uses: (field, its value when unset, the option).
+EXPERT_SETTINGS = (
+    ("fp8_dispatch", False, "--fp8-dispatch"),
+    ("expert_load", 1.0, "--expert-load"),
+    ("etp", 0.0, "--etp"),
+    ("ep_sms", 0.0, "--ep-sms"),
+    ("permute_fusion", False, "--permute-fusion"),
+)
+
+
 def _expert_rules(x: Layout, model: Transformer) -> list[tuple[np.ndarray, str]]:
     """Expert parallelism's: a MoE model, experts divided by ep, the expert grid folding over the ranks."""
     if model.moe is None:
         return [
             (x.ep > 1, "expert parallelism (ep > 1) needs a mixture-of-experts model"),
             (x.flex, "the deepep and hybridep dispatchers need a mixture-of-experts model"),
+            *[
+                (np.asarray(getattr(x, name)) != off, f"{flag} needs a mixture-of-experts model")
+                for name, off, flag in EXPERT_SETTINGS
+            ],
         ]
     return [
+        (
+            x.expert_load > x.ep,
+            "--expert-load cannot exceed ep: the busiest of ep ranks receives at most all the tokens, ep "
+            "times the mean",
+        ),
         (np.mod(model.moe.experts, x.ep) != 0, f"experts ({model.moe.experts}) must be divisible by ep"),
         (
             np.mod(x.tp * x.cp * x.dp, x.expert_tp * x.ep) != 0,

@@ -144,8 +144,10 @@ def fit_activations(
 
 
 def recompute_layers_problem(x: Layout) -> tuple[np.ndarray, str]:
-    """Block recomputation recomputes whole layers: it goes with ``--recompute full`` (or none stated)."""
+    """Block recomputation recomputes whole layers: it goes with ``--recompute full``, as Megatron's
+    ``--recompute-method block`` goes with ``--recompute-granularity full``."""
     given = np.asarray(x.recompute_layers) > 0
-    return given & ~np.isin(np.asarray(x.recompute), (0, 2)), (
-        "--recompute-layers is block recomputation of whole layers: give it with --recompute full (or alone)"
+    return given & (np.asarray(x.recompute) != 2), (
+        "--recompute-layers is block recomputation of whole layers: give it with --recompute full, as "
+        "Megatron's --recompute-method block needs --recompute-granularity full"
     )

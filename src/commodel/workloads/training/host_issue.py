@@ -95,6 +95,16 @@ def graph_problem(model: Transformer, x: Layout) -> tuple[np.ndarray, str]:
     )
 
 
+def unrun_scope_problem(model: Transformer, x: Layout) -> tuple[np.ndarray, str]:
+    """A captured scope the model never runs (the MoE router on a dense model; the dense MLP where
+    every layer is a MoE layer without shared experts) is a mistake, not a free graph."""
+    absent = [scope for scope, share in scope_shares(model).items() if share == 0]
+    mask = np.zeros(np.shape(x.cuda_graphs), dtype=bool)
+    for scope in absent:
+        mask = mask | captures(x.cuda_graphs, scope)
+    return mask, f"--cuda-graphs: this model runs no {', no '.join(absent)} scope to capture"
+
+
 def scope_shares(model: Transformer) -> dict[str, float]:
     """The share of the model's layers that run each scope (an MoE model's dense layers have
     ``mlp``; its MoE layers the router, preprocess and ``moe``, and ``mlp`` too with shared experts)."""
