@@ -67,11 +67,10 @@ def truth():
 SIZES = [2**k for k in range(3, 34, 2)]
 
 
-def test_reads_both_nccl_tests_formats(tmp_path, truth):
-    c, fab = truth
-    frame = run("allreduce", c, SIZES, 8, fab=fab)
+def test_reads_both_nccl_tests_formats(tmp_path):
+    frame = run("allreduce", cluster("dgx-h100", 2), SIZES, 16)
     new = read(write_log(tmp_path / "a.log", frame, ranks=16, hosts=2))
-    old = read(write_log(tmp_path / "all_reduce_perf.log", frame, root=False))
+    old = read(write_log(tmp_path / "all_reduce_perf.log", frame, ranks=16, hosts=2, root=False))
     assert (new.op, new.ranks, new.nodes, len(new.rows)) == ("allreduce", 16, 2, len(SIZES))
     assert old.op == "allreduce" and old.rows.time_s.tolist() == pytest.approx(
         new.rows.time_s.tolist(), rel=1e-3

@@ -151,7 +151,9 @@ def _op_of(path: Path, text: str, rows: pd.DataFrame, ranks: int | None, given: 
     named = _binary_op(match[1]) if match else _binary_op(path.stem.removesuffix("_perf").split(".")[0])
     said, where = (given, "--op") if given else (named, "its header" if match else "its file name")
     evidence = f"its columns (redop, root, count, busbw/algbw) fit {' or '.join(fits) or 'no collective'}"
-    if said is not None and fits and said not in fits:
+    if not fits:  # whatever its name says: no nccl-tests binary prints these columns
+        raise CommodelError(f"{path}: {evidence}; not the output of an nccl-tests collective")
+    if said is not None and said not in fits:
         raise CommodelError(f"{path}: {where} says {said} but {evidence}; give the right --op")
     if said is not None:
         return said
