@@ -118,16 +118,30 @@ def cluster(
     pod_gpus: int | None = None,
     oversubscription: float | None = None,
     trays_per_rack: int | None = None,
+    nics: int | None = None,
 ) -> Cluster:
     """Resolve ``system`` (a name in the hardware database) into a cluster of ``nodes`` nodes,
     optionally joined by another scale-out fabric than the system's own (same NICs per node) and
     with its scale-up domain cut into partitions of ``partition`` GPUs or racks of ``trays_per_rack``
     of its nodes, and its scale-out network's pods and oversubscription
-    (:class:`~commodel.hardware.schema.ScaleOut`) as the record states them unless given."""
+    (:class:`~commodel.hardware.schema.ScaleOut`) as the record states them unless given; ``nics``:
+    the NICs per node a run uses, where it uses fewer than the node has (NCCL_IB_HCA)."""
     db = db or default_db()
     if nodes < 1:
         raise CommodelError(f"a cluster needs at least one node, got {nodes}")
     record = db.system(system)
+    if nics is not None:
+        held = record.scale_out.nics_per_node
+        if not 1 <= nics <= held.value:
+            raise CommodelError(
+                f"a {system} node has {held.value:.0f} NICs; a run uses 1 to {held.value:.0f}, not {nics}"
+            )
+        used = held.model_copy(
+            update={"value": float(nics), "source": f"the run's {nics} of {held.value:.0f} NICs"}
+        )
+        record = record.model_copy(
+            update={"scale_out": record.scale_out.model_copy(update={"nics_per_node": used})}
+        )
     fabric = db.link(scale_out or record.scale_out.link)
     if fabric.endpoint_power is None:
         raise CommodelError(f"'{scale_out}' is not a scale-out fabric (it has no endpoint_power)")

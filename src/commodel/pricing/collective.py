@@ -30,6 +30,7 @@ from commodel.hardware import cluster as make_cluster
 from commodel.hardware.cluster import Cluster
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.job import (
+    FABRIC,
     MAX_GPUS,
     MAX_NODES,
     SYSTEM,
@@ -55,6 +56,12 @@ class CollectiveJob(Job):
     )
     nodes: int = Field(1, ge=1, le=MAX_NODES, description="Nodes in the cluster.")
     gpus: int | None = Field(None, ge=1, le=MAX_GPUS, description="GPUs taking part (default: all of them).")
+    fabric: Annotated[str, FABRIC] = Field(
+        "", description="Scale-out fabric instead of the system's own (a link name)."
+    )
+    nics: int | None = Field(
+        None, ge=1, description="NICs per node the run uses (NCCL_IB_HCA; default: all the node's NICs)."
+    )
     size_bytes: float = Field(gt=0, le=2**50, description="Bytes per call (nccl-tests' size).")
     algo: Annotated[str, Choices("algorithm", (*POLICIES, *ALGORITHMS))] = Field(
         "auto",
@@ -111,8 +118,9 @@ def cluster_and_fabric(job: Mapping[str, Any], db: HardwareDB | None = None) -> 
     """The cluster and fabric a collective job's settings describe (``job``: its fields; an unset
     optional one may be None or NaN), on ``db`` (default: the hardware database in use)."""
     where = make_cluster(
-        job["system"], int(job["nodes"]), db, partition=_optional(job["partition"]), **cluster_shape(job)
-    )
+        job["system"], int(job["nodes"]), db, scale_out=job.get("fabric") or None,
+        partition=_optional(job["partition"]), nics=_optional(job.get("nics")), **cluster_shape(job),
+    )  # fmt: skip
     per_process, gpus = int(job["gpus_per_process"]), _optional(job["gpus"]) or where.total_gpus
     if gpus % per_process:
         raise CommodelError(

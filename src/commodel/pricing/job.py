@@ -84,6 +84,11 @@ MODEL = Choices("model", models, also=readable_model_file)
 SYSTEM = Choices("system", lambda: list(default_db().systems))
 GPU = Choices("GPU", lambda: list(default_db().gpus))
 LINK = Choices("link", lambda: list(default_db().links))
+#: A scale-out fabric to join a system's nodes with instead of its own ("" keeps its own).
+FABRIC = Choices(
+    "scale-out fabric",
+    lambda: ["", *(name for name, link in default_db().links.items() if link.endpoint_power)],
+)
 
 
 #: The highest PUE taken: a facility drawing ten times its IT load is a typo, not a data center.

@@ -16,6 +16,7 @@ from commodel.hardware import default_db
 from commodel.ops.goodput import CHECKPOINT_MODES
 from commodel.overlap import STRATEGIES
 from commodel.pricing.job import (
+    FABRIC,
     MAX_GLOBAL_BATCH,
     MAX_GPUS,
     MAX_NODES,
@@ -53,11 +54,6 @@ def _systems() -> list[str]:
     return list(default_db().systems)
 
 
-def _fabrics() -> list[str]:
-    """The links a system's scale-out may be replaced with ("" keeps its own)."""
-    return ["", *(name for name, link in default_db().links.items() if link.endpoint_power)]
-
-
 def _failure_models() -> list[str]:
     return ["", *failure_models()]
 
@@ -90,7 +86,7 @@ class TrainingJob(Job):
     nodes: int | None = Field(
         None, ge=1, le=MAX_NODES, description="Nodes (default: just enough for the GPUs)."
     )
-    fabric: Annotated[str, Choices("scale-out fabric", _fabrics)] = Field(
+    fabric: Annotated[str, FABRIC] = Field(
         "", description="Scale-out fabric instead of the system's own (a link name)."
     )
     pod_gpus: PodGpus = None

@@ -6,6 +6,7 @@ reported as not modelled.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,6 +29,9 @@ from commodel.validate.megatron_bridge import flop_count_note
 from commodel.validate.runs import runs
 from commodel.validate.training import training_metric, training_run
 from commodel.workloads.model.catalog import model as get_model
+
+#: A GEMM's shape as M x N x K (``4096x4864x32896``).
+_SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)")
 
 #: Size used for collective rows that quote an asymptotic figure without a size.
 ASYMPTOTIC_SIZE = 8 * 2**30
@@ -75,6 +79,7 @@ def _collective(row: pd.Series) -> Case:
         algo=settings.get("algo", row.algo), launch=settings.get("launch", "stream"),
         nvls=settings.get("nvls") != "off", gpus_per_process=int(settings.get("gpus_per_process", 1)),
         partition=int(settings["partition"]) if "partition" in settings else None,
+        fabric=settings.get("fabric", ""), nics=int(settings["nics"]) if "nics" in settings else None,
     )  # fmt: skip
 
     def price(db: HardwareDB) -> float:
@@ -117,8 +122,14 @@ def _gemm(row: pd.Series) -> Case:
     """Square GEMMs (``gemm DTYPE N^3``) through the roofline, back to back as benchmarks time them;
     the best shape (MAMF) and a "large GEMM" are the GPU's best-GEMM ceiling (peak x matmul
     efficiency)."""
-    sizes, words = read_sizes(str(row.op), ("cube",))
+    shape = _SHAPE.search(str(row.op))  # M x N x K, as a benchmark states a non-square GEMM
+    text = _SHAPE.sub(" ", str(row.op)).replace("(maf)", " ").replace("(MAF)", " ")
+    sizes, words = read_sizes(text, ("cube",))
     dtype = next((w for w in words if w not in ("gemm", "large", "best", "shape")), "")
+    if shape and "gemm" in words and dtype:
+        m, n, k = (int(v) for v in shape.groups())
+        job = make_job(GemmJob, gpu=row.model_target, m=m, n=n, k=k, dtype=dtype, launch=False)
+        return Case(lambda db: float(price_gemm(job, db)["tflops"]), job=job)
     if (
         "gemm" not in words
         or not dtype

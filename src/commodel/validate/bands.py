@@ -35,6 +35,7 @@ from commodel.hardware.loader import active_overlays, cache_dir, default_db
 from commodel.hardware.uncertain import Uncertain, draws, drivers, on_draws, uncertain_numbers
 from commodel.io import atomic_path, files_digest
 from commodel.resources import resource_dir
+from commodel.validate.gates import gates
 from commodel.validate.table import validation_table
 from commodel.workloads.model.catalog import model
 from commodel.workloads.moe.dispatch import DEEPEP_NVL_PEERS
@@ -75,12 +76,16 @@ def check_percentiles(low: float, high: float) -> None:
         raise CommodelError(f"a band needs percentiles with 0 < low < high < 100, got {low:g} and {high:g}")
 
 
-def _ratios(table: object, held_out: bool = True) -> dict[str, np.ndarray]:
+def _ratios(table: object, held_out: bool = True, gaps: bool = True) -> dict[str, np.ndarray]:
     """Reality-over-model speed ratios per model class, from a validation table: of the held-out rows,
-    or (``held_out=False``) of every scored row, calibration residuals included."""
-    scored = table[table.error_pct.notna()]  # type: ignore[attr-defined]
+    or (``held_out=False``) of every scored row, calibration residuals included; a published floor
+    (``..._min``) is not a measurement and never counts. ``gaps=False`` leaves out the rows with a known
+    gap (a mechanism the model lacks, not a constant off its value)."""
+    scored = table[table.error_pct.notna() & ~table.metric.str.endswith("_min")]  # type: ignore[attr-defined]
     if held_out:
         scored = scored[scored.role == "validation"]
+    if not gaps:
+        scored = scored[~scored.id.isin(gates().known_gaps())]
     ratio = np.where(
         scored.metric.isin(TIME_METRICS), scored.model / scored.measured, scored.measured / scored.model
     )
@@ -121,16 +126,18 @@ def cached_validation_table() -> object:
     return table
 
 
-def validation_ratios(held_out: bool = True) -> dict[str, np.ndarray]:
+def validation_ratios(held_out: bool = True, gaps: bool = True) -> dict[str, np.ndarray]:
     """:func:`_ratios` of ``commodel validate``'s own table (computed once per process)."""
-    return _ratios(cached_validation_table(), held_out)
+    return _ratios(cached_validation_table(), held_out, gaps)
 
 
 def hardware_uncertainty(names: Iterable[str]) -> list[Uncertain]:
     """The uncertain numbers of the hardware records ``names`` use, their ranges from ``commodel
     validate``'s errors (:func:`commodel.hardware.uncertain.uncertain_numbers` given
-    :func:`validation_ratios`: held out, and every scored row)."""
-    return uncertain_numbers(names, (validation_ratios(), validation_ratios(held_out=False)))
+    :func:`validation_ratios`: held out, and every scored row), without the rows a known gap explains:
+    a missing mechanism is no evidence about a constant's value."""
+    ratios = (validation_ratios(gaps=False), validation_ratios(held_out=False, gaps=False))
+    return uncertain_numbers(names, ratios)
 
 
 def band(kind: str, percentiles: tuple[float, float] = BAND) -> Band:

@@ -41,6 +41,13 @@ def _note(row: pd.Series, case: Case, value: float, measured: float) -> str:
     return "; ".join(part for part in (case.note, gap) if part)
 
 
+def _error_pct(metric: str, value: float, measured: float) -> float:
+    """The model's signed error against the measurement, in percent; against a published floor
+    (``..._min``, an acceptance threshold), only a shortfall below it counts."""
+    error = 100 * (value - measured) / measured
+    return min(error, 0.0) if metric.endswith("_min") else error
+
+
 def _priced(series: pd.Series, db: HardwareDB) -> tuple[dict, Case | str]:
     """One measurement row with the model's value, the signed error in percent and whether it trains a
     mixture of experts, and how it was read (its :class:`Case`, or why it has no model yet)."""
@@ -62,7 +69,7 @@ def _priced(series: pd.Series, db: HardwareDB) -> tuple[dict, Case | str]:
         "unit": series.unit,
         "measured": measured,
         "model": value,
-        "error_pct": 100 * (value - measured) / measured if modelled else np.nan,
+        "error_pct": _error_pct(series.metric, value, measured) if modelled else np.nan,
         "note": _note(series, case, value, measured) if modelled else f"not modelled yet: {case}",
         "experts": modelled and case.experts,
     }
