@@ -96,3 +96,16 @@ def model_step(job: object = None, **fields: object) -> dict:
     out = {k: float(np.asarray(v)) for k, v in r.items() if np.asarray(v).dtype.kind in "fb"}
     out["fits"] = bool(out["fits"])
     return out | {"breakdown": {name: out[f"{name}_s"] for name in BREAKDOWN}}
+
+
+def run_cli(args: list, capsys, monkeypatch) -> tuple[int, object]:
+    """``commodel ARGS`` in this process: its exit code (0 when it returns) and its captured output."""
+    from commodel.cli import main
+
+    monkeypatch.setattr("sys.argv", ["commodel", *map(str, args)])
+    try:
+        main()
+        code = 0
+    except SystemExit as exit_info:
+        code = exit_info.code
+    return code, capsys.readouterr()

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import run_cli
 
-from commodel.cli import main
 from commodel.pricing.evaluator import evaluator
 from commodel.validate.check import load_checks, run_checks
 
@@ -14,13 +14,7 @@ ROOT = Path(__file__).parents[1]
 
 
 def _run(args, capsys, monkeypatch):
-    monkeypatch.setattr("sys.argv", ["commodel", "check", *map(str, args)])
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_info:
-        code = exit_info.code
-    return code, capsys.readouterr()
+    return run_cli(["check", *args], capsys, monkeypatch)
 
 
 @pytest.mark.parametrize(

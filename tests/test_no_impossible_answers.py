@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import run_cli
 
-from commodel.cli import main
 from commodel.hardware import cluster
 from commodel.pricing.evaluator import evaluator
 from commodel.pricing.run import serve, train
@@ -18,16 +18,6 @@ RUNNING = ("step_time_s", "tokens_per_s", "mfu", "tflops_per_gpu", "compute_s", 
            "energy_per_token_J", "time_to_train_days", "cost_usd")  # fmt: skip
 #: Serving outputs that need the deployment to run.
 SERVING = ("ttft_s", "tpot_s", "output_tokens_per_s", "requests_per_s", "gpu_power_W", "energy_per_token_J")
-
-
-def _cli(args, capsys, monkeypatch):
-    monkeypatch.setattr("sys.argv", ["commodel", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_info:
-        code = exit_info.code
-    return code, capsys.readouterr()
 
 
 def _random_training(seed: int, rows: int) -> pd.DataFrame:
@@ -98,11 +88,11 @@ def test_serve_says_a_batch_does_not_fit_with_the_memory_it_needs(capsys, monkey
     assert not result["fits"] and result["output_tokens_per_s"] is None and result["ttft_s"] is None
     assert result["memory_per_gpu_bytes"] > cluster("dgx-h100").gpu.memory_capacity.value
     assert "at most" in result["notes"][0]
-    code, out = _cli(
+    code, out = run_cli(
         ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--batch", "300"], capsys, monkeypatch
     )
     assert code == 0 and "DOES NOT FIT" in out.out and "tokens/s" not in out.out
-    code, out = _cli(
+    code, out = run_cli(
         ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--batch", "4096"], capsys, monkeypatch
     )
     assert code == 2 and "above --max-batch-size 2048" in out.err and out.out == ""
@@ -112,10 +102,10 @@ def test_train_prints_memory_and_a_fix_not_a_throughput_for_a_job_that_does_not_
     """Llama 3 405B on one H100 needs terabytes: no step, throughput or MFU, and a note saying what is
     left (more GPUs per copy); Llama 3 70B at tp 8 without sequence parallelism is told the fix."""
     args = ["train", "--model", "llama3-405b", "--system", "dgx-h100", "--gpus", "1", "--global-batch", "8"]
-    code, out = _cli(args, capsys, monkeypatch)
+    code, out = run_cli(args, capsys, monkeypatch)
     assert code == 0 and "DOES NOT FIT" in out.out and "MFU" not in out.out and "tokens/s" not in out.out
     assert "more GPUs per model copy" in out.out
-    code, out = _cli([*args, "--json"], capsys, monkeypatch)
+    code, out = run_cli([*args, "--json"], capsys, monkeypatch)
     data = json.loads(out.out)
     assert data["fits"] is False and not {"step_time_s", "mfu", "tokens_per_s", "breakdown"} & set(data)
     job = dict(model="llama3-70b", system="dgx-h100", gpus=64, tp=8, pp=2, global_batch=256, seq=8192)
@@ -126,12 +116,12 @@ def test_train_prints_memory_and_a_fix_not_a_throughput_for_a_job_that_does_not_
 def test_compare_marks_a_design_that_does_not_fit_with_its_fix(capsys, monkeypatch):
     common = "model=llama3-70b,dtype=fp8,gpus=64,tp=8,pp=2,global_batch=256,seq=8192,system=dgx-h100"
     args = ["compare", "--common", common, "--a", "sequence_parallel=false", "--b", "sequence_parallel=true"]
-    code, out = _cli(args, capsys, monkeypatch)
+    code, out = run_cli(args, capsys, monkeypatch)
     lines = out.out.splitlines()
     assert code == 0 and lines[0].endswith("DOES NOT FIT") and not lines[1].endswith("DOES NOT FIT")
     step = next(line for line in lines if line.startswith("step time"))
     assert step.split()[3] == "-" and "A does not fit" in out.out and "makes it fit" in out.out
-    code, out = _cli([*args, "--plot", "/tmp/never.png"], capsys, monkeypatch)
+    code, out = run_cli([*args, "--plot", "/tmp/never.png"], capsys, monkeypatch)
     assert code == 2 and "no step to draw" in out.err
 
 

@@ -54,46 +54,36 @@ from commodel.workloads.training.host_issue import graph_problem, unrun_scope_pr
 from commodel.workloads.training.memory import CATEGORIES as MEMORY_CATEGORIES
 from commodel.workloads.training.step import BREAKDOWN, train_step
 
+#: Step outputs a design has whether or not it fits: its memory, how it fits (or tries to), its stages.
+FIT_STEP_OUTPUTS = (
+    "memory_per_gpu_bytes",
+    *(f"memory_{category}_bytes" for category in MEMORY_CATEGORIES),
+    "fits",
+    "recompute_share",
+    "offload_share",
+    "offloaded_bytes",
+    "offloaded_state_bytes",
+    "recompute_used",
+    "dropped_share",
+    "tp_domains",
+    "stage_layers",
+)
 STEP_OUTPUTS = (
     "step_time_s",
     "tokens_per_s",
     "tflops_per_gpu",
     "hw_tflops_per_gpu",
     "mfu",
-    "memory_per_gpu_bytes",
-    *(f"memory_{category}_bytes" for category in MEMORY_CATEGORIES),
-    "fits",
-    "recompute_share",
-    "offload_share",
-    "offloaded_bytes",
-    "offloaded_state_bytes",
+    *FIT_STEP_OUTPUTS,
     "offload_needed_Bps",
-    "recompute_used",
     "stage_imbalance",
-    "dropped_share",
-    "tp_domains",
-    "stage_layers",
     "cross_vendor_s",
 )
 OUTPUTS = (*STEP_OUTPUTS, *(f"{b}_s" for b in BREAKDOWN), *JOB_OUTPUTS, "problem", "valid")
-#: Outputs a design has whether or not it fits: its memory, how it fits (or tries to), its stages. A
-#: design that does not fit has none of the others (no step, throughput, power, energy or cost): they
-#: are NaN, and its ``problem`` says by how much it misses (:func:`~commodel.pricing.table.unfit_problems`).
-FIT_OUTPUTS = (
-    "memory_per_gpu_bytes",
-    *(f"memory_{category}_bytes" for category in MEMORY_CATEGORIES),
-    "fits",
-    "recompute_share",
-    "offload_share",
-    "offloaded_bytes",
-    "offloaded_state_bytes",
-    "recompute_used",
-    "dropped_share",
-    "tp_domains",
-    "stage_layers",
-    "fabric_tiers",
-    "network_capex_usd",
-)
+#: Outputs a design has whether or not it fits; one that does not fit has none of the others (no step,
+#: throughput, power, energy or cost): they are NaN, and its ``problem`` says by how much it misses
+#: (:func:`~commodel.pricing.table.unfit_problems`).
+FIT_OUTPUTS = (*FIT_STEP_OUTPUTS, "fabric_tiers", "network_capex_usd")
 #: Outputs that are words: a row's problem, its recomputation in words, its stages' layers.
 TEXT_OUTPUTS = ("problem", "recompute_used", "stage_layers")
 #: Inputs the pricing resolves (gpus from nodes or nodes from gpus, dp from the GPUs).
