@@ -71,7 +71,7 @@ class Fabric:
     pod_domains: float = float("inf")
     oversubscription: float = 1.0
     package: int = 1
-    package_Bps: float = 0.0
+    package_links: int = 0
 
     def call_time(self, kernel_s: ArrayLike) -> np.ndarray:
         """Time per call of back-to-back calls whose kernel takes ``kernel_s``: ``max(kernel + start,
@@ -120,7 +120,11 @@ class Fabric:
         sent, ``B <= q X``, and no die sends more than its links, ``B <= P + X``. An all-to-all sends
         ``(g - q) / (g - 1)`` of its bytes out of the package: ``B <= X (g - 1) / (g - q)``, and
         ``(q - 1) / (g - 1)`` over the package links."""
-        q, cross, inner = float(self.package), self.links_per_gpu * self.link_Bps, self.package_Bps
+        q, cross, inner = (
+            float(self.package),
+            self.links_per_gpu * self.link_Bps,
+            self.package_links * self.link_Bps,
+        )
         if all_to_all:
             across = np.minimum(cross * (g - 1) / np.maximum(g - q, 1e-300), inner * (g - 1) / max(q - 1, 1))
         else:
@@ -168,8 +172,7 @@ class Fabric:
         """A GPU's total scale-up bandwidth as NCCL's topology sees it (digest 3.1, 7.5)."""
         g = np.asarray(ranks_per_domain, dtype=float)
         if self.topology == "mesh" and self.package > 1:  # the package's links, and beyond it all of them
-            package_links = self.package_Bps / self.link_Bps
-            links = np.where(g <= self.package, package_links, package_links + self.links_per_gpu)
+            links = np.where(g <= self.package, self.package_links, self.package_links + self.links_per_gpu)
             return links * tables.XGMI_LINK_BW.get(self.arch, self.link_line_Bps / 1e9)
         if self.topology == "mesh":
             per_link = tables.XGMI_LINK_BW.get(self.arch, self.link_line_Bps / 1e9)
@@ -184,7 +187,7 @@ class Fabric:
         beyond it each of its links (the package's and those leaving it) on its own."""
         g = np.asarray(ranks_per_domain, dtype=float)
         if self.package > 1:
-            outside = self.package_Bps / self.link_Bps + self.links_per_gpu
+            outside = self.package_links + self.links_per_gpu
             return np.where(g <= self.package, np.maximum(g - 1, 1), outside)
         return np.maximum(g - 1, 1)
 
@@ -269,7 +272,5 @@ def fabric_of(
         pod_domains=float("inf") if cluster.pod_gpus is None else cluster.pod_gpus / cluster.domain_gpus,
         oversubscription=cluster.oversubscription,
         package=int(system.scale_up.package.value) if system.scale_up.package else 1,
-        package_Bps=system.scale_up.package_links.value * up.bandwidth.value * up.efficiency.value
-        if system.scale_up.package_links
-        else 0.0,
+        package_links=int(system.scale_up.package_links.value) if system.scale_up.package_links else 0,
     )

@@ -23,7 +23,7 @@ from commodel.pricing.job import Job
 from commodel.pricing.serving import OUTPUTS as SERVING_OUTPUTS
 from commodel.pricing.serving import price_serving
 from commodel.pricing.serving_job import ServingJob, serving_job
-from commodel.pricing.table import UNFIT, Columns, job_columns
+from commodel.pricing.table import Columns, is_unfit, job_columns
 from commodel.pricing.totals import JOB_OUTPUTS
 from commodel.pricing.training import STEP_OUTPUTS, job_layout, price_training
 from commodel.pricing.training_job import TrainingJob, training_job
@@ -45,7 +45,7 @@ def _one_row(
     its answer (its memory, and no figure that needs it to run)."""
     table = price(job_columns(job))
     row = SimpleNamespace(**{name: values[0] for name, values in table.items()})
-    if not row.valid and not str(row.problem).startswith(UNFIT):
+    if not row.valid and not is_unfit(row.problem):
         what = describe(row)
         raise CommodelError(f"invalid {job.noun} job{f' ({what})' if what else ''}: {row.problem}")
     return row

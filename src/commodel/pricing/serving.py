@@ -35,7 +35,7 @@ from commodel.pricing.table import (
 from commodel.workloads.model.catalog import model as get_model
 from commodel.workloads.serving.batch import disaggregated, slo_batch
 from commodel.workloads.serving.engine import Engine, kv_dtype_of, replica_problems, steady_state
-from commodel.workloads.serving.memory import SERVING_CATEGORIES, capacity, kv_tokens_held
+from commodel.workloads.serving.memory import SERVING_CATEGORIES, capacity, kv_tokens_held, memory_at
 
 OUTPUTS = (
     "ttft_s",
@@ -214,15 +214,12 @@ def _runnable(
     split: np.ndarray,
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The priced ``fields`` and ``problems`` of deployments that may not run: a batch above what the
-    engine admits is refused; one whose KV cache exceeds the pool shows the memory it needs (not the
-    pool the engine allocates) and does not fit; neither has a latency, rate or cost."""
+    engine admits is refused; one whose KV cache exceeds the pool shows the memory it needs
+    (:func:`~commodel.workloads.serving.memory.memory_at`) and does not fit; neither has a latency,
+    rate or cost."""
     over = (chosen > cap["engine_batch"]) & ~split
     problems = np.where(problems == "", _over_limit(chosen, engine, cap["engine_batch"], over), problems)
-    short = np.where(
-        split, 0.0, np.maximum(chosen * cap["kv_per_request"] - cap["memory_kv_cache_bytes"], 0.0)
-    )
-    fields["memory_kv_cache_bytes"] = cap["memory_kv_cache_bytes"] + short
-    fields["memory_per_gpu_bytes"] = cap["memory_per_gpu_bytes"] + short
+    fields |= memory_at(cap, np.where(split, 0.0, chosen))  # disaggregated pools size their own
     unfit = (problems == "") & ~fields["fits"]
     if unfit.any():
         need = unfit_problems(fields["memory_per_gpu_bytes"], engine.cluster.gpu.memory_capacity.value)

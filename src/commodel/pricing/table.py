@@ -109,6 +109,11 @@ def untimed(values: Mapping[str, Any], rows: np.ndarray, keep: tuple[str, ...]) 
 UNFIT = "does not fit"
 
 
+def is_unfit(problem: object) -> bool:
+    """Whether a row's ``problem`` says only that it does not fit (:func:`unfit_problems`)."""
+    return str(problem).startswith(UNFIT)
+
+
 def unfit_problems(memory_bytes: ArrayLike, held_bytes: float) -> np.ndarray:
     """Why a design that does not fit has no figures: the memory it needs per GPU against what one
     holds, per row."""

@@ -32,7 +32,7 @@ from pydantic import ConfigDict, Field, PositiveFloat, field_validator, model_va
 
 from commodel.errors import CommodelError, unknown
 from commodel.pricing.evaluator import BUILTIN, evaluator
-from commodel.pricing.table import UNFIT
+from commodel.pricing.table import is_unfit
 from commodel.records import Strict, read_toml, validate_record
 
 
@@ -212,7 +212,7 @@ def run_checks(checks: CheckFile) -> list[Outcome]:
     for name, design in checks.designs.items():
         row = rows[name]
         valid, problem = bool(row.get("valid", True)), str(row.get("problem", ""))
-        unfit = not valid and problem.startswith(UNFIT)  # its memory and fit priced, nothing else
+        unfit = not valid and is_unfit(problem)  # its memory and fit priced, nothing else
         for output, expected in design.expect.items():
             value = row[output]
             value = value.item() if hasattr(value, "item") else value

@@ -132,6 +132,18 @@ def capacity(
     }
 
 
+def memory_at(cap: dict[str, np.ndarray], batch: ArrayLike) -> dict[str, np.ndarray]:
+    """The KV cache and memory per GPU a replica needs at ``batch`` requests in flight: the pool the
+    engine allocates (:func:`capacity`), or all the blocks the batch holds where that is more."""
+    short = np.maximum(
+        np.asarray(batch, dtype=float) * cap["kv_per_request"] - cap["memory_kv_cache_bytes"], 0.0
+    )
+    return {
+        "memory_kv_cache_bytes": cap["memory_kv_cache_bytes"] + short,
+        "memory_per_gpu_bytes": cap["memory_per_gpu_bytes"] + short,
+    }
+
+
 #: How a request's KV blocks are held (``--kv-reserve``): ``full``, its prompt plus its whole output
 #: from admission on (TensorRT-LLM's guaranteed-no-evict scheduler); ``paged``, only the tokens it has
 #: so far (TensorRT-LLM's max-utilization scheduler, vLLM's paged attention; a full pool preempts).
