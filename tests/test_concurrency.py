@@ -9,7 +9,6 @@ from commodel.compute.roofline import peak_flops
 from commodel.errors import CommodelError
 from commodel.hardware import default_db
 from commodel.overlap import streams
-from commodel.overlap.streams import both_end
 from commodel.studies import overlap as study
 from commodel.studies.base import study_spec
 
@@ -36,15 +35,6 @@ def test_a_gemm_never_beats_its_tensor_rate_and_gains_from_residency_until_laten
     assert times[0] > 2 * times[-1]  # one block cannot hide a 500 ns load behind 3 x 44 ns of math
     shallow = tiled_gemm(H100, 8192, 8192, 8192, (64, 64, 32), "fp16", 1, 128, 64)
     assert float(gemm_time(H100, shallow, 2)) > float(gemm_time(H100, gemm, 2))  # fewer stages in flight
-
-
-@pytest.mark.parametrize("rate", [0.3, 1.0])
-@pytest.mark.parametrize("start", [0.0, 0.4, 1.0])
-@pytest.mark.parametrize("comm", [0.2, 1.0, 3.0])
-def test_two_kernels_take_at_least_the_longer_and_never_more_than_both_slowed(rate, start, comm):
-    total = float(both_end(1.0, comm, start, rate))
-    assert total >= max(1.0, start + comm) - 1e-12
-    assert total <= start + comm + 1.0 + comm * (1 - rate) + 1e-12
 
 
 def test_a_gpu_without_multiprocessor_limits_is_a_clear_error():

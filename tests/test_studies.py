@@ -140,14 +140,17 @@ def test_switch_reduction_needs_an_in_network_switch(mechanism):
 
 def test_cais_overlaps_what_its_base_exposes_and_its_gain_falls_as_collectives_grow():
     """CAIS is its base plus gathers multicast into the consumer GEMM: never slower than it; T3-NVLS
-    is the base's mechanism. Against NCCL's collectives CAIS saves their per-call latency most where
-    they are small: its gain falls as the micro-batch (the message) grows."""
+    is the base's mechanism, but reads its tiles back from HBM to send them, beside the GEMM making
+    them: never faster than the base, and close to it. Against NCCL's collectives CAIS saves their
+    per-call latency most where they are small: its gain falls as the micro-batch (the message)
+    grows."""
     from commodel.studies import cais
     from commodel.studies.base import study_spec
 
     table = cais.arm_steps(study_spec("cais").parameters)
     assert (table.cais_step_s <= table["cais-base_step_s"]).all()
-    assert np.allclose(table["t3-nvls_step_s"], table["cais-base_step_s"], rtol=0.02)
+    t3_nvls, base = table["t3-nvls_step_s"], table["cais-base_step_s"]
+    assert (t3_nvls >= base * (1 - 1e-9)).all() and (t3_nvls <= 1.1 * base).all()
     for _, rows in table.groupby("model"):
         gain = (rows.none_step_s / rows.cais_step_s).to_numpy()
         assert (np.diff(gain) < 0).all() and (gain > 1).all()

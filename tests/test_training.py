@@ -14,6 +14,7 @@ from commodel.compute.precision import precision
 from commodel.errors import CommodelError
 from commodel.hardware import cluster
 from commodel.overlap import STRATEGIES, Window, window_time
+from commodel.overlap.interference import LOAD_CEILING
 from commodel.pricing.run import train
 from commodel.pricing.table import job_columns
 from commodel.pricing.training_job import training_job
@@ -705,7 +706,12 @@ def test_more_data_parallel_gpus_never_lower_throughput(name, system, tp, nodes,
     st.floats(0, 2e12),
     st.integers(0, 20),
 )
-def test_overlap_is_between_ideal_and_serial(compute, comm, tail, mem_share, wave, traffic, calls):
+def test_overlap_is_never_below_ideal_nor_above_both_slowed_throughout(
+    compute, comm, tail, mem_share, wave, traffic, calls
+):
+    """Overlapped, a window takes at least the longer side; it may exceed serial where the two slow
+    each other enough, but never the two run one after the other each slowed all the way: compute
+    by its SMs' tail and the memory latency's largest rise, the collective by that rise."""
     w = Window(
         np.asarray(compute), np.asarray(compute * tail), np.asarray(compute * mem_share), np.asarray(wave)
     )
@@ -713,8 +719,9 @@ def test_overlap_is_between_ideal_and_serial(compute, comm, tail, mem_share, wav
         s: float(window_time(s, w, comm, traffic_Bps=traffic, hbm_Bps=3e12, calls=calls, in_network=True))
         for s in STRATEGIES
     }
+    worst = max(1 / (1 - LOAD_CEILING), 2.0)  # the latency's cap, or two full loads sharing the bandwidth
     for s, t in times.items():
-        assert max(compute, comm) * (1 - 1e-12) <= t <= (compute + comm) * (1 + 1e-12), s
+        assert max(compute, comm) * (1 - 1e-12) <= t <= (compute * tail + comm) * worst * (1 + 1e-12), s
     assert times["ideal"] == pytest.approx(max(compute, comm))
     assert times["serial"] == pytest.approx(compute + comm)
 
@@ -797,11 +804,12 @@ def test_faster_gpu_is_never_slower():
 
 
 @pytest.mark.parametrize("system", ["dgx-h100", "dgx-b200"])
-def test_a_faster_network_never_makes_a_step_slower(system):
-    """The same layouts over 400G RoCE, 400G InfiniBand (lower latency) and 800G InfiniBand: no
-    step gets slower, under any overlap strategy and ZeRO stage, dense and MoE. A collective that
-    overlaps compute costs its window the HBM bytes it moves, which a faster network moves in less
-    time, not more of."""
+def test_a_faster_network_slows_no_step_beyond_the_queueing_of_its_burst(system):
+    """The same layouts over 400G RoCE, 400G InfiniBand (lower latency) and 800G InfiniBand, under
+    every overlap strategy and ZeRO stage, dense and MoE: no step gets more than 0.5% slower. A
+    collective beside compute costs it the latency its HBM load adds; a faster network moves the
+    same bytes in less time at a higher load, and a queue's wait grows faster than its load
+    (``1 / (1 - rho)``), so the burst may cost a little more (0.24% at most here, B200 at ZeRO 1)."""
     rng = np.random.default_rng(3)
     for name in ("llama3-8b", "llama3-70b", "qwen3-30b-a3b"):
         net, n = model(name), 64
@@ -815,7 +823,7 @@ def test_a_faster_network_never_makes_a_step_slower(system):
                 train_step(net, cluster(system, 16, scale_out=fabric), x, strategy=strategy)["step_time_s"]
                 for fabric in ("roce-400g", "ib-ndr", "ib-xdr")
             ]
-            assert np.all(steps[1] <= steps[0] * (1 + 1e-12)) and np.all(steps[2] <= steps[1] * (1 + 1e-12))
+            assert np.all(steps[1] <= steps[0] * 1.005) and np.all(steps[2] <= steps[1] * 1.005)
 
 
 def test_every_shipped_model_trains():

@@ -28,6 +28,7 @@ COMMANDS = {
     "serve": "jobs",
     "compare": "compare",
     "collective": "collective",
+    "overlap": "overlap",
     "sensitivity": "sensitivity",
     "validate": "validation",
     "check": "check",

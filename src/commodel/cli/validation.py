@@ -14,6 +14,7 @@ from commodel.pricing.collective import CollectiveJob
 from commodel.pricing.dispatch import DispatchJob
 from commodel.pricing.gemm import GemmJob
 from commodel.pricing.job import Job
+from commodel.pricing.overlap import OverlapJob
 from commodel.pricing.serving_job import ServingJob
 from commodel.pricing.training_job import TrainingJob
 from commodel.report.console import validation_text
@@ -86,10 +87,12 @@ JOB_COMMANDS = {
 
 def _command(job: Job) -> str:
     """The commodel command that prices a row's job (a collective's operation and size as
-    ``commodel collective`` takes them)."""
+    ``commodel collective`` takes them, an overlap's size as ``commodel overlap`` does)."""
     if isinstance(job, CollectiveJob):
         size = f"{job.size_bytes:.0f}"
         return f"{job_command(f'collective {job.op}', job, skip=('op', 'size_bytes'))} --size {size}"
+    if isinstance(job, OverlapJob):
+        return f"{job_command('overlap', job, skip=('size_bytes',))} --size {job.size_bytes:.0f}"
     return job_command(JOB_COMMANDS[type(job)], job)
 
 

@@ -29,8 +29,8 @@ J_PER_KWH = 3.6e6
 
 #: Share of its rated power the rest of a node draws under a training load. Calibrated on measurement
 #: h100-node-power (8.4 kW for an 8 x H100 node in training, rated 10.2 kW): with the GPUs at the
-#: power the model gives them for a single-node training job (644 W), the rest draws 0.706 x 4.6 kW.
-NODE_OTHER_LOAD = 0.706
+#: power the model gives them for a single-node training job (584 W), the rest draws 0.811 x 4.6 kW.
+NODE_OTHER_LOAD = 0.811
 
 
 #: Energy of moving one byte between HBM and the SMs when a memory-bound kernel streams it: about

@@ -9,7 +9,6 @@ from commodel.overlap.window import (
     Window,
     ctas,
     exposed,
-    memory_slowdown,
     overlapping,
     window_time,
 )
@@ -21,7 +20,6 @@ __all__ = [
     "Window",
     "ctas",
     "exposed",
-    "memory_slowdown",
     "overlapping",
     "window_time",
 ]

@@ -23,6 +23,7 @@ from commodel.compute.residency import (
     multiprocessor,
     resident_blocks,
 )
+from commodel.compute.roofline import achievable_bandwidth
 from commodel.errors import CommodelError
 from commodel.hardware.schema import GPU
 from commodel.overlap.streams import ARMS, DISPATCH, Beside, arm_time
@@ -53,22 +54,34 @@ def residency(gpu: GPU, gemm: TiledGemm, cta: Block) -> Residency:
     return Residency(alone, min(alone, beside))
 
 
-def beside(gpu: GPU, gemm: TiledGemm, cta: Block, ctas: int) -> Beside:
-    """The GEMM as a collective of ``ctas`` CTAs finds it: alone, shaped, and displaced on the SMs
-    its CTAs land on (``1 - (k / S)(1 - u(b') / u(b))`` of its rate)."""
+def beside(gpu: GPU, gemm: TiledGemm, cta: Block, ctas: int, hbm_bytes: float = 0.0) -> Beside:
+    """The GEMM as a collective of ``ctas`` CTAs finds it: alone, shaped, displaced on the SMs its
+    CTAs land on (``1 - (k / S)(1 - u(b') / u(b))`` of its rate), and loading HBM with ``hbm_bytes``
+    over its time alone."""
     r = residency(gpu, gemm, cta)
     sms = gpu.compute_units.value
     kept = busy_share(gpu, gemm, r.beside) / busy_share(gpu, gemm, r.alone)
+    alone = gemm_time(gpu, gemm, r.alone)
     return Beside(
-        gemm_s=gemm_time(gpu, gemm, r.alone),
+        gemm_s=alone,
         block_s=block_time(gpu, gemm, r.alone),
         blocks=r.alone,
         shaped_s=gemm_time(gpu, gemm, r.beside),
         displaced_rate=1 - min(ctas, sms) / sms * (1 - kept),
+        load=hbm_bytes / achievable_bandwidth(gpu) / alone,
     )
 
 
-def arm_times(gpu: GPU, gemm: TiledGemm, cta: Block, ctas: int, comm_s: float) -> dict[str, float]:
-    """Total time of the GEMM and the collective (``comm_s`` alone) under each arm."""
-    g = beside(gpu, gemm, cta, ctas)
-    return {arm: float(np.asarray(arm_time(arm, g, comm_s, DISPATCH[gpu.vendor]))) for arm in ARMS}
+def arm_times(
+    gpu: GPU,
+    gemm: TiledGemm,
+    cta: Block,
+    ctas: int,
+    comm_s: float,
+    hbm_bytes: float = 0.0,
+    comm_load: float = 0.0,
+) -> dict[str, float]:
+    """Total time of the GEMM (moving ``hbm_bytes``) and the collective (``comm_s`` alone, loading
+    HBM with ``comm_load``) under each arm."""
+    g = beside(gpu, gemm, cta, ctas, hbm_bytes)
+    return {arm: float(np.asarray(arm_time(arm, g, comm_s, DISPATCH[gpu.vendor], comm_load))) for arm in ARMS}

@@ -15,11 +15,10 @@ How soon the collective's CTAs get SMs, and what the GEMM loses meanwhile, depen
   has priority: it starts at once, and the GEMM runs at the capped residency throughout.
 
 With the GEMM's work ``W`` (seconds alone at its arm's residency), the collective's ``M``, its start
-``d`` and the GEMM's rate ``rho`` while both run::
-
-    GEMM ends at  d + (W - d) / rho        if d + rho M >= W   (it ends under the collective)
-                  W + M (1 - rho)           otherwise
-    T = max(GEMM end, d + M)
+``d`` and the GEMM's rate ``rho`` while both run (the SMs the collective's CTAs displace), the two
+also slow each other through HBM (:mod:`commodel.overlap.interference`: ``f_c``, ``f_m`` from the
+GEMM's load ``u_c`` and the collective's ``u_m``), and the pair ends at
+``corun_end(W, M, d, f_c / rho, f_m)``.
 """
 
 from __future__ import annotations
@@ -28,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
+
+from commodel.overlap.interference import corun_end, slowdowns
 
 ARMS = ("sequential", "naive", "shaped")
 
@@ -39,33 +40,29 @@ DISPATCH = {"nvidia": "in-order", "amd": "interleaved"}
 class Beside:
     """A GEMM as a collective beside it finds it: its time alone (``gemm_s``) and one block's life
     (``block_s``) at its default residency ``blocks``; its time at the shaped residency
-    (``shaped_s``); and its rate while the collective's CTAs displace its blocks (``displaced_rate``,
-    a share of its rate alone)."""
+    (``shaped_s``); its rate while the collective's CTAs displace its blocks (``displaced_rate``,
+    a share of its rate alone); and its HBM load alone (``load``, of the achievable bandwidth)."""
 
     gemm_s: ArrayLike
     block_s: ArrayLike
     blocks: ArrayLike
     shaped_s: ArrayLike
     displaced_rate: ArrayLike
+    load: ArrayLike = 0.0
 
 
-def both_end(work_s: ArrayLike, comm_s: ArrayLike, start_s: ArrayLike, rate: ArrayLike) -> np.ndarray:
-    """When the later of a GEMM of ``work_s`` and a collective of ``comm_s`` started ``start_s`` in
-    ends, the GEMM running at ``rate`` while both run (module formula)."""
-    W, M, d, rho = (np.asarray(v, dtype=float) for v in (work_s, comm_s, start_s, rate))
-    under = d + rho * M >= W
-    gemm_end = np.where(under, d + (W - d) / np.where(under, rho, 1.0), W + M * (1 - rho))
-    return np.maximum(gemm_end, d + M)
-
-
-def arm_time(arm: str, gemm: Beside, comm_s: ArrayLike, dispatch: str) -> np.ndarray:
-    """Total time of the GEMM and the collective under ``arm`` with the vendor's ``dispatch``."""
+def arm_time(
+    arm: str, gemm: Beside, comm_s: ArrayLike, dispatch: str, comm_load: ArrayLike = 0.0
+) -> np.ndarray:
+    """Total time of the GEMM and the collective (of HBM load ``comm_load``) under ``arm`` with the
+    vendor's ``dispatch``."""
     if arm == "sequential":
         return np.asarray(gemm.gemm_s, dtype=float) + comm_s
+    fc, fm = slowdowns(gemm.load, comm_load)
     if arm == "shaped":
-        return both_end(gemm.shaped_s, comm_s, 0.0, 1.0)
+        return corun_end(gemm.shaped_s, comm_s, 0.0, fc, fm)
     if dispatch == "in-order":
         start = np.maximum(np.asarray(gemm.gemm_s) - gemm.block_s, 0.0)
-        return both_end(gemm.gemm_s, comm_s, start, 1.0)
+        return corun_end(gemm.gemm_s, comm_s, start, fc, fm)
     start = np.asarray(gemm.block_s) / np.asarray(gemm.blocks)
-    return both_end(gemm.gemm_s, comm_s, start, gemm.displaced_rate)
+    return corun_end(gemm.gemm_s, comm_s, start, fc / np.asarray(gemm.displaced_rate), fm)

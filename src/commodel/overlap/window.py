@@ -8,28 +8,29 @@ runs at full speed; while both run, compute progresses ``slow`` times slower, so
 
 which is never more than ``C + M`` (serial) and never less than ``max(C, M)`` (ideal).
 
-Strategies (``slow`` and ``M'`` per strategy):
+Strategies (the compute's slowdown ``f_c``, the collective's ``f_m`` and its start ``d``; the pair's
+time is :func:`commodel.overlap.interference.corun_end`):
 
 - ``serial``: no overlap, ``T = C + M``.
 - ``ideal``: ``T = max(C, M)``, every communication hidden behind independent compute.
-- ``sm-partition`` (naive overlap): the collective's CTAs (NCCL: one per channel) take ``k`` SMs; the
-  compute kernels run on ``S - k`` SMs and pay wave quantization there (a one-wave GEMM of S tiles
-  needs two waves: the tail effect). Without stream priority the block scheduler dispatches CTAs in
-  launch order, so a collective's CTAs wait until the running compute kernel has dispatched all of
-  its own, on average half a kernel: ``d = calls x kernel / 2``. Both kernels share HBM.
+- ``sm-partition`` (concurrent streams, default residency, no priority): the collective's CTAs (NCCL:
+  one per channel) take ``k`` SMs; the compute kernels run on ``S - k`` SMs and pay wave quantization
+  there (a one-wave GEMM of S tiles needs two waves: the tail effect). Without stream priority the
+  block scheduler dispatches CTAs in launch order, so a collective's CTAs wait until the running
+  compute kernel has dispatched all of its own, on average half a kernel: ``d = calls x kernel / 2``.
 - ``occupancy-shaped`` (Cui & Pericas, arXiv:2606.09200): compute residency is capped so the
   collective's CTAs co-reside instead of displacing a wave, and the communication stream has priority:
-  no tail, no start delay; only the shared HBM bandwidth slows compute.
+  no tail, no start delay.
+- ``copy-engine``: the collective's copies run on the DMA engines (ConCCL, arXiv:2412.14335; PyTorch
+  SymmetricMemory): no SMs taken, no start delay.
 - ``in-network``: the switch reduces (NVLS/SHARP), so the collective needs few CTAs
   (:data:`IN_NETWORK_CTAS`) and each GPU's HBM moves the data once instead of twice; otherwise as
   ``sm-partition``. Collectives the fabric cannot reduce in the network fall back to ``sm-partition``.
 
-HBM interference: a collective moving ``r`` bytes/s reads and writes ``2 r`` (``r`` in the network)
-of the GPU's achievable bandwidth ``B``. The bytes it moves while the window runs memory-bound
-kernels (a share beta of its compute time) are bytes those kernels wait for at ``B``;
-compute-bound kernels are unaffected. Over the collective's ``M`` seconds compute loses
-``beta M 2r / B``, so ``slow_mem = 1 / (1 - beta 2r / B)``: the cost follows the bytes moved, and a
-faster network, moving them in less time, costs no more.
+Under every strategy but ``serial`` and ``ideal`` the two share HBM
+(:mod:`commodel.overlap.interference`): the window's kernels load it with their roofline memory terms
+(``hbm_s / C`` of the bandwidth), the collective with the bytes it sends and receives; each slows the
+other by the rise in memory latency or the bandwidth it loses.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-STRATEGIES = ("serial", "ideal", "sm-partition", "occupancy-shaped", "in-network")
+from commodel.overlap.interference import collective_load, corun_end, slowdowns
+
+STRATEGIES = ("serial", "ideal", "sm-partition", "occupancy-shaped", "in-network", "copy-engine")
 
 #: CTAs a collective occupies, one per NCCL channel (assumed defaults): 24 on NVLink switches (the
 #: H100 all-gather of the overlap paper), 16 on xGMI meshes (RCCL's usual channel count), 4 over
@@ -60,30 +63,21 @@ def overlapping(strategy: str | ArrayLike) -> np.ndarray:
 class Window:
     """Compute that can overlap one collective, described on all SMs and on the SMs left to it.
 
-    ``compute_s``: time on all SMs; ``partitioned_s``: the same kernels on ``S - k`` SMs;
-    ``memory_bound_s``: the part of ``compute_s`` spent in memory-bound kernels; ``kernel_s``: mean
-    duration of one of these kernels.
+    ``compute_s``: time on all SMs; ``partitioned_s``: the same kernels on ``S - k`` SMs; ``hbm_s``:
+    the part of ``compute_s`` its kernels spend moving HBM bytes (their roofline memory terms, each at
+    most its kernel's time); ``kernel_s``: mean duration of one of these kernels.
     """
 
     compute_s: np.ndarray
     partitioned_s: np.ndarray
-    memory_bound_s: np.ndarray
+    hbm_s: np.ndarray
     kernel_s: np.ndarray
 
-
-def memory_slowdown(window: Window, traffic_Bps: ArrayLike, hbm_Bps: float) -> np.ndarray:
-    """``1 / (1 - beta traffic / B)``: while the collective runs, the bytes it moves during the
-    window's memory-bound share ``beta`` are bytes those kernels wait for at ``B``, so compute loses
-    ``beta M traffic / B`` seconds over ``M``: the HBM bytes the collective moves, not its rate (a
-    faster network moves the same bytes in less time and steals no more); at most 0.9 of ``B``."""
-    beta = np.divide(
-        window.memory_bound_s,
-        window.compute_s,
-        out=np.zeros_like(window.compute_s),
-        where=window.compute_s > 0,
-    )
-    share = np.minimum(np.asarray(traffic_Bps, dtype=float) / hbm_Bps, 0.9)
-    return 1 / (1 - beta * share)
+    @property
+    def load(self) -> np.ndarray:
+        """The window's HBM load alone: ``hbm_s / compute_s`` (0 for an empty window)."""
+        C = np.asarray(self.compute_s, dtype=float)
+        return np.divide(self.hbm_s, C, out=np.zeros_like(C), where=C > 0)
 
 
 def window_time(
@@ -98,7 +92,7 @@ def window_time(
     """Time of ``window`` overlapped with a collective of ``comm_s`` seconds under ``strategy`` (one
     name, or one per point).
 
-    ``traffic_Bps``: HBM bytes/s the collective moves per GPU while it runs (send + receive);
+    ``traffic_Bps``: bytes/s the collective sends and receives per GPU while it runs;
     ``calls``: how many collective launches the window holds (each may wait for a running kernel);
     ``in_network``: whether the fabric reduces this collective in the switch.
     """
@@ -122,27 +116,26 @@ def _window_time(
     in_network: ArrayLike,
 ) -> np.ndarray:
     """:func:`window_time` under one strategy."""
-    C, M, partitioned, memory_bound, kernel = np.broadcast_arrays(
+    C, M, partitioned, hbm, kernel = np.broadcast_arrays(
         *(
             np.asarray(v, dtype=float)
-            for v in (window.compute_s, comm_s, window.partitioned_s, window.memory_bound_s, window.kernel_s)
+            for v in (window.compute_s, comm_s, window.partitioned_s, window.hbm_s, window.kernel_s)
         )
     )
-    window = Window(C, partitioned, memory_bound, kernel)
     if strategy == "serial":
         return C + M
     if strategy == "ideal":
         return np.maximum(C, M)
-    if strategy == "occupancy-shaped":
-        slow = memory_slowdown(window, traffic_Bps, hbm_Bps)
-        delay = np.zeros_like(C)
-    else:
-        switch = np.asarray(in_network, dtype=bool) & (strategy == "in-network")
-        traffic = np.where(switch, 0.5 * np.asarray(traffic_Bps, dtype=float), traffic_Bps)
-        tail = np.divide(window.partitioned_s, C, out=np.ones_like(C), where=C > 0)
-        slow = tail * memory_slowdown(window, traffic, hbm_Bps)
-        delay = np.where(M > 0, np.minimum(np.asarray(calls) * window.kernel_s / 2, C), 0.0)
-    return delay + np.maximum(M, C - delay + M * (1 - 1 / slow))
+    switch = np.asarray(in_network, dtype=bool) & (strategy == "in-network")
+    traffic = np.where(switch, 0.5, 1.0) * np.asarray(traffic_Bps, dtype=float)
+    compute_slow, comm_slow = slowdowns(
+        Window(C, partitioned, hbm, kernel).load, collective_load(traffic, hbm_Bps)
+    )
+    if strategy in ("occupancy-shaped", "copy-engine"):
+        return corun_end(C, M, 0.0, compute_slow, comm_slow)
+    tail = np.divide(partitioned, C, out=np.ones_like(C), where=C > 0)
+    delay = np.where(M > 0, np.asarray(calls) * kernel / 2, 0.0)
+    return corun_end(C, M, delay, tail * compute_slow, comm_slow)
 
 
 def exposed(strategy: str | ArrayLike, window: Window, comm_s: ArrayLike, **kwargs: object) -> np.ndarray:
@@ -152,8 +145,10 @@ def exposed(strategy: str | ArrayLike, window: Window, comm_s: ArrayLike, **kwar
 
 def ctas(strategy: str | ArrayLike, domain: ArrayLike, in_network: ArrayLike = False) -> np.ndarray:
     """SMs/CUs a collective takes from compute under ``strategy`` in ``domain`` (a COMM_CTAS key);
-    an in-network collective under the ``in-network`` strategy takes :data:`IN_NETWORK_CTAS`."""
+    an in-network collective under the ``in-network`` strategy takes :data:`IN_NETWORK_CTAS`, one on
+    the copy engines none."""
     domain = np.asarray(domain)
     base = np.select([domain == name for name in COMM_CTAS], list(COMM_CTAS.values()), np.nan).astype(float)
-    switch = (np.asarray(strategy, dtype=object) == "in-network") & np.asarray(in_network, dtype=bool)
-    return np.where(switch, float(IN_NETWORK_CTAS), base)
+    names = np.asarray(strategy, dtype=object)
+    switch = (names == "in-network") & np.asarray(in_network, dtype=bool)
+    return np.where(names == "copy-engine", 0.0, np.where(switch, float(IN_NETWORK_CTAS), base))

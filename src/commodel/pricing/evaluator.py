@@ -104,6 +104,7 @@ BUILTIN = {
     "halo": "commodel.pricing.initiation:halo",
     "moe_dispatch": "commodel.pricing.dispatch:moe_dispatch",
     "gemm": "commodel.pricing.gemm:gemm",
+    "overlap": "commodel.pricing.overlap:overlap",
 }
 
 

@@ -22,6 +22,7 @@ from commodel.pricing.collective import CollectiveJob, cluster_and_fabric
 from commodel.pricing.dispatch import DispatchJob, price_dispatch
 from commodel.pricing.gemm import GemmJob, price_gemm
 from commodel.pricing.job import Job, make_job
+from commodel.pricing.overlap import OverlapJob, price_overlap
 from commodel.pricing.run import serve, train
 from commodel.pricing.serving_job import serving_job
 from commodel.validate.descriptions import DISPATCH, SERVING, read_sizes
@@ -268,6 +269,26 @@ def _dispatch(row: pd.Series) -> Case:
     return Case(price, job=job)
 
 
+def _overlap(row: pd.Series) -> Case:
+    """A GEMM (``gemm=MxNxK``) or elementwise pass (``elementwise=MxN``) beside the row's collective,
+    run as its ``strategy`` says (``commodel overlap``): the pair's time (ms), or the kernel's time
+    while the collective runs over its time alone (``slowdown``)."""
+    s = row.settings
+    kind = "gemm" if "gemm" in s else "elementwise"
+    dims = [int(v) for v in str(s[kind]).split("x")] + [1]
+    job = make_job(
+        OverlapJob, system=row.model_target, gpus=int(row.gpus), m=dims[0], n=dims[1], k=dims[2], kernel=kind,
+        dtype=s.get("dtype", "bf16"), op=row.op, size_bytes=float(row.size_bytes), strategy=s["strategy"],
+        collective_first=s.get("first") == "collective",
+    )  # fmt: skip
+
+    def price(db: HardwareDB) -> float:
+        record = price_overlap(job, db)
+        return record["compute_slowdown"] if row.metric == "slowdown" else 1e3 * record["time_s"]
+
+    return Case(price, job=job)
+
+
 #: The adapter of each kind of measurement.
 ADAPTERS: dict[str, Callable[[pd.Series], Case]] = {
     "collective": _collective,
@@ -280,4 +301,5 @@ ADAPTERS: dict[str, Callable[[pd.Series], Case]] = {
     "dispatch": _dispatch,
     "power": _power,
     "facility": _facility,
+    "overlap": _overlap,
 }

@@ -18,7 +18,7 @@ from numpy.typing import ArrayLike
 
 from commodel.compute.kernels import Kernel, gemm_backward
 from commodel.compute.precision import Precision, precision
-from commodel.compute.roofline import kernel_time
+from commodel.compute.roofline import hbm_time, kernel_time
 from commodel.hardware.cluster import Cluster
 from commodel.hardware.schema import GPU
 from commodel.overlap import Window
@@ -48,8 +48,8 @@ class Work:
 
     ``reduce_fwd_s``/``reduce_bwd_s``: GEMMs whose output is a tensor-parallel partial sum (row GEMMs
     forward, column GEMMs' input gradients backward); ``gather_fwd_s``/``gather_bwd_s``: GEMMs that
-    consume gathered input (column forward, row input gradients backward); ``reduce_*_hbm_s``: the
-    roofline memory term of the reducing GEMMs (what shared HBM bandwidth would stretch);
+    consume gathered input (column forward, row input gradients backward); ``reduce_*_hbm_s``,
+    ``gather_*_hbm_s``: the HBM time of those GEMMs (what a collective beside them contends with);
     ``wgrad_s``: the weight-gradient GEMMs of the backward (what zero-bubble schedules defer);
     ``*_ub_s``: those GEMMs as Transformer Engine's userbuffers overlap cuts them
     (:mod:`commodel.workloads.layer.userbuffers`): the gathered ones in ``tp`` chunks, the forward
@@ -60,7 +60,7 @@ class Work:
     bwd_s: np.ndarray
     wgrad_s: np.ndarray
     attention_fwd_s: np.ndarray
-    memory_bound_s: np.ndarray
+    hbm_s: np.ndarray
     launches: np.ndarray
     reduce_fwd_s: np.ndarray
     gather_fwd_s: np.ndarray
@@ -68,6 +68,8 @@ class Work:
     gather_bwd_s: np.ndarray
     reduce_fwd_hbm_s: np.ndarray
     reduce_bwd_hbm_s: np.ndarray
+    gather_fwd_hbm_s: np.ndarray
+    gather_bwd_hbm_s: np.ndarray
     reduce_fwd_ub_s: np.ndarray
     gather_fwd_ub_s: np.ndarray
     gather_bwd_ub_s: np.ndarray
@@ -92,18 +94,25 @@ def either(mask: ArrayLike, a: Work, b: Work) -> Work:
 def timed(gpu: GPU, kernel: Kernel, units: ArrayLike | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(time, memory-bound time, HBM time) of a kernel; no kernel is shorter than a launch.
 
-    HBM time is the roofline's memory term (bytes / achievable bandwidth), bound or not.
+    HBM time is the time its HBM bytes take (:func:`~commodel.compute.roofline.hbm_time`: a GEMM's
+    wave-by-wave operand panels), bound or not.
     """
     r = kernel_time(gpu, kernel, launch=False, units=units)
     time = np.maximum(r.time_s, gpu.launch_overhead.value)
-    return time, np.where(r.memory_s >= r.compute_s, time, 0.0), r.memory_s
+    return time, np.where(r.memory_s >= r.compute_s, time, 0.0), hbm_time(gpu, kernel, units)
+
+
+def hbm_share(priced: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """Of a :func:`timed` kernel's time, the part it spends moving HBM bytes: its roofline memory
+    term, at most its time (what a collective beside it contends with)."""
+    return np.minimum(priced[2], priced[0])
 
 
 @dataclass(frozen=True)
 class Priced:
     """One entry of a layer's kernels, priced: ``forward`` calls of ``fwd_s`` each and ``backward``
     of ``bwd_s`` (a GEMM's input- and weight-gradient GEMMs together, ``wgrad_s`` of it the weight
-    gradient's), ``memory_calls`` of ``memory_s`` memory-bound time and ``launches`` kernel launches;
+    gradient's), ``memory_calls`` of ``memory_s`` HBM time (roofline memory terms) and ``launches`` kernel launches;
     a GEMM carries its tensor-parallel ``role``, its forward's and input gradient's times (``dgrad_s``),
     HBM times (roofline memory terms) and both times as userbuffers' overlap cuts them (``*_ub_s``)."""
 
@@ -165,22 +174,25 @@ def priced_kernels(
     the order :func:`layer_work` adds them up: GEMMs, attention cores, memory-bound kernels."""
     entries = []
     for kernel, count, role in lk.gemms:
-        f, m, hbm = timed(gpu, kernel, units)
+        f, _, hbm = timed(gpu, kernel, units)
         backward = gemm_backward(kernel)
         dgrad, wgrad = (timed(gpu, b, units) for b in backward)
         fwd_ub, dgrad_ub = _userbuffers_s(gpu, role, (kernel, f), (backward[0], dgrad[0]), tp, units)
+        moved = np.minimum(hbm, f) + hbm_share(dgrad) + hbm_share(wgrad)
         entries.append(
-            Priced(kernel, count, count, f, dgrad[0] + wgrad[0], count, m + dgrad[1] + wgrad[1], 3 * count,
+            Priced(kernel, count, count, f, dgrad[0] + wgrad[0], count, moved, 3 * count,
                    role=role, wgrad_s=wgrad[0], dgrad_s=dgrad[0], fwd_hbm_s=hbm, dgrad_hbm_s=dgrad[2],
                    fwd_ub_s=fwd_ub, dgrad_ub_s=dgrad_ub)
         )  # fmt: skip
     for kernel, count in lk.attention:
-        f, m, _ = timed(gpu, kernel, units)
+        forward = timed(gpu, kernel, units)
+        f, m = forward[0], hbm_share(forward)
         if kernel.shape is not None:  # unfused attention's batched GEMMs
-            (b1, m1, _), (b2, m2, _) = (timed(gpu, b, units) for b in gemm_backward(kernel))
-            b_time, b_mem, b_launches = b1 + b2, m1 + m2, 2.0
+            first, second = (timed(gpu, b, units) for b in gemm_backward(kernel))
+            b_time, b_mem, b_launches = first[0] + second[0], hbm_share(first) + hbm_share(second), 2.0
         elif kernel.name == "attention":
-            b_time, b_mem, b_launches = timed(gpu, attention_backward(kernel), units)[0], 0.0, 1.0
+            backward = timed(gpu, attention_backward(kernel), units)
+            b_time, b_mem, b_launches = backward[0], hbm_share(backward), 1.0
         else:
             b_time, b_mem, b_launches = 2 * f, 2 * m, 1.0
         entries.append(
@@ -189,8 +201,11 @@ def priced_kernels(
             )
         )
     for kernel, forward, backward in lk.elementwise:
-        f, m, _ = timed(gpu, kernel, units)
-        entries.append(Priced(kernel, forward, backward, f, f, forward + backward, m, forward + backward))
+        priced = timed(gpu, kernel, units)
+        f = priced[0]
+        entries.append(
+            Priced(kernel, forward, backward, f, f, forward + backward, hbm_share(priced), forward + backward)
+        )
     return entries
 
 
@@ -244,6 +259,8 @@ def layer_work(
         gather_bwd_s=by_role["row", "dgrad"],
         reduce_fwd_hbm_s=by_role["row", "fwd_hbm"],
         reduce_bwd_hbm_s=by_role["column", "dgrad_hbm"],
+        gather_fwd_hbm_s=by_role["column", "fwd_hbm"],
+        gather_bwd_hbm_s=by_role["row", "dgrad_hbm"],
         reduce_fwd_ub_s=by_role["row", "fwd_ub"],
         gather_fwd_ub_s=by_role["column", "fwd_ub"],
         gather_bwd_ub_s=by_role["row", "dgrad_ub"],
@@ -256,13 +273,13 @@ def window(full: Work, part: Work, which: str) -> Window:
     compute = pick(full)
     share = np.divide(compute, full.total_s, out=np.zeros_like(compute), where=full.total_s > 0)
     kernel = np.divide(full.total_s, full.launches, out=np.zeros_like(compute), where=full.launches > 0)
-    return Window(compute, pick(part), full.memory_bound_s * share, kernel)
+    return Window(compute, pick(part), full.hbm_s * share, kernel)
 
 
 def repeat(window: Window, factor: ArrayLike) -> Window:
     """The same window repeated ``factor`` times (a stage of several layers)."""
     f = np.asarray(factor, dtype=float)
-    return Window(window.compute_s * f, window.partitioned_s * f, window.memory_bound_s * f, window.kernel_s)
+    return Window(window.compute_s * f, window.partitioned_s * f, window.hbm_s * f, window.kernel_s)
 
 
 def layer_work_of(

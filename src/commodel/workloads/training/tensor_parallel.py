@@ -18,6 +18,7 @@ from commodel.comm.fabric import Fabric
 from commodel.comm.nccl import MAX_NVLS_ARITY
 from commodel.errors import CommodelError, unknown
 from commodel.overlap import ctas
+from commodel.overlap.interference import collective_load, corun_end, slowdowns
 from commodel.workloads.layer.userbuffers import UB_SMS, UB_SPLITS
 from commodel.workloads.layer.work import Work
 from commodel.workloads.parallel.groups import Group, collective, domain, forced
@@ -43,10 +44,26 @@ IN_SWITCH = ("t3-nvls", "cais", "cais-base")
 TILE_BYTES = 128 * 256 * 2
 
 
-def _fused(compute: np.ndarray, comm: np.ndarray, tail: np.ndarray, slow: np.ndarray) -> np.ndarray:
+def _fused(
+    compute: np.ndarray, comm: np.ndarray, tail: np.ndarray, slow: np.ndarray, loads: Loads
+) -> np.ndarray:
     """Time a collective adds when fused into ``compute`` tile by tile: it streams behind the tiles,
-    slows them by ``slow`` (shared HBM), and ends ``tail`` after the last tile."""
-    return np.maximum(np.maximum(comm, compute * slow) + tail - compute, 0.0)
+    slows them by ``slow`` (their cut or the SMs they give up), the two slow each other through
+    shared HBM while both run (:func:`~commodel.overlap.interference.corun` of the ``loads``), and it
+    ends ``tail`` after the last tile."""
+    fc, fm = slowdowns(*loads)
+    return np.maximum(corun_end(compute * slow, comm, 0.0, fc, fm) + tail - compute, 0.0)
+
+
+#: (compute's, collective's) HBM load alone, as :func:`~commodel.overlap.interference.slowdowns` takes them.
+Loads = tuple[np.ndarray, np.ndarray]
+
+
+def loads(gemm_s: np.ndarray, gemm_hbm_s: np.ndarray, comm_Bps: np.ndarray, hbm: float) -> Loads:
+    """The HBM load alone of GEMMs of ``gemm_s`` (``gemm_hbm_s`` of it moving HBM bytes) and of a TP
+    collective moving ``comm_Bps`` per GPU each way (sent and received)."""
+    own = np.divide(gemm_hbm_s, gemm_s, out=np.zeros_like(gemm_s), where=gemm_s > 0)
+    return own, collective_load(2 * np.asarray(comm_Bps, dtype=float), hbm)
 
 
 #: A GPU's store reaching another GPU through the switch and back (CAIS's simulated system: 250 ns
@@ -77,6 +94,7 @@ def async_exposed(
     pairs: float,
     again: np.ndarray,
     share: np.ndarray,
+    shared: Loads,
 ) -> np.ndarray:
     """Exposed TP communication of one layer and micro-batch as Megatron-Core's and Transformer
     Engine's linear layers run it without userbuffers: the forward's collectives and the backward's
@@ -84,14 +102,17 @@ def async_exposed(
     starts its collectives asynchronously on NCCL's stream (``async_op=True``): the gather of its input
     beside its input-gradient GEMM, and the reduce-scatter (allreduce without sequence parallelism) of
     that gradient beside its weight-gradient GEMM (the same FLOPs). The collective's CTAs hold
-    ``share`` of the SMs while it runs, so a GEMM of ``G`` beside a collective of ``M`` ends at
-    ``max(M, G + share M)``: ``max(M - G, share M)`` exposed each. ``reduce``: one reduction
-    (reduce-scatter, or allreduce without sequence parallelism); ``ag``: one gather."""
+    ``share`` of the SMs while it runs and the two share HBM (``shared`` loads), so a GEMM of ``G``
+    beside a collective of ``M`` ends at ``corun_end(G, M, 0, f_c / (1 - share), f_m)``: without
+    HBM contention ``max(M, G + share M)``. ``reduce``: one reduction (reduce-scatter, or allreduce
+    without sequence parallelism); ``ag``: one gather."""
     gathers = np.where(sp, pairs * ag, 0.0)
     serial = (pairs * reduce + gathers) * (1 + again) + gathers
+    fc, fm = slowdowns(*shared)
 
     def beside(comm: np.ndarray) -> np.ndarray:
-        return np.maximum(comm - work.reduce_bwd_s, share * comm)
+        G = work.reduce_bwd_s
+        return corun_end(G, comm, 0.0, fc / (1 - share), fm) - G
 
     return serial + beside(pairs * reduce) + beside(gathers)
 
@@ -106,6 +127,7 @@ def userbuffers_exposed(
     units: float,
     pairs: float,
     again: np.ndarray,
+    hbm: float,
 ) -> np.ndarray:
     """Exposed TP communication of one layer and micro-batch under Transformer Engine's userbuffers
     overlap (all passes; recomputation repeats ``again`` of the forward's), against the layer's
@@ -122,25 +144,34 @@ def userbuffers_exposed(
     - The column GEMMs' backward is *bulk*: their input gathered again during their input-gradient
       GEMM, and that gradient reduce-scattered during their weight-gradient GEMM (the same FLOPs),
       each on ``UB_SMS`` SMs the GEMM gives up.
+
+    Each GEMM and the collective beside it share HBM (:func:`_fused`).
     """
-    rs, _ = collective("reducescatter", act, where, fab)
+    rs, rs_bw = collective("reducescatter", act, where, fab)
     last_chunk, _ = collective("reducescatter", act / UB_SPLITS, where, fab)
-    ag, _ = forced("allgather", "ring", gathered, where, fab)
+    ag, ag_bw = forced("allgather", "ring", gathered, where, fab)
     ahead = (x.tp - 1) / x.tp
 
     def cut(uncut: np.ndarray, chunked: np.ndarray) -> np.ndarray:
         return np.divide(chunked, uncut, out=np.ones_like(chunked), where=uncut > 0)
 
-    def ring_exchange(uncut: np.ndarray, chunked: np.ndarray) -> np.ndarray:
-        return _fused(uncut * ahead, pairs * ag, (chunked - uncut) / x.tp, cut(uncut, chunked))
+    def ring_exchange(uncut: np.ndarray, chunked: np.ndarray, uncut_hbm: np.ndarray) -> np.ndarray:
+        tail = (chunked - uncut) / x.tp
+        shared = loads(uncut, uncut_hbm, ag_bw, hbm)
+        return _fused(uncut * ahead, pairs * ag, tail, cut(uncut, chunked), shared)
 
     forward = _fused(
-        work.reduce_fwd_s, pairs * rs, pairs * last_chunk, cut(work.reduce_fwd_s, work.reduce_fwd_ub_s)
-    )
-    forward = forward + ring_exchange(work.gather_fwd_s, work.gather_fwd_ub_s)
+        work.reduce_fwd_s, pairs * rs, pairs * last_chunk, cut(work.reduce_fwd_s, work.reduce_fwd_ub_s),
+        loads(work.reduce_fwd_s, work.reduce_fwd_hbm_s, rs_bw, hbm),
+    )  # fmt: skip
+    forward = forward + ring_exchange(work.gather_fwd_s, work.gather_fwd_ub_s, work.gather_fwd_hbm_s)
     bulk = units / (units - UB_SMS)
-    backward = sum(_fused(work.reduce_bwd_s, pairs * comm, np.zeros_like(rs), bulk) for comm in (ag, rs))
-    backward = backward + ring_exchange(work.gather_bwd_s, work.gather_bwd_ub_s)
+    backward = sum(
+        _fused(work.reduce_bwd_s, pairs * comm, np.zeros_like(rs), bulk,
+               loads(work.reduce_bwd_s, work.reduce_bwd_hbm_s, bw, hbm))
+        for comm, bw in ((ag, ag_bw), (rs, rs_bw))
+    )  # fmt: skip
+    backward = backward + ring_exchange(work.gather_bwd_s, work.gather_bwd_ub_s, work.gather_bwd_hbm_s)
     return forward * (1 + again) + backward
 
 
@@ -179,17 +210,18 @@ def tensor_parallel_exposed(
     ag, _ = collective("allgather", np.where(sp, gathered, 0.0), where, fab)
     gathers = np.where(sp, pairs * ag, 0.0)
     if mechanism in ("none", "async", "userbuffers"):
-        rs, _ = collective("reducescatter", np.where(sp, act, 0.0), where, fab)
-        ar, _ = collective("allreduce", np.where(sp, 0.0, act), where, fab)
+        rs, rs_bw = collective("reducescatter", np.where(sp, act, 0.0), where, fab)
+        ar, ar_bw = collective("allreduce", np.where(sp, 0.0, act), where, fab)
         serial = np.where(sp, pairs * rs, pairs * ar) * sum(repeats) + gathers * (sum(repeats) + 1)
         if mechanism == "none":
             return serial
         if mechanism == "async":
             k = ctas("sm-partition", domain(fab, where))  # NCCL's CTAs beside the GEMM
-            exposed = async_exposed(work, np.where(sp, rs, ar), ag, sp, pairs, again, k / units)
+            shared = loads(work.reduce_bwd_s, work.reduce_bwd_hbm_s, np.where(sp, rs_bw, ar_bw), hbm)
+            exposed = async_exposed(work, np.where(sp, rs, ar), ag, sp, pairs, again, k / units, shared)
             return np.where(where.ranks > 1, exposed, 0.0)
         # Userbuffers overlap needs sequence parallelism (TE refuses it otherwise) and a TP group.
-        overlapped = userbuffers_exposed(work, act, gathered, where, fab, x, units, pairs, again)
+        overlapped = userbuffers_exposed(work, act, gathered, where, fab, x, units, pairs, again, hbm)
         return np.where(sp & (where.ranks > 1), overlapped, serial)
     tile = TILE_BYTES * x.tp
     if mechanism in IN_SWITCH and fab.nvls_Bps is None:
@@ -207,11 +239,16 @@ def tensor_parallel_exposed(
     tail = switch_stores("allreduce", tile, where, fab)
     multicast = pairs * switch_stores("allgather", np.where(sp, gathered, 0.0), where, fab)
     total = 0.0
+    # CAIS's stores leave the GPU from the tiles as they are made and its multicasts land in the
+    # consumer's tiles: no HBM bytes beside the GEMMs.
+    none = (np.zeros_like(reduce), np.zeros_like(reduce))
     for (producer, consumer), r, again_gathered in zip(passes, repeats, regathers, strict=True):
-        fused = _fused(producer, reduce, tail, np.ones_like(producer))
+        fused = _fused(producer, reduce, tail, np.ones_like(producer), none)
         # cais-base: without the dataflow optimizer the consumer waits for the whole multicast gather
         gather = (
-            _fused(consumer, multicast, tail, np.ones_like(consumer)) if mechanism == "cais" else multicast
+            _fused(consumer, multicast, tail, np.ones_like(consumer), none)
+            if mechanism == "cais"
+            else multicast
         )
         total = total + r * (fused + np.where(sp, gather + again_gathered * multicast, 0.0))
     return np.where(where.ranks > 1, total, 0.0)
@@ -232,11 +269,12 @@ def _t3_exposed(
 ) -> np.ndarray:
     """T3's exposed TP communication: the producer GEMMs' tiles feed a reduce-scatter as they are
     written (``t3``: a ring by DMA, reduced in memory; ``t3-nvls``: reduced by the switch,
-    :func:`switch_stores`), the gathers run after it, exposed (a ring; a multicast). Each GPU's HBM serves 3 bytes per byte a
-    ring reduces (read the tile, receive a partial, read-modify-write the sum) and 1 per byte the
-    switch reduces (the tile read once), which stretches the producer GEMMs' memory term:
-    ``slow = max(C, hbm_s B / (B - k r)) / C``. ``act``, ``gathered``: the bytes a reduction and a
-    gather move."""
+    :func:`switch_stores`), the gathers run after it, exposed (a ring; a multicast). Each GPU's HBM
+    serves 3 bytes per byte a ring reduces (read the tile, receive a partial, read-modify-write the
+    sum) and 1 per byte the switch reduces (the tile read once): that is the reduction's HBM load,
+    beside the producer GEMMs' own (their HBM time over their time), and the two slow each other
+    (:func:`~commodel.overlap.interference.slowdowns`). ``act``, ``gathered``: the bytes a reduction
+    and a gather move."""
     if mechanism == "t3":
         ag, _ = forced("allgather", "ring", gathered, where, fab)
         rs, rs_bw = forced("reducescatter", "ring", act, where, fab)
@@ -248,13 +286,12 @@ def _t3_exposed(
             switch_stores("reducescatter", act, where, fab),
         )
         tail, rs_bw, hbm_bytes = switch_stores("reducescatter", tile, where, fab), act / rs, 1.0
-    stretch = hbm / np.maximum(hbm - hbm_bytes * rs_bw, 0.1 * hbm)
+    reduction = hbm_bytes * rs_bw / hbm
     total = 0.0
     producers = [(work.reduce_fwd_s, work.reduce_fwd_hbm_s), (work.reduce_bwd_s, work.reduce_bwd_hbm_s)]
     producers.append(producers[0])
     for (producer, hbm_s), r, again_gathered in zip(producers, repeats, regathers, strict=True):
-        slow = np.divide(
-            np.maximum(producer, hbm_s * stretch), producer, out=np.ones_like(producer), where=producer > 0
-        )
-        total = total + r * (_fused(producer, pairs * rs, tail, slow) + (1 + again_gathered) * pairs * ag)
+        own = np.divide(hbm_s, producer, out=np.zeros_like(producer), where=producer > 0)
+        fused = _fused(producer, pairs * rs, tail, np.ones_like(producer), (own, reduction))
+        total = total + r * (fused + (1 + again_gathered) * pairs * ag)
     return total

@@ -1,0 +1,106 @@
+"""Two kernels sharing one GPU's memory system: how much each slows the other.
+
+Compute and a collective that run together share the GPU's HBM. Each side alone loads it with
+``u`` of its achievable bandwidth ``B`` (its HBM bytes per second over ``B``): a compute window
+its kernels' roofline memory terms over its time, a collective ``HBM_PER_WIRE_BYTE`` times the
+bytes per second it sends and receives. The maintainers of NCCL name this the cause of the slowdowns
+they are shown, not SMs: "300GB/s needs to be multiplied by at least 2x for memory bandwidth ... it
+can be 3x" (NVIDIA/nccl#1428), and a GEMM that leaves 14 SMs free still slows send/recv up to 2x
+(NVIDIA/nccl#1433).
+
+Memory latency rises with the load on the memory controllers, as a queue's wait does
+(``L = L0 / (1 - rho)``, M/M/1), and above a full load each side gets its share of the bandwidth.
+A side spends ``s`` of its time alone waiting on memory; with the other side's load added, that
+part stretches by the latency's rise or the bandwidth lost, whichever is larger::
+
+    stretch = (1 - s) + s max((1 - min(u_own, R)) / (1 - min(u_own + u_other, R)), u_own + u_other)
+
+with the load capped at :data:`LOAD_CEILING` ``R`` (the controllers' queues are finite). A compute
+window waits on memory as much as it loads it (``s = u``): compute-bound kernels feel the collective
+in proportion to the bytes they move, memory-bound kernels fully. A collective's CTAs are load and
+store loops of few requests in flight each, paced by latency (``s = 1``; NCCL gives a channel one
+CTA, "limited by the bandwidth one SM can achieve", NVIDIA/nccl#689): it feels all of the compute's
+load. So do copy-engine collectives: kraken's copy-engine rows (``krk19-*-copy-engine``) price
+within 7% this way and 13% fast if the engines felt only a lack of bandwidth.
+
+Together, compute runs ``f_c`` and the collective ``f_m`` times slower while both run; the pair ends
+at (:func:`corun_end`, the collective starting ``d`` after the compute)::
+
+    T = d + M f_m + (C - d - M f_m / f_c)      if (C - d) f_c >= M f_m   (compute ends last)
+    T = d + (C - d) f_c + (M - (C - d) f_c / f_m)   otherwise
+
+never below ``max(C, M)``; above ``C + M`` (serial) where the two slow each other enough.
+
+Not captured: L2 (a collective's traffic evicting a GEMM's operands), clocks lowered under the power
+limit (Lee et al., arXiv:2507.03114), and the warp scheduler's issue slots within one SM (NCCL's
+CTAs never share an SM with compute: NVIDIA/nccl#689).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+#: HBM bytes a collective moves per byte it sends or receives. Its CTAs read what they send and
+#: write what they receive, through NCCL's staging buffers (a FIFO each chunk is written into and
+#: read out of), so each wire byte crosses HBM 1 to 1.5 times: NCCL's maintainer counts a 300 GB/s
+#: busbw (600 GB/s sent and received) as 2-3x that in memory bandwidth (NVIDIA/nccl#1428).
+#: Calibrated on ``nv1428-a100-gemm`` within that range (docs/validation.md).
+HBM_PER_WIRE_BYTE = 1.5
+
+#: The load beyond which the memory latency stops rising: the controllers' queues are full and more
+#: demand only divides the bandwidth (latency at most ``1 / (1 - R)``, 2.5x). Calibrated on
+#: ``nv1428-a100-gemm``, which bounds it from below only: its error is smallest (-18.8%) for any
+#: ``R`` at or above its two sides' summed load, 0.59, and 0.6 is the least such value. NCCL's
+#: maintainers report a co-running GEMM slowing a latency-bound send/recv "up to 2x"
+#: (NVIDIA/nccl#1433), which needs ``R >= 0.5``.
+LOAD_CEILING = 0.6
+
+
+def hbm_load(bytes_per_s: ArrayLike, hbm_Bps: ArrayLike) -> np.ndarray:
+    """Share of the achievable HBM bandwidth a side uses alone (may exceed 1 only in a sum)."""
+    return np.asarray(bytes_per_s, dtype=float) / np.asarray(hbm_Bps, dtype=float)
+
+
+def collective_load(wire_Bps: ArrayLike, hbm_Bps: ArrayLike) -> np.ndarray:
+    """HBM load of a collective sending and receiving ``wire_Bps`` bytes/s per GPU."""
+    return hbm_load(HBM_PER_WIRE_BYTE * np.asarray(wire_Bps, dtype=float), hbm_Bps)
+
+
+def stretch(stall: ArrayLike, own: ArrayLike, other: ArrayLike) -> np.ndarray:
+    """How many times slower a side runs beside another (module formula): ``stall`` of its time
+    alone waits on memory; ``own`` and ``other`` are the two sides' HBM loads alone."""
+    s, u, v = (np.clip(np.asarray(a, dtype=float), 0.0, None) for a in (stall, own, other))
+    both = u + v
+    latency = (1 - np.minimum(u, LOAD_CEILING)) / (1 - np.minimum(both, LOAD_CEILING))
+    return (1 - np.minimum(s, 1.0)) + np.minimum(s, 1.0) * np.maximum(latency, both)
+
+
+def slowdowns(compute_load: ArrayLike, comm_load: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """(compute's, collective's) slowdown while both run: compute waits on memory as much as it
+    loads it, the collective all the time (module docstring)."""
+    return stretch(compute_load, compute_load, comm_load), stretch(1.0, comm_load, compute_load)
+
+
+def corun(
+    compute_s: ArrayLike, comm_s: ArrayLike, start_s: ArrayLike, compute_slow: ArrayLike, comm_slow: ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
+    """(When the compute ends, when the collective ends): ``compute_s`` of compute and a collective
+    of ``comm_s`` started ``start_s`` in, each slowed ``compute_slow`` and ``comm_slow`` times while
+    both run (module formula)."""
+    C, M, d, fc, fm = (
+        np.asarray(v, dtype=float) for v in (compute_s, comm_s, start_s, compute_slow, comm_slow)
+    )
+    d = np.minimum(d, C)
+    rest = C - d
+    compute_last = rest * fc >= M * fm
+    compute_end = np.where(compute_last, d + M * fm + rest - M * fm / fc, d + rest * fc)
+    comm_end = np.where(compute_last, d + M * fm, d + rest * fc + M - rest * fc / fm)
+    return compute_end, comm_end
+
+
+def corun_end(
+    compute_s: ArrayLike, comm_s: ArrayLike, start_s: ArrayLike, compute_slow: ArrayLike, comm_slow: ArrayLike
+) -> np.ndarray:
+    """When the later of the two sides of :func:`corun` ends."""
+    return np.maximum(*corun(compute_s, comm_s, start_s, compute_slow, comm_slow))

@@ -1,0 +1,161 @@
+"""Kernels sharing a GPU slow each other (issue 50): the memory-latency mechanism, the pair of a GEMM
+and a collective under each strategy, and ``commodel overlap``."""
+
+import json
+
+import pandas as pd
+import pytest
+from conftest import run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commodel.compute.kernels import gemm
+from commodel.compute.roofline import hbm_bytes
+from commodel.hardware import default_db
+from commodel.overlap.interference import LOAD_CEILING, corun, slowdowns, stretch
+from commodel.overlap.pair import PAIR_STRATEGIES, Pair, pair_times
+from commodel.pricing.evaluator import evaluator
+from commodel.pricing.job import make_job
+from commodel.pricing.overlap import OverlapJob, price_overlap
+
+loads = st.floats(0.0, 1.0)
+times = st.floats(1e-6, 1.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(loads, loads, loads, st.floats(0.0, 0.5))
+def test_more_load_beside_a_side_never_speeds_it(stall, own, other, more):
+    assert stretch(stall, own, other) >= 1.0
+    assert stretch(stall, own, other + more) >= stretch(stall, own, other) - 1e-12
+
+
+def test_the_latency_rise_stops_at_the_ceiling_and_bandwidth_is_shared_beyond_a_full_load():
+    compute, comm = slowdowns(0.0, 0.3)
+    assert compute == 1.0  # a kernel that moves no HBM bytes waits on none
+    assert comm == pytest.approx(1.0)  # a collective beside it: nothing queues before it
+    _, latency_bound = slowdowns(0.7, 0.01)  # NVIDIA/nccl#1433: a GEMM slows send/recv "up to 2x"
+    assert latency_bound == pytest.approx(0.99 / (1 - LOAD_CEILING))
+    saturating, _ = slowdowns(1.0, 0.5)
+    assert saturating == pytest.approx(1.5)  # a copy at full bandwidth gets its share of it
+
+
+@settings(max_examples=200, deadline=None)
+@given(times, times, st.floats(0.0, 1.0), st.floats(1.0, 2.5), st.floats(1.0, 2.5))
+def test_two_sides_together_take_at_least_the_longer_and_at_most_both_slowed_end_to_end(C, M, d, fc, fm):
+    compute_end, comm_end = corun(C, M, d * C, fc, fm)
+    total = max(compute_end, comm_end)
+    assert total >= max(C, d * C + M) * (1 - 1e-12)
+    assert total <= d * C + C * fc + M * fm + 1e-12
+    assert compute_end >= C - 1e-12 and comm_end - d * C >= M - 1e-12
+
+
+@settings(max_examples=200, deadline=None)
+@given(times, times, st.floats(1.0, 2.5), st.floats(1.0, 2.5), st.floats(0.0, 1.0), st.floats(0.0, 1.0))
+def test_a_collective_started_earlier_never_ends_later_while_the_slowdowns_are_moderate(C, M, fc, fm, d1, d2):
+    """Priority starts the collective at once instead of behind the running kernel: never later, as
+    long as waiting does not let it run alone at full speed for less than the contended time it
+    saves (``f_c (1 - 1 / f_m) <= 1``, true of every pair of loads at most the ceiling apart)."""
+    if fc * (1 - 1 / fm) > 1:
+        return
+    early, late = sorted((d1 * C, d2 * C))
+    assert corun(C, M, early, fc, fm)[1] <= corun(C, M, late, fc, fm)[1] + 1e-12
+
+
+def _pair(**changes):
+    base = dict(compute_s=1e-3, partitioned_s=1.2e-3, waves=8.0, compute_load=0.2, comm_s=6e-4,
+                comm_load=0.3, chunk_s=1.6e-4, chunks=8)  # fmt: skip
+    return Pair(**(base | changes))
+
+
+@pytest.mark.parametrize("strategy", PAIR_STRATEGIES)
+def test_more_sms_or_hbm_taken_by_the_collective_never_speeds_the_kernel(strategy):
+    base = pair_times(strategy, _pair()).compute
+    assert pair_times(strategy, _pair(partitioned_s=1.5e-3)).compute >= base - 1e-15
+    assert pair_times(strategy, _pair(comm_load=0.5)).compute >= base - 1e-15
+
+
+@pytest.mark.parametrize("strategy", [s for s in PAIR_STRATEGIES if s not in ("fused", "fused-copy-engine")])
+def test_every_strategy_takes_at_least_the_longer_side(strategy):
+    ends = pair_times(strategy, _pair())
+    assert ends.total >= max(1e-3, 6e-4)
+
+
+def test_a_gemm_loads_hbm_with_each_waves_operand_panels():
+    """8192^3 BF16 on H100: 16 waves of 132 tiles read 1.26 GB, three times the operands read once;
+    a GEMM of one wave reads each operand once."""
+    h100 = default_db().gpu("h100-sxm")
+    big, one_wave = gemm(8192, 8192, 8192), gemm(512, 4096, 14336)
+    assert float(hbm_bytes(h100, big)) == pytest.approx(1.2557e9, rel=1e-3)
+    assert float(hbm_bytes(h100, one_wave)) == pytest.approx(float(one_wave.bytes))
+    assert float(hbm_bytes(h100, big, units=66)) > float(hbm_bytes(h100, big))  # fewer SMs, smaller waves
+
+
+def _priced(**values):
+    return price_overlap(make_job(OverlapJob, **values))
+
+
+def test_async_tensor_parallelism_loses_to_gemm_then_reduce_scatter_at_small_m_and_closes_in_as_m_grows():
+    """meta-pytorch/kraken#19 on 8 H100: decomposed GEMM + reduce-scatter takes 4.6x the sequential
+    at M = 512 and 1.8x at M = 2048: each of 8 cut GEMMs reads the whole weight, and each step pays its
+    host-issued copy; the sequential pair stays faster."""
+    ratio = {}
+    for m in (512, 2048):
+        job = dict(m=m, n=4096, k=14336, op="reducescatter", size_bytes=m * 4096 * 2)
+        ratio[m] = (
+            _priced(**job, strategy="decomposed")["time_s"] / _priced(**job, strategy="serial")["time_s"]
+        )
+    assert ratio[512] > 3 and 1 < ratio[2048] < ratio[512]
+
+
+def test_the_collective_slows_more_beside_a_gemm_that_loads_hbm_more():
+    """The same all-gather beside a square GEMM (compute-bound, a fifth of HBM) and beside an
+    elementwise pass (all of it), each longer than the collective: the pass slows it more, and is
+    slowed more itself."""
+    square = _priced(m=8192, n=8192, k=8192, size_bytes=2**26, strategy="copy-engine")
+    stream = _priced(m=8192, n=65536, kernel="elementwise", size_bytes=2**26, strategy="copy-engine")
+    assert stream["comm_slowdown"] > square["comm_slowdown"] > 1
+    assert stream["compute_slowdown"] > square["compute_slowdown"] > 1
+
+
+def test_the_overlap_evaluator_prices_a_table_as_the_cli_does():
+    rows = pd.DataFrame([{"strategy": s, "m": 4096} for s in ("serial", "fused", "decomposed")])
+    table = evaluator("overlap")(rows)
+    for row in table.itertuples():
+        assert row.time_s == pytest.approx(_priced(strategy=row.strategy, m=4096)["time_s"])
+    serial = table.iloc[0]
+    assert serial.time_s == pytest.approx(serial.compute_s + serial.comm_s) and serial.gain_share == 0
+
+
+def test_commodel_overlap_prints_every_strategy_and_json(capsys, monkeypatch):
+    code, out = run_cli(["overlap", "--system", "dgx-a100", "--m", "4096"], capsys, monkeypatch)
+    assert code == 0
+    lines = out.out.splitlines()
+    assert all(any(line.startswith(s) for line in lines) for s in PAIR_STRATEGIES)
+    assert "in-network         cannot run" in out.out  # A100's switch does not reduce
+    code, out = run_cli(["overlap", "--strategy", "fused", "--size", "96MiB", "--json"], capsys, monkeypatch)
+    record = json.loads(out.out)
+    assert code == 0 and record["size_bytes"] == 96 * 2**20 and list(record["strategies"]) == ["fused"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--strategy", "fusd"], "did you mean 'fused'"),
+        (["--size", "1MiB,2MiB"], "one size"),
+        (["--gpus", "16"], "within one node"),
+        (["--op", "alltoall"], "collective"),
+    ],
+)
+def test_bad_overlap_input_is_one_clear_line(args, message, capsys, monkeypatch):
+    code, out = run_cli(["overlap", *args], capsys, monkeypatch)
+    assert code == 2 and message in out.err and "Traceback" not in out.err
+
+
+def test_validate_prints_the_overlap_command_that_prices_each_row(capsys, monkeypatch):
+    code, out = run_cli(["validate", "--row", "flux-h800-ag-gemm", "--json"], capsys, monkeypatch)
+    detail = json.loads(out.out)
+    assert code == 0 and detail["command"].startswith("commodel overlap --system hgx-h800")
+    argv = [*detail["command"].split()[1:], "--json"]
+    code, out = run_cli(argv, capsys, monkeypatch)
+    priced = json.loads(out.out)["strategies"]["fused"]["time_s"]
+    assert 1e3 * priced == pytest.approx(detail["model"])
