@@ -205,7 +205,7 @@ def tensor_parallel_exposed(
     passes = [(work.reduce_fwd_s, work.gather_fwd_s), (work.reduce_bwd_s, work.gather_bwd_s)]
     passes.append(passes[0])  # the forward again, ``again`` times
     repeats = [1.0, 1.0, again]
-    regathers = [0.0, 1.0, 0.0]  # the backward gathers the column GEMMs' inputs again
+    regathers = [0.0, np.where(sp, 1.0, 0.0), 0.0]  # with SP the backward gathers column GEMMs' inputs again
     # Sequence parallelism gathers and reduce-scatters, else it allreduces: price only what runs.
     ag, _ = collective("allgather", np.where(sp, gathered, 0.0), where, fab)
     gathers = np.where(sp, pairs * ag, 0.0)
