@@ -49,17 +49,30 @@ def test_a_scheme_the_nic_lacks_is_an_error():
         put_latency("kernel-triggered", dataclasses.replace(IB, triggered_ops=False))
 
 
-def test_a_larger_halo_or_subdomain_shrinks_the_gicc_gain():
+def test_gicc_hides_the_exchange_behind_the_interior_and_a_deeper_halo_shrinks_its_gain():
+    """Kernel-triggered, the exchange runs beside the interior sweep: never a slower iteration than
+    host-driven MPI's; once the interior outlasts the exchange only the poll stays exposed; a deeper
+    halo (more bytes per face) leaves less to gain at the same subdomain."""
     c = cluster("frontier-node", 8)
 
-    def gain(n, halo=1):
+    def times(n, halo=1):
+        kernel = Stencil(halo=halo)
+        return {s: iteration_time(s, c, n, 64, kernel) for s in ("kernel-triggered", "host-driven")}
+
+    for n in (64, 128, 256, 512):
+        for halo in (1, 4):
+            t = times(n, halo)
+            assert t["kernel-triggered"]["time_s"] < t["host-driven"]["time_s"]
+    hidden = times(512)["kernel-triggered"]
+    assert hidden["comm_s"] < 0.05 * hidden["compute_s"]
+
+    def gain(n, halo):
         kernel = Stencil(halo=halo)
         return weak_efficiency("kernel-triggered", c, n, 64, kernel) - weak_efficiency(
             "host-driven", c, n, 64, kernel
         )
 
-    assert gain(64) > gain(128) > gain(256) > 0
-    assert gain(128, 1) > gain(128, 4)
+    assert gain(128, 1) > gain(128, 4) and gain(256, 1) > gain(256, 4)
     with pytest.raises(CommodelError, match="does not fit"):
         iteration_time("host-driven", c, 8, 64, Stencil(halo=4))
 
@@ -122,15 +135,18 @@ def test_nvshmems_put_falls_behind_gicc_by_its_proxy_and_its_shared_channel():
     assert shared > private > 1
 
 
-def test_gicc_study_gains_shrink_as_the_subdomain_grows():
+def test_gicc_study_gains_follow_how_much_interior_hides_the_exchange():
+    """Jacobi's interior outlasts its exchange: GICC's gain is the host cost, shrinking as the subdomain
+    grows. Minimod on 64 GCDs exchanges more than its interior hides: a larger grid hides more and the
+    gain grows. MPI spends more time communicating everywhere."""
     from commodel.studies.base import study_spec
     from commodel.studies.gicc import scaling_table
 
     table = scaling_table(study_spec("gicc").parameters)
-    for _, bench in table.groupby("benchmark"):
-        gain = bench["kernel-triggered_efficiency_pct"] - bench["host-driven_efficiency_pct"]
-        assert (gain.diff().dropna() < 0).all() and (gain > 0).all()
-        assert (bench.mpi_extra_comm_pct.diff().dropna() < 0).all()
+    gain = table["kernel-triggered_efficiency_pct"] - table["host-driven_efficiency_pct"]
+    jacobi, minimod = table.benchmark == "jacobi weak", table.benchmark == "minimod strong"
+    assert (gain[jacobi].diff().dropna() < 0).all() and (gain[minimod].diff().dropna() > 0).all()
+    assert (gain > 0).all() and (table.mpi_extra_comm_pct > 0).all()
 
 
 def _with_host_costs(c, **costs):
