@@ -237,19 +237,34 @@ def _latency(row: pd.Series) -> Case:
 
 
 def _serving(row: pd.Series) -> Case:
-    """An offline-throughput run (trtllm-bench: every request queued, as many in flight as fit) as its
-    description states it (``serve MODEL tpN islP oslO DTYPE``): total output tokens/s over its GPUs."""
+    """A serving run as its description states it (:data:`~commodel.validate.descriptions.SERVING`):
+    trtllm-bench's offline run (every request queued, as many in flight as fit), or the requests in
+    flight it gives (``batchN``), with expert and attention data parallelism and the KV dtype it
+    states: total output tokens/s over its GPUs. A run of one phase or of a dataset's lengths is an
+    error naming what the serving job lacks."""
     s = SERVING.read(str(row.op))
-    job = {
-        "model": s["model"],
-        "gpus": s["tp"],
-        "tp": s["tp"],
-        "prompt": s["isl"],
-        "output": s["osl"],
-        "dtype": s["dtype"],
-    }
+    for flag, lacks in UNSERVED.items():
+        if s.get(flag):
+            raise CommodelError(f"a {flag} run: {lacks}")
+    missing = [size for size in ("tp", "isl", "osl") if size not in s]
+    if missing:
+        raise CommodelError(f"'{row.op}' gives no {', '.join(missing)} (form: '{SERVING.form}')")
+    gpus = max(int(s["tp"]), int(s.get("ep", 1)))
+    job = {"model": s["model"], "gpus": gpus, "tp": s["tp"], "ep": s.get("ep", 1),
+           "attention_dp": bool(s.get("attention_dp")), "prompt": s["isl"], "output": s["osl"],
+           "dtype": s["dtype"], "kv_dtype": s.get("kv", "auto"), "batch": str(s.get("batch", "max"))}  # fmt: skip
     declared = serving_job(system=row.model_target, **job)
     return Case(lambda db: serve(declared)["output_tokens_per_s"], job=declared)
+
+
+#: Serving rows the serving job cannot express yet, and what it lacks.
+UNSERVED = {
+    "decode-only": "the serving job prices both phases of continuous batching; one phase alone (PD "
+    "disaggregation's decode ranks, the other phase given unlimited resources) is not a setting yet",
+    "prefill-only": "the serving job prices both phases of continuous batching; one phase alone (PD "
+    "disaggregation's prefill ranks) is not a setting yet",
+    "sharegpt": "ShareGPT's request lengths are a distribution the row does not give",
+}
 
 
 def _dispatch(row: pd.Series) -> Case:

@@ -2,9 +2,11 @@
 ``data/runs.toml`` does not configure: a verb, named words in order, and sizes written ``KEYnumber``
 (``tp8``, ``gbs128``, ``tokens128``) or ``N^3`` (a cube).
 
-- ``train MODEL DTYPE [SIZES] [fsdp]``: a Megatron-Bridge performance-table recipe
+- ``train MODEL DTYPE [SIZES] [fsdp] [full] [NAME=VALUE...]``: a Megatron-Bridge performance-table recipe
+  (or a run stated as one, with its software settings)
   (:func:`commodel.validate.adapters.recipe_run`);
-- ``serve MODEL tpN islN oslN DTYPE``: a trtllm-bench offline run;
+- ``serve MODEL tpN [epN] [attention_dp] islN oslN DTYPE [batchN] [kv=DTYPE]``: a serving run (trtllm-bench's
+  offline run where it gives no batch);
 - ``deepep MODE OP MODEL tokensN``: one DeepEP dispatch or combine;
 - ``gemm DTYPE N^3``, ``gemm DTYPE best shape``, ``large GEMM DTYPE``: a GEMM, or the best one.
 """
@@ -23,7 +25,8 @@ _CUBE = re.compile(r"(\d+)\^3")
 @dataclass(frozen=True)
 class Grammar:
     """A description's form: its ``verb``, the ``words`` after it (named, in order), the ``sizes`` it
-    may give (``required`` among them) and the ``flags`` it may carry."""
+    may give (``required`` among them), the ``flags`` it may carry and the ``settings`` it may state
+    as ``name=value`` (named as commodel's CLI options; the value as written, case kept)."""
 
     form: str
     verb: str
@@ -31,10 +34,19 @@ class Grammar:
     sizes: tuple[str, ...] = ()
     required: tuple[str, ...] = ()
     flags: tuple[str, ...] = ()
+    settings: tuple[str, ...] = ()
 
     def read(self, text: str) -> dict[str, str | int | bool]:
-        """The named words, sizes and flags (``True`` where given) of ``text``; anything else is an
-        error quoting the text and its form."""
+        """The named words, sizes, flags (``True`` where given) and settings of ``text``; anything
+        else is an error quoting the text and its form."""
+        stated = {}
+        for token in [t for t in text.split() if "=" in t]:
+            name, _, value = token.partition("=")
+            if name not in self.settings:
+                allowed = ", ".join(self.settings) or "none"
+                raise CommodelError(f"cannot read the setting '{name}' in '{text}' (settings: {allowed})")
+            stated[name] = value
+        text = " ".join(t for t in text.split() if "=" not in t)
         found, words = read_sizes(text, self.sizes)
         flags = {word: True for word in words if word in self.flags}
         words = [word for word in words if word not in self.flags]
@@ -46,7 +58,7 @@ class Grammar:
         missing = [name for name in self.required if name not in found]
         if missing:
             raise CommodelError(f"'{text}' gives no {', '.join(missing)} (form: '{self.form}')")
-        return {**dict(zip(self.words, words[1:], strict=True)), **found, **flags}
+        return {**dict(zip(self.words, words[1:], strict=True)), **found, **flags, **stated}
 
 
 def read_sizes(text: str, sizes: tuple[str, ...]) -> tuple[dict[str, int], list[str]]:
@@ -65,14 +77,23 @@ def read_sizes(text: str, sizes: tuple[str, ...]) -> tuple[dict[str, int], list[
     return found, words
 
 
-#: Layout sizes a recipe may give (``tp2``, ``gbs128``, ...), and the flag ``fsdp``.
+#: Layout sizes a recipe may give (``tp2``, ``gbs128``, ...), the flags ``fsdp`` and ``full`` (full
+#: recomputation), and the software settings a run states (``dispatcher=deepep``).
 RECIPE = Grammar(
-    "train MODEL DTYPE SIZES...", "train", ("model", "dtype"),
-    ("seq", "gbs", "mbs", "tp", "pp", "cp", "vp", "ep", "etp", "dp", "ga"), flags=("fsdp",),
+    "train MODEL DTYPE SIZES... [fsdp] [full] [NAME=VALUE...]", "train", ("model", "dtype"),
+    ("seq", "gbs", "mbs", "tp", "pp", "cp", "vp", "ep", "etp", "dp", "ga"), flags=("fsdp", "full"),
+    settings=("dispatcher", "cuda_graphs", "ep_overlap", "recompute_modules", "zero", "elementwise",
+              "pipeline_layout", "ep_sms"),
 )  # fmt: skip
+#: A serving run: trtllm-bench's offline run unless it states its requests in flight (``batchN``);
+#: ``epN`` and ``attention_dp`` for expert and attention data parallelism, ``kv=DTYPE``; a run of
+#: one phase (``decode-only``, ``prefill-only``) or of a dataset's lengths (``sharegpt``) is read
+#: and refused by the adapter, naming what it lacks.
 SERVING = Grammar(
-    "serve MODEL tpN islN oslN DTYPE", "serve", ("model", "dtype"), ("tp", "isl", "osl"), ("tp", "isl", "osl")
-)
+    "serve MODEL tpN [epN] [attention_dp] islN oslN DTYPE [batchN] [kv=DTYPE]", "serve", ("model", "dtype"),
+    ("tp", "ep", "isl", "osl", "batch", "tokens"),
+    flags=("attention_dp", "decode-only", "prefill-only", "sharegpt"), settings=("kv",),
+)  # fmt: skip
 DISPATCH = Grammar(
     "deepep MODE dispatch|combine MODEL tokensN", "deepep", ("mode", "op", "model"), ("tokens",), ("tokens",)
 )

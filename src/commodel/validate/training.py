@@ -44,8 +44,9 @@ def training_run(row_id: str, description: str, gpus: float, system: str, metric
 
 def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
     """A training row described as Megatron-Bridge's performance tables give a recipe, ``train MODEL
-    DTYPE [seqS] gbsG mbsM [fsdp] [tpT ppP cpC vpV epE etpE dpD gaA]``, as a job on ``gpus`` GPUs of
-    ``system``.
+    DTYPE [seqS] gbsG mbsM [fsdp] [full] [tpT ppP cpC vpV epE etpE dpD gaA] [NAME=VALUE...]``, as a
+    job on ``gpus`` GPUs of ``system``, with the software settings it states (:data:`SOFTWARE`,
+    ``pipeline_layout``; ``full``: full recomputation).
 
     The layout as stated: sizes not given are 1, the sequence the recipe's (``data/runs.toml``) or the
     model's own. A MoE model's expert tensor parallelism is 1 and its tokens are permuted by Transformer
@@ -82,20 +83,35 @@ def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
     recipe = next(
         (r for name, r in runs().recipes.models.items() if get_model(name) is config), RecipeSettings()
     )
-    layout = recipe.layout(pp, vp)
+    layout = str(stated.get("pipeline_layout", recipe.layout(pp, vp)))
     if recipe.layouts and not layout:
         notes.append(f"its recipe has no pipeline layout for pp {pp} x vp {vp}")
     job = training_job(
         model=stated["model"], system=system, gpus=gpus, dtype=dtypes[str(stated["dtype"])], tp=tp, pp=pp, cp=cp,
         vpp=vp, pipeline_layout=layout, ep=ep, micro_batch=sizes.get("mbs", 1),
         etp=sizes.get("etp", 1 if moe is not None else None),
-        global_batch=sizes.get("gbs", 1024), seq=sizes.get("seq", recipe.seq), zero=3 if "fsdp" in stated else 1,
-        sequence_parallel=tp > 1, recompute="auto", overlap="sm-partition", grad_reduce_in_fp32=False,
+        global_batch=sizes.get("gbs", 1024), seq=sizes.get("seq", recipe.seq),
+        sequence_parallel=tp > 1, recompute=_recompute(stated), overlap="sm-partition", grad_reduce_in_fp32=False,
         tp_overlap="userbuffers" if tp > 1 else "none",
         ends_as_layers=recipe.ends_as_layers and pp > 1, bf16_moments=recipe.bf16_moments,
         permute_fusion=moe is not None,
+        **{"zero": 3 if "fsdp" in stated else 1} | {name: stated[name] for name in SOFTWARE if name in stated},
     )  # fmt: skip
     return Run(job, metric, note="; ".join(notes))
+
+
+#: The software settings a recipe row may state, passed to the job as they are named
+#: (``recompute_modules`` also sets selective recomputation, as Megatron's
+#: ``--recompute-modules`` runs under ``--recompute-granularity selective``).
+SOFTWARE = ("dispatcher", "cuda_graphs", "ep_overlap", "recompute_modules", "zero", "elementwise", "ep_sms")
+
+
+def _recompute(stated: dict) -> str:
+    """The recomputation a recipe row states: ``full``, selective with its modules, or ``auto`` (what
+    fits: the row does not say)."""
+    if stated.get("full"):
+        return "full"
+    return "selective" if "recompute_modules" in stated else "auto"
 
 
 def training_metric(run: Run, result: dict) -> float:
@@ -103,6 +119,8 @@ def training_metric(run: Run, result: dict) -> float:
     job = run.job
     if run.metric == "tokens_per_s_per_gpu":
         return result["tokens_per_s"] / result["gpus"]
+    if run.metric == "step_time_s":
+        return result["step_time_s"]
     net = get_model(job.model)
     seq = job.seq or net.seq
     flops = model_flops_per_token(net, seq, run.causal)
