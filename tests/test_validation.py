@@ -363,3 +363,20 @@ def test_a_serving_row_the_job_cannot_express_is_refused_naming_what_it_lacks(fl
                      "model_target": "dgx-h100"})  # fmt: skip
     with pytest.raises(CommodelError, match=f"a {flag} run"):
         ADAPTERS["serving"](row)
+
+
+def test_the_command_a_row_prints_runs_where_its_recipe_states_a_pipeline_layout(capsys, monkeypatch):
+    """The layout states its stages' layers, which the job resolves into fields the train command
+    refuses beside a layout: the printed command leaves them out and runs."""
+    import json
+
+    from conftest import run_cli
+
+    code, out = run_cli(
+        ["validate", "--row", "mcds-gb200-dsv3-deepep-nograph", "--json"], capsys, monkeypatch
+    )
+    detail = json.loads(out.out)
+    assert code == 0 and "--pipeline-layout" in detail["command"] and "stage-layers" not in detail["command"]
+    argv = [arg.strip("'") for arg in detail["command"].split()[1:]]
+    code, out = run_cli([*argv, "--json"], capsys, monkeypatch)
+    assert code == 0, out.err

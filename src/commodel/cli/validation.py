@@ -93,6 +93,8 @@ def _command(job: Job) -> str:
         return f"{job_command(f'collective {job.op}', job, skip=('op', 'size_bytes'))} --size {size}"
     if isinstance(job, OverlapJob):
         return f"{job_command('overlap', job, skip=('size_bytes',))} --size {job.size_bytes:.0f}"
+    if isinstance(job, TrainingJob) and job.pipeline_layout:  # the layout states its stages' layers
+        return job_command("train", job, skip=("first_stage_layers", "last_stage_layers"))
     return job_command(JOB_COMMANDS[type(job)], job)
 
 
