@@ -11,6 +11,7 @@ from commodel.comm.calls import run
 from commodel.comm.collectives import candidates, pair_time, tune
 from commodel.comm.fabric import fabric_of
 from commodel.comm.mpi import BUSBW_FACTOR, OPS
+from commodel.errors import CommodelError
 from commodel.hardware import cluster, default_db
 
 SYSTEMS = sorted(default_db().systems)
@@ -260,3 +261,29 @@ def test_nccls_ll_cap_bounds_nvidia_gpus_only_and_rccls_own_ll_choice_stays_mono
             pairs = candidates(op, fab, library_algorithms(op, "nccl"))
             times = tune(op, sizes, c.total_gpus, nodes, fab, pairs, policy="auto").time_s
             assert np.all(np.diff(times) >= -1e-12), (nodes, op)
+
+
+@pytest.mark.parametrize("system", ["dgx-h100", "dgx-b200", "mi300x-8", "gb200-nvl72"])
+def test_more_domains_never_make_the_same_algorithm_and_protocol_faster(system):
+    """At a fixed size on one fabric, a collective over more scale-up domains (2 to 32; GB200 racks
+    of 18 trays) never takes less time while the algorithm and protocol stay; where NCCL's choice
+    switches (``auto``, or the protocol under a forced algorithm: tree's Simple giving way to LL128 at
+    64 MiB between 8 and 16 H100 nodes) the time may fall, and the test skips those steps. From one
+    domain to two the fabric itself changes (NVLink alone, then NVLink and the network)."""
+    per_domain = 18 if system == "gb200-nvl72" else 1
+    sizes = [2**10, 2**20, 2**26, 2**30]
+    for op in ("allreduce", "allgather", "alltoall"):
+        for algo in ("ring", "tree", "auto"):
+            previous = None
+            for domains in (2, 4, 8, 16, 32):
+                c = cluster(system, domains * per_domain)
+                try:
+                    r = run(op, c, sizes, c.total_gpus, algo=algo)
+                except CommodelError:  # an algorithm this operation has no form of
+                    previous = None
+                    continue
+                time, chosen = r.time_s.to_numpy(), (r.algo + "/" + r.protocol).to_numpy()
+                if previous is not None:
+                    same = chosen == previous[1]
+                    assert (time[same] >= previous[0][same] * (1 - 1e-9)).all(), (op, algo, domains)
+                previous = (time, chosen)
