@@ -89,10 +89,11 @@ def run() -> StudyResult:
     amd, nvidia = (db.gpu(db.system(p[side]).gpu) for side in ("amd", "nvidia"))
     gemm = (
         f"the model's MI325X computes at {amd.efficiency('bf16'):.3f} of {peak_flops(amd, 'bf16') / 1e12:.0f} "
-        "TFLOP/s (MI300X's measured GEMM efficiency, ROCm 6.3, at MI325X's 1000 W) against H200's "
-        f"{nvidia.efficiency('bf16'):.3f} of {peak_flops(nvidia, 'bf16') / 1e12:.0f}, so its AMD node reaches "
-        f"{pct('llama3-8b', 'amd-only', 'nvidia-only'):.0f}% of its NVIDIA node; the paper's AMD node reaches "
-        "97%, a software stack the data here does not measure"
+        "TFLOP/s (its measured best GEMM, ROCm's Max-Achievable FLOPs, measurement mi325x-maf-bf16) against "
+        f"H200's {nvidia.efficiency('bf16'):.3f} of {peak_flops(nvidia, 'bf16') / 1e12:.0f}, so its AMD node "
+        f"reaches {pct('llama3-8b', 'amd-only', 'nvidia-only'):.0f}% of its NVIDIA node (the paper's: 97%); a "
+        "mixed pipeline runs at its slower stage's pace plus the cross-vendor hop, below both pure nodes, where "
+        "the paper's sits between them: what lets its mixed run beat its AMD-only run is not in its setup"
     )
     nvidia_only = p["paper_device_direct_tflops"] / 0.982  # the paper: device-direct is 98.2% of NVIDIA-only
     claims = [
@@ -106,8 +107,9 @@ def run() -> StudyResult:
         for m, paper in (("llama3-8b", 98.2), ("qwen2-7b", 94.0))
     ]  # fmt: skip
     claims += [
-        Claim(f"device-direct over AMD-only, {NAMES[m]}", paper, pct(m, "device-direct", "amd-only") - 100, "%",
-              "TFLOPs per GPU, mixed over AMD-only, minus 100%", gemm)
+        Claim(f"device-direct over AMD-only, {NAMES[m]}", paper,
+              pct(m, "device-direct", "nvidia-only") - pct(m, "amd-only", "nvidia-only"), "points",
+              "TFLOPs per GPU as % of NVIDIA-only: mixed minus AMD-only (the paper's 98.2 - 97.3 for LLaMA-8B)", gemm)
         for m, paper in (("llama3-8b", 0.9), ("qwen2-7b", 2.3))
     ]  # fmt: skip
     why = _gloo_reason(table, p)

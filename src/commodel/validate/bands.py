@@ -208,13 +208,21 @@ def parameter_bands(
     parameters = hardware_uncertainty(names)
     factors = draws(parameters, samples, seed)
     results = on_draws(lambda _: run(), parameters, factors)
-    result = results[-1]
+    # A draw can move a design out of its memory (a faster stage given more layers): it has no
+    # throughput to spread, and the band is over the draws that fit.
+    fits = np.array([all(k in r for k in keys) for r in results])
+    if not fits.any():
+        raise CommodelError(
+            f"the design fits in none of the {samples} draws of its uncertain hardware numbers"
+        )
+    results, factors = [r for r, ok in zip(results, fits, strict=True) if ok], factors[fits]
     values = np.array([[np.atleast_1d(np.asarray(r[k], dtype=float)) for k in keys] for r in results])
-    scalar = all(np.ndim(result[k]) == 0 for k in keys)
+    scalar = all(np.ndim(results[-1][k]) == 0 for k in keys)
     low, high = np.percentile(values, percentiles, axis=0)
     lo, hi = (f"p{p:g}" for p in percentiles)
     labels = [p.label for p in parameters]
-    extra: dict = {"params_source": f"{samples} draws of {len(parameters)} uncertain hardware numbers"}
+    unfit = f", {int((~fits).sum())} of which do not fit" if not fits.all() else ""
+    extra: dict = {"params_source": f"{samples} draws of {len(parameters)} uncertain hardware numbers{unfit}"}
     for i, key in enumerate(keys):
         extra[f"{key}_params_{lo}"], extra[f"{key}_params_{hi}"] = low[i], high[i]
         if parameters:
