@@ -166,16 +166,7 @@ def test_draws_that_move_a_design_out_of_its_memory_leave_the_band_and_are_count
 
     from commodel.cli import app
 
-    args = [
-        "train",
-        "--model",
-        "llama3-8b",
-        "--system",
-        "dgx-h100:1,mi300x-8:1",
-        "--pp",
-        "2",
-        "--uncertainty",
-    ]
+    args = ["train", "--model", "llama3-8b", "--system", "dgx-h100:1,mi300x-8:1", "--pp", "2", "--uncertainty"]  # fmt: skip
     result = CliRunner().invoke(app, [*args, "--json"])
     record = json.loads(result.output)
     assert result.exit_code == 0 and "do not fit" in record["params_source"]
