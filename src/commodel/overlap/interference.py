@@ -69,11 +69,12 @@ def collective_load(wire_Bps: ArrayLike, hbm_Bps: ArrayLike) -> np.ndarray:
 
 def stretch(stall: ArrayLike, own: ArrayLike, other: ArrayLike) -> np.ndarray:
     """How many times slower a side runs beside another (module formula): ``stall`` of its time
-    alone waits on memory; ``own`` and ``other`` are the two sides' HBM loads alone."""
-    s, u, v = (np.clip(np.asarray(a, dtype=float), 0.0, None) for a in (stall, own, other))
+    alone waits on memory; ``own`` and ``other`` are the two sides' HBM loads alone (each >= 0)."""
+    s = np.minimum(np.asarray(stall, dtype=float), 1.0)
+    u, v = np.asarray(own, dtype=float), np.asarray(other, dtype=float)
     both = u + v
     latency = (1 - np.minimum(u, LOAD_CEILING)) / (1 - np.minimum(both, LOAD_CEILING))
-    return (1 - np.minimum(s, 1.0)) + np.minimum(s, 1.0) * np.maximum(latency, both)
+    return 1 - s + s * np.maximum(latency, both)
 
 
 def slowdowns(compute_load: ArrayLike, comm_load: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
@@ -93,9 +94,10 @@ def corun(
     )
     d = np.minimum(d, C)
     rest = C - d
-    compute_last = rest * fc >= M * fm
-    compute_end = np.where(compute_last, d + M * fm + rest - M * fm / fc, d + rest * fc)
-    comm_end = np.where(compute_last, d + M * fm, d + rest * fc + M - rest * fc / fm)
+    comm, compute = M * fm, rest * fc  # each side's time were the other to run throughout
+    compute_last = compute >= comm
+    compute_end = d + np.where(compute_last, comm + rest - comm / fc, compute)
+    comm_end = d + np.where(compute_last, comm, compute + M - compute / fm)
     return compute_end, comm_end
 
 
