@@ -100,6 +100,10 @@ def test_the_software_regime_rows_are_priced_by_the_settings_they_state(table):
     rows = table.set_index("id")
     regime = rows[rows.index.str.startswith((*REGIMES, "trtbp-", "sgoss-", "vl30326-"))]
     assert len(regime) == 23 and regime.model.notna().all()
+    from commodel.validate.table import row_detail
+
+    engine = row_detail("trtbp-b200-dsr1-fp4-adp8-bf16kv")["job"]  # the limits its command line sets
+    assert (engine.max_batch_size, engine.max_num_tokens, engine.kv_dtype) == (384, 1536, "bf16")
     mcds = rows.model[[i for i in rows.index if i.startswith("mcds-")]]
     assert mcds["mcds-gb200-dsv3-baseline"] != mcds["mcds-gb200-dsv3-deepep-nograph"]
     assert mcds["mcds-gb200-dsv3-final-hybridep"] > mcds["mcds-gb200-dsv3-deepep-nograph"]

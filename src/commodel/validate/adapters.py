@@ -240,7 +240,8 @@ def _serving(row: pd.Series) -> Case:
     """A serving run as its description states it (:data:`~commodel.validate.descriptions.SERVING`):
     trtllm-bench's offline run (every request queued, as many in flight as fit), or the requests in
     flight it gives (``batchN``), with expert and attention data parallelism and the KV dtype it
-    states: total output tokens/s over its GPUs. A run of one phase or of a dataset's lengths is an
+    states, and the engine limits its command line sets (``model_args``, :data:`ENGINE_SETTINGS`):
+    total output tokens/s over its GPUs. A run of one phase or of a dataset's lengths is an
     error naming what the serving job lacks."""
     s = SERVING.read(str(row.op))
     for flag, lacks in UNSERVED.items():
@@ -253,9 +254,16 @@ def _serving(row: pd.Series) -> Case:
     job = {"model": s["model"], "gpus": gpus, "tp": s["tp"], "ep": s.get("ep", 1),
            "attention_dp": bool(s.get("attention_dp")), "prompt": s["isl"], "output": s["osl"],
            "dtype": s["dtype"], "kv_dtype": s.get("kv", "auto"), "batch": str(s.get("batch", "max"))}  # fmt: skip
-    declared = serving_job(system=row.model_target, **job)
+    engine = {
+        name: kind(row.settings[name]) for name, kind in ENGINE_SETTINGS.items() if name in row.settings
+    }
+    declared = serving_job(system=row.model_target, **(job | engine))
     return Case(lambda db: serve(declared)["output_tokens_per_s"], job=declared)
 
+
+#: The engine settings a serving row's run states (``model_args``: its source's command line), as the
+#: serving job takes them.
+ENGINE_SETTINGS = {"kv_dtype": str, "max_batch_size": int, "max_num_tokens": int, "kv_fraction": float}
 
 #: Serving rows the serving job cannot express yet, and what it lacks.
 UNSERVED = {
