@@ -67,6 +67,13 @@ def collective_load(wire_Bps: ArrayLike, hbm_Bps: ArrayLike) -> np.ndarray:
     return hbm_load(HBM_PER_WIRE_BYTE * np.asarray(wire_Bps, dtype=float), hbm_Bps)
 
 
+def busbw_load(busbw_Bps: ArrayLike, hbm_Bps: ArrayLike, in_network: ArrayLike = False) -> np.ndarray:
+    """HBM load of a collective running at bus bandwidth ``busbw_Bps``: a ring's GPU sends and
+    receives twice its busbw each second, an in-switch (NVLS) one moves it once."""
+    wire = np.where(in_network, 1.0, 2.0) * np.asarray(busbw_Bps, dtype=float)
+    return collective_load(wire, hbm_Bps)
+
+
 def stretch(stall: ArrayLike, own: ArrayLike, other: ArrayLike) -> np.ndarray:
     """How many times slower a side runs beside another (module formula): ``stall`` of its time
     alone waits on memory; ``own`` and ``other`` are the two sides' HBM loads alone (each >= 0)."""

@@ -44,11 +44,16 @@ from typing import NamedTuple
 import numpy as np
 
 from commodel.overlap.interference import corun, slowdowns
+from commodel.overlap.window import IN_NETWORK_CTAS
 
 PAIR_STRATEGIES = (
     "serial", "sm-partition", "priority", "occupancy-shaped", "copy-engine", "in-network", "fused",
     "fused-copy-engine", "decomposed",
 )  # fmt: skip
+
+#: Strategies whose collective takes no SMs from the kernel: on the copy engines, fused into the
+#: kernel, or co-resident with it.
+NO_SMS = ("occupancy-shaped", "copy-engine", "fused", "fused-copy-engine", "decomposed")
 
 #: One host-issued step of a copy-engine overlap: launching the step's copy (and, decomposed, its
 #: GEMM) and waiting on the flag that says its data is ready. Calibrated on ``krk19-h100-m512`` (8 x
@@ -56,6 +61,14 @@ PAIR_STRATEGIES = (
 #: sequential); the M = 1024 and 2048 rows and the Triton copy-engine kernel's three rows are held out
 #: (docs/validation.md).
 COPY_STEP_S = 29.85e-6
+
+
+def comm_ctas(strategy: str, channels: float) -> float:
+    """SMs the collective takes from the kernel under ``strategy``: none (:data:`NO_SMS`), NVLS's few
+    (:data:`~commodel.overlap.window.IN_NETWORK_CTAS`), else one per channel."""
+    if strategy in NO_SMS:
+        return 0.0
+    return float(IN_NETWORK_CTAS if strategy == "in-network" else channels)
 
 
 @dataclass(frozen=True)

@@ -15,22 +15,20 @@ from typing import Annotated
 from pydantic import Field
 
 from commodel.comm.calls import run as run_collective
-from commodel.comm.mpi import OPS
 from commodel.compute.kernels import DTYPE_BYTES, Kernel, elementwise, gemm
 from commodel.compute.roofline import achievable_bandwidth, hbm_time, kernel_time
 from commodel.errors import CommodelError
 from commodel.hardware import HardwareDB
 from commodel.hardware import cluster as make_cluster
-from commodel.overlap.interference import collective_load
-from commodel.overlap.pair import PAIR_STRATEGIES, Pair, pair_times
-from commodel.overlap.window import IN_NETWORK_CTAS
+from commodel.overlap.interference import busbw_load
+from commodel.overlap.pair import PAIR_STRATEGIES, Pair, comm_ctas, pair_times
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.gemm import MAX_DIM
 from commodel.pricing.job import MAX_GPUS, SYSTEM, Choices, Job
 
 #: Collectives an overlap job pairs with a GEMM: those with a ring or in-switch schedule whose
 #: traffic per GPU is twice the bus bandwidth (send and receive).
-PAIRED_OPS = tuple(op for op in OPS if op in ("allreduce", "allgather", "reducescatter"))
+PAIRED_OPS = ("allgather", "reducescatter", "allreduce")
 
 
 class OverlapJob(Job):
@@ -88,9 +86,7 @@ def price_overlap(job: OverlapJob, db: HardwareDB | None = None) -> dict[str, fl
     call = run_collective(job.op, where, [job.size_bytes], job.gpus, algo=algo)
     comm_s, busbw = float(call.time_s.iloc[0]), 1e9 * float(call.busbw_GBps.iloc[0])
     sms = gpu.compute_units.value
-    ctas = dict.fromkeys(
-        ("copy-engine", "occupancy-shaped", "fused", "fused-copy-engine", "decomposed"), 0.0
-    ).get(job.strategy, float(IN_NETWORK_CTAS if in_network else call.channels.iloc[0]))
+    ctas = comm_ctas(job.strategy, float(call.channels.iloc[0]))
     kernel = compute_kernel(job.kernel, job.m, job.n, job.k, job.dtype)
     alone, partitioned = kernel_time(gpu, kernel, launch=False), kernel_time(gpu, kernel, False, sms - ctas)
     compute_s = float(alone.time_s)
@@ -102,7 +98,7 @@ def price_overlap(job: OverlapJob, db: HardwareDB | None = None) -> dict[str, fl
         waves=float(max(kernel.tiles / (sms * alone.split_k), 1.0)),
         compute_load=min(float(hbm_time(gpu, kernel)) / compute_s, 1.0),
         comm_s=comm_s,
-        comm_load=float(collective_load((1.0 if in_network else 2.0) * busbw, achievable_bandwidth(gpu))),
+        comm_load=float(busbw_load(busbw, achievable_bandwidth(gpu), in_network)),
         chunk_s=float(chunk.time_s),
         chunks=job.gpus,
         in_order=gpu.vendor == "nvidia",

@@ -20,7 +20,7 @@ from commodel.compute.residency import Block, tiled_gemm, waves
 from commodel.compute.roofline import achievable_bandwidth, hbm_bytes
 from commodel.hardware import cluster as make_cluster
 from commodel.overlap.concurrent_gemm import COLLECTIVE_THREADS, arm_times, residency
-from commodel.overlap.interference import collective_load
+from commodel.overlap.interference import busbw_load
 from commodel.studies.base import Claim, StudyResult, study_spec, study_table
 from commodel.units import parse_quantity
 
@@ -44,7 +44,7 @@ def concurrency_table(p: Mapping[str, object]) -> pd.DataFrame:
         gpu = c.gpu
         call = run_collective(str(p["collective"]), c, [message], gpus)
         comm_s, ctas = float(call.time_s[0]), int(call.channels[0])
-        comm_load = float(collective_load(2e9 * call.busbw_GBps[0], achievable_bandwidth(gpu)))
+        comm_load = float(busbw_load(1e9 * call.busbw_GBps[0], achievable_bandwidth(gpu)))
         cta = collective_cta(gpu.vendor, p)
         for m, n, k in p["gemms"]:
             for tile in p["tiles"]:

@@ -174,11 +174,12 @@ def priced_kernels(
     the order :func:`layer_work` adds them up: GEMMs, attention cores, memory-bound kernels."""
     entries = []
     for kernel, count, role in lk.gemms:
-        f, _, hbm = timed(gpu, kernel, units)
+        forward = timed(gpu, kernel, units)
+        f, hbm = forward[0], forward[2]
         backward = gemm_backward(kernel)
         dgrad, wgrad = (timed(gpu, b, units) for b in backward)
         fwd_ub, dgrad_ub = _userbuffers_s(gpu, role, (kernel, f), (backward[0], dgrad[0]), tp, units)
-        moved = np.minimum(hbm, f) + hbm_share(dgrad) + hbm_share(wgrad)
+        moved = hbm_share(forward) + hbm_share(dgrad) + hbm_share(wgrad)
         entries.append(
             Priced(kernel, count, count, f, dgrad[0] + wgrad[0], count, moved, 3 * count,
                    role=role, wgrad_s=wgrad[0], dgrad_s=dgrad[0], fwd_hbm_s=hbm, dgrad_hbm_s=dgrad[2],
