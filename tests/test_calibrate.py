@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from commodel.calibrate.collectives import calibrate
+from commodel.calibrate.nccl_tests import read
 from commodel.cli import main
-from commodel.comm.calibrate import calibrate
 from commodel.comm.calls import run
 from commodel.comm.fabric import fabric_of
-from commodel.comm.nccl_tests import read
 from commodel.errors import CommodelError
 from commodel.hardware import cluster
 from commodel.hardware.loader import OVERLAY_ENV
@@ -111,10 +111,10 @@ def test_overlay_changes_only_the_calibrated_system(tmp_path, truth, monkeypatch
     from commodel.hardware.loader import default_db
     from commodel.hardware.uncertain import uncertain_parameters
 
-    fitted = default_db().link("dgx-h100-scale-up").nvls_channel_bandwidth
+    fitted = default_db().link("dgx-h100-nvlink4").nvls_channel_bandwidth
     assert fitted.range is not None and fitted.range[0] <= fitted.value <= fitted.range[1]
     found = {p.label: p for p in uncertain_parameters(default_db(), ["dgx-h100"], ({}, {}))}
-    assert found["dgx-h100-scale-up.nvls_channel_bandwidth"].source.startswith(
+    assert found["dgx-h100-nvlink4.nvls_channel_bandwidth"].source.startswith(
         "stated range (calibrated: commodel"
     )
 
@@ -210,8 +210,8 @@ def test_a_fit_that_cannot_beat_the_defaults_keeps_them(tmp_path, truth, monkeyp
         low = bounds[0] if isinstance(bounds, tuple) else [b[0] for b in bounds]
         return types.SimpleNamespace(x=np.asarray(low))
 
-    monkeypatch.setattr("commodel.comm.calibrate.least_squares", worst)
-    monkeypatch.setattr("commodel.comm.calibrate.minimize", worst)
+    monkeypatch.setattr("commodel.calibrate.fit.least_squares", worst)
+    monkeypatch.setattr("commodel.calibrate.fit.minimize", worst)
     fit = calibrate([log], "dgx-h100")
     assert fit.determined and all(value is None for value in fit.fitted.values())
     assert fit.median_after_pct == fit.median_before_pct and fit.overlay(c, [log]) == {}

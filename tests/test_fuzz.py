@@ -208,7 +208,7 @@ LOG_FRAGMENTS = st.one_of(
 @given(st.lists(LOG_FRAGMENTS, max_size=14), st.sampled_from(["all_reduce_perf.log", "run.txt", "x.log"]))
 @example(LOG_LINES, "run.txt")
 def test_any_nccl_tests_log_reads_or_is_one_commodel_error(tmp_path_factory, lines, name):
-    from commodel.comm.nccl_tests import read
+    from commodel.calibrate.nccl_tests import read
 
     path = tmp_path_factory.mktemp("log") / name
     path.write_text("\n".join(lines) + "\n")
@@ -218,6 +218,37 @@ def test_any_nccl_tests_log_reads_or_is_one_commodel_error(tmp_path_factory, lin
         assert str(exc).strip() and "\n" not in str(exc).strip()
         return
     assert len(log.rows) > 0 and (log.rows.time_s > 0).all() and log.op
+
+
+RUN_LOGS = Path(__file__).parent / "data" / "logs"
+RUN_LOG_LINES = [line for log in sorted(RUN_LOGS.glob("*.log")) for line in log.read_text().splitlines()]
+RUN_FRAGMENTS = st.one_of(
+    st.sampled_from(RUN_LOG_LINES),
+    st.builds(lambda line, cut: line[:cut], st.sampled_from(RUN_LOG_LINES), st.integers(0, 200)),
+    st.builds(lambda line, old, new: line.replace(old, new), st.sampled_from(RUN_LOG_LINES),
+              st.sampled_from(["True", "1", "8", "'", "{", ":", "deepep", "2048", "."]),
+              st.sampled_from(["False", "0", "-1", "", "nan", "1e400", "None", "[", "x"])),
+)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(RUN_FRAGMENTS, max_size=40), st.sampled_from(["train", "serve"]))
+def test_any_run_log_reads_or_is_one_commodel_error(tmp_path_factory, lines, kind):
+    """Training and serving logs cut, spliced and edited: a run with a positive measurement, or one
+    line naming the file (never a traceback)."""
+    from commodel.calibrate.logs import read_serving, read_training
+
+    path = tmp_path_factory.mktemp("log") / "run.log"
+    path.write_text("\n".join(lines) + "\n")
+    try:
+        if kind == "train":
+            run = read_training(path, "dgx-h100")
+        else:
+            run = read_serving(path, "dgx-h100", "gpt-oss-120b", {"tp": 8})
+    except CommodelError as exc:
+        assert str(exc).strip() and "\n" not in str(exc).strip() and str(path) in str(exc)
+        return
+    assert run.value > 0 and np.isfinite(run.value)
 
 
 HF_KEYS = ["model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",

@@ -1,4 +1,5 @@
-"""``commodel calibrate nccl-tests``: a system's constants fit to the user's own nccl-tests logs."""
+"""``commodel calibrate nccl-tests | train | serve``: a system's constants fit to the user's own logs,
+written as a hardware overlay."""
 
 from __future__ import annotations
 
@@ -8,10 +9,14 @@ from typing import Annotated
 import tomli_w
 import typer
 
+from commodel.calibrate.collectives import calibrate
+from commodel.calibrate.fit import mean_log_error
+from commodel.calibrate.jobs import calibrate_runs, leave_one_out, median_pct
+from commodel.calibrate.logs import read_serving, read_training
+from commodel.calibrate.measured import MeasuredRun
+from commodel.calibrate.nccl_tests import SIGNATURES, read
 from commodel.cli.root import calibrate_app
-from commodel.comm.calibrate import calibrate
-from commodel.comm.nccl_tests import SIGNATURES, read
-from commodel.errors import pick
+from commodel.errors import CommodelError, pick
 from commodel.hardware import cluster, default_db
 from commodel.hardware.loader import apply_overlay
 from commodel.io import atomic_path, output_file
@@ -72,8 +77,118 @@ def calibrate_nccl_tests(
         why = "no fit beats the defaults" if fit.determined else "nothing these logs determine"
         typer.echo(f"{why}: the defaults are kept and no overlay is written")
         return
+    _write_overlay(overlay, output, system, "collective")
+
+
+def _write_overlay(overlay: dict, output: Path, system: str, command: str) -> None:
+    """Write ``overlay`` atomically, kept only if ``--hardware`` would take it (it checks overlays)."""
     header = f"# commodel hardware overlay for {system}: apply with commodel --hardware {output} ...\n"
-    with atomic_path(output) as written:  # kept only if --hardware would take it, as it checks overlays
+    with atomic_path(output) as written:
         written.write_text(header + tomli_w.dumps(overlay))
         apply_overlay(default_db(), written)
-    typer.echo(f"\nwrote {output} (use: commodel --hardware {output} collective ... --system {system})")
+    typer.echo(f"\nwrote {output} (use: commodel --hardware {output} {command} ... --system {system})")
+
+
+Logs = Annotated[list[Path], typer.Argument(help="The run logs, one run each.")]
+System = Annotated[str, typer.Option(help="The system the runs ran on (hardware database name).")]
+Output = Annotated[str, typer.Option("-o", "--output", help="Overlay file to write (TOML).")]
+Model = Annotated[
+    str | None,
+    typer.Option(help="The model (a name or a model file) where the log cannot tell, or to override it."),
+]
+Check = Annotated[
+    bool, typer.Option("--check", help="Also predict each log from a fit on the others (two or more logs).")
+]
+Limit = Annotated[
+    int | None,
+    typer.Option("--max-constants", min=1, help="At most this many constants move (default: one per log)."),
+]
+
+
+@calibrate_app.command("train")
+def calibrate_train(
+    logs: Logs, system: System, output: Output, model: Model = None, check: Check = False, limit: Limit = None
+) -> None:
+    """Fit the constants your training runs depend on to Megatron-LM or torchtitan logs, and write a
+    hardware overlay.
+
+    Each log gives its job (the arguments block or configuration) and its measured step (the median
+    of the steady iterations, warm-up dropped). The constants are the uncertain numbers of the
+    system's records the runs depend on, each kept inside its stated range; at most one moves per log.
+    Never a worse median error than the defaults; with no gain, no overlay."""
+    out = output_file(output, "overlay (-o)")  # checked before the fit, which may take a while
+    _calibrate_runs([read_training(path, system, model) for path in logs], out, system, "train", check, limit)
+
+
+@calibrate_app.command("serve")
+def calibrate_serve(
+    logs: Logs,
+    system: System,
+    output: Output,
+    model: Model = None,
+    tp: Annotated[
+        int | None, typer.Option(min=1, help="The server's tensor parallelism (client logs).")
+    ] = None,
+    ep: Annotated[
+        int | None, typer.Option(min=1, help="The server's expert parallelism (client logs).")
+    ] = None,
+    attention_dp: Annotated[bool, typer.Option(help="The server ran attention data parallelism.")] = False,
+    dtype: Annotated[
+        str | None, typer.Option(help="The server's precision (bf16, fp8, fp4) for client logs.")
+    ] = None,
+    check: Check = False,
+    limit: Limit = None,
+) -> None:
+    """Fit the constants your serving runs depend on to trtllm-bench, vLLM (benchmark_throughput,
+    bench serve) or SGLang (bench_serving) outputs, and write a hardware overlay.
+
+    Each output gives the run's configuration and its output throughput; what a client's output
+    cannot say (the server's --tp, --ep, --attention-dp, --dtype) is given here. Fit as ``calibrate train``."""
+    out = output_file(output, "overlay (-o)")
+    given = {"tp": tp, "ep": ep, "attention_dp": attention_dp or None, "dtype": dtype}
+    server = {k: v for k, v in given.items() if v is not None}
+    runs = [read_serving(path, system, model, server) for path in logs]
+    _calibrate_runs(runs, out, system, "serve", check, limit)
+
+
+def _calibrate_runs(
+    runs: list[MeasuredRun], output: Path, system: str, command: str, check: bool, limit: int | None
+) -> None:
+    """Fit, print the runs, the constants and the held-out check, and write the overlay."""
+    if check and len(runs) < 2:
+        raise CommodelError("--check needs two or more logs: each is predicted from a fit on the others")
+    fit = calibrate_runs(runs, limit)
+    typer.echo("Runs (the model's value before and after the fit; signed error, %):")
+    typer.echo(plain_table(fit.table()))
+    for run in runs:
+        typer.echo(f"  {run.name}: {run.how}")
+    typer.echo("\nConstants (factor on the default; moved only inside the range):")
+    if not fit.determined:
+        typer.echo("  none: no uncertain constant of the system moves these runs' values")
+    for number in fit.candidates:
+        if number.label not in fit.determined:
+            continue
+        factor = fit.fitted.get(number.label)
+        bounds = f"range x{number.low:.3g}-x{number.high:.3g}"
+        if factor is None:
+            shown = "kept"
+        else:
+            at_bound = (
+                " (at its bound: the runs ask for more; a mechanism the model lacks?)"
+                if any(abs(factor / b - 1) < 1e-3 for b in (number.low, number.high))
+                else ""
+            )
+            shown = f"x{factor:.4g} -> {number.value * factor:.4g}{at_bound}"
+        typer.echo(f"  {number.label:<44} {number.value:<10.4g} {bounds:<18} {shown}")
+    typer.echo(
+        f"\nMean |log error| {mean_log_error(fit.before):.3f} with the defaults, {mean_log_error(fit.after):.3f} "
+        f"fitted; median |error| {median_pct(fit.before):.1f}% -> {median_pct(fit.after):.1f}% (never raised)"
+    )
+    if check:
+        typer.echo("\nHeld out (each log predicted from a fit on the others; signed error, %):")
+        typer.echo(plain_table(leave_one_out(runs, limit)))
+    overlay = fit.overlay(command)
+    if not overlay:
+        typer.echo("no constant moves the runs' error: the defaults are kept and no overlay is written")
+        return
+    _write_overlay(overlay, output, system, command)

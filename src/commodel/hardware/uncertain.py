@@ -64,7 +64,8 @@ FIXED_KINDS = (Count, ByteSize)
 @dataclass(frozen=True)
 class Uncertain:
     """One uncertain number: where it lives (``kind``, record ``name``, field ``path``), its value,
-    the factors ``low`` and ``high`` it may be off by, and the source of that range."""
+    the factors ``low`` and ``high`` it may be off by, the source of that range, and whether it is a
+    fraction (capped at 1) or a time (larger is slower)."""
 
     kind: str
     name: str
@@ -74,6 +75,7 @@ class Uncertain:
     high: float
     source: str
     fraction: bool = False
+    time: bool = False
 
     @property
     def label(self) -> str:
@@ -155,7 +157,8 @@ def uncertain_parameters(db: HardwareDB, names: list[str], ratios: Ratios) -> li
                 continue
             low, high, source = found
             fraction = isinstance(number, Fraction)
-            out.append(Uncertain(kind, name, path, number.value, low, high, source, fraction))
+            time = number.KIND == "time"
+            out.append(Uncertain(kind, name, path, number.value, low, high, source, fraction, time))
     return out
 
 

@@ -32,22 +32,22 @@ from datetime import date
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares, minimize
 
+from commodel.calibrate.fit import determined, fit, mean_log_error
+from commodel.calibrate.nccl_tests import NcclTestsLog
+from commodel.calibrate.overlay import residual_range, system_overlay
 from commodel.comm.calls import resolve_layout, run
 from commodel.comm.fabric import Fabric, fabric_of, nvls_rate
-from commodel.comm.nccl_tests import NcclTestsLog
 from commodel.errors import CommodelError
 from commodel.hardware.cluster import Cluster, cluster
-
-#: A 1% change in a parameter must move some row's time by at least this share to be fit.
-IDENTIFIABLE = 1e-4
+from commodel.hardware.loader import default_db
 
 
 @dataclass(frozen=True)
 class Parameter:
-    """One calibratable constant: which link record and field holds it, its prior and bounds, and how
-    it sets the fabric the cost model reads."""
+    """One calibratable constant (a :class:`~commodel.calibrate.fit.Bounded` with where it lives):
+    which link record and field holds it, its prior and bounds, and how it sets the fabric the cost
+    model reads."""
 
     name: str
     side: str  # "scale_up" or "scale_out"
@@ -110,39 +110,23 @@ class Calibration:
         return mean_log_error(np.log1p(self.rows[f"error_{when}_pct"].to_numpy() / 100))
 
     def overlay(self, where: Cluster, logs: list[NcclTestsLog]) -> dict:
-        """The hardware overlay: the system's own copies of its links with the fitted fields."""
+        """The hardware overlay (:func:`commodel.calibrate.overlay.system_overlay`): the system's own
+        copies of its links with the fitted fields, each with the range the rows' residuals leave it
+        in; empty when nothing was fit."""
         names = ", ".join(log.path.name for log in logs)
         source = (
             f"calibrated: commodel calibrate nccl-tests {names} ({len(self.rows)} rows; median |error| "
             f"{self.median_before_pct:.1f}% -> {self.median_after_pct:.1f}%; {date.today().isoformat()})"
         )
-        links, systems = {}, {"scale_up": {}, "scale_out": {}}
-        for side, record in (("scale_up", where.scale_up), ("scale_out", where.scale_out)):
-            changed = {
-                p.field: self.fitted[p.name] for p in self.params if p.side == side and self.fitted[p.name]
-            }
-            if not changed:
-                continue
-            name = f"{self.system}-{side.replace('_', '-')}"
-            fields = record.model_dump(exclude_none=True)
-            for field, value in changed.items():
-                fields[field] = {
-                    "value": float(value),
-                    "source": source,
-                    "range": self.residual_range(value, field),
-                }
-            links[name] = fields
-            systems[side]["link"] = name
-        system = {side: table for side, table in systems.items() if table}
-        return {"links": links, "systems": {self.system: system}} if links else {}
-
-    def residual_range(self, value: float, field: str) -> list[float]:
-        """The range the fit's residuals leave a fitted value in: the p10-p90 of reality over the
-        model across the rows (inverted for a latency), widened to hold the value."""
-        low, high = np.percentile(1 + self.rows.error_after_pct.to_numpy() / 100, (10, 90))
-        if field.endswith("latency"):
-            low, high = 1 / high, 1 / low
-        return [float(min(value * low, value)), float(max(value * high, value))]
+        links = {"scale_up": where.system.scale_up.link, "scale_out": where.system.scale_out.link}
+        speed = (
+            1 + self.rows.error_after_pct.to_numpy() / 100
+        )  # model time over measured: reality's speed over the model's
+        changes = {
+            ("link", links[p.side], (p.field,)): value for p in self.params if (value := self.fitted[p.name])
+        }
+        ranges = {key: residual_range(v, speed, key[2][0].endswith("latency")) for key, v in changes.items()}
+        return system_overlay(default_db(), self.system, changes, source, ranges)
 
 
 def _model_times(logs: list[NcclTestsLog], layouts: list, fab: Fabric, algo: str) -> np.ndarray:
@@ -189,21 +173,6 @@ def _layout(log: NcclTestsLog, system: str, gpus: int | None, nodes: int | None)
     return where, ranks
 
 
-def mean_log_error(residuals: np.ndarray) -> float:
-    """What the fit minimizes and reports: the mean |log(model / measured)| of the rows."""
-    return float(np.mean(np.abs(residuals)))
-
-
-def median_error_pct(residuals: np.ndarray) -> float:
-    """The median |model / measured - 1| (%) of the rows, given their log-time residuals."""
-    return float(100 * np.median(np.abs(np.expm1(residuals))))
-
-
-#: The least the mean |log error| must fall for a fit to replace the priors (0.01%): below it the
-#: logs already agree with the defaults, and an overlay would only restate them.
-MIN_GAIN = 1e-4
-
-
 def _check_run_settings(logs: list[NcclTestsLog], launch: str | None, gpus_per_process: int | None) -> None:
     """``--launch`` and ``--gpus-per-process`` as the logs record them (nccl-tests' -G and -g), where
     they do; a process drives a whole number of a log's GPUs."""
@@ -223,23 +192,10 @@ def _check_run_settings(logs: list[NcclTestsLog], launch: str | None, gpus_per_p
             )
 
 
-def _movable(
-    params: list[Parameter],
-    prior: np.ndarray,
-    residuals: Callable[[np.ndarray, list[Parameter]], np.ndarray],
-    logs: list[NcclTestsLog],
-) -> list[Parameter]:
-    """The constants the logs determine: those a 1% nudge moves some row's log error by
-    :data:`IDENTIFIABLE`; more of them than the logs have distinct sizes is an error (one size cannot
-    fit a latency and a rate)."""
-    start, movable = residuals(prior, params), []
-    for i, p in enumerate(params):
-        nudged = prior.copy()
-        nudged[i] = min(max(prior[i] * 1.01, p.bounds[0]), p.bounds[1])
-        if nudged[i] == prior[i]:
-            nudged[i] = prior[i] * 0.99
-        if np.max(np.abs(residuals(nudged, params) - start)) >= IDENTIFIABLE:
-            movable.append(p)
+def _movable(params: list[Parameter], residuals: Callable, logs: list[NcclTestsLog]) -> list[Parameter]:
+    """The constants the logs determine (:func:`~commodel.calibrate.fit.determined`); more of them
+    than the logs have distinct sizes is an error (one size cannot fit a latency and a rate)."""
+    movable = [params[i] for i in determined(params, residuals)]
     points = len({(i, size) for i, log in enumerate(logs) for size in log.rows.size_bytes})
     if len(movable) > points:
         raise CommodelError(
@@ -262,11 +218,8 @@ def calibrate(
     algorithm the runs forced where a log does not say (``auto``: NCCL's own choice). ``launch``
     (stream or graph) and ``gpus_per_process`` default to what the first log records.
 
-    The fit minimizes the mean |log(model / measured)| of the rows (robust to a few rows the model
-    cannot reach, where squares would trade every other row for them): a bounded least-squares fit of
-    the log-time errors (scipy ``least_squares``) finds the basin and Nelder-Mead on the mean |log
-    error| refines it. The priors are kept unless the fit lowers that mean without raising the median
-    |error|, so calibrating never makes the logs' own median error worse."""
+    The fit is :func:`commodel.calibrate.fit.fit` on the rows' log-time errors: it never makes the
+    logs' own median error worse."""
     if not logs:
         raise CommodelError("give at least one nccl-tests log")
     layouts = [_layout(log, system, gpus, nodes) for log in logs]
@@ -287,31 +240,12 @@ def calibrate(
     def residuals(values: np.ndarray, chosen: list[Parameter]) -> np.ndarray:
         return np.log(_model_times(logs, layouts, fabric(values, chosen), algo) / measured)
 
-    prior = np.array([p.prior for p in params])
-    start = residuals(prior, params)
-    movable = _movable(params, prior, residuals, logs)
+    movable = _movable(params, lambda values: residuals(values, params), logs)
+    result = fit(movable, lambda values: residuals(values, movable))
     fitted: dict[str, float | None] = {p.name: None for p in params}
-    after = start
-    if movable:
-        lo, hi = (np.log([p.bounds[k] for p in movable]) for k in (0, 1))
-        x0 = np.clip(np.log([p.prior for p in movable]), lo, hi)
-
-        def log_residuals(x: np.ndarray) -> np.ndarray:
-            return residuals(np.exp(np.clip(x, lo, hi)), movable)
-
-        coarse = least_squares(log_residuals, x0, bounds=(lo, hi)).x
-        fine = minimize(
-            lambda x: mean_log_error(log_residuals(x)), coarse, method="Nelder-Mead",
-            bounds=list(zip(lo, hi, strict=True)), options={"maxfev": 200 * len(movable), "xatol": 1e-4},
-        ).x  # fmt: skip
-        best = min((coarse, fine), key=lambda x: mean_log_error(log_residuals(x)))
-        fit = log_residuals(best)
-        if mean_log_error(fit) < mean_log_error(start) - MIN_GAIN and median_error_pct(
-            fit
-        ) <= median_error_pct(start):
-            after = fit
-            values = np.exp(np.clip(best, lo, hi))
-            fitted.update({p.name: float(v) for p, v in zip(movable, values, strict=True)})
+    if result.values is not None:
+        fitted.update({p.name: float(v) for p, v in zip(movable, result.values, strict=True)})
+    start, after = result.before, result.after
     rows = pd.concat(
         [
             log.rows.assign(log=log.path.name, op=log.op)[["log", "op", "size_bytes", "time_s"]]

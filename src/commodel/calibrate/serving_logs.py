@@ -1,0 +1,179 @@
+"""Read serving benchmark outputs: trtllm-bench's throughput report, ``vllm bench serve``, and SGLang's
+``bench_serving`` and ``bench_one_batch_server``. Each gives the run's configuration and its output
+throughput (tokens/s over all its GPUs).
+
+- **trtllm-bench** prints ``Key:  value`` lines in its sections (``Model:``, ``TP Size:``, ``EP Size:``,
+  ``Max Runtime Batch Size:``, ``Max Runtime Tokens:``, ``KV Memory Percentage:``, ``KV Cache Dtype:``,
+  ``Quantization:``, ``Total Output Throughput (tokens/sec):``, ``Average Input Length (tokens):``,
+  ``Average Output Length (tokens):``): an offline run, every request queued, as many in flight as
+  fit (``batch = max``, limited by the runtime batch size and tokens).
+- **vLLM** ``bench serve`` and **SGLang** ``bench_serving`` print their client arguments (the
+  ``Namespace``: ``model``, ``random_input_len``, ``random_output_len``, ``max_concurrency``) and a
+  ``Serving Benchmark Result`` block with ``Output token throughput (tok/s):``: requests in flight are
+  the concurrency. The server's parallelism is not in the client's output: give ``--tp`` (and
+  ``--ep``, ``--attention-dp``).
+- **SGLang** ``bench_one_batch_server`` prints ``batch size:``, ``input_len:``, ``output_len:`` and
+  ``output throughput: X tok/s`` of one batch run to its end: the batch in flight throughout. The
+  model and the server's parallelism are not in its output: give ``--model`` and ``--tp``.
+
+A run of a dataset's lengths (ShareGPT) is refused: the serving job prices fixed lengths with a stated
+spread, and the log does not give it.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from typing import Any
+
+from commodel.calibrate.measured import MeasuredRun, fail, model_of, named_model, setting
+from commodel.errors import CommodelError
+from commodel.pricing.serving_job import serving_job
+
+_KEY = re.compile(r"^\s*([A-Za-z][\w .()/%-]*?)\s*:\s+(\S.*?)\s*$", re.MULTILINE)
+_NAMESPACE = re.compile(r"Namespace\((.*)\)\s*$", re.MULTILINE)
+_ONE_BATCH = re.compile(r"^output throughput:\s*([\d.]+)\s*tok", re.MULTILINE)
+
+#: trtllm-bench quantization names -> commodel's serving precision.
+QUANTIZATION = {"none": "bf16", "fp8": "fp8", "fp8_block_scales": "fp8", "nvfp4": "fp4", "w4a16_mxfp4": "fp4"}
+
+#: Log formats (:func:`detect`) and what marks them.
+FORMATS = ("trtllm-bench", "vllm-serve", "sglang-serving", "sglang-one-batch")
+
+
+def keys(text: str) -> dict[str, str]:
+    """``Key: value`` lines, keys lower-cased (the first of a repeated key)."""
+    found: dict[str, str] = {}
+    for match in _KEY.finditer(text):
+        found.setdefault(match[1].strip().lower(), match[2])
+    return found
+
+
+def namespace(path: Path, text: str) -> dict[str, Any]:
+    """The arguments an argparse ``Namespace(...)`` line prints (a value that is no literal, such as
+    ``inf``, as its text), or an error."""
+    match = _NAMESPACE.search(text)
+    if match is None:
+        raise fail(path, "no 'Namespace(...)' line with the benchmark's arguments")
+    try:
+        call = ast.parse(f"f({match[1]})", mode="eval").body
+    except SyntaxError:
+        raise fail(path, "the 'Namespace(...)' line is not whole: a truncated log") from None
+    return {k.arg: _literal(k.value) for k in getattr(call, "keywords", []) if k.arg}
+
+
+def _literal(node: ast.expr) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return ast.unparse(node)
+
+
+def detect(text: str) -> str | None:
+    """Which serving benchmark printed ``text`` (:data:`FORMATS`), or ``None``."""
+    if "PERFORMANCE OVERVIEW" in text or "Total Output Throughput (tokens/sec)" in text:
+        return "trtllm-bench"
+    if "Serving Benchmark Result" in text:
+        return "sglang-serving" if re.search(r"Backend:\s*sglang|backend='sglang", text) else "vllm-serve"
+    if _ONE_BATCH.search(text):
+        return "sglang-one-batch"
+    return None
+
+
+def _number(path: Path, found: dict[str, str], *names: str) -> float:
+    for name in names:
+        if name in found:
+            text = found[name].rstrip("%").replace(",", "")
+            try:
+                return float(text)
+            except ValueError:
+                raise fail(path, f"'{name}: {found[name]}' is not a number") from None
+    raise fail(path, f"no '{names[0]}' line: a truncated or different report")
+
+
+#: trtllm-bench's engine limits -> the serving job's, with the factor on the printed number.
+TRTLLM_LIMITS = {
+    "max runtime batch size": ("max_batch_size", 1.0),
+    "max runtime tokens": ("max_num_tokens", 1.0),
+    "kv memory percentage": ("kv_fraction", 0.01),
+}
+
+
+def _trtllm(path: Path, text: str) -> tuple[dict[str, Any], float]:
+    found = keys(text)
+    quant = found.get("quantization", "None").lower()
+    if quant not in QUANTIZATION:
+        raise fail(path, f"Quantization: {found['quantization']}: commodel prices {', '.join(QUANTIZATION)}")
+    settings: dict[str, Any] = {
+        "model": found.get("model", ""), "tp": int(_number(path, found, "tp size")),
+        "prompt": round(_number(path, found, "average input length (tokens)")),
+        "output": round(_number(path, found, "average output length (tokens)")),
+        "dtype": QUANTIZATION[quant], "batch": "max",
+        "kv_dtype": "fp8" if "fp8" in found.get("kv cache dtype", "").lower() else "auto",
+    }  # fmt: skip
+    if "ep size" in found:
+        settings["ep"] = int(_number(path, found, "ep size"))
+    for key, (name, factor) in TRTLLM_LIMITS.items():
+        if key in found:
+            value = _number(path, found, key) * factor
+            settings[name] = value if factor != 1 else int(value)
+    return settings, _number(path, found, "total output throughput (tokens/sec)")
+
+
+def _one_batch(path: Path, text: str) -> tuple[dict[str, Any], float]:
+    found = keys(text)
+    settings = {
+        "prompt": int(_number(path, found, "input_len")), "output": int(_number(path, found, "output_len")),
+        "batch": str(int(_number(path, found, "batch size"))), "model": "",
+    }  # fmt: skip
+    return settings, float(_ONE_BATCH.findall(text)[-1])
+
+
+def _client(path: Path, text: str) -> tuple[dict[str, Any], float]:
+    args = namespace(path, text)
+    if args.get("dataset_name", "random") != "random":
+        raise fail(path, f"dataset {args['dataset_name']}: the run's request lengths are a distribution the log "
+                         "does not give; calibrate on --dataset-name random runs")  # fmt: skip
+    concurrency = args.get("max_concurrency")
+    if concurrency is None:
+        raise fail(path, "no max_concurrency: requests arrived at a rate, not a fixed number in flight")
+    settings = {
+        "model": str(args.get("model", "")), "prompt": setting(path, args, "random_input_len"),
+        "output": setting(path, args, "random_output_len"), "batch": str(setting(path, args, "max_concurrency")),
+    }  # fmt: skip
+    return settings, _number(path, keys(text), "output token throughput (tok/s)")
+
+
+_READERS = {
+    "trtllm-bench": _trtllm,
+    "vllm-serve": _client,
+    "sglang-serving": _client,
+    "sglang-one-batch": _one_batch,
+}
+
+
+def parse_serving(
+    path: Path, text: str, system: str, model: str | None = None, server: dict[str, Any] | None = None
+) -> MeasuredRun:
+    """The run a serving benchmark's output records, on ``system``; ``server``: the server settings
+    given on the command line (``tp``, ``ep``, ``attention_dp``), which fill what the log cannot say
+    and must agree with what it does."""
+    kind = detect(text)
+    if kind is None:
+        raise fail(path, f"not a serving benchmark's output ({', '.join(FORMATS)})")
+    settings, measured = _READERS[kind](path, text)
+    for name, value in (server or {}).items():
+        if name in settings and settings[name] != value:
+            raise fail(
+                path,
+                f"the run had {name} {settings[name]}; --{name.replace('_', '-')} {value} says otherwise",
+            )
+        settings[name] = value
+    name = model_of(path, model, lambda: named_model(path, settings["model"]))
+    ranks = max(settings.get("tp", 1), settings.get("ep", 1))
+    try:
+        job = serving_job(system=system, gpus=ranks, **(settings | {"model": name}))
+    except CommodelError as exc:
+        raise fail(path, str(exc)) from None
+    return MeasuredRun(path, job, "output_tokens_per_s", measured, f"{kind}'s output throughput")

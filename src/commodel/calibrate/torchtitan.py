@@ -1,0 +1,124 @@
+"""Read a torchtitan training log: the configuration it prints at start-up and its step reports.
+
+The format (torchtitan ``train.py`` with ``job.print_args``, ``components/metrics.py``; lines carry a
+``[rank0]:[titan] <time> - root - INFO -`` prefix)::
+
+    Running with args: {'job': {...}, 'model': {'name': 'llama3', 'flavor': '8B', 'converters': ['float8']},
+        'training': {'local_batch_size': 2, 'seq_len': 8192, ...}, 'parallelism':
+        {'data_parallel_shard_degree': -1, 'tensor_parallel_degree': 1, ...},
+        'activation_checkpoint': {'mode': 'none'}, 'compile': {'enable': True, ...}, ...}
+    Building 1-D device mesh with ['dp_shard'], [8]
+    step: 10  loss:  7.1234  grad_norm:  1.2  memory: 58.21GiB(61.28%)  tps: 5,762  tflops: 301.23  mfu: 30.46%
+
+The job: the model by ``name`` and ``flavor`` (``llama3`` ``8B`` is ``llama3-8b``), FSDP over the
+sharded data-parallel ranks (``zero = 3``), the precision its converters set (``float8``: FP8 with
+tensor-wise scales; ``mx``: MXFP8), torch.compile's fused elementwise kernels or eager ones, and the
+activation checkpointing mode. The GPUs are the device mesh's. The measured value is the median
+tokens per second per GPU (``tps``) past warm-up. HSDP (replicas of shards) and the pipeline and
+expert parallelism of torchtitan's experimental models are refused in one line.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from commodel.calibrate.measured import (
+    MeasuredRun,
+    fail,
+    model_of,
+    named_model,
+    setting,
+    steady_median,
+    training,
+)
+
+_ARGS = re.compile(r"Running with args:\s*(\{.*?)\s*$", re.MULTILINE)
+_MESH = re.compile(r"Building \d+-D device mesh with \[[^\]]*\], \[([\d, ]+)\]")
+_STEP = re.compile(r"step:\s*(\d+)\s.*?tps:\s*([\d,]+(?:\.\d+)?)")
+
+#: torchtitan's activation checkpointing modes -> commodel's recomputation.
+CHECKPOINTING = {"none": "none", "full": "full", "selective": "selective"}
+
+
+def config(path: Path, text: str) -> dict[str, dict[str, Any]]:
+    """The configuration dictionary the log prints, or an error naming what is missing."""
+    match = _ARGS.search(text)
+    if match is None:
+        raise fail(path, "no 'Running with args: {...}' line; not a torchtitan log run with job.print_args")
+    try:
+        found = ast.literal_eval(match[1])
+    except (ValueError, SyntaxError):
+        raise fail(path, "the 'Running with args' line is not a whole dictionary: a truncated log") from None
+    if not isinstance(found, dict) or not all(isinstance(v, dict) for v in found.values()):
+        raise fail(path, "the 'Running with args' line is not torchtitan's configuration of sections")
+    return found
+
+
+def _gpus(path: Path, text: str) -> int:
+    match = _MESH.search(text)
+    if match is None:
+        raise fail(path, "no 'Building N-D device mesh' line: the GPUs the run used are not in the log")
+    return math.prod(int(n) for n in match[1].split(","))
+
+
+def _precision(path: Path, model: dict[str, Any]) -> str:
+    converters = [str(c) for c in model.get("converters", [])]
+    unknown = [c for c in converters if c not in ("float8", "mx")]
+    if unknown:
+        raise fail(path, f"model.converters {unknown[0]!r}: commodel prices float8 and mx")
+    return "mxfp8" if "mx" in converters else "fp8" if "float8" in converters else "bf16"
+
+
+def job_settings(path: Path, cfg: dict[str, dict[str, Any]], gpus: int) -> dict[str, Any]:
+    """The training job's settings the configuration states, on ``gpus`` GPUs."""
+    par, train = cfg.get("parallelism", {}), cfg.get("training", {})
+    sizes = {k: setting(path, par, f"{k}_degree", int, 1) for k in ("tensor_parallel", "pipeline_parallel",
+             "context_parallel", "expert_parallel", "data_parallel_replicate")}  # fmt: skip
+    for name in ("pipeline_parallel", "expert_parallel", "data_parallel_replicate"):
+        if sizes[name] > 1:
+            raise fail(
+                path, f"parallelism.{name}_degree = {sizes[name]}: not priced from torchtitan logs yet"
+            )
+    tp, cp = sizes["tensor_parallel"], sizes["context_parallel"]
+    if gpus % (tp * cp):
+        raise fail(path, f"the mesh's {gpus} GPUs are not a multiple of tp {tp} x cp {cp}")
+    dp = gpus // (tp * cp)
+    local = setting(path, train, "local_batch_size", int, setting(path, train, "batch_size", int, 1))
+    steps = setting(path, train, "gradient_accumulation_steps", int, 1)
+    mode = str(cfg.get("activation_checkpoint", {}).get("mode", "none"))
+    if mode not in CHECKPOINTING:
+        raise fail(path, f"activation_checkpoint.mode = {mode}: commodel prices {', '.join(CHECKPOINTING)}")
+    compiled = setting(path, cfg.get("compile", {}), "enable", bool, False) or setting(
+        path, train, "compile", bool, False
+    )
+    return {
+        "gpus": gpus, "tp": tp, "cp": cp, "zero": 3 if dp > 1 else 1, "sequence_parallel": tp > 1,
+        "dtype": _precision(path, cfg.get("model", {})), "micro_batch": local,
+        "global_batch": setting(path, train, "global_batch_size", int, local * dp * steps),
+        "seq": setting(path, train, "seq_len"), "recompute": CHECKPOINTING[mode],
+        "elementwise": "fused" if compiled else "eager", "overlap": "sm-partition",
+        "tp_overlap": "async" if setting(path, par, "enable_async_tensor_parallel", bool, False) else "none",
+    }  # fmt: skip
+
+
+def looks_like_torchtitan(text: str) -> bool:
+    """Whether ``text`` has torchtitan's configuration line."""
+    return "Running with args:" in text
+
+
+def parse_torchtitan(path: Path, text: str, system: str, model: str | None = None) -> MeasuredRun:
+    """The run a torchtitan log (``text``, read from ``path``) records, on ``system``: its job and
+    median steady tokens/s per GPU."""
+    cfg = config(path, text)
+    spec = cfg.get("model", {})
+    name = model_of(
+        path, model, lambda: named_model(path, f"{spec.get('name', '')}-{spec.get('flavor', '')}")
+    )
+    reports = [(int(m[1]), float(m[2].replace(",", ""))) for m in _STEP.finditer(text)]
+    tps, how = steady_median(path, [i for i, _ in reports], [v for _, v in reports], "tokens/s per GPU")
+    job = training(path, name, system, job_settings(path, cfg, _gpus(path, text)))
+    return MeasuredRun(path, job, "tokens_per_s_per_gpu", tps, how)

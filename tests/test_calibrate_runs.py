@@ -1,0 +1,223 @@
+"""commodel calibrate train | serve: read Megatron-LM, torchtitan, trtllm-bench, vLLM and SGLang logs
+(tests/data/logs, each written from a published run in data/measurements.csv, its header says which),
+fit the constants the runs depend on inside their ranges, predict the neighbouring design."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import run_cli
+
+from commodel.calibrate.jobs import _residuals, calibrate_runs, leave_one_out, model_value
+from commodel.calibrate.logs import read_serving, read_training
+from commodel.errors import CommodelError
+from commodel.hardware.loader import OVERLAY_ENV
+
+LOGS = Path(__file__).parent / "data" / "logs"
+DEEPEP, DEEPEP_1F1B = LOGS / "megatron-qwen3-235b-deepep.log", LOGS / "megatron-qwen3-235b-deepep-1f1b.log"
+TITAN = LOGS / "torchtitan-llama3-8b-128gpu-float8.log"
+
+
+def test_megatron_log_gives_its_job_and_steady_step():
+    run = read_training(DEEPEP, "dgx-h100")
+    job = run.job
+    assert (job.gpus, job.tp, job.pp, job.vpp, job.ep, job.etp) == (256, 2, 8, 4, 32, 1)
+    assert (job.model, job.dispatcher, job.recompute, job.recompute_modules) == (
+        "qwen3-235b-a22b", "deepep", "selective", "layernorm,moe_act")  # fmt: skip
+    assert job.sequence_parallel and job.ends_as_layers and not job.grad_reduce_in_fp32
+    assert job.ep_overlap == "none" and read_training(DEEPEP_1F1B, "dgx-h100").job.ep_overlap == "1f1b"
+    # the published 19.7 s, within the fixture's 0.4% jitter; the slow first report dropped and said so
+    assert run.metric == "step_time_s" and run.value == pytest.approx(19.7, rel=0.005)
+    assert "first 1 dropped as warm-up" in run.how
+
+
+def test_torchtitan_log_gives_its_job_and_steady_tokens():
+    run = read_training(TITAN, "dgx-h100")
+    job = run.job
+    assert (job.gpus, job.zero, job.dtype, job.elementwise, job.global_batch, job.seq) == (
+        128, 3, "fp8", "fused", 256, 8192)  # fmt: skip
+    assert run.metric == "tokens_per_s_per_gpu" and run.value == pytest.approx(8380, rel=0.005)
+    assert "first 2 dropped" in run.how  # step 1 and the report to step 10 include warm-up
+
+
+def test_serving_outputs_give_their_runs():
+    trt = read_serving(LOGS / "trtllm-bench-dsr1-h200-adp8.log", "hgx-h200", server={"attention_dp": True})
+    job = trt.job
+    assert (job.model, job.tp, job.ep, job.dtype, job.prompt, job.output) == (
+        "deepseek-r1", 8, 8, "fp8", 1024, 2048)  # fmt: skip
+    assert (job.max_batch_size, job.max_num_tokens, job.kv_fraction, job.batch) == (128, 1151, 0.8, "max")
+    assert trt.value == pytest.approx(11489.2671)
+    vllm = read_serving(
+        LOGS / "vllm-bench-serve-gptoss-h200-c8.log", "hgx-h200", server={"tp": 8, "dtype": "fp4"}
+    )
+    assert (vllm.job.batch, vllm.job.prompt, vllm.job.output, vllm.value) == ("8", 1024, 1024, 1947.66)
+    one = read_serving(LOGS / "sglang-one-batch-gptoss-h100-bs1.log", "dgx-h100", "gpt-oss-120b", {"tp": 8})
+    assert (one.job.batch, one.job.prompt, one.job.output, one.value) == ("1", 1024, 512, 318.53)
+
+
+def test_a_server_setting_that_contradicts_the_log_is_an_error():
+    with pytest.raises(CommodelError, match="the run had tp 8; --tp 4 says otherwise"):
+        read_serving(LOGS / "trtllm-bench-dsr1-h200-adp8.log", "hgx-h200", server={"tp": 4})
+
+
+def test_calibrating_on_one_moe_recipe_predicts_the_other_better_than_the_defaults(capsys):
+    """Issue 54's pair: Qwen3-235B on 256 H100 with DeepEP, without and with 1F1B EP overlap (MZ H100
+    table). Fit on the first, predict the second; both errors printed. With the constants kept inside
+    their ranges the prediction moves from -28.2% to -24.6%: closer, not within issue 54's 15%. What is
+    left is a mechanism (the model's 1F1B overlap hides 22% of the step where the runs show 11%), not
+    a constant: the test keeps the fit honest, it does not claim the 15%."""
+    fitted = calibrate_runs([read_training(DEEPEP, "dgx-h100")])
+    other = read_training(DEEPEP_1F1B, "dgx-h100")
+    chosen, factors = zip(*fitted.constants(), strict=True)
+    before = 100 * np.expm1(_residuals([other], [], np.ones(0))[0])
+    after = 100 * np.expm1(_residuals([other], list(chosen), np.array(factors))[0])
+    with capsys.disabled():
+        print(f"\n1F1B run predicted: defaults {before:+.1f}%, calibrated on the DeepEP run {after:+.1f}%")
+    assert abs(before) > 15 and abs(after) < abs(before)
+    assert all(c.low - 1e-9 <= f <= c.high + 1e-9 for c, f in fitted.constants())  # never outside its range
+
+
+def test_one_log_moves_at_most_one_constant_and_never_worsens_it():
+    for path in (DEEPEP, TITAN):
+        fit = calibrate_runs([read_training(path, "dgx-h100")])
+        assert len(fit.fitted) <= 1
+        assert np.abs(fit.after).mean() <= np.abs(fit.before).mean()
+
+
+def test_a_fit_that_cannot_beat_the_defaults_writes_nothing(tmp_path, monkeypatch, capsys):
+    """The guard: an optimizer that lands on the worst corner returns the defaults, and no overlay."""
+    import types
+
+    def worst(fun, x0, bounds, **options):
+        return types.SimpleNamespace(x=np.asarray(bounds[1] if isinstance(bounds, tuple) else x0))
+
+    monkeypatch.setattr("commodel.calibrate.fit.least_squares", worst)
+    out = tmp_path / "o.toml"
+    code, captured = run_cli(
+        ["calibrate", "train", DEEPEP, "--system", "dgx-h100", "-o", out], capsys, monkeypatch
+    )
+    assert code == 0 and "no overlay is written" in captured.out and not out.exists()
+
+
+def test_the_overlay_prices_the_run_as_the_fit_did_and_leaves_other_systems(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "o.toml"
+    code, captured = run_cli(
+        ["calibrate", "train", DEEPEP, "--system", "dgx-h100", "-o", out], capsys, monkeypatch
+    )
+    assert code == 0 and out.exists(), captured.err
+    fitted = calibrate_runs([read_training(DEEPEP, "dgx-h100")])
+    expected = fitted.table().model_after[0]
+    base_other = model_value(read_training(DEEPEP, "hgx-h200"))
+    monkeypatch.setenv(OVERLAY_ENV, str(out))
+    assert model_value(read_training(DEEPEP, "dgx-h100")) == pytest.approx(expected, rel=1e-6)
+    assert model_value(read_training(DEEPEP, "hgx-h200")) == pytest.approx(base_other, rel=1e-12)
+
+
+def test_check_prints_each_log_predicted_from_the_others(tmp_path, monkeypatch, capsys):
+    args = [
+        "calibrate",
+        "train",
+        DEEPEP,
+        DEEPEP_1F1B,
+        "--system",
+        "dgx-h100",
+        "-o",
+        tmp_path / "o.toml",
+        "--check",
+    ]
+    code, captured = run_cli(args, capsys, monkeypatch)
+    assert code == 0 and "Held out" in captured.out
+    table = leave_one_out([read_training(p, "dgx-h100") for p in (DEEPEP, DEEPEP_1F1B)])
+    assert list(table.held_out) == [DEEPEP.name, DEEPEP_1F1B.name]
+    assert all(f"{v:.3g}" in captured.out for v in table.error_fitted_pct)
+    code, captured = run_cli(["calibrate", "train", DEEPEP, "--system", "dgx-h100", "-o", tmp_path / "p.toml",
+                              "--check"], capsys, monkeypatch)  # fmt: skip
+    assert code == 2 and "two or more logs" in captured.err
+
+
+def _edited(tmp_path, source, old, new, name="bad.log"):
+    path = tmp_path / name
+    text = source.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def _truncated(tmp_path, source, marker):
+    text = source.read_text()
+    path = tmp_path / "truncated.log"
+    path.write_text(text[: text.index(marker)])
+    return path
+
+
+BAD_TRAINING = [
+    (lambda t: _truncated(t, DEEPEP, "-------------------- end of arguments"), "never ends"),
+    (lambda t: _truncated(t, DEEPEP, " [2025-10-01 10:05:00]"), "no elapsed time per iteration reported"),
+    (lambda t: _truncated(t, DEEPEP, " [2025-10-01 10:06:00]"), "every elapsed time per iteration report includes"),
+    (lambda t: _edited(t, DEEPEP, "moe_token_dispatcher_type ....................... flex",
+                       "moe_token_dispatcher_type ....................... allgather"), "allgather"),
+    (lambda t: _edited(t, DEEPEP, "bf16 ............................................ True",
+                       "bf16 ............................................ False"), "FP32 training"),
+    (lambda t: _edited(t, DEEPEP, "num_layers ...................................... 94",
+                       "num_layers ...................................... 93"), "none of commodel's"),
+    (lambda t: _edited(t, DEEPEP, "cuda_graph_impl ................................. none",
+                       "cuda_graph_impl ................................. transformer_engine"), "cuda_graph_scope"),
+    (lambda t: _edited(t, DEEPEP, "micro_batch_size ................................ 1",
+                       "micro_batch_size ................................ one"), "micro_batch_size = 'one'"),
+    (lambda t: _truncated(t, TITAN, "'training':"), "not a whole dictionary"),
+    (lambda t: _edited(t, TITAN, "'data_parallel_replicate_degree': 1", "'data_parallel_replicate_degree': 2"),
+     "data_parallel_replicate_degree = 2"),
+    (lambda t: _edited(t, TITAN, "Building 1-D device mesh", "Building a mesh"), "device mesh"),
+    (lambda t: _edited(t, TITAN, "'flavor': '8B'", "'flavor': '9B'"), "give --model"),
+    (lambda t: (t / "x.log").write_bytes(b"\0\1\2") and t / "x.log", "binary"),
+    (lambda t: (t / "y.log").write_text("hello\n") and t / "y.log", "not a training log"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("make", "message"), BAD_TRAINING)
+def test_bad_training_logs_are_one_line_errors_and_write_nothing(
+    tmp_path, monkeypatch, capsys, make, message
+):
+    log, out = make(tmp_path), tmp_path / "o.toml"
+    code, captured = run_cli(
+        ["calibrate", "train", log, "--system", "dgx-h100", "-o", out], capsys, monkeypatch
+    )
+    assert code == 2 and message in captured.err and str(log) in captured.err, captured.err
+    assert len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err
+    assert not out.exists()
+
+
+TRT = LOGS / "trtllm-bench-dsr1-h200-adp8.log"
+VLLM = LOGS / "vllm-bench-serve-gptoss-h200-c8.log"
+BAD_SERVING = [
+    (lambda t: _truncated(t, TRT, "Total Output Throughput"), "no 'total output throughput (tokens/sec)' line"),
+    (lambda t: _edited(t, TRT, "FP8_BLOCK_SCALES", "INT4_AWQ"), "Quantization: INT4_AWQ"),
+    (lambda t: _edited(t, TRT, "Model:\t\t\tdeepseek-ai/DeepSeek-R1", "Model:\t\t\tacme/Unknown-9B"), "--model"),
+    (lambda t: _edited(t, VLLM, "dataset_name='random'", "dataset_name='sharegpt'"), "dataset sharegpt"),
+    (lambda t: _edited(t, VLLM, "max_concurrency=8", "max_concurrency=None"), "no max_concurrency"),
+    (lambda t: _edited(t, VLLM, "metric_percentiles='99')", "metric_percentiles='9"), "no 'Namespace(...)' line"),
+    (lambda t: _edited(t, VLLM, "max_concurrency=8,", "max_concurrency=8,,"), "not whole"),
+    (lambda t: _truncated(t, VLLM, "============ Serving"), "not a serving benchmark's output"),
+    (lambda t: _edited(t, VLLM, "Output token throughput (tok/s):         1947.66",
+                       "Output token throughput (tok/s):         lots"), "is not a number"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("make", "message"), BAD_SERVING)
+def test_bad_serving_outputs_are_one_line_errors_and_write_nothing(
+    tmp_path, monkeypatch, capsys, make, message
+):
+    log, out = make(tmp_path), tmp_path / "o.toml"
+    args = ["calibrate", "serve", log, "--system", "hgx-h200", "--tp", "8", "-o", out]
+    code, captured = run_cli(args, capsys, monkeypatch)
+    assert code == 2 and message in captured.err and str(log) in captured.err, captured.err
+    assert len(captured.err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_a_run_the_model_says_does_not_fit_is_refused(tmp_path, monkeypatch, capsys):
+    """torchtitan's FSDP run of Llama 3 8B on 8 H100s of 96 GB (82.4 GiB peak): on dgx-h100's 80 GB
+    GPUs it cannot fit, and a job the model cannot price calibrates nothing."""
+    log = LOGS / "torchtitan-llama3-8b-eager.log"
+    code, captured = run_cli(["calibrate", "train", log, "--system", "dgx-h100", "-o", tmp_path / "o.toml"],
+                             capsys, monkeypatch)  # fmt: skip
+    assert code == 2 and "GiB on each of dgx-h100's" in captured.err
