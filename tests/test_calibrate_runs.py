@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import run_cli
 
-from commodel.calibrate.jobs import _residuals, calibrate_runs, leave_one_out, model_value
+from commodel.calibrate.jobs import calibrate_runs, leave_one_out, memory_note, model_value
 from commodel.calibrate.logs import read_serving, read_training
 from commodel.errors import CommodelError
 from commodel.hardware.loader import OVERLAY_ENV
@@ -38,6 +38,23 @@ def test_torchtitan_log_gives_its_job_and_steady_tokens():
         128, 3, "fp8", "fused", 256, 8192)  # fmt: skip
     assert run.metric == "tokens_per_s_per_gpu" and run.value == pytest.approx(8380, rel=0.005)
     assert "first 2 dropped" in run.how  # step 1 and the report to step 10 include warm-up
+    assert run.peak_memory_bytes == pytest.approx(61.8 * 2**30)  # the published peak, Table 3
+
+
+def test_megatron_memory_reports_give_the_peak(tmp_path):
+    """Megatron's ``memory (MB)`` lines (the MZ table gives none, so this log gets two): the largest
+    ``max allocated`` is the run's peak, shown beside the model's."""
+    line = (
+        "[Rank {r}] (after 10 iterations) memory (MB) | allocated: 41234.5 | max allocated: {m} | reserved: 1"
+    )
+    path = tmp_path / "with-memory.log"
+    path.write_text(
+        DEEPEP.read_text() + "\n".join(line.format(r=r, m=m) for r, m in ((0, 50000.0), (7, 61440.0)))
+    )
+    run = read_training(path, "dgx-h100")
+    assert run.peak_memory_bytes == 61440 * 2**20
+    assert "peak memory 60.0 GiB per GPU, the model's" in memory_note(run)
+    assert read_training(DEEPEP, "dgx-h100").peak_memory_bytes is None
 
 
 def test_serving_outputs_give_their_runs():
@@ -68,9 +85,7 @@ def test_calibrating_on_one_moe_recipe_predicts_the_other_better_than_the_defaul
     a constant: the test keeps the fit honest, it does not claim the 15%."""
     fitted = calibrate_runs([read_training(DEEPEP, "dgx-h100")])
     other = read_training(DEEPEP_1F1B, "dgx-h100")
-    chosen, factors = zip(*fitted.constants(), strict=True)
-    before = 100 * np.expm1(_residuals([other], [], np.ones(0))[0])
-    after = 100 * np.expm1(_residuals([other], list(chosen), np.array(factors))[0])
+    before, after = fitted.predict(other)
     with capsys.disabled():
         print(f"\n1F1B run predicted: defaults {before:+.1f}%, calibrated on the DeepEP run {after:+.1f}%")
     assert abs(before) > 15 and abs(after) < abs(before)

@@ -68,6 +68,17 @@ def model_value(run: MeasuredRun) -> float:
     return float(value)
 
 
+def memory_note(run: MeasuredRun) -> str:
+    """The log's peak memory per GPU beside the model's (the model's holds the CUDA context, NCCL's
+    buffers and the allocator's share a log's allocated bytes leave out), or "" where it has none."""
+    if run.peak_memory_bytes is None or not isinstance(run.job, TrainingJob):
+        return ""
+    model = train(run.job)["memory_per_gpu_bytes"]
+    return (
+        f"; peak memory {run.peak_memory_bytes / 2**30:.1f} GiB per GPU, the model's {model / 2**30:.1f} GiB"
+    )
+
+
 def _residuals(runs: list[MeasuredRun], chosen: list[Uncertain], factors: np.ndarray) -> np.ndarray:
     """``log(model / measured)`` of each run with the chosen constants moved by ``factors``."""
     with using(moved(default_db(), chosen, factors)):
@@ -110,6 +121,15 @@ class RunCalibration:
     def constants(self) -> list[tuple[Uncertain, float]]:
         """Each moved constant with its factor."""
         return [(c, self.fitted[c.label]) for c in self.candidates if c.label in self.fitted]
+
+    def predict(self, run: MeasuredRun) -> tuple[float, float]:
+        """A run's error (%) with the defaults and with this fit's constants."""
+        chosen = [c for c, _ in self.constants()]
+        factors = np.array([f for _, f in self.constants()])
+        before, after = (
+            _residuals([run], *moved_by)[0] for moved_by in (([], np.ones(0)), (chosen, factors))
+        )
+        return 100 * float(np.expm1(before)), 100 * float(np.expm1(after))
 
     def speed_ratios(self) -> np.ndarray:
         """Reality's speed over the model's, per run, after the fit."""
@@ -180,11 +200,8 @@ def leave_one_out(runs: list[MeasuredRun], limit: int | None = None) -> pd.DataF
     rows = []
     for i, run in enumerate(runs):
         fitted = calibrate_runs(runs[:i] + runs[i + 1 :], limit)
-        chosen = [c for c, _ in fitted.constants()]
-        factors = np.array([f for _, f in fitted.constants()])
-        before = _residuals([run], [], np.ones(0))[0]
-        after = _residuals([run], chosen, factors)[0]
+        before, after = fitted.predict(run)
         moved_text = ", ".join(f"{c.label} x{f:.3g}" for c, f in fitted.constants()) or "none"
-        rows.append({"held_out": run.name, "error_defaults_pct": 100 * np.expm1(before),
-                     "error_fitted_pct": 100 * np.expm1(after), "fit_on_others": moved_text})  # fmt: skip
+        rows.append({"held_out": run.name, "error_defaults_pct": before, "error_fitted_pct": after,
+                     "fit_on_others": moved_text})  # fmt: skip
     return pd.DataFrame(rows)

@@ -28,14 +28,16 @@ WARMUP_ITERATIONS = 3
 @dataclass(frozen=True)
 class MeasuredRun:
     """One run of a user's log: the job it ran, the metric it measured (``step_time_s``,
-    ``tokens_per_s_per_gpu`` or ``output_tokens_per_s``), its value, and how it was read (``how``:
-    which reports were kept, and why)."""
+    ``tokens_per_s_per_gpu`` or ``output_tokens_per_s``), its value, how it was read (``how``:
+    which reports were kept, and why), and the peak memory per GPU the log reports (bytes; ``None``
+    where it reports none)."""
 
     path: Path
     job: Job
     metric: str
     value: float
     how: str
+    peak_memory_bytes: float | None = None
 
     @property
     def name(self) -> str:
@@ -67,6 +69,13 @@ def steady_median(path: Path, iterations: list[int], values: list[float], what: 
         f"the first {dropped} dropped as warm-up (iterations 1-{WARMUP_ITERATIONS} are never steady)"
     )
     return float(np.median(kept)), how
+
+
+def peak_memory(pattern: re.Pattern[str], text: str, unit: float) -> float | None:
+    """The largest memory the log's reports give (``pattern``'s first group, in ``unit`` bytes), or
+    ``None`` where it gives none."""
+    found = [float(m[1]) * unit for m in pattern.finditer(text)]
+    return max(found) if found else None
 
 
 def named_model(path: Path, name: str) -> str:

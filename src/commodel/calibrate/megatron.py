@@ -31,6 +31,7 @@ from commodel.calibrate.measured import (
     described_model,
     fail,
     model_of,
+    peak_memory,
     setting,
     steady_median,
     training,
@@ -41,6 +42,7 @@ _PREFIX = r"^(?:\[[^\]]*\]:?\s*)*"
 _ARGS_START = re.compile(_PREFIX + r"-+ arguments -+\s*$", re.MULTILINE)
 _ARGS_END = re.compile(_PREFIX + r"-+ end of arguments -+\s*$", re.MULTILINE)
 _ARG = re.compile(_PREFIX + r"\s*(\w+) \.+ (.*?)\s*$")
+_MEMORY = re.compile(r"memory \(MB\).*?max allocated:\s*([0-9.]+)")
 _ITERATION = re.compile(
     r"iteration\s+(\d+)\s*/\s*\d+\s*\|.*?elapsed time per iteration \(ms\):\s*([0-9.eE+-]+)"
 )
@@ -207,6 +209,6 @@ def parse_megatron(path: Path, text: str, system: str, model: str | None = None)
     step_ms, how = steady_median(
         path, [i for i, _ in reports], [t for _, t in reports], "elapsed time per iteration"
     )
-    return MeasuredRun(
-        path, training(path, name, system, job_settings(path, args)), "step_time_s", step_ms / 1e3, how
-    )
+    job = training(path, name, system, job_settings(path, args))
+    peak = peak_memory(_MEMORY, text, 2**20)
+    return MeasuredRun(path, job, "step_time_s", step_ms / 1e3, how, peak)

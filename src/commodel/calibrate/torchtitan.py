@@ -31,6 +31,7 @@ from commodel.calibrate.measured import (
     fail,
     model_of,
     named_model,
+    peak_memory,
     setting,
     steady_median,
     training,
@@ -38,6 +39,7 @@ from commodel.calibrate.measured import (
 
 _ARGS = re.compile(r"Running with args:\s*(\{.*?)\s*$", re.MULTILINE)
 _MESH = re.compile(r"Building \d+-D device mesh with \[[^\]]*\], \[([\d, ]+)\]")
+_MEMORY = re.compile(r"step:.*?memory:\s*([0-9.]+)GiB")
 _STEP = re.compile(r"step:\s*(\d+)\s.*?tps:\s*([\d,]+(?:\.\d+)?)")
 
 #: torchtitan's activation checkpointing modes -> commodel's recomputation.
@@ -121,4 +123,4 @@ def parse_torchtitan(path: Path, text: str, system: str, model: str | None = Non
     reports = [(int(m[1]), float(m[2].replace(",", ""))) for m in _STEP.finditer(text)]
     tps, how = steady_median(path, [i for i, _ in reports], [v for _, v in reports], "tokens/s per GPU")
     job = training(path, name, system, job_settings(path, cfg, _gpus(path, text)))
-    return MeasuredRun(path, job, "tokens_per_s_per_gpu", tps, how)
+    return MeasuredRun(path, job, "tokens_per_s_per_gpu", tps, how, peak_memory(_MEMORY, text, 2**30))

@@ -11,7 +11,7 @@ import typer
 
 from commodel.calibrate.collectives import calibrate
 from commodel.calibrate.fit import mean_log_error
-from commodel.calibrate.jobs import calibrate_runs, leave_one_out, median_pct
+from commodel.calibrate.jobs import calibrate_runs, leave_one_out, median_pct, memory_note
 from commodel.calibrate.logs import read_serving, read_training
 from commodel.calibrate.measured import MeasuredRun
 from commodel.calibrate.nccl_tests import SIGNATURES, read
@@ -161,7 +161,7 @@ def _calibrate_runs(
     typer.echo("Runs (the model's value before and after the fit; signed error, %):")
     typer.echo(plain_table(fit.table()))
     for run in runs:
-        typer.echo(f"  {run.name}: {run.how}")
+        typer.echo(f"  {run.name}: {run.how}{memory_note(run)}")
     typer.echo("\nConstants (factor on the default; moved only inside the range):")
     if not fit.determined:
         typer.echo("  none: no uncertain constant of the system moves these runs' values")
