@@ -288,6 +288,28 @@ def test_attention_data_parallelism_keeps_one_kv_copy_and_spreads_only_the_exper
     assert tp["memory_weights_bytes"] < adp["memory_weights_bytes"] < 1.5 * tp["memory_weights_bytes"]
 
 
+def test_attention_dp_ranks_wait_for_the_slowest_at_every_moe_layer(monkeypatch):
+    """DeepSeek-R1 on 8 H200 with attention data parallelism at its run's limits (128 requests per
+    rank, 1151 tokens per iteration): each rank carries a prompt on 1/16 of its iterations, but the
+    eight wait for each other at every MoE all-to-all, so some rank carries one on 1 - (15/16)^8 = 40%
+    of them and the time per output token grows from the lone replica's toward the prompt
+    iteration's. A replica that holds its experts' group (tp 8 = ep 8, no attention DP) waits for no
+    one."""
+    import commodel.workloads.serving.engine as engine
+
+    job = dict(model="deepseek-v3", system="hgx-h200", gpus=8, tp=8, ep=8, attention_dp=True, prompt=1024,
+               output=2048, dtype="fp8", max_batch_size=128, max_num_tokens=1151, kv_fraction=0.8)  # fmt: skip
+    no_dp = dict(job, attention_dp=False)
+    lockstep, whole = serve(**job, kernels=True), serve(**no_dp)
+    shares = {row["iteration"]: row["share"] for row in lockstep["kernels"]}
+    assert shares["with prompts"] == pytest.approx(1 - (15 / 16) ** 8)
+    monkeypatch.setattr(engine, "synchronized_replicas", lambda e: np.ones_like(e.tp))
+    alone = serve(**job)
+    assert alone["tpot_s"] < lockstep["tpot_s"] < 2 * alone["tpot_s"]
+    assert alone["output_tokens_per_s"] > lockstep["output_tokens_per_s"]
+    assert serve(**no_dp)["tpot_s"] == pytest.approx(whole["tpot_s"], rel=1e-12)
+
+
 def test_an_overlapped_host_loop_hides_behind_the_gpu_and_never_slows_an_iteration():
     """TensorRT-LLM's overlap scheduler prepares the next iteration while the GPU runs this one: each
     iteration takes the longer of the two where the serial loop adds them, so it is never slower, and

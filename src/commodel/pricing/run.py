@@ -21,7 +21,7 @@ from commodel.hardware import cluster
 from commodel.pricing.advice import ADVICE, FIT_ADVICE, HOST_BOUND_SHARE, fit_fixes
 from commodel.pricing.job import Job
 from commodel.pricing.serving import OUTPUTS as SERVING_OUTPUTS
-from commodel.pricing.serving import price_serving
+from commodel.pricing.serving import price_serving, replica_tp
 from commodel.pricing.serving_job import ServingJob, serving_job
 from commodel.pricing.table import Columns, is_unfit, job_columns
 from commodel.pricing.totals import JOB_OUTPUTS
@@ -230,7 +230,8 @@ def _iteration_table(job: ServingJob, batch: int) -> list[dict[str, object]]:
         raise CommodelError("the kernel table prices colocated serving; give no --prefill-gpus")
     where = cluster(job.system)
     recipe = serving_precision(job.dtype, where.gpu)
-    sizes = (job.tp, job.pp, job.ep, job.max_batch_size, job.max_num_tokens, job.kv_fraction)
+    tp = replica_tp(np.atleast_1d(job.tp), np.atleast_1d(job.attention_dp))
+    sizes = (tp, job.pp, job.ep, job.max_batch_size, job.max_num_tokens, job.kv_fraction)
     engine = Engine(
         model(job.model),
         where,

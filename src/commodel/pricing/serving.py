@@ -60,6 +60,12 @@ OUTPUTS = (
 )
 
 
+def replica_tp(tp: np.ndarray, attention_dp: np.ndarray) -> np.ndarray:
+    """The tensor parallelism of a serving replica: the job's, or 1 with attention data parallelism
+    (each GPU a replica of its own attention, the experts over ep)."""
+    return np.where(np.asarray(attention_dp, dtype=float) > 0, 1.0, tp)
+
+
 def price_serving(columns: Columns) -> Columns:
     """The ``serving`` evaluator's pricing of a table of checked deployments held as columns: the
     output columns (:data:`OUTPUTS`) and the resolved ``gpus``."""
@@ -95,10 +101,8 @@ def price_serving(columns: Columns) -> Columns:
         messages = problem_messages(problems, len(rows))
         ok = messages == ""
         if recipe is not None and ok.any():
-            # Attention data parallelism: each GPU a replica of its own attention, the experts over ep.
-            attention_tp = np.where(col("attention_dp") > 0, 1.0, tp)
             engine = Engine(
-                net, c, recipe, kv_dtype_of(key["kv_dtype"], recipe), attention_tp[ok], pp[ok], ep[ok],
+                net, c, recipe, kv_dtype_of(key["kv_dtype"], recipe), replica_tp(tp, col("attention_dp"))[ok], pp[ok], ep[ok],
                 col("max_batch_size")[ok], col("max_num_tokens")[ok], col("kv_fraction")[ok], key["host_schedule"],
             )  # fmt: skip
             request = {

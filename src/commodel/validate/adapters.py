@@ -241,7 +241,7 @@ def _serving(row: pd.Series) -> Case:
     trtllm-bench's offline run (every request queued, as many in flight as fit), or the requests in
     flight it gives (``batchN``), with expert and attention data parallelism and the KV dtype it
     states, and the engine limits its command line sets (``model_args``, :data:`ENGINE_SETTINGS`):
-    total output tokens/s over its GPUs. A run of one phase or of a dataset's lengths is an
+    total output tokens/s over its GPUs, or the time per output token (:data:`SERVING_METRICS`). A run of one phase or of a dataset's lengths is an
     error naming what the serving job lacks."""
     s = SERVING.read(str(row.op))
     for flag, lacks in UNSERVED.items():
@@ -258,7 +258,16 @@ def _serving(row: pd.Series) -> Case:
         name: kind(row.settings[name]) for name, kind in ENGINE_SETTINGS.items() if name in row.settings
     }
     declared = serving_job(system=row.model_target, **(job | engine))
-    return Case(lambda db: serve(declared)["output_tokens_per_s"], job=declared)
+    if row.metric not in SERVING_METRICS:
+        raise CommodelError(
+            f"serving metric '{row.metric}': the serving job gives {', '.join(SERVING_METRICS)}"
+        )
+    return Case(lambda db: serve(declared)[row.metric], job=declared)
+
+
+#: The serving rows' metrics, as :func:`commodel.pricing.run.serve` names them: total output
+#: throughput, and the time per output token (a run's per-user rate inverted).
+SERVING_METRICS = ("output_tokens_per_s", "tpot_s")
 
 
 #: The engine settings a serving row's run states (``model_args``: its source's command line), as the

@@ -43,7 +43,7 @@ from commodel.workloads.training.hetero import is_node_groups, parse_node_groups
 from commodel.workloads.training.host_issue import capturable_scopes
 
 #: Metrics that are times (a larger value is slower); the rest are speeds.
-TIME_METRICS = ("time", "step_time_s")
+TIME_METRICS = ("time", "step_time_s", "tpot_s")
 
 #: The default band: 10th to 90th percentile.
 BAND = (10.0, 90.0)
