@@ -34,12 +34,17 @@ def _gain_with(fab_change, size=2**33):
     return nvls / ring - 1
 
 
-def test_ring_is_slower_at_8gib_once_nvls_channels_outrun_the_ring_links():
-    """The claim the model misses moves the way the mechanism says: faster NVLS channels, or a ring
-    reaching less of NVLink 5, make Ring slower at 8 GiB, as the paper measured."""
+def test_ring_is_slower_at_8gib_where_nvls_channels_outrun_the_ring_links():
+    """On a Blackwell baseboard NVLS's 24 channels at the plateau's per-channel rate outrun Ring's
+    links, so Ring is slower at 8 GiB, as the paper measured (-17%); the gap moves the way the
+    mechanism says: faster channels or a ring reaching less of NVLink 5 widen it, channels at an NVL72
+    rack's slower rate close it."""
     base = _gain_with(lambda f: {})
-    assert _gain_with(lambda f: {"nvls_Bps": f.nvls_Bps * 1.25}) < 0 < base + 1e-9
-    assert _gain_with(lambda f: {"link_Bps": f.link_Bps * 0.85}) < 0
+    assert -0.25 < base < 0
+    assert _gain_with(lambda f: {"nvls_Bps": f.nvls_Bps * 1.1}) < base
+    assert _gain_with(lambda f: {"link_Bps": f.link_Bps * 0.9}) < base
+    rack = cluster("gb300-nvl72").system.scale_up.nvls_channel_bandwidth.value
+    assert _gain_with(lambda f: {"nvls_Bps": f.nvls_Bps * rack / 22.4e9}) > base
 
 
 def test_ring_gains_less_as_the_domain_grows():

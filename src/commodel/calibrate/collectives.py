@@ -37,7 +37,7 @@ from commodel.calibrate.fit import determined, fit, mean_log_error
 from commodel.calibrate.nccl_tests import NcclTestsLog
 from commodel.calibrate.overlay import residual_range, system_overlay
 from commodel.comm.calls import resolve_layout, run
-from commodel.comm.fabric import Fabric, fabric_of, nvls_rate
+from commodel.comm.fabric import Fabric, fabric_of, nvls_channel, nvls_rate
 from commodel.errors import CommodelError
 from commodel.hardware.cluster import Cluster, cluster
 from commodel.hardware.loader import default_db
@@ -46,11 +46,12 @@ from commodel.hardware.loader import default_db
 @dataclass(frozen=True)
 class Parameter:
     """One calibratable constant (a :class:`~commodel.calibrate.fit.Bounded` with where it lives):
-    which link record and field holds it, its prior and bounds, and how it sets the fabric the cost
-    model reads."""
+    which record holds it (``side``: the scale_up or scale_out link, or the ``system`` itself) and at
+    which field (dotted in a system), its prior and bounds, and how it sets the fabric the cost model
+    reads."""
 
     name: str
-    side: str  # "scale_up" or "scale_out"
+    side: str  # "scale_up" or "scale_out" (a link), or "system"
     field: str
     prior: float
     bounds: tuple[float, float]
@@ -72,10 +73,13 @@ def parameters(where: Cluster, fab: Fabric) -> list[Parameter]:
         Parameter("net plugin latency", "scale_out", "net_plugin_latency",
                   max(fab.net_latency_s, 0.1e-6), (0.01e-6, 500e-6), lambda f, v: replace(f, net_latency_s=v)),
     ]  # fmt: skip
-    if fab.nvls_Bps is not None and up.nvls_channel_bandwidth is not None:
+    channel = nvls_channel(where)
+    if fab.nvls_Bps is not None and channel is not None:
+        own = where.system.scale_up.nvls_channel_bandwidth is not None  # the system's switches set it
         params += [
-            Parameter("NVLS channel rate", "scale_up", "nvls_channel_bandwidth",
-                      up.nvls_channel_bandwidth.value, (1e9, 100e9),
+            Parameter("NVLS channel rate", *(("system", "scale_up.nvls_channel_bandwidth") if own
+                                             else ("scale_up", "nvls_channel_bandwidth")),
+                      channel.value, (1e9, 100e9),
                       lambda f, v: replace(f, nvls_Bps=nvls_rate(v, f.arch, links * up.bandwidth.value))),
             Parameter("NVLS zero-copy latency", "scale_up", "nvls_latency",
                       up.nvls_latency.value if up.nvls_latency else 5e-6, (0.5e-6, 100e-6),
@@ -123,9 +127,11 @@ class Calibration:
             1 + self.rows.error_after_pct.to_numpy() / 100
         )  # model time over measured: reality's speed over the model's
         changes = {
-            ("link", links[p.side], (p.field,)): value for p in self.params if (value := self.fitted[p.name])
-        }
-        ranges = {key: residual_range(v, speed, key[2][0].endswith("latency")) for key, v in changes.items()}
+            ("system", self.system, tuple(p.field.split("."))) if p.side == "system" else ("link", links[p.side], (p.field,)): value
+            for p in self.params
+            if (value := self.fitted[p.name])
+        }  # fmt: skip
+        ranges = {key: residual_range(v, speed, key[2][-1].endswith("latency")) for key, v in changes.items()}
         return system_overlay(default_db(), self.system, changes, source, ranges)
 
 

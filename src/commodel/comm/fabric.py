@@ -23,6 +23,7 @@ from numpy.typing import ArrayLike
 from commodel.comm import tables
 from commodel.errors import CommodelError, unknown
 from commodel.hardware.cluster import Cluster
+from commodel.records import Bandwidth
 
 #: How calls reach the GPU (a software setting of the run, not hardware): ``stream`` launches every
 #: call as its own kernel (nccl-tests' default), ``graph`` replays calls captured in a CUDA graph.
@@ -214,6 +215,12 @@ def nvls_rate(channel_Bps: float, arch: str, links_Bps: float) -> float:
     return min(channels * channel_Bps, links_Bps)
 
 
+def nvls_channel(cluster: Cluster) -> Bandwidth | None:
+    """One NVLS channel's multimem rate on ``cluster``: its system's switches' where the system states
+    one (a rack's switch trays), else its scale-up link's."""
+    return cluster.system.scale_up.nvls_channel_bandwidth or cluster.scale_up.nvls_channel_bandwidth
+
+
 def fabric_of(
     cluster: Cluster,
     sharp: bool = False,
@@ -235,9 +242,10 @@ def fabric_of(
     up, out, gpu = cluster.scale_up, cluster.scale_out, cluster.gpu
     system = cluster.system
     multimem = None
-    if up.in_network_reduction and up.nvls_channel_bandwidth is not None:
+    channel = nvls_channel(cluster)
+    if up.in_network_reduction and channel is not None:
         multimem = nvls_rate(
-            up.nvls_channel_bandwidth.value,
+            channel.value,
             gpu.architecture,
             system.scale_up.links_per_gpu.value * up.bandwidth.value,
         )

@@ -215,12 +215,17 @@ class ScaleUp(Strict):
     18 trays of 4); absent means one node.
     ``package``: dies sharing one package (MI250X: two GCDs), joined by ``package_links`` links each;
     on such a mesh ``links_per_gpu`` counts a die's links to the dies of other packages, in all.
+    ``nvls_channel_bandwidth``: one NVLS channel's multimem rate where this system's switches set it
+    apart from its link's (the link's :class:`Link` field): a channel moves what its requests in
+    flight carry over the switch round trip, and a rack's switch trays, reached over its spine, are a
+    longer trip than a baseboard's switches.
     """
 
     topology: Literal["switch", "mesh", "pcie"]
     link: str
     links_per_gpu: Count
     domain: Count | None = None
+    nvls_channel_bandwidth: Bandwidth | None = None
     package: Count | None = None
     package_links: Count | None = None
 

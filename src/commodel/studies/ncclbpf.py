@@ -15,6 +15,7 @@ import pandas as pd
 
 from commodel.comm import tables
 from commodel.comm.calls import run as run_collective
+from commodel.comm.fabric import nvls_channel
 from commodel.hardware import cluster as make_cluster
 from commodel.hardware import nodes_for
 from commodel.ops.policy_plugin import PluginCost, overhead_share
@@ -77,23 +78,22 @@ def decision_claims(p: Mapping[str, object]) -> list[Claim]:
 
 def miss_reasons(table: pd.DataFrame, p: Mapping[str, object]) -> tuple[str, str]:
     """Why the model's NVLS on 8 B300 misses the paper at mid sizes and at large ones, in the model's
-    own figures: its NVLS is Hopper's per-channel multimem rate on Blackwell's 24 channels."""
+    own figures: its NVLS is a Blackwell baseboard's per-channel multimem rate on 24 channels."""
     at_8mib = table.set_index("size_bytes").loc[8 * 2**20]
     rack = load_measurements().set_index("id").loc[str(p["blackwell_nvls_row"])]
     g, busbw = int(rack.gpus), float(rack.value)
     per_channel = busbw / (2 * (g - 1) / (g + 1) * tables.NVLS_CHANNELS["blackwell_single"])
     mid = (
         f"the paper's +27% at 8 MiB puts NVLS at {at_8mib.ring_ll128_busbw_GBps / 1.27:.0f} GB/s busbw there, "
-        f"{at_8mib.nvls_busbw_GBps:.0f} in the model, whose NVLS is H100's calibrated per-channel multimem rate on "
-        "Blackwell's 24 channels with NCCL's chunk schedule; that model meets H100's measured NVLS curve within 3% "
-        "from 64 MiB, and no measurement in the data shows a Blackwell cost that slows NVLS at 4-128 MiB"
+        f"{at_8mib.nvls_busbw_GBps:.0f} in the model, whose NVLS is the per-channel multimem rate of one 8-GPU B200 "
+        "baseboard's plateau on 24 channels with NCCL's chunk schedule; that model meets H100's measured NVLS curve "
+        "within 3% from 64 MiB, and no measurement in the data shows a Blackwell cost that slows NVLS at 4-128 MiB"
     )
     large = (
-        f"the model's NVLS on 8 B300 plateaus at {table.nvls_busbw_GBps.max():.0f} GB/s busbw, level with "
-        f"Ring/Simple's link bound ({table.ring_simple_busbw_GBps.max():.0f}); Ring 17% slower at 8 GiB needs a "
-        "Blackwell multimem rate per channel about 1.2x Hopper's on an 8-GPU baseboard; the only Blackwell NVLS "
-        f"rows in the data (GB200 NVL72, {busbw:.0f} GB/s at {format_bytes(rack.size_bytes)} on {g} GPUs, over "
-        f"the rack's switch trays) imply {per_channel:.1f} GB/s per channel, Hopper's rate, and none measures 8 GPUs"
+        f"the model's NVLS on 8 B300 plateaus at {table.nvls_busbw_GBps.max():.0f} GB/s busbw against "
+        f"Ring/Simple's link bound ({table.ring_simple_busbw_GBps.max():.0f}), from the multimem rate per channel "
+        "of one 8-GPU B200 baseboard's plateau (830 GB/s); an NVL72 rack's switch trays are slower per channel "
+        f"(GB200 NVL72, {busbw:.0f} GB/s at {format_bytes(rack.size_bytes)} on {g} GPUs: {per_channel:.1f} GB/s)"
     )
     return mid, large
 
@@ -149,7 +149,8 @@ def run() -> StudyResult:
         allgather_claim(p),
     ]  # fmt: skip
     notes = [
-        f"the model's NVLS on 8 B300: 24 channels x 19.3 GB/s = {table.nvls_busbw_GBps.max():.0f} GB/s busbw at "
+        f"the model's NVLS on 8 B300: 24 channels x {nvls_channel(make_cluster(str(p['system']))).value / 1e9:.1f} "
+        f"GB/s = {table.nvls_busbw_GBps.max():.0f} GB/s busbw at "
         f"the largest size, Ring/Simple {table.ring_simple_busbw_GBps.max():.0f}: NVLS moves 1.125 n per GPU over "
         "what its channels carry, Ring 1.75 n over the links at 80%",
         "rerun at "
