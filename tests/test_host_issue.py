@@ -13,7 +13,9 @@ from commodel.pricing.training import job_layouts
 from commodel.workloads.model.catalog import model
 from commodel.workloads.training.host_issue import (
     BACKWARD_OPS,
+    GEMM_MODULES,
     SCOPE_OPS,
+    TE_MODULE_OPS,
     host_issue_s,
     host_wait_s,
     scope_shares,
@@ -27,11 +29,22 @@ def test_a_dense_layers_host_time_by_hand():
     x = job_layouts({"model": "llama3-8b", "system": "dgx-h100", "gpus": 8})
     fwd, bwd = host_issue_s(model("llama3-8b"), c, x, fp8=False)
     op = c.system.initiation.op_dispatch.value + c.gpu.launch_overhead.value  # 8 + 3 us
-    ops = SCOPE_OPS["attn"] + SCOPE_OPS["mlp"]
+    ops = SCOPE_OPS["attn"] + SCOPE_OPS["mlp"] + 2 * GEMM_MODULES * TE_MODULE_OPS  # TE's four GEMM modules
     assert fwd == pytest.approx(ops * op) and bwd == pytest.approx(BACKWARD_OPS * ops * op)
     graphed = job_layouts({"model": "llama3-8b", "system": "dgx-h100", "gpus": 8, "cuda_graphs": "attn,mlp"})
     fwd, bwd = host_issue_s(model("llama3-8b"), c, graphed, fp8=False)
     assert fwd == bwd == pytest.approx(2 * c.system.initiation.graph_replay.value)
+
+
+def test_a_module_costs_its_operators_and_transformer_engines_own_python():
+    """TransformerEngine issue 2053's host times per Linear forward: a TE module costs 2.69 operators'
+    worth, a torch module one, and a Grace host's operator about three x86 ones (34 + 3 us against
+    8 + 3 us): the model's figures follow the CPU and the module."""
+    from commodel.workloads.training.host_issue import module_host_s
+
+    grace, x86 = cluster("gb200-nvl72"), cluster("dgx-h100")
+    assert module_host_s(grace, "te-linear") == pytest.approx(2.69 * module_host_s(grace, "torch-linear"))
+    assert 3.0 < module_host_s(grace, "torch-linear") / module_host_s(x86, "torch-linear") < 3.6
 
 
 def test_the_gpu_waits_only_for_what_the_host_does_not_hide_and_for_the_dispatchers_sync():
@@ -117,7 +130,8 @@ def test_a_slower_host_cpu_holds_a_small_micro_batch_back_more(tmp_path, monkeyp
     before = _steps(pd.DataFrame(job))
     (tmp_path / "systems").mkdir()
     (tmp_path / "systems" / "gb200-nvl72.toml").write_text(
-        '[initiation]\nop_dispatch = { value = "22 us", source = "test: a host twice as slow" }\n'
+        '[initiation]\nop_dispatch = { value = "68.2 us", range = ["34.1 us", "136.4 us"], source = "test: a host '
+        'twice as slow" }\n'
     )
     monkeypatch.setenv(OVERLAY_ENV, str(tmp_path))
     after = _steps(pd.DataFrame(job))
@@ -125,10 +139,20 @@ def test_a_slower_host_cpu_holds_a_small_micro_batch_back_more(tmp_path, monkeyp
     assert after.step_time_s[0] > before.step_time_s[0]
 
 
+def _waited(output: str) -> float:
+    """The share of the step a ``train`` output says the GPUs wait for the host (%)."""
+    return float(output.split("the GPUs wait ")[1].split("%")[0])
+
+
 def test_the_output_names_a_host_bound_step_and_what_would_fix_it():
+    """Qwen3-30B-A3B at micro-batch 1 on 8 GB200: Grace's 34 us per operator leaves the GPUs waiting
+    for the host; the output names the graphs and the larger micro-batch, and each cuts the wait (the
+    dropless experts stay eager, so graphs alone leave part of it)."""
     args = ["train", "--model", "qwen3-30b-a3b", "--system", "gb200-nvl72", "--gpus", "8", "--ep", "8",
             "--seq", "4096", "--global-batch", "64"]  # fmt: skip
     out = CliRunner().invoke(app, args).output
     assert "host-bound: the GPUs wait" in out and f"--cuda-graphs {MOE_GRAPHS}" in out
     graphed = CliRunner().invoke(app, [*args, "--cuda-graphs", MOE_GRAPHS]).output
-    assert "host-bound" not in graphed
+    larger = CliRunner().invoke(app, [*args, "--micro-batch", "4"]).output
+    for fixed in (graphed, larger):
+        assert "host-bound" not in fixed or _waited(fixed) < _waited(out)

@@ -30,6 +30,7 @@ from commodel.validate.megatron_bridge import flop_count_note
 from commodel.validate.runs import runs
 from commodel.validate.training import training_metric, training_run
 from commodel.workloads.model.catalog import model as get_model
+from commodel.workloads.training.host_issue import MODULE_OPS, module_host_s
 
 #: A GEMM's shape as M x N x K (``4096x4864x32896``).
 _SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)")
@@ -211,13 +212,23 @@ def _facility(row: pd.Series) -> Case:
 
 
 def _latency(row: pd.Series) -> Case:
-    """A kernel launch, or a small put (one way or round trip) by the scheme the row measured (us)."""
+    """A kernel launch, a small put (one way or round trip) by the scheme the row measured, or one
+    module's host time (us)."""
     setting = _configured(runs().latency, row)
 
     def terms(db: HardwareDB) -> tuple[float, str]:
         if setting.launch_of:
             us = db.gpu(setting.launch_of).launch_overhead.value * 1e6
             return _recorded(setting.launch_of, "launch overhead", us, "us")
+        if setting.module:
+            where = cluster(setting.system, 1, db)
+            us = module_host_s(where, setting.module) * 1e6
+            return us, (
+                f"{setting.module} forward: {MODULE_OPS[setting.module]:.3g} operators x ({setting.system}'s "
+                f"op_dispatch {where.system.initiation.op_dispatch.value * 1e6:.4g} us + {where.system.gpu}'s "
+                f"launch overhead {where.gpu.launch_overhead.value * 1e6:.4g} us) = {us:.4g} us "
+                f"(commodel hw show {setting.system})"
+            )
         path = path_of(cluster(setting.system, 2, db))
         times = 2 if setting.round_trip else 1
         one_way = float(put_latency(setting.scheme, path, 8, setting.after_kernel)) * 1e6

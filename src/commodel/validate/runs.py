@@ -36,19 +36,25 @@ class PowerRun(Strict):
 
 
 class LatencyRun(Strict):
-    """What a latency row measured: a kernel launch of the GPU ``launch_of``, or a small put by
-    ``scheme`` between two nodes of ``system`` (round trip or one way; after a kernel ends or not)."""
+    """What a latency row measured: a kernel launch of the GPU ``launch_of``, a small put by
+    ``scheme`` between two nodes of ``system`` (round trip or one way; after a kernel ends or not), or
+    the host time of one ``module``'s forward on ``system``'s host."""
 
     launch_of: str = ""
     scheme: str = ""
+    module: Literal["", "torch-linear", "te-linear"] = ""
     system: str = ""
     round_trip: bool = False
     after_kernel: bool = False
 
     @model_validator(mode="after")
     def _one_kind(self) -> LatencyRun:
-        if bool(self.launch_of) == bool(self.scheme and self.system):
-            raise ValueError("give launch_of (a GPU), or scheme and system (a put between two nodes)")
+        kinds = [bool(self.launch_of), bool(self.scheme and self.system), bool(self.module and self.system)]
+        if sum(kinds) != 1:
+            raise ValueError(
+                "give launch_of (a GPU), scheme and system (a put between two nodes), or module and system "
+                "(a module's host time)"
+            )
         return self
 
 

@@ -16,8 +16,9 @@ splits between them; ``mlp`` the pre-MLP norm, two GEMMs, the activation and the
 ``moe_preprocess`` the tokens per expert and the permutation indices; ``moe`` the permutation, the two
 all-to-alls, the sort by local expert and back, the activation and unpermute, plus
 :data:`OPS_PER_LOCAL_EXPERT` per expert on the GPU (Transformer Engine's ``GroupedLinear`` issues one
-GEMM per local expert for fc1 and fc2). FP8 adds :data:`FP8_OPS_PER_GEMM_MODULE` per GEMM module
-(quantize, scale update). The backward issues :data:`BACKWARD_OPS` times the forward's operators
+GEMM per local expert for fc1 and fc2). Each of a scope's :data:`GEMM_MODULES` Transformer Engine
+modules adds :data:`TE_MODULE_OPS` operators' worth of its own Python, and FP8
+:data:`FP8_OPS_PER_GEMM_MODULE` operators (quantize, scale update). The backward issues :data:`BACKWARD_OPS` times the forward's operators
 (input- and weight-gradient GEMMs, elementwise gradients). An MoE model's dense layers run ``attn`` and
 ``mlp``; its MoE layers ``attn``, the router, preprocess and ``moe`` (and ``mlp`` for shared experts).
 
@@ -65,9 +66,22 @@ SCOPE_OPS = {"attn": 14.0, "mlp": 8.0, "moe_router": 10.0, "moe_preprocess": 10.
 #: fc2's GEMMs, one per expert.
 OPS_PER_LOCAL_EXPERT = 2.0
 
-#: Operators FP8 adds per GEMM module in the forward (quantize the input, update the scale); two GEMM
-#: modules in each of ``attn``, ``mlp`` and ``moe``.
+#: Operators FP8 adds per GEMM module in the forward (quantize the input, update the scale).
 FP8_OPS_PER_GEMM_MODULE = 2.0
+
+#: Transformer Engine GEMM modules (``LayerNormLinear``, ``Linear``, ``GroupedLinear``) in each of
+#: ``attn``, ``mlp`` and ``moe``: QKV and output projection, fc1 and fc2.
+GEMM_MODULES = 2.0
+
+#: Operators' worth of host time a Transformer Engine GEMM module adds to its own operators' issue:
+#: its Python around the GEMM (recipe, workspace and shape checks, the autograd function's set-up).
+#: Calibrated: te2053-gb200-te-linear (a TE ``Linear`` forward takes 99.66 us of host time on Grace,
+#: ``torch.nn.Linear``'s 37.08 us, one operator there, 2.69 times).
+TE_MODULE_OPS = 1.69
+
+#: A module's forward as operators' worth of host time (what a host-time microbenchmark of one
+#: module times): ``torch.nn.Linear`` issues one operator; TE's ``Linear`` one and its own Python.
+MODULE_OPS = {"torch-linear": 1.0, "te-linear": 1.0 + TE_MODULE_OPS}
 
 #: Backward operators per forward operator: a GEMM's input- and weight-gradient GEMMs, an elementwise
 #: operator's gradient, autograd's accumulation (measured 2.29 on small eager Transformer layers,
@@ -126,9 +140,9 @@ def capturable_scopes(model: Transformer, padded: bool = False) -> str:
 
 def scope_ops(model: Transformer, x: Layout, fp8: bool) -> dict[str, tuple[np.ndarray, float]]:
     """Per scope: forward operators in a layer that has it, and the share of the layers that do."""
-    cast = FP8_OPS_PER_GEMM_MODULE * 2 if fp8 else 0.0
+    modules = GEMM_MODULES * (TE_MODULE_OPS + (FP8_OPS_PER_GEMM_MODULE if fp8 else 0.0))
     local = model.moe.experts / np.asarray(x.ep, dtype=float) if model.moe is not None else 0.0
-    extra = {"attn": cast, "mlp": cast, "moe": cast + OPS_PER_LOCAL_EXPERT * local}
+    extra = {"attn": modules, "mlp": modules, "moe": modules + OPS_PER_LOCAL_EXPERT * local}
     shape = np.shape(x.ep)
     return {
         name: (np.broadcast_to(SCOPE_OPS[name] + extra.get(name, 0.0), shape), share)
@@ -139,6 +153,11 @@ def scope_ops(model: Transformer, x: Layout, fp8: bool) -> dict[str, tuple[np.nd
 def _op_s(cluster: Cluster) -> float:
     """Host seconds to issue one operator: the framework's dispatch and the driver's launch."""
     return cluster.system.initiation.op_dispatch.value + cluster.gpu.launch_overhead.value
+
+
+def module_host_s(cluster: Cluster, module: str) -> float:
+    """Host seconds of one module's forward (:data:`MODULE_OPS`) on ``cluster``'s host."""
+    return MODULE_OPS[module] * _op_s(cluster)
 
 
 def host_issue_s(model: Transformer, cluster: Cluster, x: Layout, fp8: bool) -> tuple[np.ndarray, np.ndarray]:
