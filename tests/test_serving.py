@@ -1,6 +1,7 @@
 """Serving: KV-cache sizes by hand, physical bounds of decode, how throughput and latency move with the
 batch, the SLO, the CLI and a serving sweep."""
 
+import itertools
 import json
 
 import numpy as np
@@ -9,6 +10,7 @@ from typer.testing import CliRunner
 
 from commodel.cli import app
 from commodel.compute.precision import serving_precision
+from commodel.errors import CommodelError
 from commodel.hardware import cluster
 from commodel.pricing.run import serve
 from commodel.workloads.model.catalog import model
@@ -308,6 +310,25 @@ def test_attention_dp_ranks_wait_for_the_slowest_at_every_moe_layer(monkeypatch)
     assert alone["tpot_s"] < lockstep["tpot_s"] < 2 * alone["tpot_s"]
     assert alone["output_tokens_per_s"] > lockstep["output_tokens_per_s"]
     assert serve(**no_dp)["tpot_s"] == pytest.approx(whole["tpot_s"], rel=1e-12)
+
+
+def test_one_phase_alone_is_the_pool_of_a_disaggregated_deployment():
+    """--phase decode: every iteration carries the batch's queries and nothing else, so the output
+    rate is batch / time per token and never below continuous batching's at the same batch (whose
+    iterations also carry prompts); --phase prefill: iterations of whole prompts, as many as the
+    token budget holds, so a larger budget never lowers the prompt rate. One phase is one pool: it
+    takes no prefill pool beside it."""
+    job = dict(model="llama3-70b", system="dgx-h100", gpus=8, tp=8, prompt=2000, output=500, dtype="fp8")
+    both, decode = serve(**job, batch="64"), serve(**job, batch="64", phase="decode")
+    assert decode["output_tokens_per_s"] == pytest.approx(64 / decode["tpot_s"])
+    assert decode["tpot_s"] < both["tpot_s"] and decode["input_tokens_per_s"] == 0
+    prefill = [serve(**job, phase="prefill", max_num_tokens=n) for n in (2048, 8192, 16384)]
+    for small, large in itertools.pairwise(prefill):
+        assert large["input_tokens_per_s"] >= small["input_tokens_per_s"]
+    assert prefill[1]["batch_in_flight"] == 4  # floor(8192 / 2000) whole prompts per iteration
+    assert prefill[1]["input_tokens_per_s"] == pytest.approx(4 * 2000 / prefill[1]["ttft_s"])
+    with pytest.raises(CommodelError, match="one pool"):
+        serve(**dict(job, gpus=16), phase="decode", prefill_gpus=8)
 
 
 def test_an_overlapped_host_loop_hides_behind_the_gpu_and_never_slows_an_iteration():

@@ -356,17 +356,36 @@ def test_a_row_states_its_software_settings_by_cli_name_and_a_misspelled_one_is_
         RECIPE.read(text.replace("dispatcher=", "dispatchr="))
 
 
-@pytest.mark.parametrize("flag", ["decode-only", "prefill-only", "sharegpt"])
-def test_a_serving_row_the_job_cannot_express_is_refused_naming_what_it_lacks(flag):
+def test_a_serving_row_the_job_cannot_express_is_refused_naming_what_it_lacks():
     import pandas as pd
 
     from commodel.errors import CommodelError
     from commodel.validate.adapters import ADAPTERS
 
-    row = pd.Series({"id": "x", "kind": "serving", "op": f"serve llama3-8b tp1 isl128 osl128 bf16 {flag}",
-                     "model_target": "dgx-h100"})  # fmt: skip
-    with pytest.raises(CommodelError, match=f"a {flag} run"):
+    row = pd.Series({"id": "x", "kind": "serving", "op": "serve llama3-8b tp1 isl128 osl128 bf16 sharegpt",
+                     "model_target": "dgx-h100", "metric": "output_tokens_per_s", "settings": {}})  # fmt: skip
+    with pytest.raises(CommodelError, match="a sharegpt run"):
         ADAPTERS["serving"](row)
+
+
+@pytest.mark.parametrize(("flag", "phase"), [("decode-only", "decode"), ("prefill-only", "prefill")])
+def test_a_serving_row_of_one_phase_is_priced_as_that_phase_alone(flag, phase):
+    """SGLang's profiles of one phase: the row's flag is the job's phase, ``batchN/gpu`` a batch per
+    attention replica, and the row needs no output length (a decode profile's context is its isl)."""
+    import pandas as pd
+
+    from commodel.errors import CommodelError
+    from commodel.validate.adapters import ADAPTERS
+
+    op = f"serve deepseek-v3 {flag} ep8 attention_dp isl2000 fp8 batch64/gpu"
+    row = pd.Series({"id": "x", "kind": "serving", "op": op, "model_target": "hgx-h200",
+                     "metric": "output_tokens_per_s_per_gpu", "settings": {}})  # fmt: skip
+    case = ADAPTERS["serving"](row)
+    assert (case.job.phase, case.job.batch, case.job.output, case.job.tp) == (phase, "64", 1, 8)
+    without = row.copy()
+    without["op"] = op.replace(" attention_dp", "")
+    with pytest.raises(CommodelError, match="needs attention_dp"):
+        ADAPTERS["serving"](without)
 
 
 def test_the_command_a_row_prints_runs_where_its_recipe_states_a_pipeline_layout(capsys, monkeypatch):

@@ -75,7 +75,7 @@ def check_scheduler(executor: str, scheduler: str | None) -> None:
 #: option (output formats, flags of the command itself) goes in the last.
 PANEL_FIELDS = {
     "Model and system": "model system gpus nodes fabric pod_gpus oversubscription trays_per_rack transport nics "
-    "prefill_gpus",
+    "prefill_gpus phase",
     "Layout": "tp pp dp cp ep etp attention_dp vpp schedule pipeline_layout first_stage_layers last_stage_layers "
     "ends_as_layers mtp_layers stage_layers global_batch micro_batch seq",
     "Precision": "dtype kv_dtype fp8_param_gather fp8_activation_input grad_reduce_in_fp32 bf16_moments",

@@ -226,8 +226,10 @@ SERVING_APART = ("batch_in_flight", "max_batch", "fits", "replicas", "problem", 
 
 def _iteration_table(job: ServingJob, batch: int) -> list[dict[str, object]]:
     """:func:`~commodel.workloads.serving.engine.iteration_table` of the job's replica at ``batch`` in flight."""
-    if job.prefill_gpus:
-        raise CommodelError("the kernel table prices colocated serving; give no --prefill-gpus")
+    if job.prefill_gpus or job.phase != "both":
+        raise CommodelError(
+            "the kernel table prices colocated serving of both phases; give no --prefill-gpus or --phase"
+        )
     where = cluster(job.system)
     recipe = serving_precision(job.dtype, where.gpu)
     tp = replica_tp(np.atleast_1d(job.tp), np.atleast_1d(job.attention_dp))
@@ -284,6 +286,7 @@ def serve(job: ServingJob | None = None, kernels: bool = False, **values: Any) -
         "replicas": int(row.replicas),
         "layout": {"tp": job.tp, "pp": job.pp, "ep": job.ep},
         "attention_dp": job.attention_dp,
+        "phase": job.phase,
         "dtype": job.dtype,
         "kv_dtype": kv_dtype_of(job.kv_dtype, recipe),
         "prompt": job.prompt,

@@ -33,7 +33,7 @@ from commodel.pricing.table import (
     untimed,
 )
 from commodel.workloads.model.catalog import model as get_model
-from commodel.workloads.serving.batch import disaggregated, slo_batch
+from commodel.workloads.serving.batch import disaggregated, one_phase, slo_batch
 from commodel.workloads.serving.engine import Engine, kv_dtype_of, replica_problems, steady_state
 from commodel.workloads.serving.memory import SERVING_CATEGORIES, capacity, kv_tokens_held, memory_at
 
@@ -42,6 +42,7 @@ OUTPUTS = (
     "tpot_s",
     "output_tokens_per_s",
     "output_tokens_per_s_per_gpu",
+    "input_tokens_per_s",
     "requests_per_s",
     "batch_in_flight",
     "max_batch",
@@ -83,15 +84,18 @@ def price_serving(columns: Columns) -> Columns:
         tp, pp, ep = col("tp"), col("pp"), col("ep")
         gpus = np.where(np.isnan(col("gpus")), tp * pp, col("gpus"))
         gpus_all[rows] = gpus
-        problems = replica_problems(net, tp, pp, ep, gpus)
+        problems = replica_problems(net, tp, pp, ep, gpus, col("attention_dp"))
         prefill = col("prefill_gpus")
         split = prefill > 0
         slo = ~np.isnan(col("slo_ttft")) | ~np.isnan(col("slo_tpot"))
+        one = key["phase"] != "both"
         problems += [
             (split & ((np.mod(prefill, tp * pp) != 0) | (prefill >= gpus)),
              "prefill GPUs must be whole replicas of tp x pp and leave some for decode"),
             (split & (slo | (batches[rows] != "max")),
              "disaggregated pools size their own batches: give neither a batch nor an SLO"),
+            (one & (split | slo), f"a {key['phase']}-only run is one pool at the batch it is given: give "
+                                  "neither --prefill-gpus nor an SLO"),
         ]  # fmt: skip
         try:
             recipe = serving_precision(key["dtype"], c.gpu)
@@ -120,7 +124,7 @@ def price_serving(columns: Columns) -> Columns:
             request["paged"] = np.full(int(ok.sum()), key["kv_reserve"] == "paged")
             messages[ok] = _price(engine, request,
                                   _batches(batches[rows][ok]), gpus[ok], rows[ok], out,
-                                  c, col("pue")[ok], col("price_per_gpu_hour")[ok])  # fmt: skip
+                                  c, col("pue")[ok], col("price_per_gpu_hour")[ok], key["phase"])  # fmt: skip
         out["problem"][rows] = messages
         out["valid"][rows] = messages == ""
     return {**out, "gpus": gpus_all, "batch": batches.astype(object)}
@@ -148,12 +152,13 @@ def _price(
     c: object,
     pue: np.ndarray,
     price: np.ndarray,
+    phase: str = "both",
 ) -> np.ndarray:
     """Fill ``out`` at ``rows`` for designs the layout rules accept; return each row's problem ("" if
     none: an SLO that one request misses, a batch the engine does not admit or that does not fit)."""
     p, o = request["prompt"], request["output"]
     spread = request["prompt_cv"], request["output_cv"]
-    cap = capacity(engine, p, o, kv_tokens_held(p, o, request["output_cv"], request["paged"]))
+    cap = capacity(engine, p, o, kv_tokens_held(p, o, request["output_cv"], request["paged"]), phase)
     limit = np.maximum(cap["max_batch"], 1.0)
     ttft, tpot = (np.where(np.isnan(v), np.inf, v) for v in (request["slo_ttft"], request["slo_tpot"]))
     slo = np.isfinite(ttft) | np.isfinite(tpot)
@@ -170,7 +175,11 @@ def _price(
         ]
         problems[np.flatnonzero(slo)[best == 0]] = np.asarray(missed, dtype=object)[best == 0]
     replicas = gpus / (engine.tp * engine.pp)
-    r = steady_state(engine, chosen, p, o, *spread)
+    r = (
+        steady_state(engine, chosen, p, o, *spread)
+        if phase == "both"
+        else one_phase(engine, phase, chosen, p, o)
+    )
     total = replicas * r["output_tokens_per_s"]
     split = request["prefill_gpus"] > 0
     if split.any():  # prefill/decode disaggregation: the pools' own steady state, totals over both
@@ -190,6 +199,7 @@ def _price(
         "tpot_s": r["tpot_s"],
         "output_tokens_per_s": total,
         "output_tokens_per_s_per_gpu": total / gpus,
+        "input_tokens_per_s": replicas * r["requests_per_s"] * p * (phase != "decode"),
         "requests_per_s": replicas * r["requests_per_s"],
         "batch_in_flight": chosen,
         "max_batch": cap["max_batch"],

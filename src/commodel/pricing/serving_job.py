@@ -12,6 +12,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from commodel.compute.precision import SERVING_RECIPES
 from commodel.hardware import default_db
 from commodel.pricing.job import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ, MODEL, Choices, Job, Pue, make_job
+from commodel.workloads.serving.batch import PHASES
 from commodel.workloads.serving.engine import HOST_SCHEDULES, KV_DTYPES
 from commodel.workloads.serving.memory import KV_RESERVE
 
@@ -75,6 +76,13 @@ class ServingJob(Job):
     )
     slo_tpot: float | None = Field(
         None, gt=0, description="Time-per-output-token SLO (s): the largest batch meeting it."
+    )
+    phase: Annotated[str, Choices("serving phase", PHASES)] = Field(
+        "both",
+        description="What every replica runs: both phases (continuous batching), or one alone as a "
+        "prefill/decode-disaggregated pool does with the other pool never short of work: prefill (whole "
+        "prompts, as many as --max-num-tokens holds) or decode (--batch queries over the mean context, prompt + "
+        "output / 2).",
     )
     prefill_gpus: int = Field(
         0,

@@ -261,15 +261,14 @@ def serving_table(result: dict) -> str:
     lines = [
         head,
         f"  in flight        {result['batch_in_flight']} requests per replica (at most {result['max_batch']})",
-        f"  first token      {1e3 * result['ttft_s']:.4g} ms once scheduled, at {result['batch_in_flight']} in flight"
+        *_latency_lines(result),
+        f"  throughput       {result['output_tokens_per_s']:,.0f} output tokens/s "
+        f"({result['output_tokens_per_s_per_gpu']:,.0f} per GPU), {result['requests_per_s']:.3g} requests/s"
         + (
-            " (its prefill rides one mixed iteration, as each decode step does)"
-            if abs(result["ttft_s"] - result["tpot_s"]) <= 1e-9 * result["tpot_s"]
+            f", {result['input_tokens_per_s']:,.0f} prompt tokens/s"
+            if result.get("phase") == "prefill"
             else ""
         ),
-        f"  per output token {1e3 * result['tpot_s']:.4g} ms at {result['batch_in_flight']} in flight",
-        f"  throughput       {result['output_tokens_per_s']:,.0f} output tokens/s "
-        f"({result['output_tokens_per_s_per_gpu']:,.0f} per GPU), {result['requests_per_s']:.3g} requests/s",
         memory,
         f"  time shares      {100 * result['comm_share']:.1f}% communication, {100 * result['host_share']:.1f}% host",
         *_offload_lines(result),
@@ -278,6 +277,26 @@ def serving_table(result: dict) -> str:
     ]
     lines += [f"  note: {note}" for note in result.get("notes", [])]
     return "\n".join(lines)
+
+
+def _latency_lines(result: dict) -> list[str]:
+    """First-token and per-token times, each where the phase the replicas run has it (a prefill-only
+    pool gives no per-token time, a decode-only one no first token)."""
+    phase, in_flight = result.get("phase", "both"), result["batch_in_flight"]
+    lines = []
+    if phase != "decode":
+        rides = phase == "both" and abs(result["ttft_s"] - result["tpot_s"]) <= 1e-9 * result["tpot_s"]
+        lines.append(
+            f"  first token      {1e3 * result['ttft_s']:.4g} ms once scheduled, at {in_flight} in flight"
+            + (" (its prefill rides one mixed iteration, as each decode step does)" if rides else "")
+        )
+    if phase != "prefill":
+        lines.append(f"  per output token {1e3 * result['tpot_s']:.4g} ms at {in_flight} in flight")
+    if phase != "both":
+        lines.append(
+            f"  phase            {phase} only, as a disaggregated pool whose other pool never falls behind"
+        )
+    return lines
 
 
 def _cost(result: dict) -> str:

@@ -250,21 +250,32 @@ def _latency(row: pd.Series) -> Case:
 def _serving(row: pd.Series) -> Case:
     """A serving run as its description states it (:data:`~commodel.validate.descriptions.SERVING`):
     trtllm-bench's offline run (every request queued, as many in flight as fit), or the requests in
-    flight it gives (``batchN``), with expert and attention data parallelism and the KV dtype it
-    states, and the engine limits its command line sets (``model_args``, :data:`ENGINE_SETTINGS`):
-    total output tokens/s over its GPUs, or the time per output token (:data:`SERVING_METRICS`). A run of one phase or of a dataset's lengths is an
-    error naming what the serving job lacks."""
-    s = SERVING.read(str(row.op))
-    for flag, lacks in UNSERVED.items():
-        if s.get(flag):
-            raise CommodelError(f"a {flag} run: {lacks}")
-    missing = [size for size in ("tp", "isl", "osl") if size not in s]
+    flight it gives (``batchN``; ``batchN/gpu`` per GPU, a replica under attention data parallelism),
+    with expert and attention data parallelism and the KV dtype it states, and the engine limits its
+    command line sets (``model_args``, :data:`ENGINE_SETTINGS`; ``tokensN`` the tokens per
+    iteration); one phase alone (``decode-only`` over a context of ``islN`` tokens, ``prefill-only``);
+    the metric the row reports (:data:`SERVING_METRICS`). A run of a dataset's lengths is an error
+    naming what the serving job lacks."""
+    text = str(row.op)
+    if "/gpu" in text and "attention_dp" not in text.split():
+        raise CommodelError(f"'{text}': a per-GPU size needs attention_dp (a replica per GPU)")
+    s = SERVING.read(text.replace("/gpu", ""))
+    if s.get("sharegpt"):
+        raise CommodelError(
+            "a sharegpt run: ShareGPT's request lengths are a distribution the row does not give"
+        )
+    phase = "decode" if s.get("decode-only") else "prefill" if s.get("prefill-only") else "both"
+    missing = [size for size in ("isl", *(("osl",) if phase == "both" else ())) if size not in s]
+    if "tp" not in s and not s.get("attention_dp"):
+        missing.insert(0, "tp")
     if missing:
         raise CommodelError(f"'{row.op}' gives no {', '.join(missing)} (form: '{SERVING.form}')")
-    gpus = max(int(s["tp"]), int(s.get("ep", 1)))
-    job = {"model": s["model"], "gpus": gpus, "tp": s["tp"], "ep": s.get("ep", 1),
-           "attention_dp": bool(s.get("attention_dp")), "prompt": s["isl"], "output": s["osl"],
-           "dtype": s["dtype"], "kv_dtype": s.get("kv", "auto"), "batch": str(s.get("batch", "max"))}  # fmt: skip
+    ep = int(s.get("ep", 1))
+    tp = int(s.get("tp", ep))  # attention DP: the experts' group is the tp group
+    job = {"model": s["model"], "gpus": max(tp, ep), "tp": tp, "ep": ep, "phase": phase,
+           "attention_dp": bool(s.get("attention_dp")), "prompt": s["isl"], "output": s.get("osl", 1),
+           "dtype": s["dtype"], "kv_dtype": s.get("kv", "auto"), "batch": str(s.get("batch", "max")),
+           **({"max_num_tokens": s["tokens"]} if "tokens" in s else {})}  # fmt: skip
     engine = {
         name: kind(row.settings[name]) for name, kind in ENGINE_SETTINGS.items() if name in row.settings
     }
@@ -273,25 +284,23 @@ def _serving(row: pd.Series) -> Case:
         raise CommodelError(
             f"serving metric '{row.metric}': the serving job gives {', '.join(SERVING_METRICS)}"
         )
-    return Case(lambda db: serve(declared)[row.metric], job=declared)
-
-
-#: The serving rows' metrics, as :func:`commodel.pricing.run.serve` names them: total output
-#: throughput, and the time per output token (a run's per-user rate inverted).
-SERVING_METRICS = ("output_tokens_per_s", "tpot_s")
+    metric, per = SERVING_METRICS[row.metric]
+    nodes = declared.gpus / cluster(declared.system).gpus_per_node if per == "node" else 1.0
+    return Case(lambda db: serve(declared)[metric] / nodes, job=declared)
 
 
 #: The engine settings a serving row's run states (``model_args``: its source's command line), as the
 #: serving job takes them.
 ENGINE_SETTINGS = {"kv_dtype": str, "max_batch_size": int, "max_num_tokens": int, "kv_fraction": float}
 
-#: Serving rows the serving job cannot express yet, and what it lacks.
-UNSERVED = {
-    "decode-only": "the serving job prices both phases of continuous batching; one phase alone (PD "
-    "disaggregation's decode ranks, the other phase given unlimited resources) is not a setting yet",
-    "prefill-only": "the serving job prices both phases of continuous batching; one phase alone (PD "
-    "disaggregation's prefill ranks) is not a setting yet",
-    "sharegpt": "ShareGPT's request lengths are a distribution the row does not give",
+#: The serving rows' metrics: the output of :func:`commodel.pricing.run.serve` each reads, and what
+#: it is divided by (its nodes, for a rate per node).
+SERVING_METRICS = {
+    "output_tokens_per_s": ("output_tokens_per_s", ""),
+    "output_tokens_per_s_per_gpu": ("output_tokens_per_s_per_gpu", ""),
+    "output_tokens_per_s_per_node": ("output_tokens_per_s", "node"),
+    "input_tokens_per_s_per_node": ("input_tokens_per_s", "node"),
+    "tpot_s": ("tpot_s", ""),
 }
 
 

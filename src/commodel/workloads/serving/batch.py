@@ -1,6 +1,7 @@
 """How a serving deployment's batch is decided beyond one replica's steady state
 (:mod:`commodel.workloads.serving.engine`): prefill and decode on separate pools (:func:`disaggregated`),
-and the largest batch a latency SLO allows (:func:`slo_batch`)."""
+one of those pools alone (:func:`one_phase`), and the largest batch a latency SLO allows
+(:func:`slo_batch`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,45 @@ from commodel.workloads.serving.memory import capacity, kv_bytes_per_sequence
 
 #: Fixed-point steps that match a disaggregated decode pool's batch to the requests it is sent.
 DECODE_BATCH_STEPS = 8
+
+#: What a replica runs: both phases (continuous batching), or one of them alone.
+PHASES = ("both", "prefill", "decode")
+
+
+def prefill_iteration(engine: Engine, prompt: np.ndarray) -> tuple[np.ndarray, dict]:
+    """A prompt-only iteration of as many whole prompts as the token budget holds (at least one):
+    the prompts and the iteration (:func:`~commodel.workloads.serving.engine.iteration_time`)."""
+    prompts = np.maximum(np.floor(engine.max_num_tokens / prompt), 1.0)
+    return prompts, iteration_time(engine, np.zeros_like(prompt), prompts, prompt, prompt)
+
+
+def decode_iteration(engine: Engine, batch: np.ndarray, prompt: np.ndarray, output: np.ndarray) -> dict:
+    """A decode-only iteration of ``batch`` queries over the mean context ``p + o / 2``."""
+    return iteration_time(engine, batch, np.zeros_like(batch), prompt, prompt + output / 2)
+
+
+def one_phase(
+    engine: Engine, phase: str, batch: ArrayLike, prompt: ArrayLike, output: ArrayLike
+) -> dict[str, np.ndarray]:
+    """One phase alone on every replica, as a prefill/decode-disaggregated pool runs it with the
+    other pool never short of work (what a profile of one phase reports): ``prefill``, iterations of
+    ``batch`` whole prompts, each request's first token at its iteration's end; ``decode``, iterations
+    of ``batch`` queries (:func:`decode_iteration`), one token each."""
+    p, o, b = (np.asarray(v, dtype=float) for v in (prompt, output, batch))
+    if phase == "prefill":
+        it = iteration_time(engine, np.zeros_like(b), b, p, p)
+        t = it["time_s"]
+        rates = {"requests_per_s": b / t, "output_tokens_per_s": b / t, "ttft_s": t,
+                 "tpot_s": np.full_like(t, np.nan)}  # fmt: skip
+    else:
+        it = decode_iteration(engine, b, p, o)
+        t = it["time_s"]
+        rates = {"requests_per_s": b / (o * t), "output_tokens_per_s": b / t, "ttft_s": np.full_like(t, np.nan),
+                 "tpot_s": t}  # fmt: skip
+    return rates | {
+        "comm_share": it["comm_s"] / t, "host_share": it["host_s"] / t,
+        "compute_bound_share": it["compute_bound_s"] / t, "hbm_Bps": it["hbm_bytes"] / t,
+    }  # fmt: skip
 
 
 def disaggregated(
@@ -29,8 +69,7 @@ def disaggregated(
     """
     p, o = np.asarray(prompt, dtype=float), np.asarray(output, dtype=float)
     prefill, decode = np.asarray(prefill, dtype=float), np.asarray(decode, dtype=float)
-    prompts = np.maximum(np.floor(engine.max_num_tokens / p), 1.0)
-    first = iteration_time(engine, np.zeros_like(p), prompts, p, p)
+    prompts, first = prefill_iteration(engine, p)
     t_prefill = first["time_s"]
     prefill_rate = prefill * prompts / t_prefill
     kv = kv_bytes_per_sequence(engine.model, p, engine.tp, engine.pp, engine.kv_dtype)
@@ -38,18 +77,14 @@ def disaggregated(
     nic_share = fab.nics_per_domain * fab.nic_Bps / fab.domain
     transfer = kv / nic_share + fab.net_latency_s
     largest = np.maximum(capacity(engine, p, o)["max_batch"], 1.0)
-    context = p + o / 2
-
-    def decode_iteration(batch: np.ndarray) -> np.ndarray:
-        return iteration_time(engine, batch, np.zeros_like(batch), p, context)["time_s"]
-
-    t_full = decode_iteration(largest)
+    t_full = decode_iteration(engine, largest, p, o)["time_s"]
     decode_rate = decode * largest / (np.maximum(o - 1, 1) * t_full)
     rate = np.minimum(prefill_rate, decode_rate)
     batch = largest
     for _ in range(DECODE_BATCH_STEPS):
-        batch = np.clip(rate / decode * np.maximum(o - 1, 1) * decode_iteration(batch), 1.0, largest)
-    final = iteration_time(engine, batch, np.zeros_like(batch), p, context)
+        t_batch = decode_iteration(engine, batch, p, o)["time_s"]
+        batch = np.clip(rate / decode * np.maximum(o - 1, 1) * t_batch, 1.0, largest)
+    final = decode_iteration(engine, batch, p, o)
     tpot = final["time_s"]
     busy_prefill = rate / prefill_rate  # the prefill pool idles between prompts when decode bounds
 

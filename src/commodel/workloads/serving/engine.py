@@ -116,19 +116,24 @@ def _with_host(engine: Engine, gpu_s: np.ndarray, host_s: np.ndarray) -> np.ndar
 
 
 def replica_problems(
-    model: Transformer, tp: ArrayLike, pp: ArrayLike, ep: ArrayLike, gpus: ArrayLike
+    model: Transformer, tp: ArrayLike, pp: ArrayLike, ep: ArrayLike, gpus: ArrayLike, attention_dp: ArrayLike
 ) -> list:
     """``(mask, message)`` for each rule a serving replica layout breaks: whole replicas of tp x pp,
-    heads split by tp, at most one layer per stage, experts over ep dividing tp and the experts."""
+    heads split by the replica's tp (1 with attention data parallelism), at most one layer per stage,
+    experts over ep dividing tp and the experts. With attention data parallelism ep need not divide
+    the experts: each rank holds ``ceil(E / ep)``, the expert load balancer's redundant copies filling
+    the rest (SGLang's EPLB: 288 experts for DeepSeek-V3's 256 over 72 ranks), which the model prices
+    as ``E / ep`` experts' weights and work per rank."""
     tp, pp, ep, gpus = (np.asarray(v, dtype=float) for v in (tp, pp, ep, gpus))
+    adp = np.asarray(attention_dp, dtype=float) > 0
     problems = [
         (np.mod(gpus, tp * pp) != 0, "the GPUs are not whole replicas of tp x pp"),
-        heads_problem(model, tp),
+        heads_problem(model, np.where(adp, 1.0, tp)),
         (pp > model.layers, f"pp cannot exceed the layers ({model.layers})"),
     ]
     if model.moe is None:
         return [*problems, (ep > 1, "ep > 1 needs a mixture-of-experts model")]
-    divides = (np.mod(tp, ep) == 0) & (np.mod(model.moe.experts, ep) == 0)
+    divides = (np.mod(tp, ep) == 0) & ((np.mod(model.moe.experts, ep) == 0) | adp)
     return [*problems, (~divides, f"ep must divide tp and the experts ({model.moe.experts})")]
 
 

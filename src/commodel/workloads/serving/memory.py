@@ -94,7 +94,7 @@ SERVING_CATEGORIES = ("weights", "activations", "kv_cache", "reserved")
 
 
 def capacity(
-    engine: Engine, prompt: ArrayLike, output: ArrayLike, held: ArrayLike | None = None
+    engine: Engine, prompt: ArrayLike, output: ArrayLike, held: ArrayLike | None = None, phase: str = "both"
 ) -> dict[str, np.ndarray]:
     """Requests the engine can hold in flight: by KV cache (``kv_batch``, each request's blocks
     taking ``kv_per_request`` bytes per GPU), by what the engine admits at all (``engine_batch``:
@@ -103,7 +103,8 @@ def capacity(
     (``max_batch``, what ``--batch max`` runs); the memory per GPU by
     category (``memory_CATEGORY_bytes``, :data:`SERVING_CATEGORIES`) and ``memory_per_gpu_bytes``.
     ``held``: the tokens a request's KV blocks hold on average (default ``p + o``, reserved up front:
-    :func:`kv_tokens_held`)."""
+    :func:`kv_tokens_held`). One phase alone (``phase``): a decode pool's iteration holds a token per
+    request, so ``max_num_tokens`` requests; a prefill pool's as many whole prompts as it holds."""
     p, o = np.asarray(prompt, dtype=float), np.asarray(output, dtype=float)
     tokens = p + o if held is None else np.asarray(held, dtype=float)
     reserved = np.ceil(tokens / KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
@@ -111,7 +112,11 @@ def capacity(
     pool = engine.kv_fraction * np.maximum(free, 0.0)
     per_request = kv_bytes_per_sequence(engine.model, reserved, engine.tp, engine.pp, engine.kv_dtype)
     kv_batch = np.floor(pool / per_request)
-    budget = np.maximum(engine.max_num_tokens * o / (p + o - 1), 1.0)
+    budget = {
+        "both": np.maximum(engine.max_num_tokens * o / (p + o - 1), 1.0),
+        "decode": engine.max_num_tokens,
+        "prefill": np.maximum(np.floor(engine.max_num_tokens / p), 1.0),
+    }[phase]
     parts = {
         "weights": weight_bytes_per_gpu(engine.model, engine.tp, engine.pp, engine.recipe, engine.ep),
         "activations": runtime_bytes_per_gpu(
