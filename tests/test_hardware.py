@@ -203,3 +203,21 @@ def test_a_missing_precision_names_the_ones_the_gpu_has():
         serve(model="llama3-8b", system="dgx-a100", dtype="fp8")
     with pytest.raises(CommodelError, match=r"no fp8 tensor cores; use bf16, fp16$"):
         train(model="llama3-8b", system="dgx-a100", gpus=8, dtype="fp8")
+
+
+def test_the_hardware_cache_is_rebuilt_when_the_schema_that_reads_it_changes(tmp_path, monkeypatch):
+    """The cached records hold the schema's defaults (an x86 host's op_dispatch is one): a commodel
+    whose schema changed must not read records its predecessor cached from the same TOML files."""
+    from pathlib import Path
+
+    import commodel.hardware.schema as schema_module
+    from commodel.hardware.loader import load_database
+    from commodel.resources import resource_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    load_database(resource_dir("hardware_db"))
+    changed = tmp_path / "schema.py"
+    changed.write_text(Path(schema_module.__file__).read_text() + "\n# a default changed\n")
+    monkeypatch.setattr(schema_module, "__file__", str(changed))
+    load_database(resource_dir("hardware_db"))
+    assert len(list((tmp_path / "commodel").glob("hardware-*.json"))) == 2

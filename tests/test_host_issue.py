@@ -28,7 +28,7 @@ def test_a_dense_layers_host_time_by_hand():
     c = cluster("dgx-h100")
     x = job_layouts({"model": "llama3-8b", "system": "dgx-h100", "gpus": 8})
     fwd, bwd = host_issue_s(model("llama3-8b"), c, x, fp8=False)
-    op = c.system.initiation.op_dispatch.value + c.gpu.launch_overhead.value  # 8 + 3 us
+    op = c.system.initiation.op_dispatch.value + c.gpu.launch_overhead.value  # 10.5 + 3 us
     ops = SCOPE_OPS["attn"] + SCOPE_OPS["mlp"] + 2 * GEMM_MODULES * TE_MODULE_OPS  # TE's four GEMM modules
     assert fwd == pytest.approx(ops * op) and bwd == pytest.approx(BACKWARD_OPS * ops * op)
     graphed = job_layouts({"model": "llama3-8b", "system": "dgx-h100", "gpus": 8, "cuda_graphs": "attn,mlp"})
@@ -38,13 +38,13 @@ def test_a_dense_layers_host_time_by_hand():
 
 def test_a_module_costs_its_operators_and_transformer_engines_own_python():
     """TransformerEngine issue 2053's host times per Linear forward: a TE module costs 2.69 operators'
-    worth, a torch module one, and a Grace host's operator about three x86 ones (34 + 3 us against
-    8 + 3 us): the model's figures follow the CPU and the module."""
+    worth, a torch module one, and a Grace host's operator about 2.75 x86 ones (34.1 + 3 us against
+    10.5 + 3 us): the model's figures follow the CPU and the module."""
     from commodel.workloads.training.host_issue import module_host_s
 
     grace, x86 = cluster("gb200-nvl72"), cluster("dgx-h100")
     assert module_host_s(grace, "te-linear") == pytest.approx(2.69 * module_host_s(grace, "torch-linear"))
-    assert 3.0 < module_host_s(grace, "torch-linear") / module_host_s(x86, "torch-linear") < 3.6
+    assert 2.5 < module_host_s(grace, "torch-linear") / module_host_s(x86, "torch-linear") < 3.0
 
 
 def test_the_gpu_waits_only_for_what_the_host_does_not_hide_and_for_the_dispatchers_sync():

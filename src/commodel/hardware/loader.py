@@ -24,6 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+import commodel.hardware.schema as schema_module
+import commodel.records as record_module
 from commodel.errors import CommodelError, pick, suggest, unknown
 from commodel.hardware.schema import GPU, Link, System
 from commodel.io import files_digest, write_text
@@ -74,11 +76,13 @@ def load_database(root: Path) -> HardwareDB:
     """Load and cross-check every record under ``root``.
 
     The validated records are kept as JSON (SI numbers, no units left to parse) in the user's cache
-    folder, keyed by a hash of every file's content, so a warm start reads no TOML and imports no
-    unit library; any change to a file changes the key.
+    folder, keyed by a hash of every file's content and of the schema that reads them (its defaults
+    and units are in the JSON too), so a warm start reads no TOML and imports no unit library; any
+    change to a file or to the schema changes the key.
     """
     files = sorted(p for folder in FOLDERS.values() for p in (root / folder).glob("*.toml"))
-    cached = cache_dir() / f"hardware-{files_digest(files)}.json"
+    readers = [Path(module.__file__) for module in (schema_module, record_module)]
+    cached = cache_dir() / f"hardware-{files_digest([*readers, *files])}.json"
     if cached.is_file():
         try:
             data = json.loads(cached.read_text())
