@@ -16,6 +16,8 @@ from commodel.hardware.loader import OVERLAY_ENV
 LOGS = Path(__file__).parent / "data" / "logs"
 DEEPEP, DEEPEP_1F1B = LOGS / "megatron-qwen3-235b-deepep.log", LOGS / "megatron-qwen3-235b-deepep-1f1b.log"
 TITAN = LOGS / "torchtitan-llama3-8b-128gpu-float8.log"
+TRT = LOGS / "trtllm-bench-dsr1-h200-adp8.log"
+VLLM = LOGS / "vllm-bench-serve-gptoss-h200-c8.log"
 
 
 def test_megatron_log_gives_its_job_and_steady_step():
@@ -58,7 +60,7 @@ def test_megatron_memory_reports_give_the_peak(tmp_path):
 
 
 def test_serving_outputs_give_their_runs():
-    trt = read_serving(LOGS / "trtllm-bench-dsr1-h200-adp8.log", "hgx-h200", server={"attention_dp": True})
+    trt = read_serving(TRT, "hgx-h200", server={"attention_dp": True})
     job = trt.job
     assert (job.model, job.tp, job.ep, job.dtype, job.prompt, job.output) == (
         "deepseek-r1", 8, 8, "fp8", 1024, 2048)  # fmt: skip
@@ -72,9 +74,24 @@ def test_serving_outputs_give_their_runs():
     assert (one.job.batch, one.job.prompt, one.job.output, one.value) == ("1", 1024, 512, 318.53)
 
 
+def test_sglang_bench_serving_is_told_from_vllm_by_its_backend(tmp_path):
+    """SGLang's bench_serving prints vLLM's result block with a ``Backend: sglang`` line (no published
+    run in the data: a format check on the vLLM fixture's numbers, not a calibration)."""
+    text = (
+        VLLM.read_text()
+        .replace("backend='openai-chat'", "backend='sglang'")
+        .replace(
+            "Successful requests:", "Backend:                                 sglang\nSuccessful requests:"
+        )
+    )
+    (tmp_path / "sglang.log").write_text(text)
+    run = read_serving(tmp_path / "sglang.log", "hgx-h200", server={"tp": 8, "dtype": "fp4"})
+    assert run.how.startswith("sglang-serving") and (run.job.batch, run.value) == ("8", 1947.66)
+
+
 def test_a_server_setting_that_contradicts_the_log_is_an_error():
     with pytest.raises(CommodelError, match="the run had tp 8; --tp 4 says otherwise"):
-        read_serving(LOGS / "trtllm-bench-dsr1-h200-adp8.log", "hgx-h200", server={"tp": 4})
+        read_serving(TRT, "hgx-h200", server={"tp": 4})
 
 
 def test_calibrating_on_one_moe_recipe_predicts_the_other_better_than_the_defaults(capsys):
@@ -202,8 +219,6 @@ def test_bad_training_logs_are_one_line_errors_and_write_nothing(
     assert not out.exists()
 
 
-TRT = LOGS / "trtllm-bench-dsr1-h200-adp8.log"
-VLLM = LOGS / "vllm-bench-serve-gptoss-h200-c8.log"
 BAD_SERVING = [
     (lambda t: _truncated(t, TRT, "Total Output Throughput"), "no 'total output throughput (tokens/sec)' line"),
     (lambda t: _edited(t, TRT, "FP8_BLOCK_SCALES", "INT4_AWQ"), "Quantization: INT4_AWQ"),
