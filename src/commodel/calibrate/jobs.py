@@ -26,8 +26,8 @@ from datetime import date
 import numpy as np
 import pandas as pd
 
-from commodel.calibrate.fit import MIN_GAIN, Bounded, Fit, determined, fit, mean_log_error
-from commodel.calibrate.measured import MeasuredRun, fail
+from commodel.calibrate.fit import MIN_GAIN, Bounded, Fit, determined, fit, mean_log_error, median_error_pct
+from commodel.calibrate.measured import MeasuredRun, about, fail
 from commodel.calibrate.overlay import residual_range, system_overlay
 from commodel.errors import CommodelError
 from commodel.hardware.loader import default_db, using
@@ -47,10 +47,8 @@ RATES = ("tokens_per_s_per_gpu", "output_tokens_per_s")
 def model_value(run: MeasuredRun) -> float:
     """The model's value of the metric ``run`` measured, on the database in use; a job the model
     says does not fit is an error (the run did fit: the model's memory is what is wrong)."""
-    try:
+    with about(run.path):
         result = train(run.job) if isinstance(run.job, TrainingJob) else serve(run.job)
-    except CommodelError as exc:
-        raise fail(run.path, str(exc)) from None
     if run.metric == "step_time_s":
         value = result.get("step_time_s", float("nan"))
     elif run.metric == "tokens_per_s_per_gpu":
@@ -85,7 +83,7 @@ def _residuals(runs: list[MeasuredRun], chosen: list[Uncertain], factors: np.nda
         return np.log([model_value(run) / run.value for run in runs])
 
 
-def _bounds(number: Uncertain) -> Bounded:
+def factor_bounds(number: Uncertain) -> Bounded:
     """A constant's factor range, a fraction capped at 1 (no efficiency above the path)."""
     high = min(number.high, 1 / number.value) if number.fraction else number.high
     return Bounded(number.label, 1.0, (number.low, max(high, 1.0)))
@@ -131,6 +129,12 @@ class RunCalibration:
         )
         return 100 * float(np.expm1(before)), 100 * float(np.expm1(after))
 
+    def at_bound(self, number: Uncertain) -> bool:
+        """Whether the fit moved ``number`` to an end of its range: the runs ask for more than its
+        uncertainty allows."""
+        factor = self.fitted.get(number.label)
+        return factor is not None and any(abs(factor / b - 1) < 1e-3 for b in factor_bounds(number).bounds)
+
     def speed_ratios(self) -> np.ndarray:
         """Reality's speed over the model's, per run, after the fit."""
         rates = np.array([r.metric in RATES for r in self.runs])
@@ -147,7 +151,7 @@ class RunCalibration:
         names = ", ".join(r.name for r in self.runs)
         source = (
             f"calibrated: commodel calibrate {command} {names} ({len(self.runs)} run(s); median |error| "
-            f"{median_pct(self.before):.1f}% -> {median_pct(self.after):.1f}%; {date.today().isoformat()})"
+            f"{median_error_pct(self.before):.1f}% -> {median_error_pct(self.after):.1f}%; {date.today().isoformat()})"
         )
         changes = {(c.kind, c.name, c.path): c.value * factor for c, factor in self.constants()}
         ratios = self.speed_ratios()
@@ -157,11 +161,6 @@ class RunCalibration:
         return system_overlay(default_db(), systems.pop(), changes, source, ranges)
 
 
-def median_pct(residuals: np.ndarray) -> float:
-    """The median |error| (%) of log residuals."""
-    return float(100 * np.median(np.abs(np.expm1(residuals))))
-
-
 def calibrate_runs(runs: list[MeasuredRun], limit: int | None = None) -> RunCalibration:
     """Fit the constants ``runs`` depend on (module docstring); ``limit``: at most this many (default
     one per run)."""
@@ -169,13 +168,16 @@ def calibrate_runs(runs: list[MeasuredRun], limit: int | None = None) -> RunCali
         raise CommodelError("give at least one log")
     systems = sorted({r.job.system for r in runs})
     candidates = [c for c in hardware_uncertainty(systems) if c.high > c.low * MIN_SPREAD]
-    bounds = [_bounds(c) for c in candidates]
+    bounds = [factor_bounds(c) for c in candidates]
     moving = [candidates[i] for i in determined(bounds, lambda f: _residuals(runs, candidates, f))]
-    best = Fit(None, _residuals(runs, [], np.ones(0)), _residuals(runs, [], np.ones(0)))
+    defaults = _residuals(runs, [], np.ones(0))
+    best = Fit(None, defaults, defaults)
     chosen: list[Uncertain] = []
     for _ in range(min(limit or len(runs), len(runs), len(moving))):
         trials = {
-            c.label: fit([_bounds(x) for x in (*chosen, c)], lambda f, c=c: _residuals(runs, [*chosen, c], f))
+            c.label: fit(
+                [factor_bounds(x) for x in (*chosen, c)], lambda f, c=c: _residuals(runs, [*chosen, c], f)
+            )
             for c in moving
             if c not in chosen
         }

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,16 @@ class MeasuredRun:
 def fail(path: Path, message: str) -> CommodelError:
     """A one-line error about a log: the file and what is wrong with it."""
     return CommodelError(f"{path}: {message}")
+
+
+@contextmanager
+def about(path: Path) -> Iterator[None]:
+    """Inside the block, an error (a job the log states that commodel refuses, a run the model cannot
+    price) names the log it came from."""
+    try:
+        yield
+    except CommodelError as exc:
+        raise fail(path, str(exc)) from None
 
 
 def steady_median(path: Path, iterations: list[int], values: list[float], what: str) -> tuple[float, str]:
@@ -118,7 +129,7 @@ def _shape(m: Transformer) -> dict[str, int]:
     }
 
 
-def model_of(path: Path, given: str | None, found: Callable[[], str]) -> str:
+def model_of(given: str | None, found: Callable[[], str]) -> str:
     """The ``--model`` given (checked), else the one the log names or describes."""
     if given is not None:
         get_model(given)
@@ -151,7 +162,5 @@ def setting(path: Path, settings: Mapping[str, Any], name: str, kind: type = int
 
 def training(path: Path, model: str, system: str, settings: Mapping[str, Any]) -> TrainingJob:
     """The training job a log states, or one error naming the file and what the job refuses."""
-    try:
+    with about(path):
         return training_job(model=model, system=system, **settings)
-    except CommodelError as exc:
-        raise fail(path, str(exc)) from None

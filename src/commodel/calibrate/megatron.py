@@ -204,7 +204,7 @@ def parse_megatron(path: Path, text: str, system: str, model: str | None = None)
     """The run a Megatron log (``text``, read from ``path``) records, on ``system``: its job and
     median steady step time."""
     args = arguments(path, text)
-    name = model_of(path, model, lambda: described_model(path, _shape(path, args)))
+    name = model_of(model, lambda: described_model(path, _shape(path, args)))
     reports = [(int(m[1]), float(m[2])) for m in _ITERATION.finditer(text)]
     step_ms, how = steady_median(
         path, [i for i, _ in reports], [t for _, t in reports], "elapsed time per iteration"

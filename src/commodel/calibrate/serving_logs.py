@@ -27,8 +27,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from commodel.calibrate.measured import MeasuredRun, fail, model_of, named_model, setting
-from commodel.errors import CommodelError
+from commodel.calibrate.measured import MeasuredRun, about, fail, model_of, named_model, setting
 from commodel.pricing.serving_job import serving_job
 
 _KEY = re.compile(r"^\s*([A-Za-z][\w .()/%-]*?)\s*:\s+(\S.*?)\s*$", re.MULTILINE)
@@ -170,10 +169,8 @@ def parse_serving(
                 f"the run had {name} {settings[name]}; --{name.replace('_', '-')} {value} says otherwise",
             )
         settings[name] = value
-    name = model_of(path, model, lambda: named_model(path, settings["model"]))
+    name = model_of(model, lambda: named_model(path, settings["model"]))
     ranks = max(settings.get("tp", 1), settings.get("ep", 1))
-    try:
+    with about(path):
         job = serving_job(system=system, gpus=ranks, **(settings | {"model": name}))
-    except CommodelError as exc:
-        raise fail(path, str(exc)) from None
     return MeasuredRun(path, job, "output_tokens_per_s", measured, f"{kind}'s output throughput")

@@ -117,9 +117,7 @@ def parse_torchtitan(path: Path, text: str, system: str, model: str | None = Non
     median steady tokens/s per GPU."""
     cfg = config(path, text)
     spec = cfg.get("model", {})
-    name = model_of(
-        path, model, lambda: named_model(path, f"{spec.get('name', '')}-{spec.get('flavor', '')}")
-    )
+    name = model_of(model, lambda: named_model(path, f"{spec.get('name', '')}-{spec.get('flavor', '')}"))
     reports = [(int(m[1]), float(m[2].replace(",", ""))) for m in _STEP.finditer(text)]
     tps, how = steady_median(path, [i for i, _ in reports], [v for _, v in reports], "tokens/s per GPU")
     job = training(path, name, system, job_settings(path, cfg, _gpus(path, text)))

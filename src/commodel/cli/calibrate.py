@@ -10,8 +10,8 @@ import tomli_w
 import typer
 
 from commodel.calibrate.collectives import calibrate
-from commodel.calibrate.fit import mean_log_error
-from commodel.calibrate.jobs import calibrate_runs, leave_one_out, median_pct, memory_note
+from commodel.calibrate.fit import mean_log_error, median_error_pct
+from commodel.calibrate.jobs import calibrate_runs, leave_one_out, memory_note
 from commodel.calibrate.logs import read_serving, read_training
 from commodel.calibrate.measured import MeasuredRun
 from commodel.calibrate.nccl_tests import SIGNATURES, read
@@ -173,16 +173,14 @@ def _calibrate_runs(
         if factor is None:
             shown = "kept"
         else:
-            at_bound = (
-                " (at its bound: the runs ask for more; a mechanism the model lacks?)"
-                if any(abs(factor / b - 1) < 1e-3 for b in (number.low, number.high))
-                else ""
+            at_bound = " (at its bound: the runs ask for more; a mechanism the model lacks?)" * fit.at_bound(
+                number
             )
             shown = f"x{factor:.4g} -> {number.value * factor:.4g}{at_bound}"
         typer.echo(f"  {number.label:<44} {number.value:<10.4g} {bounds:<18} {shown}")
     typer.echo(
         f"\nMean |log error| {mean_log_error(fit.before):.3f} with the defaults, {mean_log_error(fit.after):.3f} "
-        f"fitted; median |error| {median_pct(fit.before):.1f}% -> {median_pct(fit.after):.1f}% (never raised)"
+        f"fitted; median |error| {median_error_pct(fit.before):.1f}% -> {median_error_pct(fit.after):.1f}% (never raised)"
     )
     if check:
         typer.echo("\nHeld out (each log predicted from a fit on the others; signed error, %):")

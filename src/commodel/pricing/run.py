@@ -20,8 +20,8 @@ from commodel.errors import CommodelError
 from commodel.hardware import cluster
 from commodel.pricing.advice import ADVICE, FIT_ADVICE, HOST_BOUND_SHARE, fit_fixes
 from commodel.pricing.job import Job
+from commodel.pricing.serving import ENGINE_SIZES, price_serving, replica_engine
 from commodel.pricing.serving import OUTPUTS as SERVING_OUTPUTS
-from commodel.pricing.serving import price_serving, replica_tp
 from commodel.pricing.serving_job import ServingJob, serving_job
 from commodel.pricing.table import Columns, is_unfit, job_columns
 from commodel.pricing.totals import JOB_OUTPUTS
@@ -29,7 +29,7 @@ from commodel.pricing.training import STEP_OUTPUTS, job_layout, price_training
 from commodel.pricing.training_job import TrainingJob, training_job
 from commodel.workloads.layer.work import kernel_table
 from commodel.workloads.model.catalog import model
-from commodel.workloads.serving.engine import Engine, iteration_table, kv_dtype_of, steady_state
+from commodel.workloads.serving.engine import iteration_table, kv_dtype_of, steady_state
 from commodel.workloads.training.hetero import is_node_groups
 from commodel.workloads.training.step import BREAKDOWN
 
@@ -232,16 +232,8 @@ def _iteration_table(job: ServingJob, batch: int) -> list[dict[str, object]]:
         )
     where = cluster(job.system)
     recipe = serving_precision(job.dtype, where.gpu)
-    tp = replica_tp(np.atleast_1d(job.tp), np.atleast_1d(job.attention_dp))
-    sizes = (tp, job.pp, job.ep, job.max_batch_size, job.max_num_tokens, job.kv_fraction)
-    engine = Engine(
-        model(job.model),
-        where,
-        recipe,
-        kv_dtype_of(job.kv_dtype, recipe),
-        *map(np.atleast_1d, sizes),
-        job.host_schedule,
-    )
+    sizes = {name: getattr(job, name) for name in ENGINE_SIZES}
+    engine = replica_engine(model(job.model), where, recipe, job.kv_dtype, job.host_schedule, sizes)
     state = steady_state(engine, batch, job.prompt, job.output, job.prompt_cv, job.output_cv)
     return iteration_table(engine, state, job.prompt)
 

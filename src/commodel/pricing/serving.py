@@ -14,11 +14,15 @@ request misses) come back with ``valid = False`` and the rule in ``problem``.
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Mapping
 
-from commodel.compute.precision import serving_precision
+import numpy as np
+from numpy.typing import ArrayLike
+
+from commodel.compute.precision import Precision, serving_precision
 from commodel.errors import CommodelError
 from commodel.hardware import cluster as make_cluster
+from commodel.hardware.cluster import Cluster
 from commodel.ops.energy import gpu_power_W, it_power_W
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.serving_job import ServingJob
@@ -33,6 +37,7 @@ from commodel.pricing.table import (
     untimed,
 )
 from commodel.workloads.model.catalog import model as get_model
+from commodel.workloads.model.schema import Transformer
 from commodel.workloads.serving.batch import disaggregated, one_phase, slo_batch
 from commodel.workloads.serving.engine import Engine, kv_dtype_of, replica_problems, steady_state
 from commodel.workloads.serving.memory import SERVING_CATEGORIES, capacity, kv_tokens_held, memory_at
@@ -61,10 +66,25 @@ OUTPUTS = (
 )
 
 
-def replica_tp(tp: np.ndarray, attention_dp: np.ndarray) -> np.ndarray:
-    """The tensor parallelism of a serving replica: the job's, or 1 with attention data parallelism
-    (each GPU a replica of its own attention, the experts over ep)."""
-    return np.where(np.asarray(attention_dp, dtype=float) > 0, 1.0, tp)
+#: A serving job's fields that size its replica's engine, as arrays (one entry per design).
+ENGINE_SIZES = ("tp", "attention_dp", "pp", "ep", "max_batch_size", "max_num_tokens", "kv_fraction")
+
+
+def replica_engine(
+    net: Transformer,
+    c: Cluster,
+    recipe: Precision,
+    kv_dtype: str,
+    host_schedule: str,
+    sizes: Mapping[str, ArrayLike],
+) -> Engine:
+    """The engine of a serving replica from its job's :data:`ENGINE_SIZES` (a table's columns or one
+    job's fields): its tensor parallelism the job's, or 1 with attention data parallelism (each GPU a
+    replica of its own attention, the experts over ep)."""
+    s = {name: np.atleast_1d(np.asarray(sizes[name], dtype=float)) for name in ENGINE_SIZES}
+    tp = np.where(s["attention_dp"] > 0, 1.0, s["tp"])
+    return Engine(net, c, recipe, kv_dtype_of(kv_dtype, recipe), tp, s["pp"], s["ep"], s["max_batch_size"],
+                  s["max_num_tokens"], s["kv_fraction"], host_schedule)  # fmt: skip
 
 
 def price_serving(columns: Columns) -> Columns:
@@ -105,10 +125,8 @@ def price_serving(columns: Columns) -> Columns:
         messages = problem_messages(problems, len(rows))
         ok = messages == ""
         if recipe is not None and ok.any():
-            engine = Engine(
-                net, c, recipe, kv_dtype_of(key["kv_dtype"], recipe), replica_tp(tp, col("attention_dp"))[ok], pp[ok], ep[ok],
-                col("max_batch_size")[ok], col("max_num_tokens")[ok], col("kv_fraction")[ok], key["host_schedule"],
-            )  # fmt: skip
+            sizes = {name: col(name)[ok] for name in ENGINE_SIZES}
+            engine = replica_engine(net, c, recipe, key["kv_dtype"], key["host_schedule"], sizes)
             request = {
                 n: col(n)[ok]
                 for n in (
