@@ -41,6 +41,23 @@ def test_torchtitan_log_gives_its_job_and_steady_tokens():
     assert run.metric == "tokens_per_s_per_gpu" and run.value == pytest.approx(8380, rel=0.005)
     assert "first 2 dropped" in run.how  # step 1 and the report to step 10 include warm-up
     assert run.peak_memory_bytes == pytest.approx(61.8 * 2**30)  # the published peak, Table 3
+    assert (job.recompute, job.recompute_modules) == ("none", "ops")  # selective, option "op"
+
+
+@pytest.mark.parametrize(
+    ("option", "recompute", "modules", "layers"), [("'op'", "none", "ops", 0), ("'4'", "full", "", 8)]
+)
+def test_torchtitans_selective_options_are_its_per_op_policy_or_every_nth_block(
+    tmp_path, option, recompute, modules, layers
+):
+    """``selective_ac_option = "op"`` is torchtitan's per-op policy; a number n checkpoints every
+    n-th block whole: Llama 3 8B's 32 blocks at n = 4 are 8 recomputed in full."""
+    path = tmp_path / "titan.log"
+    path.write_text(
+        TITAN.read_text().replace("'selective_ac_option': 'op'", f"'selective_ac_option': {option}")
+    )
+    job = read_training(path, "dgx-h100").job
+    assert (job.recompute, job.recompute_modules, job.recompute_layers) == (recompute, modules, layers)
 
 
 def test_megatron_memory_reports_give_the_peak(tmp_path):
@@ -201,6 +218,8 @@ BAD_TRAINING = [
      "data_parallel_replicate_degree = 2"),
     (lambda t: _edited(t, TITAN, "Building 1-D device mesh", "Building a mesh"), "device mesh"),
     (lambda t: _edited(t, TITAN, "'flavor': '8B'", "'flavor': '9B'"), "give --model"),
+    (lambda t: _edited(t, TITAN, "'selective_ac_option': 'op'", "'selective_ac_option': 'ops'"),
+     "selective_ac_option = ops: 'op' or a positive whole number"),
     (lambda t: (t / "x.log").write_bytes(b"\0\1\2") and t / "x.log", "binary"),
     (lambda t: (t / "y.log").write_text("hello\n") and t / "y.log", "not a training log"),
 ]  # fmt: skip
@@ -245,9 +264,10 @@ def test_bad_serving_outputs_are_one_line_errors_and_write_nothing(
 
 
 def test_a_run_the_model_says_does_not_fit_is_refused(tmp_path, monkeypatch, capsys):
-    """torchtitan's FSDP run of Llama 3 8B on 8 H100s of 96 GB (82.4 GiB peak): on dgx-h100's 80 GB
-    GPUs it cannot fit, and a job the model cannot price calibrates nothing."""
+    """torchtitan's FSDP run of Llama 3 8B on 8 H100s of 96 GB (82.4 GiB peak; the model's 62 GiB
+    with its per-op checkpointing): on a40-pcie-8's 48 GB GPUs it cannot fit, and a job the model
+    cannot price calibrates nothing."""
     log = LOGS / "torchtitan-llama3-8b-eager.log"
-    code, captured = run_cli(["calibrate", "train", log, "--system", "dgx-h100", "-o", tmp_path / "o.toml"],
+    code, captured = run_cli(["calibrate", "train", log, "--system", "a40-pcie-8", "-o", tmp_path / "o.toml"],
                              capsys, monkeypatch)  # fmt: skip
-    assert code == 2 and "GiB on each of dgx-h100's" in captured.err
+    assert code == 2 and "GiB on each of a40-pcie-8's" in captured.err

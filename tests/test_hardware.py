@@ -113,6 +113,12 @@ def _edit(path: Path, old: str, new: str) -> None:
         ),
         ("gpus/h100-sxm.toml", "tdp =", "tdpp =", r"h100-sxm.toml: .*; missing key 'tdp'"),
         (
+            "gpus/h100-sxm-96gb.toml",
+            'power_limit = { value = "500 W"',
+            'power_limit = { value = "800 W"',
+            r"h100-sxm-96gb.toml: .*power limit 800 W is not above the idle power 142 W and at most the TDP 700 W",
+        ),
+        (
             "gpus/h100-sxm.toml",
             '"3.35 TB/s"',
             '"3.35 TW"',

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commodel.compute.kernels import gemm
+from commodel.compute.power import shared_clock
 from commodel.compute.roofline import hbm_bytes
 from commodel.hardware import default_db
 from commodel.overlap.interference import LOAD_CEILING, corun, slowdowns, stretch
@@ -37,6 +38,21 @@ def test_the_latency_rise_stops_at_the_ceiling_and_bandwidth_is_shared_beyond_a_
     assert latency_bound == pytest.approx(0.99 / (1 - LOAD_CEILING))
     saturating, _ = slowdowns(1.0, 0.5)
     assert saturating == pytest.approx(1.5)  # a copy at full bandwidth gets its share of it
+
+
+@settings(max_examples=200, deadline=None)
+@given(loads, loads, st.floats(0.0, 0.5), st.floats(0.0, 0.5))
+def test_the_collectives_hbm_power_slows_only_the_computes_clock_bound_part(compute, comm, power, more):
+    """A board at its limit: the watts the collective's traffic draws come out of the compute's clock,
+    more with more watts, never out of the collective's own pace, and not at all with none."""
+    plain, comm_plain = slowdowns(compute, comm)
+    heated, comm_heated = slowdowns(compute, comm, power)
+    hotter, _ = slowdowns(compute, comm, power + more)
+    assert heated >= plain - 1e-12 and hotter >= heated - 1e-12
+    assert comm_heated == comm_plain
+    clock = shared_clock(power, comm)
+    assert heated == pytest.approx((1 - compute) / clock + (plain - (1 - compute)))
+    assert float(shared_clock(0.0, comm)) == 1.0
 
 
 @settings(max_examples=200, deadline=None)

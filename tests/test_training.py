@@ -14,7 +14,7 @@ from commodel.compute.precision import precision
 from commodel.errors import CommodelError
 from commodel.hardware import cluster
 from commodel.overlap import STRATEGIES, Window, window_time
-from commodel.overlap.interference import LOAD_CEILING
+from commodel.overlap.interference import LOAD_CEILING, Memory
 from commodel.pricing.run import train
 from commodel.pricing.table import job_columns
 from commodel.pricing.training_job import training_job
@@ -390,6 +390,38 @@ def test_recomputing_the_mlp_runs_its_gemms_and_its_tensor_parallel_collectives_
     assert float(extra) == pytest.approx(2 * net.layers * 3 * net.hidden * net.ffn_hidden)
 
 
+def test_torchtitans_per_op_checkpointing_runs_every_second_matmul_and_keeps_what_it_saves():
+    """torchtitan's per-op policy (``ops``): the key, attention-output and up projections run again
+    (the matmul FLOPs of wk, wo and w3, about a third of a block's forward), with the norms and the
+    activation; what it keeps is the block's input and the outputs it saves, less than without
+    recomputation and more than with full. Its step lies between none and full, as its memory does."""
+    from commodel.workloads.model.transformer import activation_bytes_per_token, recompute_flops_per_token
+
+    net = model("llama3-8b")
+    h, kv, f = net.hidden, net.n_kv_heads * net.d_head, net.ffn_hidden
+    ops = RECOMPUTE_MODULES["ops"]
+    again = float(recompute_flops_per_token(net, 8192, 0, modules=ops))
+    assert again == 2 * net.layers * h * (kv + h + f)
+    kept = 2 * (2 * h + net.heads * net.d_head + kv + net.heads * net.d_head + f)
+    assert float(activation_bytes_per_token(net, 0, modules=ops)) == pytest.approx(kept)
+    assert activation_bytes_per_token(net, 2) < kept < activation_bytes_per_token(net, 0)
+    base = dict(
+        model="llama3-8b", system="dgx-h100", gpus=8, global_batch=16, micro_batch=2, seq=8192, zero=3
+    )
+    none, titan, full = (model_step(**base, recompute=r, **m) for r, m in
+                         (("none", {}), ("none", {"recompute_modules": "ops"}), ("full", {})))  # fmt: skip
+    assert none["step_time_s"] < titan["step_time_s"] < full["step_time_s"]
+    assert full["memory_per_gpu_bytes"] < titan["memory_per_gpu_bytes"] < none["memory_per_gpu_bytes"]
+    with pytest.raises(CommodelError, match=r"ops .*needs a dense model"):
+        train(
+            model="qwen3-30b-a3b", system="dgx-h100", gpus=8, ep=8, recompute="none", recompute_modules="ops"
+        )
+    with pytest.raises(CommodelError, match="give it alone"):
+        train(**base, recompute="none", recompute_modules="ops,layernorm")
+    with pytest.raises(CommodelError, match="recompute none"):
+        train(**base, recompute="selective", recompute_modules="ops")
+
+
 def test_recompute_modules_are_checked_against_the_model():
     with pytest.raises(CommodelError, match="mla_up_proj needs multi-head latent attention"):
         train(model="llama3-8b", system="dgx-h100", gpus=8, recompute_modules="mla_up_proj")
@@ -716,7 +748,9 @@ def test_overlap_is_never_below_ideal_nor_above_both_slowed_throughout(
         np.asarray(compute), np.asarray(compute * tail), np.asarray(compute * mem_share), np.asarray(wave)
     )
     times = {
-        s: float(window_time(s, w, comm, traffic_Bps=traffic, hbm_Bps=3e12, calls=calls, in_network=True))
+        s: float(
+            window_time(s, w, comm, traffic_Bps=traffic, memory=Memory(3e12), calls=calls, in_network=True)
+        )
         for s in STRATEGIES
     }
     worst = max(1 / (1 - LOAD_CEILING), 2.0)  # the latency's cap, or two full loads sharing the bandwidth
@@ -1042,9 +1076,8 @@ def test_userbuffers_hides_tensor_parallel_communication_behind_its_gemms():
         r = train_step(net, c, x, dtype="fp8", strategy="sm-partition", tp_overlap=mechanism)
         return float(r["tp_comm_s"] / r["step_time_s"])
 
-    assert (
-        0 < tp_comm("userbuffers") < 0.75 * tp_comm("none")
-    )  # what stays: the last chunk, cut GEMMs, SM margins
+    # what stays: the last chunk, cut GEMMs, SM margins, the clock the exchange's HBM power takes
+    assert 0 < tp_comm("userbuffers") < 0.85 * tp_comm("none")
     assert tp_comm("userbuffers", seq=1024) > tp_comm("userbuffers")
     assert tp_comm("userbuffers", sp=False) == pytest.approx(tp_comm("none", sp=False))
     alone = dict(model="llama3-8b", system="dgx-h100", gpus=8, sequence_parallel=True)
@@ -1107,7 +1140,8 @@ def test_fp8_recipes_gather_quantized_activations(monkeypatch):
 def test_the_advice_turns_userbuffers_on_or_off_where_it_pays():
     """commodel train prices the other tensor-parallel mechanism: userbuffers for Llama 3 70B at TP 8
     on H100 (its collectives exposed between the GEMMs otherwise), and none for GPT-3 175B at 512
-    tokens, where 64-row GEMM chunks cost more than the communication they hide."""
+    tokens, where 64-row GEMM chunks cost more than the communication they hide: switching away from
+    userbuffers gains more there than at its 2,048-token recipe (where the two are within a few %)."""
     common = dict(system="dgx-h100", tp=8, sequence_parallel=True, overlap="sm-partition", advise=True)
     exposed = train(model="llama3-70b", gpus=64, global_batch=64, recompute="auto", **common)
     assert any("--tp-overlap userbuffers" in n for n in exposed["notes"])
@@ -1116,7 +1150,12 @@ def test_the_advice_turns_userbuffers_on_or_off_where_it_pays():
     assert any("--tp-overlap async" in n for n in short["notes"])
     long = train(model="gpt3-175b-mcore", gpus=96, pp=12, global_batch=96, tp_overlap="userbuffers",
                  recompute="selective", **common)  # fmt: skip
-    assert not any("--tp-overlap" in n for n in long["notes"])
+
+    def gain(run):  # what the advice says switching to async saves, 0 without a note
+        notes = [n for n in run["notes"] if "--tp-overlap async" in n]
+        return 0.0 if not notes else 1 - float(notes[0].split("-> ")[1].split()[0]) / run["step_time_s"]
+
+    assert gain(short) > 2 * gain(long)
 
 
 def test_with_sequence_parallelism_a_gpu_dispatches_only_its_sequence_shard():
@@ -1504,7 +1543,7 @@ def test_interleaved_chunks_reduce_their_gradients_as_their_work_ends():
 
     layer = Window(*(np.array([t]) for t in (0.010, 0.012, 0.001, 1e-4)))  # 10 ms of backward per layer
     comm, bw, buckets, layers = np.array([0.5]), np.array([4e10]), np.array([40.0]), np.array([8.0])
-    kw = dict(hbm_Bps=3e12, in_network=False)
+    kw = dict(memory=Memory(3e12), in_network=False)
     for strategy in STRATEGIES:
         whole = exposed(strategy, repeat(layer, layers), comm, traffic_Bps=bw, calls=buckets, **kw)
         x1 = layouts(pp=np.array([8]), vpp=np.array([1]))

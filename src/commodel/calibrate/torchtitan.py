@@ -36,14 +36,36 @@ from commodel.calibrate.measured import (
     steady_median,
     training,
 )
+from commodel.workloads.model.catalog import model as get_model
 
 _ARGS = re.compile(r"Running with args:\s*(\{.*?)\s*$", re.MULTILINE)
 _MESH = re.compile(r"Building \d+-D device mesh with \[[^\]]*\], \[([\d, ]+)\]")
 _MEMORY = re.compile(r"step:.*?memory:\s*([0-9.]+)GiB")
 _STEP = re.compile(r"step:\s*(\d+)\s.*?tps:\s*([\d,]+(?:\.\d+)?)")
 
-#: torchtitan's activation checkpointing modes -> commodel's recomputation.
-CHECKPOINTING = {"none": "none", "full": "full", "selective": "selective"}
+#: torchtitan's activation checkpointing modes (``selective`` by its ``selective_ac_option``:
+#: :func:`checkpointing`).
+CHECKPOINTING = ("none", "full", "selective")
+
+
+def checkpointing(path: Path, cfg: dict[str, dict[str, Any]], layers: int) -> dict[str, Any]:
+    """commodel's recomputation for torchtitan's ``activation_checkpoint`` section: ``none``,
+    ``full``; ``selective`` with option ``op`` is its per-op policy (recompute module ``ops``), with
+    a number ``n`` every ``n``-th block checkpointed whole (full recomputation of ``layers / n``)."""
+    section = cfg.get("activation_checkpoint", {})
+    mode = str(section.get("mode", "none"))
+    if mode not in CHECKPOINTING:
+        raise fail(path, f"activation_checkpoint.mode = {mode}: commodel prices {', '.join(CHECKPOINTING)}")
+    if mode != "selective":
+        return {"recompute": mode}
+    option = str(section.get("selective_ac_option", "2"))
+    if option == "op":
+        return {"recompute": "none", "recompute_modules": "ops"}
+    if not option.isdigit() or int(option) < 1:
+        raise fail(
+            path, f"activation_checkpoint.selective_ac_option = {option}: 'op' or a positive whole number"
+        )
+    return {"recompute": "full", "recompute_layers": layers // int(option)}
 
 
 def config(path: Path, text: str) -> dict[str, dict[str, Any]]:
@@ -75,8 +97,9 @@ def _precision(path: Path, model: dict[str, Any]) -> str:
     return "mxfp8" if "mx" in converters else "fp8" if "float8" in converters else "bf16"
 
 
-def job_settings(path: Path, cfg: dict[str, dict[str, Any]], gpus: int) -> dict[str, Any]:
-    """The training job's settings the configuration states, on ``gpus`` GPUs."""
+def job_settings(path: Path, cfg: dict[str, dict[str, Any]], gpus: int, layers: int) -> dict[str, Any]:
+    """The training job's settings the configuration states, on ``gpus`` GPUs, for a model of
+    ``layers`` blocks."""
     par, train = cfg.get("parallelism", {}), cfg.get("training", {})
     sizes = {k: setting(path, par, f"{k}_degree", int, 1) for k in ("tensor_parallel", "pipeline_parallel",
              "context_parallel", "expert_parallel", "data_parallel_replicate")}  # fmt: skip
@@ -91,9 +114,6 @@ def job_settings(path: Path, cfg: dict[str, dict[str, Any]], gpus: int) -> dict[
     dp = gpus // (tp * cp)
     local = setting(path, train, "local_batch_size", int, setting(path, train, "batch_size", int, 1))
     steps = setting(path, train, "gradient_accumulation_steps", int, 1)
-    mode = str(cfg.get("activation_checkpoint", {}).get("mode", "none"))
-    if mode not in CHECKPOINTING:
-        raise fail(path, f"activation_checkpoint.mode = {mode}: commodel prices {', '.join(CHECKPOINTING)}")
     compiled = setting(path, cfg.get("compile", {}), "enable", bool, False) or setting(
         path, train, "compile", bool, False
     )
@@ -101,7 +121,7 @@ def job_settings(path: Path, cfg: dict[str, dict[str, Any]], gpus: int) -> dict[
         "gpus": gpus, "tp": tp, "cp": cp, "zero": 3 if dp > 1 else 1, "sequence_parallel": tp > 1,
         "dtype": _precision(path, cfg.get("model", {})), "micro_batch": local,
         "global_batch": setting(path, train, "global_batch_size", int, local * dp * steps),
-        "seq": setting(path, train, "seq_len"), "recompute": CHECKPOINTING[mode],
+        "seq": setting(path, train, "seq_len"), **checkpointing(path, cfg, layers),
         "elementwise": "fused" if compiled else "eager", "overlap": "sm-partition",
         "tp_overlap": "async" if setting(path, par, "enable_async_tensor_parallel", bool, False) else "none",
     }  # fmt: skip
@@ -120,5 +140,5 @@ def parse_torchtitan(path: Path, text: str, system: str, model: str | None = Non
     name = model_of(model, lambda: named_model(path, f"{spec.get('name', '')}-{spec.get('flavor', '')}"))
     reports = [(int(m[1]), float(m[2].replace(",", ""))) for m in _STEP.finditer(text)]
     tps, how = steady_median(path, [i for i, _ in reports], [v for _, v in reports], "tokens/s per GPU")
-    job = training(path, name, system, job_settings(path, cfg, _gpus(path, text)))
+    job = training(path, name, system, job_settings(path, cfg, _gpus(path, text), get_model(name).layers))
     return MeasuredRun(path, job, "tokens_per_s_per_gpu", tps, how, peak_memory(_MEMORY, text, 2**30))

@@ -29,6 +29,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from commodel.compute.kernels import DTYPE_BYTES
+from commodel.compute.power import clock_share
 from commodel.compute.roofline import peak_flops
 from commodel.errors import CommodelError
 from commodel.hardware.schema import GPU, Multiprocessor
@@ -104,7 +105,7 @@ def tiled_gemm(
     """``C[m, n] = A[m, k] B[k, n]`` cut into ``tile = (tm, tn, tk)`` blocks of ``threads`` threads,
     each holding ``stages`` operand tiles in shared memory: ``stages (tm + tn) tk`` elements."""
     tm, tn, tk = tile
-    rate = peak_flops(gpu, dtype) * gpu.efficiency(dtype) / gpu.compute_units.value
+    rate = peak_flops(gpu, dtype) * clock_share(gpu) * gpu.efficiency(dtype) / gpu.compute_units.value
     shared = stages * (tm + tn) * tk * DTYPE_BYTES[dtype]
     return TiledGemm(
         tiles=np.ceil(m / tm) * np.ceil(n / tn),

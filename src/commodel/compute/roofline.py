@@ -3,7 +3,9 @@
 ``time = max(FLOPs / achievable FLOP/s, bytes / achievable bandwidth) + launch overhead``
 
 - achievable FLOP/s (tensor-core kernels) = peak[dtype] x matmul_efficiency[dtype] (the GPU's
-  measured best GEMM, "MAMF") x wave efficiency x depth efficiency;
+  measured best GEMM, "MAMF") x wave efficiency x depth efficiency, every clock-bound rate (these, the
+  vector peaks, the exponential rate) times the clock share a power limit below the TDP leaves
+  (:func:`commodel.compute.power.clock_share`);
 - wave efficiency = tiles / (ceil(tiles / SMs) x SMs): a kernel whose tiles do not fill the last wave
   of SMs/CUs leaves the rest idle (wave quantization);
 - depth efficiency = k / (k + K0 x r): each output tile pays a prologue and epilogue (filling the
@@ -30,6 +32,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from commodel.compute.kernels import DTYPE_BYTES, GEMM_TILE, Kernel, gemm
+from commodel.compute.power import clock_share
 from commodel.errors import CommodelError
 from commodel.hardware.schema import GPU
 
@@ -93,13 +96,13 @@ def achievable_flops(
     total = gpu.compute_units.value
     units = total if units is None else np.asarray(units, dtype=float)
     if not kernel.matmul:
-        return np.full(np.shape(kernel.flops), peak) * units / total
+        return np.full(np.shape(kernel.flops), peak * clock_share(gpu)) * units / total
     tiles, depth = kernel.tiles * split, kernel.k_depth / np.asarray(split, dtype=float)
     waves = np.ceil(tiles / units)
     wave_eff = tiles / (waves * total)
     sixteen_bit = peak_flops(gpu, "bf16" if "bf16" in gpu.peak_flops else "fp16")
     depth_eff = depth / (depth + GEMM_TILE_OVERHEAD_K * peak / sixteen_bit)
-    return peak * gpu.efficiency(kernel.dtype) * wave_eff * depth_eff
+    return peak * clock_share(gpu) * gpu.efficiency(kernel.dtype) * wave_eff * depth_eff
 
 
 def achievable_bandwidth(gpu: GPU) -> float:
@@ -118,7 +121,7 @@ def kernel_time(gpu: GPU, kernel: Kernel, launch: bool = True, units: ArrayLike 
     compute = kernel.flops / ceiling
     if gpu.exp_rate is not None and np.any(kernel.exps):
         share = gpu.compute_units.value if units is None else np.asarray(units, dtype=float)
-        softmax = kernel.exps / (gpu.exp_rate.value * share / gpu.compute_units.value)
+        softmax = kernel.exps / (gpu.exp_rate.value * clock_share(gpu) * share / gpu.compute_units.value)
         compute = np.maximum(compute, softmax) + SOFTMAX_EXPOSED * np.minimum(compute, softmax)
     traffic = kernel.bytes + _partial_sum_bytes(kernel, split)
     memory = traffic / _bandwidth(gpu, kernel)

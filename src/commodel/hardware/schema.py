@@ -52,6 +52,9 @@ class GPU(Strict):
     second the special-function units deliver at the datasheet clock (they bound softmax in fused
     attention); absent: no such bound is applied. ``multiprocessor``: one SM's resident limits
     (:class:`Multiprocessor`); absent: kernels sharing the GPU cannot be placed block by block.
+    ``power_limit``: the board power limit a deployment sets below the ``tdp`` (``nvidia-smi -pl``);
+    the record's rates are measured at the TDP, and under a lower limit its clock-bound rates fall
+    (:func:`commodel.compute.power.clock_share`); absent: the TDP.
     """
 
     description: str
@@ -69,6 +72,12 @@ class GPU(Strict):
     launch_overhead: Duration
     exp_rate: Rate | None = None
     multiprocessor: Multiprocessor | None = None
+    power_limit: Power | None = None
+
+    @property
+    def board_power(self) -> float:
+        """Watts the board may draw: its power limit, else its TDP."""
+        return (self.power_limit or self.tdp).value
 
     @model_validator(mode="after")
     def _known_architecture(self) -> GPU:
@@ -81,6 +90,11 @@ class GPU(Strict):
         if self.idle_power.value >= self.tdp.value:
             raise ValueError(
                 f"idle power {self.idle_power.value:g} W is not below the TDP {self.tdp.value:g} W"
+            )
+        if self.power_limit and not self.idle_power.value < self.power_limit.value <= self.tdp.value:
+            raise ValueError(
+                f"power limit {self.power_limit.value:g} W is not above the idle power "
+                f"{self.idle_power.value:g} W and at most the TDP {self.tdp.value:g} W"
             )
         return self
 

@@ -6,9 +6,9 @@
   the time the GPU runs compute-bound kernels: a tensor-core GEMM at its roofline draws the whole
   TDP (H100 and B200 GEMMs run at their power limit), so a compute-bound second costs
   ``TDP - P_idle`` above idle. ``B`` is the mean HBM traffic (bytes/s) of the memory-bound kernels at
-  :data:`HBM_J_PER_BYTE` each: a memory-bound decode reading its weights at 3 TB/s on an H100 draws
+  :data:`~commodel.compute.power.HBM_J_PER_BYTE` each: a memory-bound decode reading its weights at 3 TB/s on an H100 draws
   about 290 W, not its 700 W TDP. Communication waits and pipeline bubbles draw idle power. Idle
-  and TDP come from the GPU record.
+  and TDP come from the GPU record; a GPU run under a lower power limit draws at most that limit.
 - Node power: ``gpus_per_node x P_gpu + NODE_OTHER_LOAD x node_other_power`` (CPUs, memory, NICs,
   NVSwitches, fans, supply losses; rated value from the system record).
 - Network: ``nics_per_node x endpoint_power x ports / 3`` per node: the switch ports each NIC needs
@@ -23,30 +23,22 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
+from commodel.compute.power import HBM_J_PER_BYTE
 from commodel.hardware.cluster import Cluster
 
 J_PER_KWH = 3.6e6
 
 #: Share of its rated power the rest of a node draws under a training load. Calibrated on measurement
 #: h100-node-power (8.4 kW for an 8 x H100 node in training, rated 10.2 kW): with the GPUs at the
-#: power the model gives them for a single-node training job (584 W), the rest draws 0.811 x 4.6 kW.
-NODE_OTHER_LOAD = 0.811
-
-
-#: Energy of moving one byte between HBM and the SMs when a memory-bound kernel streams it: about
-#: 6 pJ/bit, the DRAM access and its I/O (HBM2: 3.9 pJ/bit, O'Connor et al., "Fine-Grained DRAM",
-#: MICRO 2017) plus as much again on chip (crossbar, L2, shared memory and registers; Dally,
-#: "Evolution of the Graphics Processing Unit", IEEE Micro 2021, puts on-chip transport at ~1 pJ/bit
-#: per 10 mm). An assumption with a factor-of-1.5 uncertainty: no published inference power is in
-#: data/measurements.csv to check it against.
-HBM_J_PER_BYTE = 6e-12 * 8
+#: power the model gives them for a single-node training job (578 W), the rest draws 0.821 x 4.6 kW.
+NODE_OTHER_LOAD = 0.821
 
 
 def gpu_power_W(cluster: Cluster, busy: ArrayLike, hbm_Bps: ArrayLike = 0.0) -> np.ndarray:
     """Average power of one GPU that runs compute-bound kernels a ``busy`` share of the time and
     moves a mean ``hbm_Bps`` bytes/s through memory-bound ones (module docstring)."""
     gpu = cluster.gpu
-    idle, tdp = gpu.idle_power.value, gpu.tdp.value
+    idle, tdp = gpu.idle_power.value, gpu.board_power
     compute = (tdp - idle) * np.clip(np.asarray(busy, dtype=float), 0.0, 1.0)
     memory = HBM_J_PER_BYTE * np.maximum(np.asarray(hbm_Bps, dtype=float), 0.0)
     return idle + np.minimum(tdp - idle, compute + memory)

@@ -26,6 +26,7 @@ from commodel.compute.residency import (
 from commodel.compute.roofline import achievable_bandwidth
 from commodel.errors import CommodelError
 from commodel.hardware.schema import GPU
+from commodel.overlap.interference import memory_of
 from commodel.overlap.streams import ARMS, DISPATCH, Beside, arm_time
 
 #: Threads of one collective CTA for a large ring Simple call: NCCL 512 + 32 (a sync warp), RCCL 256
@@ -83,5 +84,8 @@ def arm_times(
 ) -> dict[str, float]:
     """Total time of the GEMM (moving ``hbm_bytes``) and the collective (``comm_s`` alone, loading
     HBM with ``comm_load``) under each arm."""
-    g = beside(gpu, gemm, cta, ctas, hbm_bytes)
-    return {arm: float(np.asarray(arm_time(arm, g, comm_s, DISPATCH[gpu.vendor], comm_load))) for arm in ARMS}
+    g, power = beside(gpu, gemm, cta, ctas, hbm_bytes), memory_of(gpu).power
+    return {
+        arm: float(np.asarray(arm_time(arm, g, comm_s, DISPATCH[gpu.vendor], comm_load, power)))
+        for arm in ARMS
+    }

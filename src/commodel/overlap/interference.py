@@ -31,15 +31,26 @@ at (:func:`corun_end`, the collective starting ``d`` after the compute)::
 
 never below ``max(C, M)``; above ``C + M`` (serial) where the two slow each other enough.
 
-Not captured: L2 (a collective's traffic evicting a GEMM's operands), clocks lowered under the power
-limit (Lee et al., arXiv:2507.03114), and the warp scheduler's issue slots within one SM (NCCL's
-CTAs never share an SM with compute: NVIDIA/nccl#689).
+The compute's clock-bound part (``1 - s`` of it) also runs at a lower clock beside the collective: it
+ran at the board's power limit, and the collective's HBM traffic draws power of its own
+(:func:`commodel.compute.power.shared_clock`: ``c = (1 - p u_other) ** (1 / a)``), so the compute's
+stretch is ``(1 - s) / c + s max(...)``. Lee et al. (arXiv:2507.03114) measure the compute slowing
+beside communication and its power rising.
+
+Not captured: L2 (a collective's traffic evicting a GEMM's operands) and the warp scheduler's issue
+slots within one SM (NCCL's CTAs never share an SM with compute: NVIDIA/nccl#689).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numpy.typing import ArrayLike
+
+from commodel.compute.power import hbm_power_share, shared_clock
+from commodel.compute.roofline import achievable_bandwidth
+from commodel.hardware.schema import GPU
 
 #: HBM bytes a collective moves per byte it sends or receives. Its CTAs read what they send and
 #: write what they receive, through NCCL's staging buffers (a FIFO each chunk is written into and
@@ -55,6 +66,21 @@ HBM_PER_WIRE_BYTE = 1.5
 #: maintainers report a co-running GEMM slowing a latency-bound send/recv "up to 2x"
 #: (NVIDIA/nccl#1433), which needs ``R >= 0.5``.
 LOAD_CEILING = 0.6
+
+
+class Memory(NamedTuple):
+    """A GPU's HBM as two co-running kernels share it: its achievable bandwidth (bytes/s) and the
+    share of the board's dynamic power it draws at that bandwidth
+    (:func:`commodel.compute.power.hbm_power_share`; 0: no power limit binds)."""
+
+    Bps: float
+    power: float = 0.0
+
+
+def memory_of(gpu: GPU) -> Memory:
+    """``gpu``'s :class:`Memory`."""
+    hbm = achievable_bandwidth(gpu)
+    return Memory(hbm, hbm_power_share(gpu, hbm))
 
 
 def hbm_load(bytes_per_s: ArrayLike, hbm_Bps: ArrayLike) -> np.ndarray:
@@ -74,20 +100,27 @@ def busbw_load(busbw_Bps: ArrayLike, hbm_Bps: ArrayLike, in_network: ArrayLike =
     return collective_load(wire, hbm_Bps)
 
 
-def stretch(stall: ArrayLike, own: ArrayLike, other: ArrayLike) -> np.ndarray:
+def stretch(stall: ArrayLike, own: ArrayLike, other: ArrayLike, clock: ArrayLike = 1.0) -> np.ndarray:
     """How many times slower a side runs beside another (module formula): ``stall`` of its time
-    alone waits on memory; ``own`` and ``other`` are the two sides' HBM loads alone (each >= 0)."""
+    alone waits on memory; ``own`` and ``other`` are the two sides' HBM loads alone (each >= 0); the
+    rest of its time runs at ``clock`` of its clock alone."""
     s = np.minimum(np.asarray(stall, dtype=float), 1.0)
     u, v = np.asarray(own, dtype=float), np.asarray(other, dtype=float)
     both = u + v
     latency = (1 - np.minimum(u, LOAD_CEILING)) / (1 - np.minimum(both, LOAD_CEILING))
-    return 1 - s + s * np.maximum(latency, both)
+    return (1 - s) / np.asarray(clock, dtype=float) + s * np.maximum(latency, both)
 
 
-def slowdowns(compute_load: ArrayLike, comm_load: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+def slowdowns(
+    compute_load: ArrayLike, comm_load: ArrayLike, hbm_power: ArrayLike = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
     """(compute's, collective's) slowdown while both run: compute waits on memory as much as it
-    loads it, the collective all the time (module docstring)."""
-    return stretch(compute_load, compute_load, comm_load), stretch(1.0, comm_load, compute_load)
+    loads it, the collective all the time; the compute's clock-bound part runs at the clock the
+    collective's HBM power leaves it, on a GPU whose HBM draws ``hbm_power`` of its dynamic power at
+    full load (:func:`commodel.compute.power.hbm_power_share`; 0: no power limit binds). Module
+    docstring."""
+    clock = shared_clock(hbm_power, comm_load)
+    return stretch(compute_load, compute_load, comm_load, clock), stretch(1.0, comm_load, compute_load)
 
 
 def corun(

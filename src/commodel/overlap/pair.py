@@ -76,7 +76,8 @@ class Pair:
     """A kernel and a collective, each alone (module docstring). ``chunk_s``: one of the
     ``chunks`` kernels a decomposed overlap cuts the kernel into; ``in_order``: the GPU dispatches
     a later kernel's blocks only after an earlier one's (NVIDIA); ``collective_first``: the
-    collective is already running when the kernel starts."""
+    collective is already running when the kernel starts; ``hbm_power``: the share of the GPU's
+    dynamic power its HBM draws at full load (:class:`~commodel.overlap.interference.Memory`)."""
 
     compute_s: float
     partitioned_s: float
@@ -88,6 +89,7 @@ class Pair:
     chunks: int
     in_order: bool = True
     collective_first: bool = False
+    hbm_power: float = 0.0
 
 
 class Ends(NamedTuple):
@@ -105,7 +107,7 @@ class Ends(NamedTuple):
 def pair_times(strategy: str, pair: Pair) -> Ends:
     """When each side starts and ends under ``strategy`` (module docstring)."""
     C, M, p = pair.compute_s, pair.comm_s, pair.chunks
-    fc, fm = slowdowns(pair.compute_load, pair.comm_load)
+    fc, fm = slowdowns(pair.compute_load, pair.comm_load, pair.hbm_power)
     if strategy == "serial":
         return Ends(C, C, C + M)
     if strategy in ("occupancy-shaped", "copy-engine"):

@@ -52,13 +52,18 @@ class Beside:
 
 
 def arm_time(
-    arm: str, gemm: Beside, comm_s: ArrayLike, dispatch: str, comm_load: ArrayLike = 0.0
+    arm: str,
+    gemm: Beside,
+    comm_s: ArrayLike,
+    dispatch: str,
+    comm_load: ArrayLike = 0.0,
+    hbm_power: float = 0.0,
 ) -> np.ndarray:
     """Total time of the GEMM and the collective (of HBM load ``comm_load``) under ``arm`` with the
-    vendor's ``dispatch``."""
+    vendor's ``dispatch``, on a GPU whose HBM draws ``hbm_power`` of its dynamic power at full load."""
     if arm == "sequential":
         return np.asarray(gemm.gemm_s, dtype=float) + comm_s
-    fc, fm = slowdowns(gemm.load, comm_load)
+    fc, fm = slowdowns(gemm.load, comm_load, hbm_power)
     if arm == "shaped":
         return corun_end(gemm.shaped_s, comm_s, 0.0, fc, fm)
     if dispatch == "in-order":

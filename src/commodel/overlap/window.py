@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from commodel.overlap.interference import collective_load, corun_end, slowdowns
+from commodel.overlap.interference import Memory, collective_load, corun_end, slowdowns
 
 STRATEGIES = ("serial", "ideal", "sm-partition", "occupancy-shaped", "in-network", "copy-engine")
 
@@ -85,7 +85,7 @@ def window_time(
     window: Window,
     comm_s: ArrayLike,
     traffic_Bps: ArrayLike,
-    hbm_Bps: float,
+    memory: Memory,
     calls: ArrayLike = 1,
     in_network: ArrayLike = False,
 ) -> np.ndarray:
@@ -94,9 +94,11 @@ def window_time(
 
     ``traffic_Bps``: bytes/s the collective sends and receives per GPU while it runs;
     ``calls``: how many collective launches the window holds (each may wait for a running kernel);
-    ``in_network``: whether the fabric reduces this collective in the switch.
+    ``in_network``: whether the fabric reduces this collective in the switch; ``memory``: the GPU's
+    HBM, whose bandwidth the two share and whose power the collective's traffic takes from the
+    compute's clock.
     """
-    args = (window, comm_s, traffic_Bps, hbm_Bps, calls, in_network)
+    args = (window, comm_s, traffic_Bps, memory, calls, in_network)
     if isinstance(strategy, str):
         return _window_time(strategy, *args)
     names = np.asarray(strategy, dtype=object)
@@ -111,7 +113,7 @@ def _window_time(
     window: Window,
     comm_s: ArrayLike,
     traffic_Bps: ArrayLike,
-    hbm_Bps: float,
+    memory: Memory,
     calls: ArrayLike,
     in_network: ArrayLike,
 ) -> np.ndarray:
@@ -129,7 +131,7 @@ def _window_time(
     switch = np.asarray(in_network, dtype=bool) & (strategy == "in-network")
     traffic = np.where(switch, 0.5, 1.0) * np.asarray(traffic_Bps, dtype=float)
     compute_slow, comm_slow = slowdowns(
-        Window(C, partitioned, hbm, kernel).load, collective_load(traffic, hbm_Bps)
+        Window(C, partitioned, hbm, kernel).load, collective_load(traffic, memory.Bps), memory.power
     )
     if strategy in ("occupancy-shaped", "copy-engine"):
         return corun_end(C, M, 0.0, compute_slow, comm_slow)

@@ -19,7 +19,7 @@ from commodel.pricing.table import Columns, job_columns
 from commodel.pricing.training import price_training
 from commodel.pricing.training_job import TrainingJob
 from commodel.workloads.model.catalog import model
-from commodel.workloads.model.recompute import COVERED_BY, RECOMPUTE_MODULES
+from commodel.workloads.model.recompute import COVERED_BY, MEGATRON_MODULES, RECOMPUTE_MODULES
 from commodel.workloads.model.transformer import activation_bytes_per_token
 from commodel.workloads.training.host_issue import capturable_scopes
 
@@ -121,8 +121,8 @@ def recompute_modules_to_try(job: TrainingJob, row: SimpleNamespace) -> str:
     net, recipe = model(job.model), precision(job.dtype)
     used = set(module_names(job.recompute_modules))
     stored = activation_bytes_per_token(net, 0, recipe=recipe)
-    new = [name for name, bit in RECOMPUTE_MODULES.items()
-           if name not in used and activation_bytes_per_token(net, 0, recipe=recipe, modules=bit) < stored]  # fmt: skip
+    new = [name for name in MEGATRON_MODULES if name not in used
+           and activation_bytes_per_token(net, 0, recipe=recipe, modules=RECOMPUTE_MODULES[name]) < stored]  # fmt: skip
     if not new:
         return ""
     together = used | set(new)

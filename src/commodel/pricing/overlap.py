@@ -16,11 +16,11 @@ from pydantic import Field
 
 from commodel.comm.calls import run as run_collective
 from commodel.compute.kernels import DTYPE_BYTES, Kernel, elementwise, gemm
-from commodel.compute.roofline import achievable_bandwidth, hbm_time, kernel_time
+from commodel.compute.roofline import hbm_time, kernel_time
 from commodel.errors import CommodelError
 from commodel.hardware import HardwareDB
 from commodel.hardware import cluster as make_cluster
-from commodel.overlap.interference import busbw_load
+from commodel.overlap.interference import busbw_load, memory_of
 from commodel.overlap.pair import PAIR_STRATEGIES, Pair, comm_ctas, pair_times
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.gemm import MAX_DIM
@@ -91,6 +91,7 @@ def price_overlap(job: OverlapJob, db: HardwareDB | None = None) -> dict[str, fl
     alone, partitioned = kernel_time(gpu, kernel, launch=False), kernel_time(gpu, kernel, False, sms - ctas)
     compute_s = float(alone.time_s)
     cut = compute_kernel(job.kernel, max(job.m // job.gpus, 1), job.n, job.k, job.dtype)
+    memory = memory_of(gpu)
     chunk = kernel_time(gpu, cut, launch=False)
     pair = Pair(
         compute_s=compute_s,
@@ -98,11 +99,12 @@ def price_overlap(job: OverlapJob, db: HardwareDB | None = None) -> dict[str, fl
         waves=float(max(kernel.tiles / (sms * alone.split_k), 1.0)),
         compute_load=min(float(hbm_time(gpu, kernel)) / compute_s, 1.0),
         comm_s=comm_s,
-        comm_load=float(busbw_load(busbw, achievable_bandwidth(gpu), in_network)),
+        comm_load=float(busbw_load(busbw, memory.Bps, in_network)),
         chunk_s=float(chunk.time_s),
         chunks=job.gpus,
         in_order=gpu.vendor == "nvidia",
         collective_first=job.collective_first,
+        hbm_power=memory.power,
     )
     ends = pair_times(job.strategy, pair)
     serial, ideal = compute_s + comm_s, max(compute_s, comm_s)

@@ -206,7 +206,9 @@ class TrainingJob(Job):
         description="Parts of every layer not recomputed in full that run their forward again in the backward "
         "(Megatron's --recompute-modules, comma-separated; its core_attn is --recompute selective): layernorm, "
         "moe_act (MoE), mla_up_proj (MLA) drop their outputs; mlp (dense layers), moe (the MoE layer with its "
-        "all-to-alls), shared_experts keep only their input. "
+        "all-to-alls), shared_experts keep only their input; ops is torchtitan's per-op selective "
+        "checkpointing (with --recompute none; dense Llama-style models): every op of a block runs again "
+        "but the matmuls it saves (all but wk, wo, w3) and attention. "
         "Under FP8, layernorm and moe_act free only a MoE router's BF16 input (the linear layers keep FP8 copies).",
     )
     sequence_parallel: bool = Field(False, description="Sequence parallelism (with tensor parallelism).")

@@ -107,11 +107,14 @@ SOFTWARE = ("dispatcher", "cuda_graphs", "ep_overlap", "recompute_modules", "zer
 
 
 def _recompute(stated: dict) -> str:
-    """The recomputation a recipe row states: ``full``, selective with its modules, or ``auto`` (what
-    fits: the row does not say)."""
+    """The recomputation a recipe row states: ``full``, selective with its modules (none beside
+    torchtitan's per-op policy, ``ops``, which saves attention's output), or ``auto`` (what fits: the
+    row does not say)."""
     if stated.get("full"):
         return "full"
-    return "selective" if "recompute_modules" in stated else "auto"
+    if "recompute_modules" not in stated:
+        return "auto"
+    return "none" if stated["recompute_modules"] == "ops" else "selective"
 
 
 def training_metric(run: Run, result: dict) -> float:

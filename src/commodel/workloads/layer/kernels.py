@@ -278,9 +278,25 @@ def layer_kernels(
     passes += [(norm, 2.0, 4.0), (residual, 2.0, 4.0), *((k, share, 2 * share) for k, share in acts.values())]
     passes += _attention_passes(model, T / t, recipe.other, eager_glue)
     core = _attention_core(model, micro_batch, seq, cp, t, recipe.other, attention_impl)
-    return LayerKernels(
-        gemms, core, passes, _remade(groups, casts, acts, moe.routing, norm), _shared(moe, casts, acts)
-    )
+    remade = _remade(groups, casts, acts, moe.routing, norm)
+    remade["ops"] = _per_op_policy(model, T, t, recipe, own[1], [(norm, 2.0), *acts.values()])
+    return LayerKernels(gemms, core, passes, remade, _shared(moe, casts, acts))
+
+
+def _per_op_policy(model: Transformer, T: np.ndarray, t: np.ndarray, recipe: Precision, out: Gemm,
+                   passes: list[tuple[Kernel, float]]) -> list[tuple[Kernel, float]]:  # fmt: skip
+    """What torchtitan's per-op checkpointing runs again (``ops``,
+    :data:`~commodel.workloads.model.recompute.RECOMPUTE_MODULES`) besides a dense block's memory-bound
+    ``passes``: every second of a Llama block's matmuls ``wq, wk, wv, wo, w1, w3, w2`` (its key
+    projection, attention output ``out`` and MLP up projection) with their input casts; none outside
+    dense models with Llama-style attention."""
+    if model.moe is not None or model.mla is not None:
+        return []
+    h, kv = model.hidden, np.maximum(model.n_kv_heads / t, 1.0)
+    wk = (named(gemm(T, kv * model.d_head, h, recipe.gemm), "wk"), 1.0, "column")
+    w3 = (named(gemm(T, model.ffn_hidden / t, h, recipe.gemm), "w3"), 1.0, "column")
+    matmuls = [wk, out, w3]
+    return [*((k, n) for k, n, _ in matmuls), *((fwd, n) for fwd, _, n in _casts(matmuls, recipe)), *passes]
 
 
 def _layer_passes(

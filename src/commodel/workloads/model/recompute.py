@@ -1,5 +1,6 @@
 """The submodules of a transformer layer that Megatron-Core can recompute on their own
-(``--recompute-modules``), as bits of one number (:mod:`commodel.choice_bits`)."""
+(``--recompute-modules``), and torchtitan's per-op checkpointing policy beside them, as bits of one
+number (:mod:`commodel.choice_bits`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ from commodel.choice_bits import bits_of, has_bit
 #: activation function, MLA's query and key-value up-projections (with their RoPE), whose outputs are
 #: dropped after use. Whole-module checkpoints, which keep the module's input and run its forward
 #: again: the dense MLP (``mlp``), the MoE layer with its dispatch and combine (``moe``), the shared
-#: experts (``shared_experts``). Megatron's ``core_attn`` is ``--recompute selective``.
+#: experts (``shared_experts``). Megatron's ``core_attn`` is ``--recompute selective``. ``ops`` is
+#: torchtitan's per-op selective checkpointing (``activation_checkpoint.mode = "selective"``,
+#: ``selective_ac_option = "op"``; ``parallelize_llama.py``, Dec 2024): each block's forward runs again
+#: in the backward except the ops whose outputs its policy saves, the matmuls (all but every second one
+#: of a block: ``wk``, ``wo`` and ``w3`` of ``wq, wk, wv, wo, w1, w3, w2`` run again), attention and the
+#: reduce-scatters; its norms and activation run again. Llama-style dense blocks only.
 RECOMPUTE_MODULES = {
     "layernorm": 1,
     "moe_act": 2,
@@ -21,7 +27,10 @@ RECOMPUTE_MODULES = {
     "mlp": 8,
     "moe": 16,
     "shared_experts": 32,
+    "ops": 64,
 }
+#: The modules Megatron-Core has (``ops`` is torchtitan's).
+MEGATRON_MODULES = tuple(name for name in RECOMPUTE_MODULES if name != "ops")
 #: Modules another one's checkpoint already covers: recomputing the MoE layer runs its activation again.
 COVERED_BY = {"moe_act": "moe", "shared_experts": "moe"}
 

@@ -136,7 +136,8 @@ def recompute_flops_per_token(
     scores), 2 = full (the whole layer forward); outside full, the matrix FLOPs of each module's
     forward run again (``2 x`` its weights per token): ``mla_up_proj`` the up-projections, ``mlp`` the
     dense layers' MLPs, ``shared_experts`` the shared experts, ``moe`` the router and the experts a
-    token reaches with the shared ones (the norms and activation functions are not matrix FLOPs)."""
+    token reaches with the shared ones, ``ops`` the key, attention-output and MLP up projections (the
+    norms and activation functions are not matrix FLOPs)."""
     d_qk, d_v = attention_dims(model)
     scores = 2 * model.layers * attended_keys(model, seq, causal) * model.heads * (d_qk + d_v)
     full = 2 * parameters(model)["matmul_active"] + scores
@@ -150,6 +151,10 @@ def recompute_flops_per_token(
         "shared_experts": model.moe_layers * w.moe_shared,
         "moe": model.moe_layers * (w.router + w.moe_active + w.moe_shared),
     }
+    if model.moe is None and model.mla is None:  # torchtitan's per-op policy: wk, wo, w3 again
+        again["ops"] = (
+            model.layers * model.hidden * (model.n_kv_heads * d_qk + model.heads * d_v + model.ffn_hidden)
+        )
     if model.mla is not None:
         a = model.mla
         again["mla_up_proj"] = model.layers * (
@@ -272,18 +277,27 @@ def activation_bytes_per_token(
     mlp_part = (1 - moe_share) * (linear * h + dense_inside) + moe_share * moe_mlp + mask * h
     none = attention_part + mlp_part + 4 * h
     scores = 5.0 * model.heads * np.asarray(seq, dtype=float) if attention_impl == "unfused" else 0.0
-    freed = (
-        _freed(model, modules, linear, qkv_heads, dense_inside, routed, shared) if np.any(modules) else 0.0
-    )
+    parts = (linear, qkv_heads, dense_inside, routed, shared, none)
+    freed = _freed(model, modules, *parts) if np.any(modules) else 0.0
     code = np.asarray(recompute)
     return np.where(code == 2, 2.0 * h, np.where(code == 1, none, none + scores) - freed)
 
 
+def _op_saved(model: Transformer) -> float:
+    """Bytes per token and layer torchtitan's per-op checkpointing keeps (``ops``): the block's input
+    and the BF16 outputs of the ops its policy saves, the odd matmuls (the query and value projections,
+    the MLP's gate and down projections) and attention's output."""
+    d_qk, d_v = attention_dims(model)
+    h = model.hidden
+    return 2.0 * (h + model.heads * d_qk + model.n_kv_heads * d_v + model.heads * d_v + model.ffn_hidden + h)
+
+
 def _freed(model: Transformer, modules: ArrayLike, linear: float, qkv_heads: float, dense_inside: np.ndarray,
-           routed: np.ndarray | float, shared: np.ndarray | float) -> np.ndarray:  # fmt: skip
+           routed: np.ndarray | float, shared: np.ndarray | float, stored: np.ndarray) -> np.ndarray:  # fmt: skip
     """Bytes per token and layer the recompute ``modules`` free (:func:`activation_bytes_per_token`
     says which and why), given a layer's parts: the Q, K, V heads, the dense MLP's inside, the routed
-    experts' copies and insides, the shared experts' part."""
+    experts' copies and insides, the shared experts' part, and all it ``stored`` without them
+    (torchtitan's per-op policy keeps only what it saves, :func:`_op_saved`)."""
     h, moe = model.hidden, model.moe
     moe_share = model.moe_layers / model.layers
     bf16 = float(linear == 2.0)  # the linear layers hold their inputs themselves, not FP8 copies
@@ -297,6 +311,7 @@ def _freed(model: Transformer, modules: ArrayLike, linear: float, qkv_heads: flo
         + has_module(modules, "mlp") * (1 - moe_share) * (dense_inside - (2.0 - linear) * h)
         + has_module(modules, "moe") * moe_share * (routed + shared)
         + has_module(modules, "shared_experts") * moe_share * shared
+        + has_module(modules, "ops") * np.maximum(stored - _op_saved(model), 0.0)
     )
 
 

@@ -163,6 +163,19 @@ def _memory_rules(x: Layout, model: Transformer) -> list[tuple[np.ndarray, str]]
                 & (np.floor(x.recompute_modules / RECOMPUTE_MODULES["shared_experts"]) % 2 == 1),
                 "recompute module shared_experts needs shared experts",
             ),
+            (
+                has_module(x.recompute_modules, "ops") & (model.moe is not None or model.mla is not None),
+                "recompute module ops (torchtitan's per-op checkpointing) needs a dense model with "
+                "Llama-style attention",
+            ),
+            (
+                has_module(x.recompute_modules, "ops") & (x.recompute_modules != RECOMPUTE_MODULES["ops"]),
+                "recompute module ops is torchtitan's whole policy: give it alone",
+            ),
+            (
+                has_module(x.recompute_modules, "ops") & (x.recompute == 1),
+                "recompute module ops saves attention's output: run it with --recompute none",
+            ),
         ]
     return rules
 

@@ -103,7 +103,7 @@ def data_parallel(
     reduce_s, reduce_bw, gather_s, ag_bw = gradient_sync(dense, grad_size, gathered, sharded, m.dp, fab)
     expert_reduce_s, _, expert_gather_s, _ = gradient_sync(experts, grad_size, gathered, sharded, m.edp, fab)
     reduce_s, gather_s = reduce_s + expert_reduce_s, gather_s + expert_gather_s
-    dp_kw = {"hbm_Bps": m.hbm, "in_network": in_switch(fab, m.dp)}
+    dp_kw = {"memory": m.memory, "in_network": in_switch(fab, m.dp)}
     buckets = np.ceil((dense + experts) / np.maximum(BUCKET_PARAMS, BUCKET_PARAMS_PER_RANK * x.dp))
     gathers = np.where(x.reshard_after_forward, 2.0, 1.0)
     z3_comm = np.where(zero3, gathers * gather_s + reduce_s, 0.0)

@@ -171,7 +171,7 @@ def per_microbatch(
     again = recomputed_pairs(model, x.recompute, x.recompute_modules)
     gathered = x.tokens * model.hidden * recipe.activation_gather_bytes  # quantized first under FP8
     tp_comm = tensor_parallel_exposed(
-        tp_overlap, full, act, gathered, m.tp, m.fab, x, m.hbm, m.units, pairs, again
+        tp_overlap, full, act, gathered, m.tp, m.fab, x, m.memory, m.units, pairs, again
     )
     ideal = np.asarray(strategy, dtype=object) == "ideal"
     tp_exposed = np.where(ideal, np.maximum(tp_comm - full.total_s, 0.0), tp_comm)

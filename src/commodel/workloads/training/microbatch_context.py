@@ -11,6 +11,7 @@ from commodel.comm.fabric import Fabric, fabric_of
 from commodel.compute.precision import Precision
 from commodel.hardware.cluster import Cluster
 from commodel.overlap import Window, exposed, overlapping
+from commodel.overlap.interference import Memory, memory_of
 from commodel.workloads.layer.work import Work, either, layer_work_of
 from commodel.workloads.model.schema import Transformer
 from commodel.workloads.model.transformer import bytes_per
@@ -59,8 +60,13 @@ class MicroBatch:
         return bytes_per(self.recipe.other)
 
     @property
+    def memory(self) -> Memory:
+        """The GPU's HBM as a collective beside the compute meets it."""
+        return memory_of(self.gpu)
+
+    @property
     def hbm(self) -> float:
-        return self.gpu.memory_bandwidth.value * self.gpu.memory_efficiency.value
+        return self.memory.Bps
 
     @property
     def units(self) -> float:
@@ -78,4 +84,4 @@ class MicroBatch:
         return either(self.partitioning, self._on_sms[key], self.full)
 
     def exposed(self, layer: Window, comm_s: np.ndarray, **kwargs: object) -> np.ndarray:
-        return exposed(self.strategy, layer, comm_s, hbm_Bps=self.hbm, **kwargs)
+        return exposed(self.strategy, layer, comm_s, memory=self.memory, **kwargs)

@@ -18,7 +18,7 @@ from commodel.comm.fabric import Fabric
 from commodel.comm.nccl import MAX_NVLS_ARITY
 from commodel.errors import CommodelError, unknown
 from commodel.overlap import ctas
-from commodel.overlap.interference import collective_load, corun_end, slowdowns
+from commodel.overlap.interference import Memory, collective_load, corun_end, slowdowns
 from commodel.workloads.layer.userbuffers import UB_SMS, UB_SPLITS
 from commodel.workloads.layer.work import Work
 from commodel.workloads.parallel.groups import Group, collective, domain, forced
@@ -55,15 +55,16 @@ def _fused(
     return np.maximum(corun_end(compute * slow, comm, 0.0, fc, fm) + tail - compute, 0.0)
 
 
-#: (compute's, collective's) HBM load alone, as :func:`~commodel.overlap.interference.slowdowns` takes them.
-Loads = tuple[np.ndarray, np.ndarray]
+#: (compute's, collective's) HBM load alone and the HBM's power share, as
+#: :func:`~commodel.overlap.interference.slowdowns` takes them.
+Loads = tuple[np.ndarray, np.ndarray, float]
 
 
-def loads(gemm_s: np.ndarray, gemm_hbm_s: np.ndarray, comm_Bps: np.ndarray, hbm: float) -> Loads:
+def loads(gemm_s: np.ndarray, gemm_hbm_s: np.ndarray, comm_Bps: np.ndarray, memory: Memory) -> Loads:
     """The HBM load alone of GEMMs of ``gemm_s`` (``gemm_hbm_s`` of it moving HBM bytes) and of a TP
     collective moving ``comm_Bps`` per GPU each way (sent and received)."""
     own = np.divide(gemm_hbm_s, gemm_s, out=np.zeros_like(gemm_s), where=gemm_s > 0)
-    return own, collective_load(2 * np.asarray(comm_Bps, dtype=float), hbm)
+    return own, collective_load(2 * np.asarray(comm_Bps, dtype=float), memory.Bps), memory.power
 
 
 #: A GPU's store reaching another GPU through the switch and back (CAIS's simulated system: 250 ns
@@ -127,7 +128,7 @@ def userbuffers_exposed(
     units: float,
     pairs: float,
     again: np.ndarray,
-    hbm: float,
+    memory: Memory,
 ) -> np.ndarray:
     """Exposed TP communication of one layer and micro-batch under Transformer Engine's userbuffers
     overlap (all passes; recomputation repeats ``again`` of the forward's), against the layer's
@@ -157,18 +158,18 @@ def userbuffers_exposed(
 
     def ring_exchange(uncut: np.ndarray, chunked: np.ndarray, uncut_hbm: np.ndarray) -> np.ndarray:
         tail = (chunked - uncut) / x.tp
-        shared = loads(uncut, uncut_hbm, ag_bw, hbm)
+        shared = loads(uncut, uncut_hbm, ag_bw, memory)
         return _fused(uncut * ahead, pairs * ag, tail, cut(uncut, chunked), shared)
 
     forward = _fused(
         work.reduce_fwd_s, pairs * rs, pairs * last_chunk, cut(work.reduce_fwd_s, work.reduce_fwd_ub_s),
-        loads(work.reduce_fwd_s, work.reduce_fwd_hbm_s, rs_bw, hbm),
+        loads(work.reduce_fwd_s, work.reduce_fwd_hbm_s, rs_bw, memory),
     )  # fmt: skip
     forward = forward + ring_exchange(work.gather_fwd_s, work.gather_fwd_ub_s, work.gather_fwd_hbm_s)
     bulk = units / (units - UB_SMS)
     backward = sum(
         _fused(work.reduce_bwd_s, pairs * comm, np.zeros_like(rs), bulk,
-               loads(work.reduce_bwd_s, work.reduce_bwd_hbm_s, bw, hbm))
+               loads(work.reduce_bwd_s, work.reduce_bwd_hbm_s, bw, memory))
         for comm, bw in ((ag, ag_bw), (rs, rs_bw))
     )  # fmt: skip
     backward = backward + ring_exchange(work.gather_bwd_s, work.gather_bwd_ub_s, work.gather_bwd_hbm_s)
@@ -183,7 +184,7 @@ def tensor_parallel_exposed(
     where: Group,
     fab: Fabric,
     x: Layout,
-    hbm: float,
+    memory: Memory,
     units: float,
     pairs: float,
     again: np.ndarray,
@@ -217,11 +218,11 @@ def tensor_parallel_exposed(
             return serial
         if mechanism == "async":
             k = ctas("sm-partition", domain(fab, where))  # NCCL's CTAs beside the GEMM
-            shared = loads(work.reduce_bwd_s, work.reduce_bwd_hbm_s, np.where(sp, rs_bw, ar_bw), hbm)
+            shared = loads(work.reduce_bwd_s, work.reduce_bwd_hbm_s, np.where(sp, rs_bw, ar_bw), memory)
             exposed = async_exposed(work, np.where(sp, rs, ar), ag, sp, pairs, again, k / units, shared)
             return np.where(where.ranks > 1, exposed, 0.0)
         # Userbuffers overlap needs sequence parallelism (TE refuses it otherwise) and a TP group.
-        overlapped = userbuffers_exposed(work, act, gathered, where, fab, x, units, pairs, again, hbm)
+        overlapped = userbuffers_exposed(work, act, gathered, where, fab, x, units, pairs, again, memory)
         return np.where(sp & (where.ranks > 1), overlapped, serial)
     tile = TILE_BYTES * x.tp
     if mechanism in IN_SWITCH and fab.nvls_Bps is None:
@@ -230,7 +231,7 @@ def tensor_parallel_exposed(
         )
     if mechanism in ("t3", "t3-nvls"):
         exposed = _t3_exposed(
-            mechanism, work, act, gathered, where, fab, tile, hbm, pairs, repeats, regathers
+            mechanism, work, act, gathered, where, fab, tile, memory, pairs, repeats, regathers
         )
         return np.where(where.ranks > 1, exposed, 0.0)
     rs = switch_stores("reducescatter", act, where, fab)
@@ -262,7 +263,7 @@ def _t3_exposed(
     where: Group,
     fab: Fabric,
     tile: float,
-    hbm: float,
+    memory: Memory,
     pairs: float,
     repeats: list,
     regathers: list,
@@ -286,12 +287,12 @@ def _t3_exposed(
             switch_stores("reducescatter", act, where, fab),
         )
         tail, rs_bw, hbm_bytes = switch_stores("reducescatter", tile, where, fab), act / rs, 1.0
-    reduction = hbm_bytes * rs_bw / hbm
+    reduction = hbm_bytes * rs_bw / memory.Bps
     total = 0.0
     producers = [(work.reduce_fwd_s, work.reduce_fwd_hbm_s), (work.reduce_bwd_s, work.reduce_bwd_hbm_s)]
     producers.append(producers[0])
     for (producer, hbm_s), r, again_gathered in zip(producers, repeats, regathers, strict=True):
         own = np.divide(hbm_s, producer, out=np.zeros_like(producer), where=producer > 0)
-        fused = _fused(producer, pairs * rs, tail, np.ones_like(producer), (own, reduction))
+        fused = _fused(producer, pairs * rs, tail, np.ones_like(producer), (own, reduction, memory.power))
         total = total + r * (fused + (1 + again_gathered) * pairs * ag)
     return total

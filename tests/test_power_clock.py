@@ -1,0 +1,55 @@
+"""A GPU under a board power limit below its TDP: the clock its compute-bound work runs at."""
+
+import re
+
+import numpy as np
+import pytest
+
+from commodel.compute.kernels import gemm
+from commodel.compute.power import POWER_CLOCK_EXPONENT, clock_share
+from commodel.compute.roofline import achievable_bandwidth, kernel_time
+from commodel.hardware import cluster, default_db
+from commodel.ops.energy import gpu_power_W
+from commodel.validate.measurements import load_measurements
+
+
+def _limited(limit_W: float):
+    gpu = default_db().gpu("h100-sxm-96gb")
+    return gpu.model_copy(update={"power_limit": gpu.power_limit.model_copy(update={"value": limit_W})})
+
+
+def test_no_limit_is_the_tdp_clock_and_a_lower_limit_a_lower_clock():
+    assert clock_share(default_db().gpu("h100-sxm")) == 1.0
+    assert clock_share(_limited(700.0)) == pytest.approx(1.0)
+    shares = [clock_share(_limited(w)) for w in (300.0, 400.0, 500.0, 600.0, 700.0)]
+    assert np.all(np.diff(shares) > 0) and 0 < shares[0] < shares[-1]
+
+
+def test_the_limit_slows_compute_bound_gemms_and_not_memory():
+    big, thin = gemm(8192, 8192, 8192, "bf16"), gemm(16, 8192, 8192, "bf16")
+    full, capped = _limited(700.0), _limited(500.0)
+    slow = kernel_time(capped, big, launch=False).time_s / kernel_time(full, big, launch=False).time_s
+    assert slow == pytest.approx(1 / clock_share(capped), rel=1e-6)
+    assert kernel_time(capped, thin).time_s == pytest.approx(kernel_time(full, thin).time_s, rel=0.02)
+    assert achievable_bandwidth(capped) == achievable_bandwidth(full)
+
+
+def test_the_exponent_predicts_the_clocks_it_was_not_fit_on():
+    """MAF's FP16 and FP8 median clocks on MI300X (750 W) and MI325X (1000 W), read from the
+    measurement rows the exponent was not fit on (it is fit on the BF16 pair), within 2%."""
+    rows = load_measurements().set_index("id")
+    db = default_db()
+    dynamic = [db.gpu(g).tdp.value - db.gpu(g).idle_power.value for g in ("mi300x", "mi325x")]
+    predicted = (dynamic[1] / dynamic[0]) ** (1 / POWER_CLOCK_EXPONENT)
+    for dtype in ("fp16", "fp8"):
+        mhz = [
+            float(re.search(r"(\d+) MHz", rows.source[f"{g}-maf-{dtype}"]).group(1))
+            for g in ("mi300x", "mi325x")
+        ]
+        assert predicted == pytest.approx(mhz[1] / mhz[0], rel=0.02)
+
+
+def test_a_limited_gpu_draws_at_most_its_limit():
+    grand_teton = cluster("grand-teton-h100")
+    assert gpu_power_W(grand_teton, 1.0, 3e12) == pytest.approx(500.0)
+    assert gpu_power_W(grand_teton, 0.0) == pytest.approx(142.0)
