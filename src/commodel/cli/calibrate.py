@@ -136,6 +136,10 @@ def calibrate_serve(
     dtype: Annotated[
         str | None, typer.Option(help="The server's precision (bf16, fp8, fp4) for client logs.")
     ] = None,
+    dispatcher: Annotated[
+        str | None,
+        typer.Option(help="The server's MoE dispatch: alltoall or deepep (SGLang's --moe-a2a-backend)."),
+    ] = None,
     check: Check = False,
     limit: Limit = None,
 ) -> None:
@@ -143,9 +147,16 @@ def calibrate_serve(
     bench serve) or SGLang (bench_serving) outputs, and write a hardware overlay.
 
     Each output gives the run's configuration and its output throughput; what a client's output
-    cannot say (the server's --tp, --ep, --attention-dp, --dtype) is given here. Fit as ``calibrate train``."""
+    cannot say (the server's --tp, --ep, --attention-dp, --dtype, --dispatcher) is given here. Fit as
+    ``calibrate train``."""
     out = output_file(output, "overlay (-o)")
-    given = {"tp": tp, "ep": ep, "attention_dp": attention_dp or None, "dtype": dtype}
+    given = {
+        "tp": tp,
+        "ep": ep,
+        "attention_dp": attention_dp or None,
+        "dtype": dtype,
+        "dispatcher": dispatcher,
+    }
     server = {k: v for k, v in given.items() if v is not None}
     runs = [read_serving(path, system, model, server) for path in logs]
     _calibrate_runs(runs, out, system, "serve", check, limit)

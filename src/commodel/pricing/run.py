@@ -20,7 +20,7 @@ from commodel.errors import CommodelError
 from commodel.hardware import cluster
 from commodel.pricing.advice import ADVICE, FIT_ADVICE, HOST_BOUND_SHARE, fit_fixes
 from commodel.pricing.job import Job
-from commodel.pricing.serving import ENGINE_SIZES, price_serving, replica_engine
+from commodel.pricing.serving import ENGINE_SIZES, ENGINE_SOFTWARE, price_serving, replica_engine
 from commodel.pricing.serving import OUTPUTS as SERVING_OUTPUTS
 from commodel.pricing.serving_job import ServingJob, serving_job
 from commodel.pricing.table import Columns, is_unfit, job_columns
@@ -233,7 +233,8 @@ def _iteration_table(job: ServingJob, batch: int) -> list[dict[str, object]]:
     where = cluster(job.system)
     recipe = serving_precision(job.dtype, where.gpu)
     sizes = {name: getattr(job, name) for name in ENGINE_SIZES}
-    engine = replica_engine(model(job.model), where, recipe, job.kv_dtype, job.host_schedule, sizes)
+    software = {name: getattr(job, name) for name in ENGINE_SOFTWARE}
+    engine = replica_engine(model(job.model), where, recipe, software, sizes)
     state = steady_state(engine, batch, job.prompt, job.output, job.prompt_cv, job.output_cv)
     return iteration_table(engine, state, job.prompt)
 

@@ -69,22 +69,25 @@ OUTPUTS = (
 #: A serving job's fields that size its replica's engine, as arrays (one entry per design).
 ENGINE_SIZES = ("tp", "attention_dp", "pp", "ep", "max_batch_size", "max_num_tokens", "kv_fraction")
 
+#: A serving job's software settings of its replica's engine, one per group of designs.
+ENGINE_SOFTWARE = ("kv_dtype", "host_schedule", "dispatcher")
+
 
 def replica_engine(
     net: Transformer,
     c: Cluster,
     recipe: Precision,
-    kv_dtype: str,
-    host_schedule: str,
+    software: Mapping[str, str],
     sizes: Mapping[str, ArrayLike],
 ) -> Engine:
-    """The engine of a serving replica from its job's :data:`ENGINE_SIZES` (a table's columns or one
-    job's fields): its tensor parallelism the job's, or 1 with attention data parallelism (each GPU a
-    replica of its own attention, the experts over ep)."""
+    """The engine of a serving replica from its job's :data:`ENGINE_SOFTWARE` and
+    :data:`ENGINE_SIZES` (a table's columns or one job's fields): its tensor parallelism the job's, or
+    1 with attention data parallelism (each GPU a replica of its own attention, the experts over ep)."""
     s = {name: np.atleast_1d(np.asarray(sizes[name], dtype=float)) for name in ENGINE_SIZES}
     tp = np.where(s["attention_dp"] > 0, 1.0, s["tp"])
-    return Engine(net, c, recipe, kv_dtype_of(kv_dtype, recipe), tp, s["pp"], s["ep"], s["max_batch_size"],
-                  s["max_num_tokens"], s["kv_fraction"], host_schedule)  # fmt: skip
+    return Engine(net, c, recipe, kv_dtype_of(software["kv_dtype"], recipe), tp, s["pp"], s["ep"],
+                  s["max_batch_size"], s["max_num_tokens"], s["kv_fraction"], software["host_schedule"],
+                  software["dispatcher"])  # fmt: skip
 
 
 def price_serving(columns: Columns) -> Columns:
@@ -126,7 +129,7 @@ def price_serving(columns: Columns) -> Columns:
         ok = messages == ""
         if recipe is not None and ok.any():
             sizes = {name: col(name)[ok] for name in ENGINE_SIZES}
-            engine = replica_engine(net, c, recipe, key["kv_dtype"], key["host_schedule"], sizes)
+            engine = replica_engine(net, c, recipe, key, sizes)
             request = {
                 n: col(n)[ok]
                 for n in (

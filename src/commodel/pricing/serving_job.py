@@ -13,7 +13,7 @@ from commodel.compute.precision import SERVING_RECIPES
 from commodel.hardware import default_db
 from commodel.pricing.job import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ, MODEL, Choices, Job, Pue, make_job
 from commodel.workloads.serving.batch import PHASES
-from commodel.workloads.serving.engine import HOST_SCHEDULES, KV_DTYPES
+from commodel.workloads.serving.engine import DISPATCHERS, HOST_SCHEDULES, KV_DTYPES
 from commodel.workloads.serving.memory import KV_RESERVE
 
 
@@ -52,6 +52,12 @@ class ServingJob(Job):
         description="Attention data parallelism (TensorRT-LLM's enable_attention_dp) with --ep equal to --tp: "
         "each GPU runs attention and dense layers on its own requests with its own whole KV cache, the "
         "experts spread over the ep GPUs and reached by all-to-alls; requests in flight are per GPU.",
+    )
+    dispatcher: Annotated[str, Choices("serving dispatcher", DISPATCHERS)] = Field(
+        "alltoall",
+        description="How a MoE layer's tokens reach their experts' GPUs: alltoall (NCCL's all-to-all of every "
+        "routed copy) or deepep (DeepEP: its normal kernels in iterations with prompts, its low-latency ones "
+        "in decode-only iterations, as SGLang's --moe-a2a-backend deepep).",
     )
     dtype: Annotated[str, Choices("serving precision", SERVING_RECIPES)] = Field(
         "bf16", description="Linear layers' weights and activations: bf16, fp8, fp4 (NVFP4)."

@@ -291,7 +291,13 @@ def _serving(row: pd.Series) -> Case:
 
 #: The engine settings a serving row's run states (``model_args``: its source's command line), as the
 #: serving job takes them.
-ENGINE_SETTINGS = {"kv_dtype": str, "max_batch_size": int, "max_num_tokens": int, "kv_fraction": float}
+ENGINE_SETTINGS = {
+    "kv_dtype": str,
+    "max_batch_size": int,
+    "max_num_tokens": int,
+    "kv_fraction": float,
+    "dispatcher": str,
+}
 
 #: The serving rows' metrics: the output of :func:`commodel.pricing.run.serve` each reads, and what
 #: it is divided by (its nodes, for a rate per node).

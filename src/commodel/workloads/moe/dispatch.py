@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from commodel.comm.fabric import Fabric, fabric_of
-from commodel.comm.initiation import available, message_rate, path_of, put_latency
+from commodel.comm.initiation import Path, available, message_rate, path_of, put_latency
 from commodel.errors import CommodelError, unknown
 from commodel.hardware.cluster import Cluster
 from commodel.workloads.model.schema import MoE, Transformer
@@ -74,6 +74,10 @@ def flex_sms(deepep: ArrayLike) -> np.ndarray:
 
 #: Bytes per element dispatched (FP8 with per-128 scales) and combined (BF16).
 DISPATCH_BYTES, COMBINE_BYTES = 1 + 4 / 128, 2.0
+
+#: Bytes per element dispatched where the experts compute in NVFP4 and the dispatch quantizes to it
+#: (SGLang's GB200 deployment: "NVFP4-quantizing DeepEP dispatch"): 4 bits and an FP8 scale per 16.
+NVFP4_DISPATCH_BYTES = 0.5 + 1 / 16
 
 
 def _choosable(moe: MoE, domains: ArrayLike) -> np.ndarray:
@@ -195,6 +199,38 @@ def high_throughput_s(
 LOW_LATENCY_CALL_S = 35.6e-6
 
 
+def _low_latency_terms(
+    model: Transformer, fab: Fabric, path: Path, where: Group, tokens: ArrayLike, element_bytes: ArrayLike,
+    scheme: str, shared_queue: bool = False,
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """(message issue, network, NVLink) seconds of one low-latency dispatch (or combine) of ``tokens``
+    per GPU over ``where``: every routed copy its own write, ``(ep - g) / ep`` of them remote (issued
+    at the transport's message rate, over the GPU's share of the NICs), ``(g - 1) / ep`` over NVLink."""
+    copies = routed_copies(model, tokens)
+    ep, g = where.ranks, where.per_node
+    size = model.hidden * np.asarray(element_bytes, dtype=float)
+    remote, local = copies * (ep - g) / ep, copies * (g - 1) / ep
+    return {
+        "message issue": remote / message_rate(scheme, path, issuers(scheme), shared_queue),
+        "network": remote * size / (fab.net_Bps(1) * fab.pod_share(where.nodes, all_to_all=True)),
+        "NVLink": local * size / fab.up_Bps(g),
+    }
+
+
+def low_latency_s(
+    model: Transformer, c: Cluster, fab: Fabric, where: Group, tokens: ArrayLike, element_bytes: ArrayLike,
+    scheme: str = "kernel-initiated", shared_queue: bool = False,
+) -> np.ndarray:  # fmt: skip
+    """Seconds of one low-latency dispatch (or combine): the put across domains, the slowest of its
+    terms (:func:`_low_latency_terms`) and :data:`LOW_LATENCY_CALL_S`."""
+    path = path_of(c)
+    terms = _low_latency_terms(model, fab, path, where, tokens, element_bytes, scheme, shared_queue)
+    put = float(put_latency(scheme, path, 0, shared_queue=shared_queue))
+    return (
+        np.where(where.spans_nodes, put, 0.0) + np.maximum.reduce(list(terms.values())) + LOW_LATENCY_CALL_S
+    )
+
+
 def exchange(
     mode: str,
     scheme: str,
@@ -229,16 +265,9 @@ def exchange(
         terms = {"network": float(network_s), "NVLink": float(nvlink_s)}
         time = float(_high_throughput_call(c, fab, where, network_s, nvlink_s, scheme))
     else:
-        copies = float(routed_copies(model, tokens))
-        size = model.hidden * element_bytes
-        remote, local = copies * (ep - g) / ep, copies * (g - 1) / ep
-        terms = {
-            "message issue": remote / message_rate(scheme, path, issuers(scheme), shared_queue),
-            "network": remote * size / float(fab.net_Bps(1) * fab.pod_share(ep / g, all_to_all=True)),
-            "NVLink": local * size / float(fab.up_Bps(g)),
-        }
-        latency = float(put_latency(scheme, path, 0, shared_queue=shared_queue)) if ep > g else 0.0
-        time = latency + max(terms.values()) + LOW_LATENCY_CALL_S
+        parts = _low_latency_terms(model, fab, path, where, tokens, element_bytes, scheme, shared_queue)
+        terms = {name: float(value) for name, value in parts.items()}
+        time = float(low_latency_s(model, c, fab, where, tokens, element_bytes, scheme, shared_queue))
     binding = max(terms, key=terms.get) if max(terms.values()) > 0 else "call"  # nothing to move
     return {"time_s": time, "binding": binding, "group_gpus": g, **{f"{k}_s": v for k, v in terms.items()}}
 

@@ -7,7 +7,7 @@ GEMM over the ``G + c p`` tokens (:func:`commodel.workloads.layer.kernels.layer_
 once, so decode alone is bound by the weights and the KV cache, prefill by compute); attention is
 two kernels, causal flash attention over the prompts and :func:`commodel.compute.kernels.decode_attention`
 over each decode query's cached context; tensor parallelism adds two allreduces per layer, expert
-parallelism a dispatch and a combine all-to-all per MoE layer; the last pipeline stage computes the
+parallelism a dispatch and a combine per MoE layer (:func:`expert_exchange`); the last pipeline stage computes the
 logits of the ``G + c`` tokens that sample. With ``pp`` stages, ``pp`` micro-batches are in flight and
 a round of all of them takes ``pp x`` the slowest stage.
 
@@ -46,7 +46,15 @@ from commodel.workloads.layer.kernels import layer_kernels
 from commodel.workloads.layer.work import first_design, kernel_row, timed
 from commodel.workloads.model.schema import Transformer
 from commodel.workloads.model.transformer import attention_dims, bytes_per
-from commodel.workloads.parallel.groups import Group, collective, group
+from commodel.workloads.moe.dispatch import (
+    COMBINE_BYTES,
+    DEEPEP_NVL_PEERS,
+    DISPATCH_BYTES,
+    NVFP4_DISPATCH_BYTES,
+    high_throughput_s,
+    low_latency_s,
+)
+from commodel.workloads.parallel.groups import Group, collective, group, shared_nics
 from commodel.workloads.parallel.layout_rules import heads_problem
 
 #: KV-cache dtypes; ``auto`` is FP8 when the linear layers run in FP8 or FP4 (as ModelOpt checkpoints
@@ -62,6 +70,12 @@ HOST_PER_REQUEST_S = 18.32e-6
 #: GPU ends this one: ``GPU + host``) or ``overlapped`` (TensorRT-LLM's overlap scheduler, vLLM's
 #: async scheduling: it prepares iteration i + 1 while the GPU runs i, ``max(GPU, host)``).
 HOST_SCHEDULES = ("serial", "overlapped")
+
+#: How a MoE layer's tokens reach their experts' GPUs and come back: ``alltoall`` (NCCL's all-to-all
+#: of every routed copy, each way) or ``deepep`` (DeepEP's kernels, :mod:`commodel.workloads.moe.dispatch`:
+#: the high-throughput ones in iterations with prompts, the low-latency ones in decode-only iterations,
+#: as SGLang's ``--moe-a2a-backend deepep`` runs them in its auto mode).
+DISPATCHERS = ("alltoall", "deepep")
 
 #: The per-design fields of an :class:`Engine`.
 _SIZES = ("tp", "pp", "ep", "max_batch", "max_num_tokens", "kv_fraction")
@@ -91,6 +105,7 @@ class Engine:
     max_num_tokens: np.ndarray
     kv_fraction: np.ndarray
     host_schedule: str = "serial"
+    dispatcher: str = "alltoall"
 
     def repeated(self, times: int) -> Engine:
         """Each design repeated ``times`` times in a row (a grid per design)."""
@@ -230,9 +245,8 @@ def iteration_time(
     ar, _ = collective("allreduce", act, engine.tp_group, fab)
     comm = np.where(engine.tp > 1, 2 * ar, 0.0)
     if model.moe is not None:
-        ep = group(engine.ep, 1, engine.cluster.domain_gpus)
-        a2a, _ = collective("alltoall", act * model.moe.top_k, ep, fab)
-        comm = comm + np.where(engine.ep > 1, 2 * model.moe_layers / model.layers * a2a, 0.0)
+        exchange = expert_exchange(engine, tokens, c > 0)
+        comm = comm + np.where(engine.ep > 1, model.moe_layers / model.layers * exchange, 0.0)
     stage_layers = np.ceil(model.layers / pp)
     send, _ = collective("sendrecv", act, Group(np.full_like(tokens, 2.0), np.full_like(tokens, 2.0)), fab)
     stage_comm = stage_layers * comm + np.where(pp > 1, send, 0.0)
@@ -250,6 +264,24 @@ def iteration_time(
         "layer": priced,
         "logits": (logits, logits_s),
     }
+
+
+def expert_exchange(engine: Engine, tokens: np.ndarray, prompts: np.ndarray) -> np.ndarray:
+    """Seconds of one MoE layer's dispatch and combine per GPU for an iteration of ``tokens`` per GPU,
+    by the engine's :data:`DISPATCHERS`: NCCL's all-to-all of the ``top_k`` routed copies (BF16) each
+    way, or DeepEP's kernels (dispatched in FP8, or NVFP4 where the experts compute in it; combined in
+    BF16), high-throughput where the iteration has ``prompts``, low-latency where it decodes alone."""
+    model, fab, domain = engine.model, engine.fabric, engine.cluster.domain_gpus
+    if engine.dispatcher == "alltoall":
+        act = tokens * model.hidden * bytes_per(engine.recipe.other)
+        a2a, _ = collective("alltoall", act * model.moe.top_k, group(engine.ep, 1, domain), fab)
+        return 2 * a2a
+    each_gpu = shared_nics(fab)
+    normal, low = group(engine.ep, 1, min(domain, DEEPEP_NVL_PEERS)), group(engine.ep, 1, domain)
+    sizes = (NVFP4_DISPATCH_BYTES if engine.recipe.gemm == "fp4" else DISPATCH_BYTES, COMBINE_BYTES)
+    high = sum(high_throughput_s(model, engine.cluster, each_gpu, normal, tokens, b) for b in sizes)
+    latency = sum(low_latency_s(model, engine.cluster, each_gpu, low, tokens, b) for b in sizes)
+    return np.where(prompts, high, latency)
 
 
 def mean_context(prompt: ArrayLike, output: ArrayLike, output_cv: ArrayLike) -> np.ndarray:
