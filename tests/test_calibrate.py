@@ -92,6 +92,23 @@ def test_fit_recovers_the_constants_that_made_the_log(tmp_path, truth):
     assert fit.rows.error_after_pct.abs().max() < 1.0 < fit.rows.error_before_pct.abs().max()
 
 
+def test_a_blackwell_nvls_log_is_fit_by_its_channel_rate(tmp_path):
+    """An 8-GPU B300's all-reduce log whose NVLS plateau sits above the model's (NVLS channels of
+    25.5 GB/s, not nvlink5's 22.4: 945 GB/s of busbw at 8 GiB): the NVLS channel rate is a constant
+    calibrate owns, so the fit moves the plateau onto the log's, from a median error above 5% over the
+    NVLS sizes to below it, and no size's error grows."""
+    c = cluster("dgx-b300")
+    fab = fabric_of(c)
+    sizes = [2**k for k in range(26, 34)]
+    log = write_log(tmp_path / "b300.log", run("allreduce", c, sizes, 8, fab=dataclasses.replace(fab, nvls_Bps=24 * 25.5e9)),
+                    device="NVIDIA B300 SXM6 AC")  # fmt: skip
+    fit = calibrate([read(log)], "dgx-b300")
+    before, after = fit.rows.error_before_pct.abs(), fit.rows.error_after_pct.abs()
+    assert before.median() > 5 > after.median()
+    assert (after <= before + 1e-9).all()
+    assert fit.fitted["NVLS channel rate"] == pytest.approx(25.5e9, rel=0.01)
+
+
 def test_overlay_changes_only_the_calibrated_system(tmp_path, truth, monkeypatch, capsys):
     c, fab = truth
     log = write_log(tmp_path / "auto.log", run("allreduce", c, SIZES, 8, fab=fab))
