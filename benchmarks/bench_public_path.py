@@ -1,9 +1,11 @@
-"""The public batch path against its core, on the same space of distinct training layouts.
+"""The public batch path against its core, on the same spaces of distinct training layouts.
 
-Run: ``python benchmarks/bench_public_path.py`` (results in docs/benchmarks.md). The space is 18,432
-distinct Megatron 1T layouts on DGX A100 clusters (tp, pp, dp, micro-batch, recomputation, ZeRO stage,
-sequence parallelism, global batch), every one of them valid, so both paths price the
-same rows:
+Run: ``python benchmarks/bench_public_path.py`` (results in docs/benchmarks.md). The space is Llama 3
+8B's layouts on DGX A100 clusters (tp, pp, dp, micro-batch, recomputation, ZeRO stage, sequence
+parallelism, global batch: 18,432 points), kept where they are valid and fit the GPUs' memory (a job
+that does not fit gets no step, so the paths would not price the same rows); a second space fixes the
+global batch, so that every point is a distinct micro-batch configuration. Each path prices the same
+rows:
 
 - **public**: a DataFrame of the jobs into the ``training`` evaluator (:func:`commodel.pricing.evaluator`),
   which checks every input by the job declaration's rules, resolves the layout, prices the step and
@@ -32,9 +34,11 @@ from commodel.pricing.training import job_layouts, price_training
 from commodel.workloads.model.catalog import model
 from commodel.workloads.training.step import train_step
 
+MODEL, SYSTEM = "llama3-8b", "dgx-a100"
+
 SPACE = {
     "tp": [1, 2, 4, 8],
-    "pp": [8, 16, 32, 64],
+    "pp": [1, 2, 4, 8],
     "dp": [1, 2, 4, 8],
     "micro_batch": [1, 2, 4, 8],
     "recompute": ["none", "selective", "full"],
@@ -44,10 +48,12 @@ SPACE = {
 }
 
 
-def jobs() -> pd.DataFrame:
-    """The space as a table of training jobs (Megatron 1T on DGX A100 nodes, tp x pp x dp GPUs)."""
-    rows = pd.DataFrame(list(itertools.product(*SPACE.values())), columns=list(SPACE))
-    return rows.assign(model="megatron-1t", system="dgx-a100", gpus=rows.tp * rows.pp * rows.dp)
+def jobs(**fixed: object) -> pd.DataFrame:
+    """The space (with ``fixed`` fields held at one value) as a table of training jobs on tp x pp x dp
+    GPUs."""
+    space = SPACE | {name: [value] for name, value in fixed.items()}
+    rows = pd.DataFrame(list(itertools.product(*space.values())), columns=list(space))
+    return rows.assign(model=MODEL, system=SYSTEM, gpus=rows.tp * rows.pp * rows.dp)
 
 
 def best_of(call: object, repeats: int) -> float:
@@ -59,22 +65,27 @@ def best_of(call: object, repeats: int) -> float:
     return best
 
 
-def main(repeats: int = 5) -> None:
-    frame = jobs()
+def measure(every: pd.DataFrame, label: str, repeats: int) -> None:
+    """The three paths on the rows of ``every`` that fit."""
     price = evaluator("training")
-    result = price(frame)
-    assert result["valid"].all(), result.loc[~result["valid"], "problem"].iloc[0]
+    frame = every[price(every)["valid"].to_numpy()].reset_index(drop=True)
+    assert price(frame)["valid"].all()
     layout, columns = job_layouts(frame), price.columns(frame)
-    net, where = model("megatron-1t"), cluster("dgx-a100")
+    net, where = model(MODEL), cluster(SYSTEM)
     public = best_of(lambda: price(frame), repeats)
     pricing = best_of(lambda: price_training(columns), repeats)
     step = best_of(lambda: train_step(net, where, layout), repeats)
     n = len(frame)
-    print(f"{n:,} distinct Megatron 1T layouts, all valid")
-    print(f"public (DataFrame -> training evaluator -> DataFrame): {n / public:12,.0f} layouts/s")
-    print(f"pricing (price_training on the jobs as columns):       {n / pricing:12,.0f} layouts/s")
-    print(f"step (train_step on the built layouts):                {n / step:12,.0f} layouts/s")
-    print(f"public over pricing: {public / pricing:.2f}x the time; public over step: {public / step:.2f}x")
+    print(f"{label}: {n:,} distinct layouts that fit, of {len(every):,}")
+    print(f"  public (DataFrame -> training evaluator -> DataFrame): {n / public:12,.0f} layouts/s")
+    print(f"  pricing (price_training on the jobs as columns):       {n / pricing:12,.0f} layouts/s")
+    print(f"  step (train_step on the built layouts):                {n / step:12,.0f} layouts/s")
+    print(f"  public over pricing: {public / pricing:.2f}x the time; public over step: {public / step:.2f}x")
+
+
+def main(repeats: int = 5) -> None:
+    measure(jobs(), f"{MODEL} on {SYSTEM}", repeats)
+    measure(jobs(global_batch=2048), "one global batch: every micro-batch configuration distinct", repeats)
 
 
 if __name__ == "__main__":
