@@ -36,6 +36,22 @@ def test_a_dense_layers_host_time_by_hand():
     assert fwd == bwd == pytest.approx(2 * c.system.initiation.graph_replay.value)
 
 
+def test_mlas_five_attention_modules_issue_three_modules_more_than_gqas_two():
+    """DeepSeek-V3's attention runs five Transformer Engine GEMM modules (the query's down and up
+    projections, the key-value down and up projections, the output projection) where a GQA layer runs
+    two: three more GEMMs, each with its module's own Python, and under FP8 its casts."""
+    from commodel.workloads.training.host_issue import FP8_OPS_PER_GEMM_MODULE, scope_ops
+
+    net = model("deepseek-v3")
+    x = job_layouts({"model": "deepseek-v3", "system": "gb200-nvl72", "gpus": 64, "ep": 64, "pp": 1})
+    gqa = net.model_copy(update={"mla": None})
+    for fp8 in (False, True):
+        mla_ops, _ = scope_ops(net, x, fp8)["attn"]
+        gqa_ops, _ = scope_ops(gqa, x, fp8)["attn"]
+        module = TE_MODULE_OPS + (FP8_OPS_PER_GEMM_MODULE if fp8 else 0.0)
+        assert np.all(mla_ops - gqa_ops == pytest.approx(3 * (1 + module)))
+
+
 def test_a_module_costs_its_operators_and_transformer_engines_own_python():
     """TransformerEngine issue 2053's host times per Linear forward: a TE module costs 2.69 operators'
     worth, a torch module one, and a Grace host's operator about 2.75 x86 ones (34.1 + 3 us against

@@ -16,8 +16,8 @@ splits between them; ``mlp`` the pre-MLP norm, two GEMMs, the activation and the
 ``moe_preprocess`` the tokens per expert and the permutation indices; ``moe`` the permutation, the two
 all-to-alls, the sort by local expert and back, the activation and unpermute, plus
 :data:`OPS_PER_LOCAL_EXPERT` per expert on the GPU (Transformer Engine's ``GroupedLinear`` issues one
-GEMM per local expert for fc1 and fc2). Each of a scope's :data:`GEMM_MODULES` Transformer Engine
-modules adds :data:`TE_MODULE_OPS` operators' worth of its own Python, and FP8
+GEMM per local expert for fc1 and fc2). Each of a scope's Transformer Engine GEMM modules
+(:data:`GEMM_MODULES`; MLA's attention has more, :func:`attention_modules`) adds :data:`TE_MODULE_OPS` operators' worth of its own Python, and FP8
 :data:`FP8_OPS_PER_GEMM_MODULE` operators (quantize, scale update). The backward issues :data:`BACKWARD_OPS` times the forward's operators
 (input- and weight-gradient GEMMs, elementwise gradients). An MoE model's dense layers run ``attn`` and
 ``mlp``; its MoE layers ``attn``, the router, preprocess and ``moe`` (and ``mlp`` for shared experts).
@@ -138,11 +138,27 @@ def capturable_scopes(model: Transformer, padded: bool = False) -> str:
     return ",".join(s for s, share in shares.items() if share > 0 and (s != "moe" or padded))
 
 
+def attention_modules(model: Transformer) -> float:
+    """Transformer Engine GEMM modules in a layer's attention: the QKV and output projections, or
+    MLA's five (Megatron-Core's ``MLASelfAttention``: the query's down and up projections, or one
+    query projection without a query LoRA, the key-value down and up projections, the output
+    projection)."""
+    if model.mla is None:
+        return GEMM_MODULES
+    return 5.0 if model.mla.q_lora_rank else 4.0
+
+
 def scope_ops(model: Transformer, x: Layout, fp8: bool) -> dict[str, tuple[np.ndarray, float]]:
-    """Per scope: forward operators in a layer that has it, and the share of the layers that do."""
-    modules = GEMM_MODULES * (TE_MODULE_OPS + (FP8_OPS_PER_GEMM_MODULE if fp8 else 0.0))
+    """Per scope: forward operators in a layer that has it, and the share of the layers that do. A
+    module beyond a scope's :data:`GEMM_MODULES` adds its GEMM to the scope's operators."""
+    module = TE_MODULE_OPS + (FP8_OPS_PER_GEMM_MODULE if fp8 else 0.0)
+    attention = attention_modules(model)
     local = model.moe.experts / np.asarray(x.ep, dtype=float) if model.moe is not None else 0.0
-    extra = {"attn": modules, "mlp": modules, "moe": modules + OPS_PER_LOCAL_EXPERT * local}
+    extra = {
+        "attn": attention * module + attention - GEMM_MODULES,
+        "mlp": GEMM_MODULES * module,
+        "moe": GEMM_MODULES * module + OPS_PER_LOCAL_EXPERT * local,
+    }
     shape = np.shape(x.ep)
     return {
         name: (np.broadcast_to(SCOPE_OPS[name] + extra.get(name, 0.0), shape), share)
