@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import field_validator, model_validator
+from pydantic import ValidationInfo, field_validator, model_validator
 
 from commodel.errors import suggest
 from commodel.records import (
@@ -91,12 +91,22 @@ class GPU(Strict):
             raise ValueError(
                 f"idle power {self.idle_power.value:g} W is not below the TDP {self.tdp.value:g} W"
             )
-        if self.power_limit and not self.idle_power.value < self.power_limit.value <= self.tdp.value:
-            raise ValueError(
-                f"power limit {self.power_limit.value:g} W is not above the idle power "
-                f"{self.idle_power.value:g} W and at most the TDP {self.tdp.value:g} W"
-            )
         return self
+
+    @field_validator("power_limit")
+    @classmethod
+    def _below_tdp(cls, limit: Power | None, info: ValidationInfo) -> Power | None:
+        idle, tdp = info.data.get("idle_power"), info.data.get("tdp")
+        if (
+            limit is not None
+            and idle is not None
+            and tdp is not None
+            and not idle.value < limit.value <= tdp.value
+        ):
+            raise ValueError(
+                f"{limit.value:g} W is not above the idle power {idle.value:g} W and at most the TDP {tdp.value:g} W"
+            )
+        return limit
 
     @field_validator("peak_flops", "matmul_efficiency")
     @classmethod
