@@ -248,3 +248,19 @@ def assert_one_line_exit_2(args, capsys, monkeypatch):
 def test_bad_input_is_one_line_exit_2_no_traceback(args, capsys, monkeypatch):
     monkeypatch.setenv(OVERLAY_ENV, "")  # --hardware sets it: restore it after the test
     assert_one_line_exit_2(args, capsys, monkeypatch)
+
+
+def test_a_bad_overlay_in_the_environment_is_said_once(tmp_path, capsys, monkeypatch):
+    """An overlay named by COMMODEL_HARDWARE that every hardware lookup of a job fails on (the system,
+    the fabric) is one error, said once, naming the file and the field."""
+    overlay = tmp_path / "limit.toml"
+    overlay.write_text('[gpus.h100-sxm]\npower_limit = { value = "900 W", source = "test" }\n')
+    monkeypatch.setenv(OVERLAY_ENV, str(overlay))
+    assert_one_line_exit_2(
+        ["train", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "8"], capsys, monkeypatch
+    )
+    monkeypatch.setattr("sys.argv", ["commodel", "train", "--model", "llama3-8b", "--system", "dgx-h100"])
+    with pytest.raises(SystemExit):
+        main()
+    err = capsys.readouterr().err
+    assert err.count("900 W") == 1 and "field 'power_limit'" in err and "limit.toml" in err

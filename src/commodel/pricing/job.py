@@ -197,13 +197,17 @@ def choices_of(schema: type[Job], name: str) -> Choices | None:
 
 
 def job_error(exc: ValidationError, schema: type[Job]) -> CommodelError:
-    """A job's validation errors as one :class:`CommodelError` line per field, in the CLI's terms."""
-    lines = []
+    """A job's validation errors as one :class:`CommodelError` line per field, in the CLI's terms; a
+    file's error that several fields' lookups share (a broken hardware overlay) once, at the first."""
+    lines, said = [], set()
     for err in exc.errors():
         field = ".".join(str(p) for p in err["loc"])
         message = str(err["msg"]).removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             message = f"not a {schema.noun} input{suggest(field, schema.model_fields)}"
+        if message in said and ".toml" in message:
+            continue
+        said.add(message)
         lines.append(f"--{field.replace('_', '-')}: {message}" if field else message)
     return CommodelError("; ".join(lines))
 
