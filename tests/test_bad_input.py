@@ -27,6 +27,7 @@ CASES = (
         ("--system", "mi300x-8:1,"), ("--stage-layers", "1,2"), ("--checkpoint-interval-min", "-5"),
         ("--dispatcher", "deepepp"), ("--dispatcher", "deepep"), ("--dispatcher", "hybrid"), ("--dtype", "fp8-blocks"),
         ("--recompute-modules", "mlp,moe"), ("--recompute-modules", "shared_experts"), ("--ep-sms", "0"),
+        ("--power-limit", "900"), ("--power-limit", "100"), ("--power-limit", "0"), ("--power-limit", "lots"),
         ("--cuda-graphs", "attnn"), ("--cuda-graphs", "attn,,mlp;"), ("--capacity-factor", "1"),
         ("--recompute-layers", "-1"), ("--recompute-layers", "x"), ("--recompute-layers", "2000"),
         ("--storage-share", "0"), ("--storage-share", "1.5"), ("--storage-node-GBps", "0"), ("--failures", "bloom"),

@@ -53,3 +53,17 @@ def test_a_limited_gpu_draws_at_most_its_limit():
     grand_teton = cluster("grand-teton-h100")
     assert gpu_power_W(grand_teton, 1.0, 3e12) == pytest.approx(500.0)
     assert gpu_power_W(grand_teton, 0.0) == pytest.approx(142.0)
+
+
+def test_a_runs_power_limit_slows_its_step_and_lowers_its_gpus_power():
+    """--power-limit: a lower board limit lowers the clock of the compute-bound work (the step grows)
+    and the GPUs' draw; a system whose record states a limit prices the same at that limit given."""
+    from commodel.pricing.run import train
+
+    job = dict(model="llama3-8b", system="dgx-h100", gpus=8, zero=3, recompute="full")
+    runs = [train(**job, **({"power_limit": w} if w else {})) for w in (None, 600, 500, 400)]
+    steps, power = [r["step_time_s"] for r in runs], [r["gpu_power_W"] for r in runs]
+    assert steps == sorted(steps) and power == sorted(power, reverse=True)
+    assert power[2] <= 500
+    teton = dict(job, system="grand-teton-h100")
+    assert train(**teton, power_limit=500)["step_time_s"] == pytest.approx(train(**teton)["step_time_s"])

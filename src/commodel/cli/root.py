@@ -74,7 +74,7 @@ def check_scheduler(executor: str, scheduler: str | None) -> None:
 #: The help sections of a job command's options, in order, and the fields each holds; every other
 #: option (output formats, flags of the command itself) goes in the last.
 PANEL_FIELDS = {
-    "Model and system": "model system gpus nodes fabric pod_gpus oversubscription trays_per_rack transport nics "
+    "Model and system": "model system gpus nodes fabric pod_gpus oversubscription trays_per_rack power_limit transport nics "
     "prefill_gpus phase",
     "Layout": "tp pp dp cp ep etp attention_dp vpp schedule pipeline_layout first_stage_layers last_stage_layers "
     "ends_as_layers mtp_layers stage_layers global_batch micro_batch seq",

@@ -103,6 +103,23 @@ class Cluster:
         return self.scale_up.in_network_reduction
 
 
+def _limited(gpu: GPU, watts: float | None) -> GPU:
+    """``gpu`` with its board limited to ``watts`` (None: as its record states), which must lie above
+    its idle power and at most its TDP."""
+    if watts is None:
+        return gpu
+    idle, tdp = gpu.idle_power.value, gpu.tdp.value
+    if not idle < watts <= tdp:
+        raise CommodelError(
+            f"a power limit of {watts:g} W: {gpu.description}'s board draws between its idle {idle:g} W "
+            f"and its TDP {tdp:g} W"
+        )
+    limit = gpu.tdp.model_copy(
+        update={"value": float(watts), "source": "the run's power limit (nvidia-smi -pl)"}
+    )
+    return gpu.model_copy(update={"power_limit": limit})
+
+
 def nodes_for(system: str, gpus: int, db: HardwareDB | None = None) -> int:
     """The fewest nodes of ``system`` that hold ``gpus`` GPUs (at least one)."""
     per_node = int((db or default_db()).system(system).gpus_per_node.value)
@@ -119,13 +136,16 @@ def cluster(
     oversubscription: float | None = None,
     trays_per_rack: int | None = None,
     nics: int | None = None,
+    power_limit: float | None = None,
 ) -> Cluster:
     """Resolve ``system`` (a name in the hardware database) into a cluster of ``nodes`` nodes,
     optionally joined by another scale-out fabric than the system's own (same NICs per node) and
     with its scale-up domain cut into partitions of ``partition`` GPUs or racks of ``trays_per_rack``
     of its nodes, and its scale-out network's pods and oversubscription
     (:class:`~commodel.hardware.schema.ScaleOut`) as the record states them unless given; ``nics``:
-    the NICs per node a run uses, where it uses fewer than the node has (NCCL_IB_HCA)."""
+    the NICs per node a run uses, where it uses fewer than the node has (NCCL_IB_HCA); ``power_limit``:
+    the watts its GPUs' boards are limited to (``nvidia-smi -pl``), over the record's
+    (:func:`commodel.compute.power.clock_share`)."""
     db = db or default_db()
     if nodes < 1:
         raise CommodelError(f"a cluster needs at least one node, got {nodes}")
@@ -148,7 +168,7 @@ def cluster(
     built = Cluster(
         name=system,
         system=record,
-        gpu=db.gpu(record.gpu),
+        gpu=_limited(db.gpu(record.gpu), power_limit),
         scale_up=db.link(record.scale_up.link),
         scale_out=fabric,
         nodes=int(nodes),

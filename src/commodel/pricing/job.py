@@ -116,6 +116,16 @@ PodGpus = Annotated[
         "(default: the system's record; none stated: one pod).",
     ),
 ]
+PowerLimit = Annotated[
+    float | None,
+    Field(
+        gt=0,
+        le=10**4,
+        description="Watts each GPU's board is limited to (nvidia-smi -pl), between its idle power and its "
+        "TDP: clock-bound rates fall with it, memory bandwidth does not (default: the record's limit, else "
+        "its TDP).",
+    ),
+]
 TraysPerRack = Annotated[
     int | None,
     Field(
@@ -318,7 +328,7 @@ def _missing(value: Any) -> bool:
 
 #: A job's inputs that shape its cluster beyond the system record (pods, the core's oversubscription,
 #: trays per rack), each with its type.
-CLUSTER_SHAPE = {"pod_gpus": int, "oversubscription": float, "trays_per_rack": int}
+CLUSTER_SHAPE = {"pod_gpus": int, "oversubscription": float, "trays_per_rack": int, "power_limit": float}
 
 
 def cluster_shape(values: Mapping[str, Any]) -> dict[str, Any]:

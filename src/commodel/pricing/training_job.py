@@ -26,6 +26,7 @@ from commodel.pricing.job import (
     Job,
     Oversubscription,
     PodGpus,
+    PowerLimit,
     Pue,
     TraysPerRack,
     listed_once,
@@ -92,6 +93,7 @@ class TrainingJob(Job):
     pod_gpus: PodGpus = None
     oversubscription: Oversubscription = None
     trays_per_rack: TraysPerRack = None
+    power_limit: PowerLimit = None
     tp: int = Field(1, ge=1, description="Tensor-parallel size.")
     pp: int = Field(1, ge=1, description="Pipeline-parallel size.")
     dp: int | None = Field(None, ge=1, description="Data-parallel size (default: gpus / (tp pp cp)).")
