@@ -179,7 +179,8 @@ SETTINGS = (
     + [[*MOE_JOB, "--expert-load", "8.5"], [*MOE_JOB, "--ep-sms", "133"], [*DENSE, "--nics", "9"],
        [*DENSE, "--cuda-graphs", "mlp,mlp,attn"]]
     + [["serve", "--model", "llama3-8b", "--system", "dgx-h100", *option]
-       for option in (["--batch", "3000"], ["--batch", "64", "--max-num-tokens", "32"], ["--batch", "65", "--max-batch-size", "64"])]
+       for option in (["--batch", "3000"], ["--batch", "64", "--max-num-tokens", "32"], ["--batch", "65", "--max-batch-size", "64"],
+                      ["--power-limit", "800"], ["--power-limit", "-1"], ["--dispatcher", "nccl"])]
 )  # fmt: skip
 
 

@@ -67,3 +67,21 @@ def test_a_runs_power_limit_slows_its_step_and_lowers_its_gpus_power():
     assert power[2] <= 500
     teton = dict(job, system="grand-teton-h100")
     assert train(**teton, power_limit=500)["step_time_s"] == pytest.approx(train(**teton)["step_time_s"])
+
+
+def test_a_serving_power_limit_slows_compute_bound_prefill_and_not_memory_bound_decode():
+    """--power-limit on serve: a prefill-only pool (compute-bound GEMMs) loses about its clock share,
+    a decode-only pool at a small batch (bound by reading the weights) keeps its pace."""
+    from commodel.pricing.run import serve
+
+    job = dict(model="llama3-70b", system="dgx-h100", gpus=8, tp=8, dtype="fp8", prompt=2000)
+    share = clock_share(_limited(450.0))
+    prefill = [
+        serve(**job, phase="prefill", **limit)["input_tokens_per_s"] for limit in ({}, {"power_limit": 450})
+    ]
+    decode = [
+        serve(**job, phase="decode", batch="4", **limit)["output_tokens_per_s"]
+        for limit in ({}, {"power_limit": 450})
+    ]
+    assert share < prefill[1] / prefill[0] < 1.0
+    assert decode[1] / decode[0] == pytest.approx(1.0, abs=0.02)

@@ -19,7 +19,7 @@ from commodel.compute.precision import precision, serving_precision
 from commodel.errors import CommodelError
 from commodel.hardware import cluster
 from commodel.pricing.advice import ADVICE, FIT_ADVICE, HOST_BOUND_SHARE, fit_fixes
-from commodel.pricing.job import Job
+from commodel.pricing.job import Job, cluster_shape
 from commodel.pricing.serving import ENGINE_SIZES, ENGINE_SOFTWARE, price_serving, replica_engine
 from commodel.pricing.serving import OUTPUTS as SERVING_OUTPUTS
 from commodel.pricing.serving_job import ServingJob, serving_job
@@ -230,7 +230,7 @@ def _iteration_table(job: ServingJob, batch: int) -> list[dict[str, object]]:
         raise CommodelError(
             "the kernel table prices colocated serving of both phases; give no --prefill-gpus or --phase"
         )
-    where = cluster(job.system)
+    where = cluster(job.system, **cluster_shape(dict(job)))
     recipe = serving_precision(job.dtype, where.gpu)
     sizes = {name: getattr(job, name) for name in ENGINE_SIZES}
     software = {name: getattr(job, name) for name in ENGINE_SOFTWARE}

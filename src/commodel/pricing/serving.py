@@ -25,6 +25,7 @@ from commodel.hardware import cluster as make_cluster
 from commodel.hardware.cluster import Cluster
 from commodel.ops.energy import gpu_power_W, it_power_W
 from commodel.pricing.evaluator import Evaluator
+from commodel.pricing.job import cluster_shape
 from commodel.pricing.serving_job import ServingJob
 from commodel.pricing.table import (
     Columns,
@@ -97,9 +98,9 @@ def price_serving(columns: Columns) -> Columns:
     out = blank_outputs(rows_total, OUTPUTS, flags=("fits",), text=("problem",))
     gpus_all = np.array(columns["gpus"], dtype=float)
     batches = np.asarray(columns["batch"]).astype(str)  # a number of requests, or max
-    for key, rows in groups(columns, ServingJob.group_keys()):
+    for key, rows in groups(columns, [*ServingJob.group_keys(), "power_limit"]):
         net = get_model(key["model"])
-        c = make_cluster(key["system"])
+        c = make_cluster(key["system"], **cluster_shape(key))
 
         def col(name: str, rows: np.ndarray = rows) -> np.ndarray:
             return numbers(take(columns, name, rows))

@@ -11,7 +11,17 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from commodel.compute.precision import SERVING_RECIPES
 from commodel.hardware import default_db
-from commodel.pricing.job import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ, MODEL, Choices, Job, Pue, make_job
+from commodel.pricing.job import (
+    MAX_GLOBAL_BATCH,
+    MAX_GPUS,
+    MAX_SEQ,
+    MODEL,
+    Choices,
+    Job,
+    PowerLimit,
+    Pue,
+    make_job,
+)
 from commodel.workloads.serving.batch import PHASES
 from commodel.workloads.serving.engine import DISPATCHERS, HOST_SCHEDULES, KV_DTYPES
 from commodel.workloads.serving.memory import KV_RESERVE
@@ -42,6 +52,7 @@ class ServingJob(Job):
     gpus: int | None = Field(
         None, ge=1, le=MAX_GPUS, description="Total GPUs, in replicas of tp x pp (default: one replica)."
     )
+    power_limit: PowerLimit = None
     tp: int = Field(1, ge=1, description="Tensor-parallel size of a replica.")
     pp: int = Field(1, ge=1, description="Pipeline-parallel size of a replica.")
     ep: int = Field(
