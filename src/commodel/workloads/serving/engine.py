@@ -92,7 +92,8 @@ def kv_dtype_of(kv_dtype: str, recipe: Precision) -> str:
 class Engine:
     """One serving replica: a model on ``tp x pp`` GPUs of a cluster (experts over ``ep`` of the tp
     ranks), its precision recipe, KV-cache dtype and engine limits (requests in flight, tokens per
-    iteration, share of free memory for the KV cache); sizes are arrays, one entry per design."""
+    iteration, share of free memory for the KV cache), its host loop (:data:`HOST_SCHEDULES`) and
+    how it dispatches MoE tokens (:data:`DISPATCHERS`); sizes are arrays, one entry per design."""
 
     model: Transformer
     cluster: Cluster
