@@ -9,7 +9,7 @@ from numpy.typing import ArrayLike
 
 from commodel.errors import CommodelError
 from commodel.hardware.loader import HardwareDB, default_db
-from commodel.hardware.schema import GPU, Link, System
+from commodel.hardware.schema import GPU, Link, System, power_limit_problem
 
 
 @dataclass(frozen=True)
@@ -108,12 +108,9 @@ def _limited(gpu: GPU, watts: float | None) -> GPU:
     its idle power and at most its TDP."""
     if watts is None:
         return gpu
-    idle, tdp = gpu.idle_power.value, gpu.tdp.value
-    if not idle < watts <= tdp:
-        raise CommodelError(
-            f"a power limit of {watts:g} W: {gpu.description}'s board draws between its idle {idle:g} W "
-            f"and its TDP {tdp:g} W"
-        )
+    problem = power_limit_problem(watts, gpu.idle_power.value, gpu.tdp.value)
+    if problem:
+        raise CommodelError(f"a power limit on {gpu.description}: {problem}")
     limit = gpu.tdp.model_copy(
         update={"value": float(watts), "source": "the run's power limit (nvidia-smi -pl)"}
     )

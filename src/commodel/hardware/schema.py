@@ -97,15 +97,10 @@ class GPU(Strict):
     @classmethod
     def _below_tdp(cls, limit: Power | None, info: ValidationInfo) -> Power | None:
         idle, tdp = info.data.get("idle_power"), info.data.get("tdp")
-        if (
-            limit is not None
-            and idle is not None
-            and tdp is not None
-            and not idle.value < limit.value <= tdp.value
-        ):
-            raise ValueError(
-                f"{limit.value:g} W is not above the idle power {idle.value:g} W and at most the TDP {tdp.value:g} W"
-            )
+        if limit is not None and idle is not None and tdp is not None:
+            problem = power_limit_problem(limit.value, idle.value, tdp.value)
+            if problem:
+                raise ValueError(problem)
         return limit
 
     @field_validator("peak_flops", "matmul_efficiency")
@@ -120,6 +115,14 @@ class GPU(Strict):
         table = self.matmul_efficiency
         entry = table.get(dtype) or table.get("bf16") or table["fp16"]
         return entry.value
+
+
+def power_limit_problem(watts: float, idle: float, tdp: float) -> str:
+    """What is wrong with a board limit of ``watts`` on a GPU of ``idle`` and ``tdp`` watts ("" if
+    nothing): it must lie above the idle power and at most the TDP."""
+    if idle < watts <= tdp:
+        return ""
+    return f"{watts:g} W is not above the idle power {idle:g} W and at most the TDP {tdp:g} W"
 
 
 class NicInitiation(Strict):

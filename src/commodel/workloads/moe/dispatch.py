@@ -225,6 +225,14 @@ def low_latency_s(
     terms (:func:`_low_latency_terms`) and :data:`LOW_LATENCY_CALL_S`."""
     path = path_of(c)
     terms = _low_latency_terms(model, fab, path, where, tokens, element_bytes, scheme, shared_queue)
+    return _low_latency_call(path, where, terms, scheme, shared_queue)
+
+
+def _low_latency_call(
+    path: Path, where: Group, terms: dict[str, np.ndarray], scheme: str, shared_queue: bool
+) -> np.ndarray:
+    """One low-latency call from its terms: the put across domains, the slowest term and the call's
+    own phases (:data:`LOW_LATENCY_CALL_S`)."""
     put = float(put_latency(scheme, path, 0, shared_queue=shared_queue))
     return (
         np.where(where.spans_nodes, put, 0.0) + np.maximum.reduce(list(terms.values())) + LOW_LATENCY_CALL_S
@@ -267,7 +275,7 @@ def exchange(
     else:
         parts = _low_latency_terms(model, fab, path, where, tokens, element_bytes, scheme, shared_queue)
         terms = {name: float(value) for name, value in parts.items()}
-        time = float(low_latency_s(model, c, fab, where, tokens, element_bytes, scheme, shared_queue))
+        time = float(_low_latency_call(path, where, parts, scheme, shared_queue))
     binding = max(terms, key=terms.get) if max(terms.values()) > 0 else "call"  # nothing to move
     return {"time_s": time, "binding": binding, "group_gpus": g, **{f"{k}_s": v for k, v in terms.items()}}
 

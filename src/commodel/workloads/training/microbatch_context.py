@@ -4,6 +4,7 @@ fabric and the parallel groups on it, and a layer's work on all SMs or on those 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -59,7 +60,7 @@ class MicroBatch:
         """Bytes per element of activations and gradients on the wire (BF16)."""
         return bytes_per(self.recipe.other)
 
-    @property
+    @cached_property
     def memory(self) -> Memory:
         """The GPU's HBM as a collective beside the compute meets it."""
         return memory_of(self.gpu)
