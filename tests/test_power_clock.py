@@ -85,3 +85,15 @@ def test_a_serving_power_limit_slows_compute_bound_prefill_and_not_memory_bound_
     ]
     assert share < prefill[1] / prefill[0] < 1.0
     assert decode[1] / decode[0] == pytest.approx(1.0, abs=0.02)
+
+
+def test_the_kernel_table_runs_at_the_runs_power_limit():
+    """``train --kernels`` lists the layer's kernels at the clock the run's --power-limit leaves, as the
+    step prices them: a compute-bound GEMM takes 1 / clock share as long."""
+    from commodel.pricing.run import train
+
+    job = dict(model="llama3-8b", system="dgx-h100", gpus=8, zero=3, recompute="full", kernels=True)
+    full, capped = (train(**job, **limit)["kernels"] for limit in ({}, {"power_limit": 450}))
+    share = clock_share(_limited(450.0))
+    ms = [[row["fwd_ms"] for row in table if row.get("bound") == "compute"] for table in (full, capped)]
+    assert ms[0] and all(c == pytest.approx(f / share, rel=0.02) for f, c in zip(*ms, strict=True))

@@ -66,7 +66,7 @@ def _kernel_table(job: TrainingJob, row: SimpleNamespace) -> list[dict[str, obje
     it (its data-parallel size, the model's sequence where the job gives none)."""
     if is_node_groups(job.system):
         raise CommodelError("the kernel table prices one kind of node; give one system, not node groups")
-    net, gpu = model(job.model), cluster(job.system).gpu
+    net, gpu = model(job.model), cluster(job.system, **cluster_shape(dict(job))).gpu
     x = job_layout(job_columns(job), np.zeros(1, dtype=int), net, np.array([float(row.dp)]))
     return kernel_table(net, gpu, x, precision(job.dtype, gpu), job.attention)
 
