@@ -119,6 +119,18 @@ def _edit(path: Path, old: str, new: str) -> None:
             r"h100-sxm-96gb.toml: field 'power_limit': 800 W is not above the idle power 142 W and at most the TDP 700 W",
         ),
         (
+            "gpus/mi300x.toml",
+            "gemm_tiles = { value = [[256, 256], ",
+            "gemm_tiles = { value = [[256, 250], ",
+            r"mi300x.toml: field 'gemm_tiles.value': .*tile sides must be positive multiples of 16",
+        ),
+        (
+            "gpus/mi300x.toml",
+            "gemm_tiles = { value = [[256, 256], [256, 224], [224, 256], [256, 192], [192, 256], [256, 160], [160, 256], [256, 128], [128, 256]], ",
+            "gemm_tiles = { value = [], ",
+            r"mi300x.toml: field 'gemm_tiles.value': .*needs at least one tile",
+        ),
+        (
             "gpus/h100-sxm.toml",
             '"3.35 TB/s"',
             '"3.35 TW"',

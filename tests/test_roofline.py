@@ -2,7 +2,13 @@ import numpy as np
 import pytest
 
 from commodel.compute import attention, elementwise, gemm, kernel_time
-from commodel.compute.roofline import GEMM_TILE_OVERHEAD_K, SPLIT_K_MAX, achievable_flops, split_k
+from commodel.compute.roofline import (
+    GEMM_TILE_OVERHEAD_K,
+    SPLIT_K_MAX,
+    achievable_flops,
+    output_tiling,
+    split_k,
+)
 from commodel.errors import CommodelError
 from commodel.hardware import default_db
 
@@ -137,3 +143,25 @@ def test_the_chosen_split_is_the_fastest_whole_one_within_a_wave():
         best = np.where(fits | (s == 1), np.minimum(best, np.maximum(compute, memory)), best)
     assert np.allclose(chosen, best, rtol=1e-9)
     assert np.all(kernel.flops / chosen <= 989e12 * H100.efficiency("bf16") * (1 + 1e-9))
+
+
+def test_a_gemm_library_runs_the_tile_that_fills_the_waves():
+    """AMD's MAF shapes are one tile per CU of 304 in hipBLASLt's tiles: 4096 x 3648 FP8 in 16 x 19
+    tiles of 256 x 192 (CUTLASS's 128 x 256 alone would need 480 tiles, two waves with a fifth of the
+    CUs idle in the second). Taking the library's tiles away lowers the rate; on NVIDIA (no list) the
+    tile stays 128 x 256."""
+    mi300x = DB.gpu("mi300x")
+    fp8 = gemm(4096, 3648, 32896, "fp8")
+    tiling = output_tiling(mi300x, fp8)
+    assert (float(tiling.rows), float(tiling.cols), float(tiling.tiles)) == (256, 192, 304)
+    one_tile = mi300x.model_copy(update={"gemm_tiles": None})
+    assert float(output_tiling(one_tile, fp8).tiles) == 480
+    with_tiles, without = (float(achievable_flops(g, fp8)) for g in (mi300x, one_tile))
+    assert without < 0.85 * with_tiles
+    assert with_tiles <= mi300x.peak_flops["fp8"].value * mi300x.efficiency("fp8")
+    assert (float(output_tiling(H100, fp8).rows), float(output_tiling(H100, fp8).cols)) == (128, 256)
+    # vectorized over shapes and SM counts: each element its own tile
+    many = output_tiling(
+        mi300x, gemm(np.array([4096, 4096, 1]), np.array([3648, 4864, 8192]), 4096), units=304
+    )
+    assert many.tiles.tolist() == [304, 304, 32]

@@ -157,16 +157,17 @@ def test_a_serving_job_band_spans_the_engine_settings_it_leaves_at_their_default
 
 
 def test_draws_that_move_a_design_out_of_its_memory_leave_the_band_and_are_counted():
-    """Llama 3 8B over an H100 and an MI300X node fills the H100's 80 GiB: where a draw makes the H100
-    faster, the pipeline gives it more layers and the design no longer fits. Such draws have no
-    throughput; the band is over the draws that fit, and the source says how many did not."""
+    """Llama 3 8B at sequence 8448 over an H100 and an MI300X node fills the H100's 80 GiB (18 layers,
+    77 GiB): where a draw makes the H100 faster, the pipeline gives it more layers and the design no
+    longer fits. Such draws have no throughput; the band is over the draws that fit, and the source
+    says how many did not."""
     import json
 
     from typer.testing import CliRunner
 
     from commodel.cli import app
 
-    args = ["train", "--model", "llama3-8b", "--system", "dgx-h100:1,mi300x-8:1", "--pp", "2", "--uncertainty"]  # fmt: skip
+    args = ["train", "--model", "llama3-8b", "--system", "dgx-h100:1,mi300x-8:1", "--pp", "2", "--seq", "8448", "--uncertainty"]  # fmt: skip
     result = CliRunner().invoke(app, [*args, "--json"])
     record = json.loads(result.output)
     assert result.exit_code == 0 and "do not fit" in record["params_source"]

@@ -79,7 +79,8 @@ def _positive(**shapes: ArrayLike) -> list[np.ndarray]:
 def gemm(m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str = "bf16", batch: ArrayLike = 1) -> Kernel:
     """C[m, n] = A[m, k] B[k, n], ``batch`` of them in one launch: ``2 m n k`` FLOPs each,
     ``(m k + k n + m n) x bytes(dtype)`` of HBM traffic (each operand read once, C written once),
-    ``ceil(m/128) ceil(n/256)`` output tiles each. A weight-only ``dtype`` (:data:`WEIGHT_ONLY`) reads
+    ``ceil(m/128) ceil(n/256)`` output tiles each (the tile a GPU's library runs instead:
+    :func:`commodel.compute.roofline.output_tiling`). A weight-only ``dtype`` (:data:`WEIGHT_ONLY`) reads
     the weights ``B`` at their storage bytes and computes in its compute dtype, the kernel's dtype."""
     m, n, k, b = _positive(m=m, n=n, k=k, batch=batch)
     weights, compute = WEIGHT_ONLY.get(dtype, (dtype, dtype))

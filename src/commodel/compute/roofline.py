@@ -84,25 +84,68 @@ def peak_flops(gpu: GPU, dtype: str, matmul: bool = True) -> float:
 
 
 def achievable_flops(
-    gpu: GPU, kernel: Kernel, units: ArrayLike | None = None, split: ArrayLike = 1
+    gpu: GPU,
+    kernel: Kernel,
+    units: ArrayLike | None = None,
+    split: ArrayLike = 1,
+    tiling: Tiling | None = None,
 ) -> np.ndarray:
     """Achievable FLOP/s for ``kernel`` on ``gpu`` after wave quantization and per-tile overhead.
 
     ``units`` (default: all SMs/CUs) is the number the kernel may occupy, for kernels sharing the GPU
     with a collective: a kernel on fewer SMs loses throughput in proportion and may need an extra wave.
     ``split``: a GEMM's k loop cut into that many slices, each its own tile of ``k / split`` depth.
+    ``tiling``: the kernel's :func:`output_tiling` on those units, where the caller has it.
     """
     peak = peak_flops(gpu, kernel.dtype, kernel.matmul)
     total = gpu.compute_units.value
     units = total if units is None else np.asarray(units, dtype=float)
     if not kernel.matmul:
         return np.full(np.shape(kernel.flops), peak * clock_share(gpu)) * units / total
-    tiles, depth = kernel.tiles * split, kernel.k_depth / np.asarray(split, dtype=float)
+    tiling = tiling or output_tiling(gpu, kernel, units)
+    tiles, depth = tiling.tiles * split, kernel.k_depth / np.asarray(split, dtype=float)
     waves = np.ceil(tiles / units)
     wave_eff = tiles / (waves * total)
     sixteen_bit = peak_flops(gpu, "bf16" if "bf16" in gpu.peak_flops else "fp16")
     depth_eff = depth / (depth + GEMM_TILE_OVERHEAD_K * peak / sixteen_bit)
     return peak * clock_share(gpu) * gpu.efficiency(kernel.dtype) * wave_eff * depth_eff
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """How a kernel's output is cut into tiles (one CTA each): ``tiles`` per launch, each ``rows x
+    cols``."""
+
+    tiles: np.ndarray
+    rows: np.ndarray | float
+    cols: np.ndarray | float
+
+
+def output_tiling(gpu: GPU, kernel: Kernel, units: ArrayLike | None = None) -> Tiling:
+    """The tiling a GEMM library runs ``kernel`` at on ``units`` SMs/CUs (default all) of ``gpu``: of
+    the GPU's tiles (:attr:`GPU.gemm_tiles`; CUTLASS's 128 x 256 where the record lists none), the one
+    whose waves take least time, ``ceil(t / U) x rows x cols`` for ``t = b ceil(m / rows) ceil(n / cols)``
+    tiles (a tile's time is its area at one rate per SM); of two as fast, the one with less padding
+    (``t x rows x cols``), then the first listed. A kernel that is not a GEMM keeps its own tiles.
+    Edge tiles' padding is not charged to the rate (:func:`achievable_flops` counts whole tiles), as
+    libraries run small-m GEMMs on narrower tiles than these."""
+    listed = gpu.gemm_tiles.value if gpu.gemm_tiles else (GEMM_TILE,)
+    if kernel.shape is None or listed == (GEMM_TILE,):
+        return Tiling(kernel.tiles, *GEMM_TILE)
+    m, n, _, b = (np.asarray(v, dtype=float) for v in kernel.shape)
+    if len(listed) == 1:
+        return Tiling(b * np.ceil(m / listed[0][0]) * np.ceil(n / listed[0][1]), *listed[0])
+    units = gpu.compute_units.value if units is None else np.asarray(units, dtype=float)
+    sides = np.array(listed, dtype=float)
+    rows, cols = (sides[:, i].reshape((-1,) + (1,) * np.ndim(m * n * units)) for i in (0, 1))
+    tiles = b * np.ceil(m / rows) * np.ceil(n / cols)
+    area = rows * cols
+    time, padded = np.broadcast_arrays(np.ceil(tiles / units) * area, tiles * area)
+    best = np.lexsort((padded, time), axis=0)[:1]
+    tiles, rows, cols = (
+        np.take_along_axis(np.broadcast_to(v, tiles.shape), best, 0)[0] for v in (tiles, rows, cols)
+    )
+    return Tiling(tiles, rows, cols)
 
 
 def achievable_bandwidth(gpu: GPU) -> float:
@@ -116,8 +159,9 @@ def kernel_time(gpu: GPU, kernel: Kernel, launch: bool = True, units: ArrayLike 
     ``launch`` adds the GPU's kernel launch overhead. A GEMM whose output tiles leave SMs idle runs
     at the split-K factor that makes it fastest (:func:`split_k`), as cuBLAS's heuristics pick one.
     """
-    split = split_k(gpu, kernel, units)
-    ceiling = achievable_flops(gpu, kernel, units, split)
+    tiling = output_tiling(gpu, kernel, units) if kernel.matmul else None
+    split = split_k(gpu, kernel, units, tiling)
+    ceiling = achievable_flops(gpu, kernel, units, split, tiling)
     compute = kernel.flops / ceiling
     if gpu.exp_rate is not None and np.any(kernel.exps):
         share = gpu.compute_units.value if units is None else np.asarray(units, dtype=float)
@@ -133,7 +177,7 @@ def hbm_bytes(
     gpu: GPU,
     kernel: Kernel,
     units: ArrayLike | None = None,
-    tile: tuple[int, int] = GEMM_TILE,
+    tile: tuple[int, int] | None = None,
     resident: int = 1,
 ) -> np.ndarray:
     """HBM bytes a kernel moves as it runs: its roofline traffic, and for a GEMM the operand panels
@@ -152,6 +196,9 @@ def hbm_bytes(
         return np.asarray(kernel.bytes, dtype=float)
     m, n, k, b = (np.asarray(v, dtype=float) for v in kernel.shape)
     units = gpu.compute_units.value if units is None else np.asarray(units, dtype=float)
+    if tile is None:
+        tiling = output_tiling(gpu, kernel, units)
+        tile = (tiling.rows, tiling.cols)
     rows, cols = np.ceil(m / tile[0]), np.ceil(n / tile[1])
     flight = np.minimum(rows * cols, units * resident)
     r = np.clip(np.sqrt(flight), 1.0, rows)
@@ -180,7 +227,9 @@ def _partial_sum_bytes(kernel: Kernel, split: ArrayLike) -> np.ndarray | float:
     return np.where(np.asarray(split) > 1, 8 * np.asarray(split) * m * n, 0.0)
 
 
-def split_k(gpu: GPU, kernel: Kernel, units: ArrayLike | None = None) -> np.ndarray | int:
+def split_k(
+    gpu: GPU, kernel: Kernel, units: ArrayLike | None = None, tiling: Tiling | None = None
+) -> np.ndarray | int:
     """The split-K factor ``s`` a GEMM runs at: 1 unless it is one GEMM (not a batched or grouped
     launch) whose ``t`` output tiles do not fill one wave of the ``U`` SMs it may use (NVIDIA's GEMM
     guide shows full-size GEMMs keeping their wave quantization). Such a GEMM's k loop may be cut into
@@ -191,11 +240,12 @@ def split_k(gpu: GPU, kernel: Kernel, units: ArrayLike | None = None) -> np.ndar
     if kernel.shape is None or np.any(np.asarray(kernel.shape[3]) != 1):
         return 1
     units = gpu.compute_units.value if units is None else np.asarray(units, dtype=float)
-    under = kernel.tiles < units
+    tiling = tiling or output_tiling(gpu, kernel, units)
+    under = tiling.tiles < units
     if not np.any(under):
         return 1
-    most = np.where(under, np.minimum(np.floor(units / kernel.tiles), SPLIT_K_MAX), 1.0)
-    one, deepest = (kernel.flops / achievable_flops(gpu, kernel, units, s) for s in (1.0, most))
+    most = np.where(under, np.minimum(np.floor(units / tiling.tiles), SPLIT_K_MAX), 1.0)
+    one, deepest = (kernel.flops / achievable_flops(gpu, kernel, units, s, tiling) for s in (1.0, most))
     a = (one - deepest) * most / np.maximum(most - 1, 1)  # 0 where no split fits (most 1)
     c = one - a
     m, n = kernel.shape[:2]

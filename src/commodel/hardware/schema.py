@@ -6,9 +6,9 @@ Every number is a :class:`Sourced` quantity: its value in SI units plus the ``so
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import ValidationInfo, field_validator, model_validator
+from pydantic import StringConstraints, ValidationInfo, field_validator, model_validator
 
 from commodel.errors import suggest
 from commodel.records import (
@@ -44,6 +44,23 @@ class Multiprocessor(Strict):
     memory_latency: Duration
 
 
+class GemmTiles(Strict):
+    """The output tiles (rows x cols) a GEMM library's large-GEMM kernels come in on a GPU, with the
+    source that lists them: the library runs each GEMM at the one whose waves take least time."""
+
+    value: tuple[tuple[int, int], ...]
+    source: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+
+    @field_validator("value")
+    @classmethod
+    def _tiles(cls, v: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+        if not v:
+            raise ValueError("needs at least one tile [rows, cols]")
+        if any(side < 16 or side % 16 for tile in v for side in tile):
+            raise ValueError(f"tile sides must be positive multiples of 16, got {[list(t) for t in v]}")
+        return v
+
+
 class GPU(Strict):
     """One accelerator (or one GCD of a multi-die package, as the runtime sees it).
 
@@ -54,7 +71,8 @@ class GPU(Strict):
     (:class:`Multiprocessor`); absent: kernels sharing the GPU cannot be placed block by block.
     ``power_limit``: the board power limit a deployment sets below the ``tdp`` (``nvidia-smi -pl``);
     the record's rates are measured at the TDP, and under a lower limit its clock-bound rates fall
-    (:func:`commodel.compute.power.clock_share`); absent: the TDP.
+    (:func:`commodel.compute.power.clock_share`); absent: the TDP. ``gemm_tiles``: the GEMM
+    library's output tiles (:class:`GemmTiles`); absent: CUTLASS/cuBLAS's 128 x 256 alone.
     """
 
     description: str
@@ -73,6 +91,7 @@ class GPU(Strict):
     exp_rate: Rate | None = None
     multiprocessor: Multiprocessor | None = None
     power_limit: Power | None = None
+    gemm_tiles: GemmTiles | None = None
 
     @property
     def board_power(self) -> float:
