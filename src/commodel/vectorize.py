@@ -19,32 +19,62 @@ from numpy.typing import ArrayLike
 MIN_POINTS = 256
 
 
+#: Whole-number columns spanning fewer values than this are coded by their offset from their least
+#: value, without hashing.
+DENSE_SPAN = 4096
+
+
+def _code(column: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """(codes in 0..size-1, size) telling ``column``'s values apart; None where it holds one value.
+    Whole numbers over a short span are their offset from the least; other values are hashed
+    (pandas.factorize)."""
+    import pandas as pd  # slow: pandas (0.2 s), which a single estimate does not need
+
+    if column.strides == (0,):
+        return None
+    if column.dtype.kind in "biuf":
+        low, high = column.min(), column.max()
+        if low == high:
+            return None
+        if float(high) - float(low) < DENSE_SPAN:
+            whole = column.astype(np.int64)
+            if column.dtype.kind != "f" or (whole == column).all():
+                return whole - int(low), int(high) - int(low) + 1
+    code, values = pd.factorize(column)
+    return (code, len(values)) if len(values) > 1 else None
+
+
 def _inverse(flat: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(first index of each distinct row, row -> distinct-row index) for columns ``flat``.
 
-    Hash-based (pandas.factorize), linear in the number of rows: each column that holds more than one
-    value is coded, the codes are combined into one integer per row, and that integer is coded again.
+    Linear in the number of rows: each column that holds more than one value is coded
+    (:func:`_code`), the codes are combined into one integer per row, and those integers are told
+    apart by a presence table where they are few (at most four per row), else hashed.
     """
     import pandas as pd  # slow: pandas (0.2 s), which a single estimate does not need
 
-    codes, sizes = [], []
-    for column in flat:
-        if column.strides == (0,) or (column == column[0]).all():  # one value: nothing to tell apart
-            continue
-        code, values = pd.factorize(column)
-        codes.append(code)
-        sizes.append(len(values))
-    if not codes:
-        return np.zeros(1, dtype=np.int64), np.zeros(len(flat[0]), dtype=np.int64)
-    if np.prod(np.asarray(sizes, dtype=float)) < 2**62:
-        combined = np.ravel_multi_index(codes, sizes)
+    coded = [c for c in map(_code, flat) if c is not None]
+    rows = len(flat[0])
+    if not coded:
+        return np.zeros(1, dtype=np.int64), np.zeros(rows, dtype=np.int64)
+    combinations = np.prod([float(size) for _, size in coded])
+    combined = coded[0][0]
+    if combinations < 2**62:
+        for code, size in coded[1:]:
+            combined = combined * size + code
     else:  # too many combinations for one integer: code pairs of columns step by step
-        combined = codes[0]
-        for code, size in zip(codes[1:], sizes[1:], strict=True):
+        for code, size in coded[1:]:
             combined = pd.factorize(combined * size + code)[0]
-    inverse, distinct = pd.factorize(combined)
-    first = np.empty(len(distinct), dtype=np.int64)
-    first[inverse[::-1]] = np.arange(len(inverse) - 1, -1, -1)
+    if combinations <= 4 * rows:
+        present = np.zeros(int(combinations), dtype=bool)
+        present[combined] = True
+        ids = np.cumsum(present) - 1
+        inverse, count = ids[combined], int(ids[-1]) + 1
+    else:
+        inverse, distinct = pd.factorize(combined)
+        count = len(distinct)
+    first = np.empty(count, dtype=np.int64)
+    first[inverse[::-1]] = np.arange(rows - 1, -1, -1)
     return first, inverse
 
 
