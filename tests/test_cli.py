@@ -55,6 +55,11 @@ def test_roofline_gemm_json():
     record = json.loads(result.output)
     assert {"time_s", "tflops", "bound"} <= set(record)
     assert record["bound"] == "compute" and 600 < record["tflops"] < 800 and record["split_k"] == 1
+    assert (record["tile"], record["tiles"], record["waves"]) == ("128x256", 64 * 32, 16)  # 2,048 on 132 SMs
+    amd = invoke(
+        "roofline", "gemm", "--gpu", "mi300x", "--m", "4096", "--n", "3648", "--k", "32896", "--dtype", "fp8"
+    )
+    assert "304 tiles of 256x192, 1 wave)" in amd.output, amd.output
     skinny = invoke("roofline", "gemm", "--m", "394", "--n", "2560", "--k", "8192", "--dtype", "fp8")
     assert skinny.exit_code == 0 and "memory-bound" in skinny.output and "split-K 3" in skinny.output
 

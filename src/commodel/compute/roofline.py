@@ -262,11 +262,16 @@ def split_k(
 def gemm_summary(gpu: GPU, m: int, n: int, k: int, dtype: str, launch: bool = True) -> dict[str, object]:
     """One GEMM on ``gpu`` as plain values: its roofline time (with its launch unless ``launch`` is
     off: back-to-back kernels, as GEMM benchmarks time them), achieved TFLOP/s, bound, arithmetic
-    intensity and split-K factor (``commodel roofline gemm``)."""
+    intensity, split-K factor, and the output tile it runs at (:func:`output_tiling`), with the
+    tiles and waves of them (``commodel roofline gemm``)."""
     kernel = gemm(m, n, k, dtype)
     result = kernel_time(gpu, kernel, launch=launch)
+    tiling = output_tiling(gpu, kernel)
+    tiles = float(tiling.tiles) * int(result.split_k)
     return {
         "m": m, "n": n, "k": k, "dtype": dtype, "time_s": float(result.time_s),
         "tflops": float(result.achieved_flops) / 1e12, "bound": str(result.bound),
         "intensity_flop_per_byte": float(kernel.intensity), "split_k": int(result.split_k),
+        "tile": f"{int(tiling.rows)}x{int(tiling.cols)}", "tiles": int(tiles),
+        "waves": int(np.ceil(tiles / gpu.compute_units.value)),
     }  # fmt: skip

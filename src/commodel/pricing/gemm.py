@@ -1,6 +1,6 @@
 """The GEMM job (``commodel roofline gemm``'s options, the ``gemm`` evaluator's inputs): one GEMM on
 one GPU through the roofline (:func:`commodel.compute.roofline.gemm_summary`): its time, achieved
-TFLOP/s, bound, arithmetic intensity and split-K factor."""
+TFLOP/s, bound, arithmetic intensity, split-K factor and the output tile it runs at."""
 
 from __future__ import annotations
 
@@ -51,7 +51,9 @@ def price_gemm(job: GemmJob, db: HardwareDB | None = None) -> dict[str, object]:
     return gemm_summary(gpu, job.m, job.n, job.k, job.dtype, job.launch)
 
 
-OUTPUTS = ("time_s", "tflops", "bound", "intensity_flop_per_byte", "split_k", "problem", "valid")
+OUTPUTS = (
+    "time_s", "tflops", "bound", "intensity_flop_per_byte", "split_k", "tile", "tiles", "waves", "problem", "valid",
+)  # fmt: skip
 
 
 def _row(row: object) -> dict:
@@ -62,5 +64,5 @@ def _row(row: object) -> dict:
 def gemm() -> Evaluator:
     return Evaluator.row_by_row(
         "gemm", "one GEMM on one GPU through the roofline: time, TFLOP/s, bound", GemmJob, OUTPUTS, _row,
-        ("problem", "bound"),
+        ("problem", "bound", "tile"),
     )  # fmt: skip

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
+from commodel.hardware.schema import GemmTiles
 from commodel.records import Sourced
 from commodel.units import format_bytes, format_quantity, readable_number
 from commodel.workloads.training.memory import CATEGORIES as MEMORY_CATEGORIES
@@ -376,6 +377,8 @@ def record_lines(record: object, prefix: str = "") -> Iterator[str]:
     for key, value in items:
         if isinstance(value, Sourced):
             yield f"  {prefix}{key} = {format_quantity(value.value, value.KIND)}  [{value.source}]"
+        elif isinstance(value, GemmTiles):
+            yield f"  {prefix}{key} = {', '.join(f'{r}x{c}' for r, c in value.value)}  [{value.source}]"
         elif isinstance(value, BaseModel | dict):
             yield from record_lines(value, f"{prefix}{key}.")
         elif value is not None:
@@ -385,8 +388,10 @@ def record_lines(record: object, prefix: str = "") -> Iterator[str]:
 def gemm_text(gpu: str, record: dict) -> str:
     """One GEMM's roofline (:func:`commodel.compute.roofline.gemm_summary`) in a line."""
     split = f", split-K {record['split_k']}" if record["split_k"] > 1 else ""
+    waves = f"{record['waves']} wave{'s' if record['waves'] > 1 else ''}"
     return (
         f"GEMM {record['m']}x{record['n']}x{record['k']} {record['dtype']} on {gpu}: {record['time_s'] * 1e6:.1f} us, "
         f"{record['tflops']:.1f} TFLOP/s, {record['bound']}-bound "
-        f"(intensity {record['intensity_flop_per_byte']:.0f} FLOP/B{split})"
+        f"(intensity {record['intensity_flop_per_byte']:.0f} FLOP/B{split}; {record['tiles']} tiles of "
+        f"{record['tile']}, {waves})"
     )
