@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import ConfigDict, Field, PositiveFloat, field_validator, model_validator
+from pydantic import ConfigDict, Field, PositiveFloat, ValidationError, field_validator, model_validator
 
 from commodel.errors import CommodelError, unknown
 from commodel.pricing.evaluator import BUILTIN, evaluator
@@ -73,8 +73,10 @@ def _expected(value: Any) -> Expected:
         return low, high
     if isinstance(value, dict):
         return Tolerance.model_validate(value)
+    exactly = f" (exactly {value:g}: [{value:g}, {value:g}])" if _is_number(value) else ""
     raise ValueError(
         "a bound is [low, high], { value = V, rel = R } or { value = V, abs = A }, true/false or a name"
+        + exactly
     )
 
 
@@ -89,7 +91,17 @@ class Design(Strict):
     @field_validator("expect")
     @classmethod
     def _bounds(cls, value: dict[str, Any]) -> dict[str, Expected]:
-        return {name: _expected(bound) for name, bound in value.items()}
+        bounds = {}
+        for name, bound in value.items():
+            try:
+                bounds[name] = _expected(bound)
+            except ValidationError as exc:  # a tolerance's own field
+                error = exc.errors()[0]
+                where = ".".join([name, *map(str, error["loc"])])
+                raise ValueError(f"{where}: {error['msg'].removeprefix('Value error, ')}") from None
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
+        return bounds
 
     @property
     def inputs(self) -> dict[str, Any]:
