@@ -74,7 +74,11 @@ def test_bounds_compare_as_the_file_states_them(tmp_path):
 @pytest.mark.parametrize(
     ("expect", "job", "message"),
     [
-        ({"mfuu": "[0, 1]"}, {}, "unknown output of design 'd'.*did you mean 'mfu'"),
+        (
+            {"mfuu": "[0, 1]"},
+            {},
+            r"checks\.toml: design 'd': unknown training output 'mfuu' \(did you mean 'mfu'\?\)",
+        ),
         ({"mfu": "[1, 0]"}, {}, "mfu: a range's low end"),
         ({"mfu": "{ value = 1 }"}, {}, "mfu: give one of rel"),
         ({"mfu": "{ value = 1, rel = 0.1, abs = 1 }"}, {}, "give one of rel"),

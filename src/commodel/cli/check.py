@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from commodel.cli.root import JsonFlag, app
+from commodel.errors import CommodelError
 from commodel.validate.check import load_checks, run_checks
 
 #: Exit code when a bound fails (2 is bad input, as for every command).
@@ -21,7 +22,11 @@ def check(
     as_json: JsonFlag = False,
 ) -> None:
     """Price every design of FILE and check its bounds: exit 0 when all hold, 3 when any fails."""
-    outcomes = run_checks(load_checks(file))
+    checks = load_checks(file)
+    try:
+        outcomes = run_checks(checks)
+    except CommodelError as exc:
+        raise CommodelError(f"{file}: {exc}") from None
     if as_json:
         typer.echo(json.dumps([dataclasses.asdict(o) for o in outcomes], indent=2, default=str))
     else:

@@ -172,7 +172,7 @@ def load_checks(path: str | Path) -> CheckFile:
     checks = validate_record(read_toml(Path(path)), CheckFile, path)
     for name, design in checks.designs.items():
         if design.evaluate not in BUILTIN:
-            raise unknown(f"evaluator of design '{name}'", design.evaluate, BUILTIN)
+            raise CommodelError(f"{path}: design '{name}': {unknown('evaluator', design.evaluate, BUILTIN)}")
     return checks
 
 
@@ -212,13 +212,17 @@ def run_checks(checks: CheckFile) -> list[Outcome]:
         for name in names:
             for field in checks.designs[name].inputs:
                 if field not in ev.inputs:
-                    raise unknown(f"input of design '{name}' ({kind} takes)", field, list(ev.inputs))
+                    raise CommodelError(
+                        f"design '{name}': {unknown(f'{kind} input', field, list(ev.inputs))}"
+                    )
             _check_inputs(name, checks.designs[name], ev.job)
         frame = pd.DataFrame([checks.designs[n].inputs for n in names])
         for name, (_, row) in zip(names, ev(frame).iterrows(), strict=True):
             for output in checks.designs[name].expect:
                 if output not in row.index:
-                    raise unknown(f"output of design '{name}' ({kind} gives)", output, list(row.index))
+                    raise CommodelError(
+                        f"design '{name}': {unknown(f'{kind} output', output, list(row.index))}"
+                    )
             rows[name] = row
     outcomes = []
     for name, design in checks.designs.items():
