@@ -220,6 +220,11 @@ BAD_TRAINING = [
     (lambda t: _edited(t, TITAN, "'flavor': '8B'", "'flavor': '9B'"), "give --model"),
     (lambda t: _edited(t, TITAN, "'selective_ac_option': 'op'", "'selective_ac_option': 'ops'"),
      "selective_ac_option = ops: 'op' or a positive whole number"),
+    (lambda t: _edited(t, DEEPEP, "elapsed time per iteration (ms): 19739.4", "elapsed time per iteration (ms): -19739.4"),
+     "the elapsed time per iteration at iteration 15 is -19739.4: not a positive number"),
+    (lambda t: _edited(t, DEEPEP, "elapsed time per iteration (ms): 19640.9", "elapsed time per iteration (ms): 0"),
+     "at iteration 10 is 0: not a positive number"),
+    (lambda t: _edited(t, TITAN, "tps: 8,388", "tps: 0"), "tokens/s per GPU at iteration 20 is 0: not a positive"),
     (lambda t: (t / "x.log").write_bytes(b"\0\1\2") and t / "x.log", "binary"),
     (lambda t: (t / "y.log").write_text("hello\n") and t / "y.log", "not a training log"),
 ]  # fmt: skip
@@ -249,6 +254,9 @@ BAD_SERVING = [
     (lambda t: _truncated(t, VLLM, "============ Serving"), "not a serving benchmark's output"),
     (lambda t: _edited(t, VLLM, "Output token throughput (tok/s):         1947.66",
                        "Output token throughput (tok/s):         lots"), "is not a number"),
+    (lambda t: _edited(t, VLLM, "Output token throughput (tok/s):         1947.66",
+                       "Output token throughput (tok/s):         0.0"), "output_tokens_per_s is 0: not a positive number"),
+    (lambda t: _edited(t, TRT, "11489.2671", "-11489.2671"), "output_tokens_per_s is -11489.3: not a positive number"),
 ]  # fmt: skip
 
 

@@ -40,6 +40,10 @@ class MeasuredRun:
     how: str
     peak_memory_bytes: float | None = None
 
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.value) and self.value > 0):
+            raise fail(self.path, f"its {self.metric} is {self.value:g}: not a positive number")
+
     @property
     def name(self) -> str:
         return self.path.name
@@ -66,6 +70,9 @@ def steady_median(path: Path, iterations: list[int], values: list[float], what: 
     iterations since the previous report), and the description says how many were."""
     if not values:
         raise fail(path, f"no {what} reported: the log ends before the first iteration report")
+    for iteration, value in zip(iterations, values, strict=True):
+        if not (math.isfinite(value) and value > 0):
+            raise fail(path, f"the {what} at iteration {iteration} is {value:g}: not a positive number")
     starts = [0, *iterations[:-1]]
     kept = [v for start, v in zip(starts, values, strict=True) if start >= WARMUP_ITERATIONS]
     if not kept:
