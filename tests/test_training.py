@@ -1682,3 +1682,14 @@ def test_async_tensor_parallelism_hides_the_backward_column_collectives_and_neve
         )
         assert np.all(hidden <= none * (1 + 1e-12)), tp
         assert np.all(hidden < none) if tp > 1 else np.all(hidden == 0)
+
+
+def test_a_job_fills_its_scale_up_domains_evenly():
+    """GPUs per domain: the largest divisor of the job's GPU count that fits the domain (256 GPUs on
+    72-GPU racks run as 4 x 64; 100 as 2 x 50; a prime count spreads one per domain), per element."""
+    from commodel.workloads.parallel.groups import job_domain
+
+    gpus = np.array([[256.0, 144.0, 72.0], [100.0, 7.0, 8.0]])
+    assert job_domain(gpus, 72).tolist() == [[64, 72, 72], [50, 7, 8]]
+    assert job_domain(gpus, 8).tolist() == [[8, 8, 8], [5, 7, 8]]
+    assert float(job_domain(13, 8)) == 1.0 and job_domain(np.full(1000, 36.0), 72).tolist() == [36.0] * 1000

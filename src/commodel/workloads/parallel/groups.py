@@ -48,10 +48,9 @@ def job_domain(gpus: ArrayLike, domain: int) -> np.ndarray:
     """GPUs of a job per scale-up domain: the largest divisor of the job's GPU count that fits the
     physical domain (a job fills its domains evenly: 256 GPUs on 72-GPU NVL72 racks run as 4 x 64)."""
     gpus = np.asarray(gpus, dtype=float)
-    out = np.ones_like(gpus)
-    for size in range(int(domain), 1, -1):
-        out = np.where((out == 1) & (np.mod(gpus, size) == 0), size, out)
-    return out
+    distinct, inverse = np.unique(gpus, return_inverse=True)  # a sweep's GPU counts: a few values
+    fits = [next((size for size in range(int(domain), 1, -1) if g % size == 0), 1) for g in distinct]
+    return np.asarray(fits, dtype=float)[inverse].reshape(gpus.shape)
 
 
 def shared_nics(fab: Fabric) -> Fabric:
