@@ -126,6 +126,12 @@ def _edit(path: Path, old: str, new: str) -> None:
         ),
         (
             "gpus/mi300x.toml",
+            "gemm_tiles = { value = [[256, 256], [256, 224], [224, 256], [256, 192], [192, 256], [256, 160], [160, 256], [256, 128], [128, 256]], source = ",
+            "gemm_tiles = [[256, 256]]\nx = { source = ",
+            r"mi300x.toml: field 'gemm_tiles': .*expected a table \{value = \[\[rows, cols\], ...\], source",
+        ),
+        (
+            "gpus/mi300x.toml",
             "gemm_tiles = { value = [[256, 256], [256, 224], [224, 256], [256, 192], [192, 256], [256, 160], [160, 256], [256, 128], [128, 256]], ",
             "gemm_tiles = { value = [], ",
             r"mi300x.toml: field 'gemm_tiles.value': .*needs at least one tile",

@@ -51,6 +51,13 @@ class GemmTiles(Strict):
     value: tuple[tuple[int, int], ...]
     source: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 
+    @model_validator(mode="before")
+    @classmethod
+    def _table(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            raise ValueError('expected a table {value = [[rows, cols], ...], source = "..."}')
+        return data
+
     @field_validator("value")
     @classmethod
     def _tiles(cls, v: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
