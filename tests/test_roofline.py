@@ -8,6 +8,7 @@ from commodel.compute.roofline import (
     achievable_flops,
     output_tiling,
     split_k,
+    tile_fill,
 )
 from commodel.errors import CommodelError
 from commodel.hardware import default_db
@@ -165,3 +166,24 @@ def test_a_gemm_library_runs_the_tile_that_fills_the_waves():
         mi300x, gemm(np.array([4096, 4096, 1]), np.array([3648, 4864, 8192]), 4096), units=304
     )
     assert many.tiles.tolist() == [304, 304, 32]
+
+
+def test_the_padding_of_a_listed_tile_is_charged_and_a_short_side_is_not():
+    """A record that lists its library's tiles pays for the padding of the tile it runs: 8192 rows in
+    tiles of 224 are 37 tiles, 8,288 rows (0.988 filled), two waves of 304 CUs as 256-row tiles would
+    take, so the 224 x 256 tile runs at 0.962 of the peak's wave share, not 1 (and not the 0.842 of
+    256 x 256). A side shorter than every listed tile (decode's rows) is not charged; one at least as
+    long as the shortest is, whichever tile runs it."""
+    mi300x = DB.gpu("mi300x")
+    square = gemm(8192, 4096, 4096)
+    tiling = output_tiling(mi300x, square)
+    assert (float(tiling.rows), float(tiling.cols), float(tiling.tiles)) == (224, 256, 592)
+    assert float(tiling.fill) == pytest.approx(8192 / 8288)
+    peak = mi300x.peak_flops["bf16"].value * mi300x.efficiency("bf16")
+    share = float(achievable_flops(mi300x, square)) / peak
+    depth = 4096 / (4096 + GEMM_TILE_OVERHEAD_K)
+    assert share == pytest.approx(592 * 8192 / 8288 / 608 * depth)
+    assert float(tile_fill(100, 8192, 256, 128, (128, 128))) == 1.0  # decode: narrower tiles run it
+    assert float(tile_fill(200, 8192, 256, 128, (128, 128))) == pytest.approx(200 / 256)
+    # a record without tiles counts CUTLASS's 128 x 256 whole, as before
+    assert float(output_tiling(H100, gemm(200, 8192, 4096)).fill) == 1.0

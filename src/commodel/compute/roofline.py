@@ -105,7 +105,7 @@ def achievable_flops(
     tiling = tiling or output_tiling(gpu, kernel, units)
     tiles, depth = tiling.tiles * split, kernel.k_depth / np.asarray(split, dtype=float)
     waves = np.ceil(tiles / units)
-    wave_eff = tiles / (waves * total)
+    wave_eff = tiles * tiling.fill / (waves * total)
     sixteen_bit = peak_flops(gpu, "bf16" if "bf16" in gpu.peak_flops else "fp16")
     depth_eff = depth / (depth + GEMM_TILE_OVERHEAD_K * peak / sixteen_bit)
     return peak * clock_share(gpu) * gpu.efficiency(kernel.dtype) * wave_eff * depth_eff
@@ -114,38 +114,58 @@ def achievable_flops(
 @dataclass(frozen=True)
 class Tiling:
     """How a kernel's output is cut into tiles (one CTA each): ``tiles`` per launch, each ``rows x
-    cols``."""
+    cols``, of which ``fill`` is the kernel's output (:func:`tile_fill`)."""
 
     tiles: np.ndarray
     rows: np.ndarray | float
     cols: np.ndarray | float
+    fill: np.ndarray | float = 1.0
+
+
+def tile_fill(
+    m: ArrayLike, n: ArrayLike, rows: ArrayLike, cols: ArrayLike, shortest: tuple[float, float] = (0.0, 0.0)
+) -> np.ndarray:
+    """The share of an ``m x n`` output's ``rows x cols`` tiles that is output, not padding:
+    ``d / (ceil(d / t) t)`` along each side ``d`` (the last tile's padding runs at the tile's full
+    cost); a side shorter than the ``shortest`` tile side listed is not charged, as libraries run
+    such GEMMs (decode's few rows) on narrower tiles than the large ones listed."""
+
+    def side(d: np.ndarray, t: ArrayLike, least: float) -> np.ndarray:
+        return np.where(d >= least, d / (np.ceil(d / t) * t), 1.0)
+
+    return side(np.asarray(m, dtype=float), rows, shortest[0]) * side(
+        np.asarray(n, dtype=float), cols, shortest[1]
+    )
 
 
 def output_tiling(gpu: GPU, kernel: Kernel, units: ArrayLike | None = None) -> Tiling:
     """The tiling a GEMM library runs ``kernel`` at on ``units`` SMs/CUs (default all) of ``gpu``: of
     the GPU's tiles (:attr:`GPU.gemm_tiles`; CUTLASS's 128 x 256 where the record lists none), the one
     whose waves take least time, ``ceil(t / U) x rows x cols`` for ``t = b ceil(m / rows) ceil(n / cols)``
-    tiles (a tile's time is its area at one rate per SM); of two as fast, the one with less padding
-    (``t x rows x cols``), then the first listed. A kernel that is not a GEMM keeps its own tiles.
-    Edge tiles' padding is not charged to the rate (:func:`achievable_flops` counts whole tiles), as
-    libraries run small-m GEMMs on narrower tiles than these."""
-    listed = gpu.gemm_tiles.value if gpu.gemm_tiles else (GEMM_TILE,)
-    if kernel.shape is None or listed == (GEMM_TILE,):
+    tiles (a tile's time is its area at one rate per SM, padding included); of two as fast, the one
+    with less padding (``t x rows x cols``), then the first listed. The rate charges the chosen
+    tiles' padding (their ``fill``, :func:`tile_fill`). A kernel that is not a GEMM
+    keeps its own tiles. A GPU whose record lists no tiles runs CUTLASS's 128 x 256 as a stand-in for
+    a library's many, whose heuristics keep padding small: its tiles are counted whole (``f = 1``)."""
+    if kernel.shape is None or gpu.gemm_tiles is None:
         return Tiling(kernel.tiles, *GEMM_TILE)
     m, n, _, b = (np.asarray(v, dtype=float) for v in kernel.shape)
+    listed = gpu.gemm_tiles.value
+    shortest = tuple(float(min(side)) for side in zip(*listed, strict=True))
     if len(listed) == 1:
-        return Tiling(b * np.ceil(m / listed[0][0]) * np.ceil(n / listed[0][1]), *listed[0])
+        ((r, c),) = listed
+        return Tiling(b * np.ceil(m / r) * np.ceil(n / c), r, c, tile_fill(m, n, r, c, shortest))
     units = gpu.compute_units.value if units is None else np.asarray(units, dtype=float)
     sides = np.array(listed, dtype=float)
     rows, cols = (sides[:, i].reshape((-1,) + (1,) * np.ndim(m * n * units)) for i in (0, 1))
     tiles = b * np.ceil(m / rows) * np.ceil(n / cols)
-    area = rows * cols
-    time, padded = np.broadcast_arrays(np.ceil(tiles / units) * area, tiles * area)
+    fill = tile_fill(m, n, rows, cols, shortest)
+    time, padded = np.broadcast_arrays(np.ceil(tiles / units) * rows * cols, tiles * rows * cols)
     best = np.lexsort((padded, time), axis=0)[:1]
-    tiles, rows, cols = (
-        np.take_along_axis(np.broadcast_to(v, tiles.shape), best, 0)[0] for v in (tiles, rows, cols)
+    tiles, rows, cols, fill = (
+        np.take_along_axis(np.broadcast_to(v, tiles.shape), best, 0)[0] for v in (tiles, rows, cols, fill)
     )
-    return Tiling(tiles, rows, cols)
+    return Tiling(tiles, rows, cols, fill)
 
 
 def achievable_bandwidth(gpu: GPU) -> float:
