@@ -6,8 +6,9 @@
   measured best GEMM, "MAMF") x wave efficiency x depth efficiency, every clock-bound rate (these, the
   vector peaks, the exponential rate) times the clock share a power limit below the TDP leaves
   (:func:`commodel.compute.power.clock_share`);
-- wave efficiency = tiles / (ceil(tiles / SMs) x SMs): a kernel whose tiles do not fill the last wave
-  of SMs/CUs leaves the rest idle (wave quantization);
+- wave efficiency = tiles x fill / (ceil(tiles / SMs) x SMs): a kernel whose tiles do not fill the
+  last wave of SMs/CUs leaves the rest idle (wave quantization); the tiles are those the GPU's GEMM
+  library runs (:func:`output_tiling`), ``fill`` their share that is output, not padding;
 - depth efficiency = k / (k + K0 x r): each output tile pays a prologue and epilogue (filling the
   operand pipeline, storing the tile) that take as long as K0 more elements of a 16-bit k loop
   (:data:`GEMM_TILE_OVERHEAD_K`), which matters for small k; a dtype whose tensor peak is r times the
@@ -139,14 +140,16 @@ def tile_fill(
 
 
 def output_tiling(gpu: GPU, kernel: Kernel, units: ArrayLike | None = None) -> Tiling:
-    """The tiling a GEMM library runs ``kernel`` at on ``units`` SMs/CUs (default all) of ``gpu``: of
-    the GPU's tiles (:attr:`GPU.gemm_tiles`; CUTLASS's 128 x 256 where the record lists none), the one
-    whose waves take least time, ``ceil(t / U) x rows x cols`` for ``t = b ceil(m / rows) ceil(n / cols)``
-    tiles (a tile's time is its area at one rate per SM, padding included); of two as fast, the one
-    with less padding (``t x rows x cols``), then the first listed. The rate charges the chosen
-    tiles' padding (their ``fill``, :func:`tile_fill`). A kernel that is not a GEMM
-    keeps its own tiles. A GPU whose record lists no tiles runs CUTLASS's 128 x 256 as a stand-in for
-    a library's many, whose heuristics keep padding small: its tiles are counted whole (``f = 1``)."""
+    """The tiling a GEMM library runs ``kernel`` at on ``units`` SMs/CUs (default all) of ``gpu``.
+
+    Of the GPU's tiles (:attr:`GPU.gemm_tiles`), the one whose waves take least time,
+    ``ceil(t / U) x rows x cols`` for ``t = b ceil(m / rows) ceil(n / cols)`` tiles (a tile's time is
+    its area at one rate per SM, padding included); of two as fast, the one with less padding
+    (``t x rows x cols``), then the first listed. The rate pays the chosen tiles' padding (their
+    ``fill``, :func:`tile_fill`). A GPU whose record lists no tiles runs CUTLASS's 128 x 256 as a
+    stand-in for a library's many, whose heuristics keep padding small: its tiles count whole. A
+    kernel that is not a GEMM keeps its own tiles.
+    """
     if kernel.shape is None or gpu.gemm_tiles is None:
         return Tiling(kernel.tiles, *GEMM_TILE)
     m, n, _, b = (np.asarray(v, dtype=float) for v in kernel.shape)
