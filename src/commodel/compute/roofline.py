@@ -57,15 +57,17 @@ SPLIT_K_MAX = 16
 @dataclass(frozen=True)
 class KernelTime:
     """Roofline result per kernel instance (arrays): times, FLOP/s, the split-K factor a GEMM ran at
-    (:func:`split_k`; 1 otherwise) and the HBM bytes it moved (its partial sums included)."""
+    (:func:`split_k`; 1 otherwise), the HBM bytes it moved (its partial sums included) and the tiling
+    it ran at (:func:`output_tiling`)."""
 
     time_s: np.ndarray
     compute_s: np.ndarray
     memory_s: np.ndarray
     achieved_flops: np.ndarray
     ceiling_flops: np.ndarray
-    split_k: np.ndarray | int = 1
-    traffic: np.ndarray | float = 0.0
+    split_k: np.ndarray | int
+    traffic: np.ndarray | float
+    tiling: Tiling
 
     @property
     def bound(self) -> np.ndarray:
@@ -182,7 +184,7 @@ def kernel_time(gpu: GPU, kernel: Kernel, launch: bool = True, units: ArrayLike 
     ``launch`` adds the GPU's kernel launch overhead. A GEMM whose output tiles leave SMs idle runs
     at the split-K factor that makes it fastest (:func:`split_k`), as cuBLAS's heuristics pick one.
     """
-    tiling = output_tiling(gpu, kernel, units) if kernel.matmul else None
+    tiling = output_tiling(gpu, kernel, units)
     split = split_k(gpu, kernel, units, tiling)
     ceiling = achievable_flops(gpu, kernel, units, split, tiling)
     compute = kernel.flops / ceiling
@@ -193,7 +195,7 @@ def kernel_time(gpu: GPU, kernel: Kernel, launch: bool = True, units: ArrayLike 
     traffic = kernel.bytes + _partial_sum_bytes(kernel, split)
     memory = traffic / _bandwidth(gpu, kernel)
     time = np.maximum(compute, memory) + (gpu.launch_overhead.value if launch else 0.0)
-    return KernelTime(time, compute, memory, kernel.flops / time, ceiling, split, traffic)
+    return KernelTime(time, compute, memory, kernel.flops / time, ceiling, split, traffic, tiling)
 
 
 def hbm_bytes(
@@ -232,10 +234,14 @@ def hbm_bytes(
     return np.maximum(panels, kernel.bytes)
 
 
-def hbm_time(gpu: GPU, kernel: Kernel, units: ArrayLike | None = None) -> np.ndarray:
+def hbm_time(
+    gpu: GPU, kernel: Kernel, units: ArrayLike | None = None, tiling: Tiling | None = None
+) -> np.ndarray:
     """Seconds :func:`hbm_bytes` take at the kernel's achievable bandwidth: the time it spends moving
-    HBM bytes, which a co-running kernel's traffic contends with."""
-    return hbm_bytes(gpu, kernel, units) / _bandwidth(gpu, kernel)
+    HBM bytes, which a co-running kernel's traffic contends with; ``tiling``: the kernel's
+    :func:`output_tiling`, where the caller has it (a :class:`KernelTime`'s)."""
+    tile = None if tiling is None else (tiling.rows, tiling.cols)
+    return hbm_bytes(gpu, kernel, units, tile) / _bandwidth(gpu, kernel)
 
 
 def _bandwidth(gpu: GPU, kernel: Kernel) -> float:
@@ -289,7 +295,7 @@ def gemm_summary(gpu: GPU, m: int, n: int, k: int, dtype: str, launch: bool = Tr
     tiles and waves of them (``commodel roofline gemm``)."""
     kernel = gemm(m, n, k, dtype)
     result = kernel_time(gpu, kernel, launch=launch)
-    tiling = output_tiling(gpu, kernel)
+    tiling = result.tiling
     tiles = float(tiling.tiles) * int(result.split_k)
     return {
         "m": m, "n": n, "k": k, "dtype": dtype, "time_s": float(result.time_s),

@@ -16,7 +16,7 @@ from pydantic import Field
 
 from commodel.comm.calls import run as run_collective
 from commodel.compute.kernels import DTYPE_BYTES, Kernel, elementwise, gemm
-from commodel.compute.roofline import hbm_time, kernel_time, output_tiling
+from commodel.compute.roofline import hbm_time, kernel_time
 from commodel.errors import CommodelError
 from commodel.hardware import HardwareDB
 from commodel.hardware import cluster as make_cluster
@@ -96,8 +96,8 @@ def price_overlap(job: OverlapJob, db: HardwareDB | None = None) -> dict[str, fl
     pair = Pair(
         compute_s=compute_s,
         partitioned_s=float(partitioned.time_s),
-        waves=float(max(output_tiling(gpu, kernel).tiles / (sms * alone.split_k), 1.0)),
-        compute_load=min(float(hbm_time(gpu, kernel)) / compute_s, 1.0),
+        waves=float(max(alone.tiling.tiles / (sms * alone.split_k), 1.0)),
+        compute_load=min(float(hbm_time(gpu, kernel, tiling=alone.tiling)) / compute_s, 1.0),
         comm_s=comm_s,
         comm_load=float(busbw_load(busbw, memory.Bps, in_network)),
         chunk_s=float(chunk.time_s),

@@ -99,7 +99,7 @@ def timed(gpu: GPU, kernel: Kernel, units: ArrayLike | None) -> tuple[np.ndarray
     """
     r = kernel_time(gpu, kernel, launch=False, units=units)
     time = np.maximum(r.time_s, gpu.launch_overhead.value)
-    return time, np.where(r.memory_s >= r.compute_s, time, 0.0), hbm_time(gpu, kernel, units)
+    return time, np.where(r.memory_s >= r.compute_s, time, 0.0), hbm_time(gpu, kernel, units, r.tiling)
 
 
 def hbm_share(priced: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
