@@ -59,6 +59,9 @@ def _config(tmp_path, **changes):
         ({"model_type": "bert"}, r"model_type 'bert' is not one commodel translates; supported: llama"),
         ({"hidden_size": None}, r"missing 'hidden_size'"),
         ({"num_attention_heads": 7}, r"config.json: .*hidden \(4096\)"),
+        # a mixture-of-experts architecture without its experts is not a dense model
+        ({"model_type": "qwen3_moe"}, r"missing 'num_experts' \(a qwen3_moe config needs it\)"),
+        ({"model_type": "deepseek_v3"}, r"missing 'n_routed_experts'"),
     ],
 )
 def test_a_config_commodel_cannot_read_names_the_file_and_field(tmp_path, changes, message):

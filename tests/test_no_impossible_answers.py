@@ -113,6 +113,24 @@ def test_train_prints_memory_and_a_fix_not_a_throughput_for_a_job_that_does_not_
     assert any(note.startswith("--sequence-parallel") and "makes it fit" in note for note in notes)
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["train", "--model", "llama3-70b", "--system", "dgx-h100", "--gpus", "64", "--tp", "8"],
+        ["serve", "--model", "llama3-405b", "--system", "dgx-h100", "--gpus", "1", "--tp", "1"],
+    ],
+)
+def test_uncertainty_on_a_job_that_does_not_fit_says_there_is_no_band(args, capsys, monkeypatch):
+    """``--uncertainty`` spreads a speed and a time: a job that does not fit has neither, so it gets no
+    band (and says why), in the table and in JSON, where a band would be a range around nothing."""
+    code, out = run_cli([*args, "--uncertainty"], capsys, monkeypatch)
+    assert code == 0 and "DOES NOT FIT" in out.out and "bands: none: the job does not fit" in out.out
+    assert "p10-p90" not in out.out
+    code, out = run_cli([*args, "--uncertainty", "--json"], capsys, monkeypatch)
+    data = json.loads(out.out)
+    assert data["bands"].startswith("none") and not any(key.endswith("_p90") for key in data)
+
+
 def test_compare_marks_a_design_that_does_not_fit_with_its_fix(capsys, monkeypatch):
     common = "model=llama3-70b,dtype=fp8,gpus=64,tp=8,pp=2,global_batch=256,seq=8192,system=dgx-h100"
     args = ["compare", "--common", common, "--a", "sequence_parallel=false", "--b", "sequence_parallel=true"]

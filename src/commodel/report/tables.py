@@ -336,7 +336,7 @@ def band_lines(result: dict) -> str:
     """A job result's bands for a person, after its table ("" without bands): the model class's
     band, the hardware's uncertain numbers' band, with what drives each, and the software regime's."""
     if "band_source" not in result:
-        return ""
+        return f"\n  bands: {result['bands']}" if "bands" in result else ""
     pairs = [k[: -len("_p10")] for k in result if k.endswith("_p10") and "_params_" not in k]
     text = "; ".join(f"{k} {result[k + '_p10']:.4g} to {result[k + '_p90']:.4g}" for k in pairs)
     params = "; ".join(

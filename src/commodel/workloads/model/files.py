@@ -32,6 +32,14 @@ from commodel.workloads.model.schema import Transformer
 #: Architectures (``model_type``) whose ``config.json`` translates.
 ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "deepseek_v3", "gpt_oss")
 
+#: The key holding the routed experts' count in each mixture-of-experts architecture's config.
+EXPERT_COUNTS = {
+    "qwen3_moe": "num_experts",
+    "mixtral": "num_local_experts",
+    "deepseek_v3": "n_routed_experts",
+    "gpt_oss": "num_local_experts",
+}
+
 #: Suffixes a model file may have.
 SUFFIXES = (".toml", ".json")
 
@@ -176,6 +184,8 @@ def from_hf_config(config: dict[str, Any], where: str = "config.json") -> dict[s
     experts = next(
         (config[k] for k in ("num_local_experts", "num_experts", "n_routed_experts") if k in config), None
     )
+    if experts is None and kind in EXPERT_COUNTS:  # a mixture-of-experts architecture without its experts
+        _field(config, where, EXPERT_COUNTS[kind])
     if experts is not None:
         record["moe"] = {
             "experts": experts,
