@@ -278,7 +278,10 @@ def job_bands(kind: str, result: dict, run: Callable[..., Mapping], job: Mapping
     software regime's (:func:`regime_bands`)."""
     speeds, times = JOB_KEYS[kind]
     if any(result.get(key) is None for key in speeds + times):  # no step or latency: nothing to spread
-        return {**result, "bands": "none: the job does not fit, so it has no speed or time to put a band around"}
+        return {
+            **result,
+            "bands": "none: the job does not fit, so it has no speed or time to put a band around",
+        }
     names = [name for v in job.values() if isinstance(v, str) for name in re.split(r"[,:]", v)]
     bands = {**with_class_bands(result, kind, speeds, times), **parameter_bands(run, names, speeds + times)}
     return {**bands, **regime_bands(kind, result, run, job)}
