@@ -356,16 +356,29 @@ def test_a_row_states_its_software_settings_by_cli_name_and_a_misspelled_one_is_
         RECIPE.read(text.replace("dispatcher=", "dispatchr="))
 
 
-def test_a_serving_row_the_job_cannot_express_is_refused_naming_what_it_lacks():
+def test_a_dataset_run_is_priced_at_its_mean_lengths_and_refused_without_them():
+    """A ShareGPT run states its mean lengths (its token totals over its requests) and is priced at
+    them, with the engine settings its row names; without them it is refused, naming what it lacks."""
     import pandas as pd
 
     from commodel.errors import CommodelError
     from commodel.validate.adapters import ADAPTERS
 
-    row = pd.Series({"id": "x", "kind": "serving", "op": "serve llama3-8b tp1 isl128 osl128 bf16 sharegpt",
-                     "model_target": "dgx-h100", "metric": "output_tokens_per_s", "settings": {}})  # fmt: skip
-    with pytest.raises(CommodelError, match="a sharegpt run"):
-        ADAPTERS["serving"](row)
+    def row(op: str, settings: dict) -> pd.Series:
+        return pd.Series({"id": "x", "kind": "serving", "op": op, "model_target": "dgx-h100",
+                          "metric": "output_tokens_per_s", "settings": settings})  # fmt: skip
+
+    case = ADAPTERS["serving"](
+        row("serve llama3-8b tp1 sharegpt isl229 osl217 bf16 batch4", {"host_schedule": "overlapped"})
+    )
+    assert (case.job.prompt, case.job.output, case.job.batch, case.job.host_schedule) == (
+        229,
+        217,
+        "4",
+        "overlapped",
+    )
+    with pytest.raises(CommodelError, match="a sharegpt run without its mean lengths"):
+        ADAPTERS["serving"](row("serve llama3-8b tp1 bf16 sharegpt batch4", {}))
 
 
 @pytest.mark.parametrize(("flag", "phase"), [("decode-only", "decode"), ("prefill-only", "prefill")])

@@ -254,15 +254,16 @@ def _serving(row: pd.Series) -> Case:
     with expert and attention data parallelism and the KV dtype it states, and the engine limits its
     command line sets (``model_args``, :data:`ENGINE_SETTINGS`; ``tokensN`` the tokens per
     iteration); one phase alone (``decode-only`` over a context of ``islN`` tokens, ``prefill-only``);
-    the metric the row reports (:data:`SERVING_METRICS`). A run of a dataset's lengths is an error
-    naming what the serving job lacks."""
+    the metric the row reports (:data:`SERVING_METRICS`). A run of a dataset's lengths (``sharegpt``)
+    is priced at the mean lengths its row states (its source's token totals over its requests), and
+    refused without them."""
     text = str(row.op)
     if "/gpu" in text and "attention_dp" not in text.split():
         raise CommodelError(f"'{text}': a per-GPU size needs attention_dp (a replica per GPU)")
     s = SERVING.read(text.replace("/gpu", ""))
-    if s.get("sharegpt"):
+    if s.get("sharegpt") and not {"isl", "osl"} <= set(s):
         raise CommodelError(
-            "a sharegpt run: ShareGPT's request lengths are a distribution the row does not give"
+            "a sharegpt run without its mean lengths (islN oslN: the source's token totals over its requests)"
         )
     phase = "decode" if s.get("decode-only") else "prefill" if s.get("prefill-only") else "both"
     missing = [size for size in ("isl", *(("osl",) if phase == "both" else ())) if size not in s]
@@ -292,6 +293,7 @@ def _serving(row: pd.Series) -> Case:
 #: The engine settings a serving row's run states (``model_args``: its source's command line), as the
 #: serving job takes them.
 ENGINE_SETTINGS = {
+    "host_schedule": str,
     "kv_dtype": str,
     "max_batch_size": int,
     "max_num_tokens": int,

@@ -87,8 +87,8 @@ RECIPE = Grammar(
 )  # fmt: skip
 #: A serving run: trtllm-bench's offline run unless it states its requests in flight (``batchN``);
 #: ``epN`` and ``attention_dp`` for expert and attention data parallelism, ``kv=DTYPE``; a run of
-#: one phase (``decode-only``, ``prefill-only``) or of a dataset's lengths (``sharegpt``) is read
-#: and refused by the adapter, naming what it lacks.
+#: one phase (``decode-only``, ``prefill-only``); a run of a dataset's lengths (``sharegpt``) states
+#: their means as ``islN oslN``.
 SERVING = Grammar(
     "serve MODEL tpN [epN] [attention_dp] islN oslN DTYPE [batchN] [kv=DTYPE]", "serve", ("model", "dtype"),
     ("tp", "ep", "isl", "osl", "batch", "tokens"),
