@@ -18,6 +18,7 @@ DEEPEP, DEEPEP_1F1B = LOGS / "megatron-qwen3-235b-deepep.log", LOGS / "megatron-
 TITAN = LOGS / "torchtitan-llama3-8b-128gpu-float8.log"
 TRT = LOGS / "trtllm-bench-dsr1-h200-adp8.log"
 VLLM = LOGS / "vllm-bench-serve-gptoss-h200-c8.log"
+SHAREGPT = LOGS / "vllm-bench-serve-gptoss-h100-sharegpt-c4.log"
 
 
 def test_megatron_log_gives_its_job_and_steady_step():
@@ -89,6 +90,14 @@ def test_serving_outputs_give_their_runs():
     assert (vllm.job.batch, vllm.job.prompt, vllm.job.output, vllm.value) == ("8", 1024, 1024, 1947.66)
     one = read_serving(LOGS / "sglang-one-batch-gptoss-h100-bs1.log", "dgx-h100", "gpt-oss-120b", {"tp": 8})
     assert (one.job.batch, one.job.prompt, one.job.output, one.value) == ("1", 1024, 512, 318.53)
+    # a dataset's run, at its mean lengths (22,946 and 21,691 tokens over 100 requests), as validate prices it
+    dataset = read_serving(SHAREGPT, "dgx-h100", server={"tp": 1, "dtype": "fp4"})
+    assert (dataset.job.batch, dataset.job.prompt, dataset.job.output, dataset.value) == (
+        "4",
+        229,
+        217,
+        453.04,
+    )
 
 
 def test_sglang_bench_serving_is_told_from_vllm_by_its_backend(tmp_path):
@@ -247,7 +256,9 @@ BAD_SERVING = [
     (lambda t: _truncated(t, TRT, "Total Output Throughput"), "no 'total output throughput (tokens/sec)' line"),
     (lambda t: _edited(t, TRT, "FP8_BLOCK_SCALES", "INT4_AWQ"), "Quantization: INT4_AWQ"),
     (lambda t: _edited(t, TRT, "Model:\t\t\tdeepseek-ai/DeepSeek-R1", "Model:\t\t\tacme/Unknown-9B"), "--model"),
-    (lambda t: _edited(t, VLLM, "dataset_name='random'", "dataset_name='sharegpt'"), "dataset sharegpt"),
+    (lambda t: _edited(t, SHAREGPT, "Successful requests:                     100", "Successful requests:                     0"),
+     "0 successful requests: no lengths to average"),
+    (lambda t: _edited(t, SHAREGPT, "Total generated tokens:                  21691\n", ""), "no 'total generated tokens' line"),
     (lambda t: _edited(t, VLLM, "max_concurrency=8", "max_concurrency=None"), "no max_concurrency"),
     (lambda t: _edited(t, VLLM, "metric_percentiles='99')", "metric_percentiles='9"), "no 'Namespace(...)' line"),
     (lambda t: _edited(t, VLLM, "max_concurrency=8,", "max_concurrency=8,,"), "not whole"),

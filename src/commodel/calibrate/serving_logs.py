@@ -16,8 +16,9 @@ throughput (tokens/s over all its GPUs).
   ``output throughput: X tok/s`` of one batch run to its end: the batch in flight throughout. The
   model and the server's parallelism are not in its output: give ``--model`` and ``--tp``.
 
-A run of a dataset's lengths (ShareGPT) is refused: the serving job prices fixed lengths with a stated
-spread, and the log does not give it.
+A run of a dataset's lengths (ShareGPT) is read at its mean lengths, the result block's ``Total input
+tokens`` and ``Total generated tokens`` over its ``Successful requests`` (as ``commodel validate`` prices
+such a row): the serving job takes fixed lengths, and the log does not give their spread.
 """
 
 from __future__ import annotations
@@ -130,18 +131,22 @@ def _one_batch(path: Path, text: str) -> tuple[dict[str, Any], float]:
 
 
 def _client(path: Path, text: str) -> tuple[dict[str, Any], float]:
-    args = namespace(path, text)
-    if args.get("dataset_name", "random") != "random":
-        raise fail(path, f"dataset {args['dataset_name']}: the run's request lengths are a distribution the log "
-                         "does not give; calibrate on --dataset-name random runs")  # fmt: skip
+    args, found = namespace(path, text), keys(text)
     concurrency = args.get("max_concurrency")
     if concurrency is None:
         raise fail(path, "no max_concurrency: requests arrived at a rate, not a fixed number in flight")
-    settings = {
-        "model": str(args.get("model", "")), "prompt": setting(path, args, "random_input_len"),
-        "output": setting(path, args, "random_output_len"), "batch": str(setting(path, args, "max_concurrency")),
-    }  # fmt: skip
-    return settings, _number(path, keys(text), "output token throughput (tok/s)")
+    if args.get("dataset_name", "random") == "random":
+        prompt, output = setting(path, args, "random_input_len"), setting(path, args, "random_output_len")
+    else:  # a dataset's lengths: their means over the run's requests
+        requests = _number(path, found, "successful requests")
+        if requests < 1:
+            raise fail(path, f"{requests:g} successful requests: no lengths to average")
+        prompt, output = (
+            round(_number(path, found, f"total {kind} tokens") / requests) for kind in ("input", "generated")
+        )
+    settings = {"model": str(args.get("model", "")), "prompt": prompt, "output": output,
+                "batch": str(setting(path, args, "max_concurrency"))}  # fmt: skip
+    return settings, _number(path, found, "output token throughput (tok/s)")
 
 
 _READERS = {
