@@ -50,7 +50,10 @@ def issuers(scheme: str) -> int:
 DEEPEP_SMS = 20
 
 #: GPUs DeepEP's high-throughput kernels reach over NVLink (its ``NUM_MAX_NVL_PEERS``, 8): beyond
-#: them its internode kernels go over RDMA, even inside a larger NVLink domain (a GB200 NVL72 rack).
+#: them its internode kernels go over RDMA, even inside a larger NVLink domain (a GB200 NVL72 rack):
+#: DeepEP's ``Buffer`` disables NVSHMEM's multi-node NVLink unless built with ``allow_mnnvl``, and
+#: Megatron-Core 0.14-0.15 builds it without. (Megatron's DeepSeek-V3 GB200 guide ran a DeepEP over
+#: MNNVL: a build this constant does not describe; data/gates.toml says what it does to those rows.)
 DEEPEP_NVL_PEERS = 8
 
 #: SMs HybridEP's kernels hold (assumed, range 8-32: NVIDIA's HybridEP copies with the Tensor Memory

@@ -24,10 +24,13 @@ GEMM per local expert for fc1 and fc2). Each of a scope's Transformer Engine GEM
 
 **Synchronization**: Megatron's all-to-all dispatcher copies the tokens per expert to the host and
 synchronizes the stream in every MoE layer's forward (dropless experts have dynamic shapes; a
-capacity factor's padded ones do not, :mod:`commodel.workloads.moe.token_drop`), so the
-host cannot run ahead past it: the layer's forward takes ``max(G, H)`` plus the refill, the GPU
-idle while the host sees the stream end (``initiation.host_sync``), copies the counts and issues the
-next kernel (two operators' issue).
+capacity factor's padded ones do not, :mod:`commodel.workloads.moe.token_drop`), and so does the
+flex dispatcher's DeepEP backend: DeepEP's normal-mode dispatch has the CPU wait for the GPU's count
+of received tokens to size its output (Megatron-Core's ``fused_a2a.py``: "the CPU will wait for GPU's
+signal to arrive, so this is not compatible with CUDA graph"). HybridEP is assumed not to (no source
+here says). The host cannot run ahead past a synchronization: the layer's forward takes ``max(G, H)``
+plus the refill, the GPU idle while the host sees the stream end (``initiation.host_sync``), copies
+the counts and issues the next kernel (two operators' issue).
 
 **CUDA graphs** (``--cuda-graphs``, Megatron's ``--cuda-graph-scope`` names,
 :data:`GRAPH_SCOPES`): a
@@ -195,6 +198,7 @@ def host_wait_s(
     """Seconds per layer and micro-batch the GPU waits for the host: ``max(0, H - G)`` per pass, plus
     the refill after the all-to-all dispatcher's synchronization in MoE layers (module docstring)."""
     fwd, bwd = host_issue_s(model, cluster, x, fp8)
-    syncs = (model.moe_layers / model.layers if model.moe is not None else 0.0) * (~x.flex & dropless(x))
+    syncing = (~x.flex | x.deepep) & dropless(x)  # the all-to-all and DeepEP dispatchers wait for counts
+    syncs = (model.moe_layers / model.layers if model.moe is not None else 0.0) * syncing
     refill = syncs * (cluster.system.initiation.host_sync.value + 2 * _op_s(cluster))
     return np.maximum(fwd - gpu_fwd_s, 0.0) + np.maximum(bwd - gpu_bwd_s, 0.0) + refill
