@@ -290,3 +290,27 @@ def test_hetero_mixed_run_sits_between_the_pure_nodes_with_the_output_layer_on_t
         {**p, "mixed": "mi325x-8:1,hgx-h200:1", "splits": {"llama3-8b": "15,17", "qwen2-7b": "12,16"}}
     )
     assert swapped["device-direct"] < min(t["nvidia-only"], t["amd-only"]) - 0.03 * t["nvidia-only"]
+
+
+def test_hetero_nvidia_only_follows_the_h200s_gemm_rate(tmp_path, monkeypatch):
+    """The absolute claims' driving input: each GPU's achieved GEMM rate. A faster H200 GEMM stack raises
+    NVIDIA-only TFLOPs per GPU almost in proportion (the step is compute-bound) and the mixed run, paced
+    by its NVIDIA stage, with it; AMD-only does not move."""
+    from commodel.hardware.loader import OVERLAY_ENV
+    from commodel.studies.base import study_spec
+    from commodel.studies.hetero import arms
+
+    p = study_spec("hetero").parameters
+
+    def llama() -> object:
+        return arms(p)[lambda t: t.model == "llama3-8b"].set_index("arm").tflops_per_gpu
+
+    base = llama()
+    (tmp_path / "gpus").mkdir()
+    (tmp_path / "gpus" / "h200-sxm.toml").write_text(
+        '[matmul_efficiency]\nbf16 = { value = 0.883, source = "test: 10% faster GEMMs" }\n'
+    )
+    monkeypatch.setenv(OVERLAY_ENV, str(tmp_path))
+    faster = llama() / base
+    assert 1.06 < faster["nvidia-only"] < 1.101 and faster["device-direct"] > 1.03
+    assert faster["amd-only"] == pytest.approx(1.0)
