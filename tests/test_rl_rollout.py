@@ -108,6 +108,17 @@ def test_roses_32b_gain_follows_the_rollouts_share_of_the_step():
     assert shares[1] > shares[0] and gains[1] > gains[0] > 1
 
 
+def test_the_rollouts_time_and_share_follow_the_tokens_each_trajectory_generates():
+    """The driving input of the rollout-time and rollout-share claims: the tokens a trajectory
+    generates (the study's median response). Twice as long, ROSE's rollout takes about twice as long
+    (decode-bound, the same slots) and the rollout's share of the fixed baseline's step rises, the
+    update being unchanged: the direction the paper's longer, multi-turn episodes need."""
+    base, longer = _day(), _day(median_response=4096)
+    assert 1.7 < longer.rollout_s["rose"] / base.rollout_s["rose"] < 2.3
+    share = [day.rollout_s["fixed"] / day.step_s["fixed"] for day in (base, longer)]
+    assert share[1] > share[0] + 0.05
+
+
 def test_lending_costs_are_the_allocation_overhead():
     """An elastic replica's cold start and ROSE's sparse weight sync sit on the step's critical path;
     ROSE's activation runs while the RL cluster trains, so it costs only what it outlasts the update
