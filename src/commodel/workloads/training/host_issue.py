@@ -22,15 +22,15 @@ GEMM per local expert for fc1 and fc2). Each of a scope's Transformer Engine GEM
 (input- and weight-gradient GEMMs, elementwise gradients). An MoE model's dense layers run ``attn`` and
 ``mlp``; its MoE layers ``attn``, the router, preprocess and ``moe`` (and ``mlp`` for shared experts).
 
-**Synchronization**: Megatron's all-to-all dispatcher copies the tokens per expert to the host and
-synchronizes the stream in every MoE layer's forward (dropless experts have dynamic shapes; a
-capacity factor's padded ones do not, :mod:`commodel.workloads.moe.token_drop`), and so does the
-flex dispatcher's DeepEP backend: DeepEP's normal-mode dispatch has the CPU wait for the GPU's count
-of received tokens to size its output (Megatron-Core's ``fused_a2a.py``: "the CPU will wait for GPU's
-signal to arrive, so this is not compatible with CUDA graph"). HybridEP is assumed not to (no source
-here says). The host cannot run ahead past a synchronization: the layer's forward takes ``max(G, H)``
-plus the refill, the GPU idle while the host sees the stream end (``initiation.host_sync``), copies
-the counts and issues the next kernel (two operators' issue).
+**Synchronization**: dropless experts have dynamic shapes, so every MoE layer's forward waits once
+for its tokens per expert on the host, whatever the dispatcher: Megatron-Core's grouped experts turn
+them into a host list for Transformer Engine's ``GroupedLinear`` (``TEGroupedMLP.forward``:
+``tokens_per_expert.tolist()``, 0.15), the all-to-all dispatcher copies them for its split sizes, and
+DeepEP's normal dispatch has the CPU wait for its received counts (``fused_a2a.py``: "not compatible
+with CUDA graph"). A capacity factor's padded experts have static shapes and no wait
+(:mod:`commodel.workloads.moe.token_drop`). The host cannot run ahead past it: the layer's forward
+takes ``max(G, H)`` plus the refill, the GPU idle while the host sees the stream end
+(``initiation.host_sync``), copies the counts and issues the next kernel (two operators' issue).
 
 **CUDA graphs** (``--cuda-graphs``, Megatron's ``--cuda-graph-scope`` names,
 :data:`GRAPH_SCOPES`): a
@@ -198,7 +198,6 @@ def host_wait_s(
     """Seconds per layer and micro-batch the GPU waits for the host: ``max(0, H - G)`` per pass, plus
     the refill after the all-to-all dispatcher's synchronization in MoE layers (module docstring)."""
     fwd, bwd = host_issue_s(model, cluster, x, fp8)
-    syncing = (~x.flex | x.deepep) & dropless(x)  # the all-to-all and DeepEP dispatchers wait for counts
-    syncs = (model.moe_layers / model.layers if model.moe is not None else 0.0) * syncing
+    syncs = (model.moe_layers / model.layers if model.moe is not None else 0.0) * dropless(x)
     refill = syncs * (cluster.system.initiation.host_sync.value + 2 * _op_s(cluster))
     return np.maximum(fwd - gpu_fwd_s, 0.0) + np.maximum(bwd - gpu_bwd_s, 0.0) + refill
