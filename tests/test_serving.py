@@ -256,9 +256,11 @@ def test_paged_kv_holds_more_requests_the_longer_the_outputs():
 
 def test_fp4_weights_without_fp4_tensor_cores_run_weight_only():
     """On Hopper an FP4 checkpoint keeps its 4-bit weights and computes in BF16: the weights take a
-    quarter of BF16's memory, decode reads them at 4 bits (faster than BF16 at the same batch), and a
-    compute-bound prefill is no faster than BF16's; Blackwell keeps its FP4 tensor cores."""
-    from commodel.compute.kernels import gemm
+    quarter of BF16's memory, decode reads them at 4 bits but at the dequantizing kernel's share of the
+    bandwidth (faster than BF16 at the same batch, by less than the bytes alone: 0.28 of the bytes at
+    0.435 of the rate is 0.65 of the weights' time, and the KV cache, communication and host do not
+    shrink), and a compute-bound prefill is no faster than BF16's; Blackwell keeps its FP4 tensor cores."""
+    from commodel.compute.kernels import WEIGHT_ONLY_BANDWIDTH_SHARE, gemm
     from commodel.compute.precision import FP4_WEIGHT_ONLY
 
     hopper, blackwell = cluster("dgx-h100").gpu, cluster("dgx-b200").gpu
@@ -273,7 +275,8 @@ def test_fp4_weights_without_fp4_tensor_cores_run_weight_only():
         < 0.35 * weight_bytes_per_gpu(bf16.model, bf16.tp, bf16.pp, bf16.recipe)[0]
     )
     decode = [steady_state(e, [8.0], 1024, 1024)["tpot_s"][0] for e in (bf16, fp4)]
-    assert decode[1] < 0.8 * decode[0]  # the weights are most, not all, of a decode step (KV, comm, host)
+    weights_only = (0.5 + 1 / 16) / 2 / WEIGHT_ONLY_BANDWIDTH_SHARE  # what FP4 leaves of the weights' time
+    assert weights_only * decode[0] < decode[1] < 0.9 * decode[0]  # the weights are most of a decode step
     prefill = [steady_state(e, [1.0], 8192, 1)["ttft_s"][0] for e in (bf16, fp4)]
     assert prefill[1] >= 0.95 * prefill[0]
 

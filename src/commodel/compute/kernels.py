@@ -23,6 +23,16 @@ DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, 
 #: What FP4 checkpoints run as on a GPU without FP4 tensor cores (TensorRT-LLM's W4A16 kernels).
 WEIGHT_ONLY = {"w4a16": ("fp4", "bf16")}
 
+#: Share of the achievable HBM bandwidth a weight-only GEMM reads its weights at: its main loop
+#: unpacks each 4-bit weight, converts it and applies its block scale on the CUDA cores before the BF16
+#: MMA, so a memory-bound (small-batch) call falls well short of a copy. Calibrated: measurement
+#: gpus-h100-gptoss120b-tp1-c4 (vLLM 0.10.2's MXFP4 MoE kernel on one H100, four requests in flight:
+#: 453 tokens/s where reading the experts at the copy rate gives 852) -> 0.435; held out: the same
+#: source's two-GPU run with async scheduling, vLLM issue 30326's two H200 runs (8 and 128 in flight,
+#: eight GPUs) and SGLang's one-request H100 run. Measured on vLLM's and SGLang's MXFP4 MoE backends
+#: on Hopper; a Marlin-style INT4 kernel, which its authors measure near the copy rate, is not one.
+WEIGHT_ONLY_BANDWIDTH_SHARE = 0.435
+
 #: Output tile of a tensor-core GEMM (rows x cols): CUTLASS/cuBLAS's common 128 x 256 for large
 #: half-precision GEMMs on A100/H100; one tile is one CTA, so tiles / SMs sets the number of waves.
 GEMM_TILE = (128, 256)
@@ -81,13 +91,17 @@ def gemm(m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str = "bf16", batch: A
     ``(m k + k n + m n) x bytes(dtype)`` of HBM traffic (each operand read once, C written once),
     ``ceil(m/128) ceil(n/256)`` output tiles each (the tile a GPU's library runs instead:
     :func:`commodel.compute.roofline.output_tiling`). A weight-only ``dtype`` (:data:`WEIGHT_ONLY`) reads
-    the weights ``B`` at their storage bytes and computes in its compute dtype, the kernel's dtype."""
+    the weights ``B`` at their storage bytes, at :data:`WEIGHT_ONLY_BANDWIDTH_SHARE` of the bandwidth,
+    and computes in its compute dtype, the kernel's dtype."""
     m, n, k, b = _positive(m=m, n=n, k=k, batch=batch)
     weights, compute = WEIGHT_ONLY.get(dtype, (dtype, dtype))
     size = _dtype_bytes(compute)
     tiles = b * np.ceil(m / GEMM_TILE[0]) * np.ceil(n / GEMM_TILE[1])
     traffic = b * ((m * k + m * n) * size + k * n * _dtype_bytes(weights))
-    return Kernel("gemm", 2 * b * m * n * k, traffic, tiles, k, compute, True, (m, n, k, b))
+    share = WEIGHT_ONLY_BANDWIDTH_SHARE if dtype in WEIGHT_ONLY else 1.0  # a dequantizing main loop
+    return Kernel(
+        "gemm", 2 * b * m * n * k, traffic, tiles, k, compute, True, (m, n, k, b), bandwidth_share=share
+    )
 
 
 def gemm_backward(kernel: Kernel) -> tuple[Kernel, Kernel]:
