@@ -25,6 +25,7 @@ def test_a_hugging_face_config_is_the_shipped_model_of_that_name(name):
     shipped, loaded = model(name), load_model_file(HF / f"{name}.json")
     assert parameters(loaded) == parameters(shipped)
     assert loaded.activation == shipped.activation  # gpt-oss's quick-GeGLU, SwiGLU elsewhere
+    assert loaded.fp4_scope == shipped.fp4_scope  # gpt-oss's MXFP4 experts, every linear layer elsewhere
     assert float(model_flops_per_token(loaded, shipped.seq)) == float(
         model_flops_per_token(shipped, shipped.seq)
     )

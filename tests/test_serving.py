@@ -258,7 +258,7 @@ def test_fp4_weights_without_fp4_tensor_cores_run_weight_only():
     """On Hopper an FP4 checkpoint keeps its 4-bit weights and computes in BF16: the weights take a
     quarter of BF16's memory, decode reads them at 4 bits but at the dequantizing kernel's share of the
     bandwidth (faster than BF16 at the same batch, by less than the bytes alone: 0.28 of the bytes at
-    0.435 of the rate is 0.65 of the weights' time, and the KV cache, communication and host do not
+    0.449 of the rate is 0.63 of the weights' time, and the KV cache, communication and host do not
     shrink), and a compute-bound prefill is no faster than BF16's; Blackwell keeps its FP4 tensor cores."""
     from commodel.compute.kernels import WEIGHT_ONLY_BANDWIDTH_SHARE, gemm
     from commodel.compute.precision import FP4_WEIGHT_ONLY
@@ -279,6 +279,31 @@ def test_fp4_weights_without_fp4_tensor_cores_run_weight_only():
     assert weights_only * decode[0] < decode[1] < 0.9 * decode[0]  # the weights are most of a decode step
     prefill = [steady_state(e, [1.0], 8192, 1)["ttft_s"][0] for e in (bf16, fp4)]
     assert prefill[1] >= 0.95 * prefill[0]
+
+
+def test_a_checkpoint_with_4_bit_experts_only_keeps_the_rest_in_bf16():
+    """gpt-oss's MXFP4 release quantizes the routed experts only (``fp4_scope = "experts"``): its
+    attention projections stay BF16, in memory and in the GEMMs, with no quantization kernel before
+    them, while its experts run FP4 on Blackwell (weight-only on Hopper); the same model read as a
+    checkpoint of every linear layer in FP4 holds less and reads less per token."""
+    from commodel.workloads.layer.kernels import layer_kernels
+
+    oss = model("gpt-oss-120b")
+    every = oss.model_copy(update={"fp4_scope": "linear"})
+    recipe = serving_precision("fp4", cluster("dgx-b200").gpu)
+    args = (64.0, 1.0, 64.0, 1.0, 1.0, 1.0, False, recipe)
+    kernels = {k.label: k for k, _, _ in layer_kernels(oss, *args).gemms}
+    assert kernels["qkv"].dtype == kernels["attention out"].dtype == "bf16"
+    assert kernels["expert fc1"].dtype == "fp4"
+    casts = [k.label for k, _, _ in layer_kernels(oss, *args).elementwise if k.label.startswith("cast")]
+    assert casts and all("expert" in label for label in casts)
+    assert not all(
+        "expert" in k.label
+        for k, _, _ in layer_kernels(every, *args).elementwise
+        if k.label.startswith("cast")
+    )
+    own, all_fp4 = (float(weight_bytes_per_gpu(m, 1.0, 1.0, recipe)) for m in (oss, every))
+    assert all_fp4 < own < 1.05 * all_fp4  # the experts are most of the weights
 
 
 def test_attention_data_parallelism_keeps_one_kv_copy_and_spreads_only_the_experts():

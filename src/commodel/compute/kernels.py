@@ -27,11 +27,11 @@ WEIGHT_ONLY = {"w4a16": ("fp4", "bf16")}
 #: unpacks each 4-bit weight, converts it and applies its block scale on the CUDA cores before the BF16
 #: MMA, so a memory-bound (small-batch) call falls well short of a copy. Calibrated: measurement
 #: gpus-h100-gptoss120b-tp1-c4 (vLLM 0.10.2's MXFP4 MoE kernel on one H100, four requests in flight:
-#: 453 tokens/s where reading the experts at the copy rate gives 852) -> 0.435; held out: the same
+#: 453 tokens/s where reading the experts at the copy rate gives 779) -> 0.449; held out: the same
 #: source's two-GPU run with async scheduling, vLLM issue 30326's two H200 runs (8 and 128 in flight,
 #: eight GPUs) and SGLang's one-request H100 run. Measured on vLLM's and SGLang's MXFP4 MoE backends
 #: on Hopper; a Marlin-style INT4 kernel, which its authors measure near the copy rate, is not one.
-WEIGHT_ONLY_BANDWIDTH_SHARE = 0.435
+WEIGHT_ONLY_BANDWIDTH_SHARE = 0.449
 
 #: Output tile of a tensor-core GEMM (rows x cols): CUTLASS/cuBLAS's common 128 x 256 for large
 #: half-precision GEMMs on A100/H100; one tile is one CTA, so tiles / SMs sets the number of waves.

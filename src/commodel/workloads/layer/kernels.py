@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from commodel.compute.kernels import Kernel, attention, elementwise, gemm, named, quantize, unfused_attention
-from commodel.compute.precision import Precision
+from commodel.compute.precision import Precision, dense_gemm
 from commodel.workloads.layer.kernel_traffic import (
     CLAMP_PASSES,
     EXPERT_BIAS_PASSES,
@@ -91,7 +91,8 @@ def _mlp(model: Transformer, tokens: ArrayLike, width: float, count: float, spli
 
 
 def _casts(entries: list[Gemm], recipe: Precision) -> list[Casts]:
-    """Each FP8 GEMM's casts: its input forward, its output gradient backward, and their count."""
+    """Each quantized GEMM's casts (FP8, FP4: those in the recipe's GEMM dtype): its input forward, its
+    output gradient backward, and their count."""
     if not recipe.quantized:
         return []
     size = recipe.cast_bytes, recipe.cast_bandwidth
@@ -102,6 +103,7 @@ def _casts(entries: list[Gemm], recipe: Precision) -> list[Casts]:
             n,
         )
         for k, n, _ in entries
+        if k.dtype == recipe.gemm
     ]
 
 
@@ -140,7 +142,13 @@ def _experts(model: Transformer, T: np.ndarray, t: np.ndarray, sp_tokens: np.nda
     out.activations.append((T * m.top_k * load * m.expert_ffn_hidden / t, share, "moe"))
     if m.shared_experts:
         out.shared = _mlp(
-            model, T, m.shared_experts * m.expert_ffn_hidden, share, t, recipe.gemm, name="shared "
+            model,
+            T,
+            m.shared_experts * m.expert_ffn_hidden,
+            share,
+            t,
+            dense_gemm(recipe, model.fp4_scope),
+            name="shared ",
         )
         out.activations.append((T * m.shared_experts * m.expert_ffn_hidden / t, share, "shared_experts"))
     # Megatron's all-to-all dispatcher permutes the tokens to their experts before sending and back
@@ -223,7 +231,8 @@ def layer_kernels(
     """Forward kernels of one layer on one GPU for ``tokens`` = micro_batch x seq / cp local tokens.
 
     Linear layers run in ``recipe.gemm`` (FP8 under Transformer Engine, with a quantization pass per
-    operand: the input forward, the output gradient backward); the router, attention and every
+    operand: the input forward, the output gradient backward), outside the routed experts in
+    :func:`~commodel.compute.precision.dense_gemm`'s dtype; the router, attention and every
     memory-bound kernel in ``recipe.other``. MoE layers are averaged with dense ones by their share of
     the depth (DeepSeek-V3: 58 of 61): the E/ep local experts, split ``etp`` ways (default: tp), run
     as one grouped GEMM, each receiving ``top_k / E`` of the tokens of its block of ep x etp GPUs
@@ -237,9 +246,9 @@ def layer_kernels(
     back before the combine, as Megatron's all-to-all dispatcher does; with ``flex``, Megatron-Core's
     flex dispatcher (DeepEP or HybridEP) sends the tokens unpermuted and permutes the received ones
     into its experts' order and back, whatever their number; with ``permute_fusion``, Transformer
-    Engine's fused permute reads
-    each token once and writes its ``top_k`` copies, and its unpermute reads the copies and writes one
-    row: ``1 + top_k`` rows a pass where the unfused one reads and writes ``2 top_k``). With
+    Engine's fused permute reads each token once and writes its ``top_k`` copies, and its unpermute
+    reads the copies and writes one row: ``1 + top_k`` rows a pass where the unfused reads and writes
+    ``2 top_k``). With
     ``fp8_dispatch`` under an FP8 recipe the experts' inputs are quantized before the dispatch and
     their output gradients before the combine's backward (DeepSeek-V3 report, section 3.3.2), once
     per token the GPU holds, where the received copies (``top_k`` per token) would each be cast after
@@ -247,16 +256,16 @@ def layer_kernels(
     SwiGLU; ``eager_glue``: Megatron-Core's eager glue around its fused kernels (off: serving's).
     """
     T, t, h = np.asarray(tokens, dtype=float), np.asarray(tp, dtype=float), model.hidden
-    dense = 1 - model.moe_layers / model.layers
+    dense, outside = 1 - model.moe_layers / model.layers, dense_gemm(recipe, model.fp4_scope)
     # Norms, residual adds and the router run on tokens / tp with sequence parallelism, on all without.
     sp_tokens = dispatched_tokens(T, t, sequence_parallel)
-    own, up_projections = _projections(model, T, t, recipe.gemm)
+    own, up_projections = _projections(model, T, t, outside)
     moe = _experts(model, T, t, sp_tokens, recipe, ep, etp, expert_load, flex, permute_fusion, eager_glue)
     # The GEMMs by the recompute module that runs them again (the rest of attention's: by none).
     groups = {
         "": own,
         "mla_up_proj": up_projections,
-        "mlp": _mlp(model, T, model.ffn_hidden, dense, t, recipe.gemm) if dense > 0 else [],
+        "mlp": _mlp(model, T, model.ffn_hidden, dense, t, outside) if dense > 0 else [],
         "moe": moe.routed,
         "shared_experts": moe.shared,
     }
@@ -264,11 +273,7 @@ def layer_kernels(
     if casts["moe"] and np.any(fp8_dispatch):
         casts["moe"] = _dispatch_casts(casts["moe"], fp8_dispatch, sp_tokens, h, recipe)
     every_cast = [cast for group in casts.values() for cast in group]
-    passes = [
-        *moe.passes,
-        *((fwd, n, 0.0) for fwd, _, n in every_cast),
-        *((bwd, 0.0, n) for _, bwd, n in every_cast),
-    ]
+    passes = [*moe.passes, *((f, n, 0.0) for f, _, n in every_cast), *((b, 0.0, n) for _, b, n in every_cast)]
     gemms = [entry for entries in groups.values() for entry in entries]
     if moe.routing:  # the router stays in BF16 and is never quantized
         gemms.append((moe.routing[0][0], moe.routing[0][1], "local"))

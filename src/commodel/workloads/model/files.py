@@ -203,6 +203,7 @@ def from_hf_config(config: dict[str, Any], where: str = "config.json") -> dict[s
         if config.get("swiglu_limit"):
             record["activation_clamp"] = float(config["swiglu_limit"])
         record["expert_bias"] = True  # the experts' gate_up_proj_bias and down_proj_bias
+        record["fp4_scope"] = "experts"  # its MXFP4 release quantizes the experts only (the model card)
     if kind == "deepseek_v3":
         record.pop("kv_heads")
         record["mla"] = {

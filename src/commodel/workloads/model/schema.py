@@ -89,6 +89,9 @@ class Transformer(ModelPart):
     ``rotary_scaling``: the rotary embedding's context extension, ``yarn`` (gpt-oss), whose attention
     factor Transformer Engine's fused RoPE does not take, so Megatron-Core rotates queries and keys in
     eager operations. ``qk_norm``: each attention head's queries and keys pass an RMSNorm (Qwen3).
+    ``fp4_scope``: the linear layers a 4-bit checkpoint of the model quantizes: ``linear``, every one
+    in its layers (ModelOpt's NVFP4 checkpoints), or ``experts``, the routed experts only (gpt-oss's
+    MXFP4 release: attention, dense and shared layers stay BF16).
     """
 
     description: str
@@ -106,6 +109,7 @@ class Transformer(ModelPart):
     expert_bias: bool = False
     rotary_scaling: Literal["yarn"] | None = None
     qk_norm: bool = False
+    fp4_scope: Literal["linear", "experts"] = "linear"
     vocab: Tokens
     seq: Tokens
     tied_embeddings: bool = False

@@ -8,7 +8,7 @@ from commodel.workloads.model.transformer import attention_dims, model_flops_per
 #: The fields that shape a model's kernels beyond its sizes, shown where a model sets them away from
 #: their default (whether its MLP is gated, always).
 ARCHITECTURE = ("gated_mlp", "activation", "activation_clamp", "expert_bias", "qk_norm", "rotary_scaling",
-                "sliding_window", "sliding_window_layers", "tied_embeddings", "dropout")  # fmt: skip
+                "sliding_window", "sliding_window_layers", "tied_embeddings", "dropout", "fp4_scope")  # fmt: skip
 
 
 def model_summary(name: str, config: Transformer, seq: int | None = None) -> dict[str, object]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from commodel.compute.precision import Precision
+from commodel.compute.precision import Precision, dense_gemm
 from commodel.workloads.model.schema import Transformer
 from commodel.workloads.model.transformer import bytes_per, layer_weights
 from commodel.workloads.serving.engine import Engine, mean_context
@@ -49,7 +49,8 @@ def kv_bytes_per_sequence(
 def weight_bytes_per_gpu(
     model: Transformer, tp: ArrayLike, pp: ArrayLike, recipe: Precision, ep: ArrayLike = 1
 ) -> np.ndarray:
-    """Weights per GPU: a stage's layers, linear weights in the recipe's GEMM dtype split over tp, the
+    """Weights per GPU: a stage's layers, linear weights in the recipe's GEMM dtype split over tp (BF16
+    outside the routed experts where a 4-bit checkpoint quantizes them only: ``fp4_scope``), the
     routed experts over ``max(tp, ep)`` GPUs (ep x expert-tp = tp; with attention data parallelism tp
     is 1 and the experts are spread over ep), the router BF16; embedding and logits BF16 and
     vocabulary-parallel, on the end stages (both on one GPU without pipelining, unless tied)."""
@@ -58,7 +59,8 @@ def weight_bytes_per_gpu(
     w = layer_weights(model)
     moe_share = model.moe_layers / model.layers
     shared = w.attention + (1 - moe_share) * w.dense_mlp + moe_share * w.moe_shared
-    linear = (shared / t + moe_share * w.moe_experts / spread) * bytes_per(recipe.gemm)
+    outside = bytes_per(dense_gemm(recipe, model.fp4_scope))  # BF16 where only the experts are 4-bit
+    linear = shared / t * outside + moe_share * w.moe_experts / spread * bytes_per(recipe.gemm)
     per_layer = linear + moe_share * w.router * 2 + 2 * model.hidden * 2
     tables = np.where((p == 1) & (not model.tied_embeddings), 2.0, 1.0)
     return np.ceil(model.layers / p) * per_layer + tables * model.vocab * model.hidden * 2 / t
