@@ -112,7 +112,7 @@ FP4_WEIGHT_ONLY = Precision("fp4 weight-only", "w4a16", "bf16", 0.0)
 def dense_gemm(recipe: Precision, fp4_scope: str) -> str:
     """The dtype of a layer's linear layers outside its routed experts: the recipe's, but BF16 (its
     ``other``) where a 4-bit checkpoint quantizes the routed experts only (``fp4_scope`` ``experts``)."""
-    four_bit = recipe.gemm == "fp4" or recipe.gemm == FP4_WEIGHT_ONLY.gemm
+    four_bit = recipe.gemm in ("fp4", FP4_WEIGHT_ONLY.gemm)
     return recipe.other if four_bit and fp4_scope == "experts" else recipe.gemm
 
 
