@@ -99,7 +99,9 @@ def test_the_software_regime_rows_are_priced_by_the_settings_they_state(table):
     all-to-all dispatcher and no CUDA graphs price DeepSeek-V3 apart from DeepEP's rows."""
     rows = table.set_index("id")
     regime = rows[rows.index.str.startswith((*REGIMES, "trtbp-", "sgoss-", "vl30326-"))]
-    assert len(regime) == 24 and regime.model.notna().all()  # 23 and the H200 run's time per token
+    assert (
+        len(regime) == 26 and regime.model.notna().all()
+    )  # 23, the H200 run's time per token, SGLang's B200 pair
     from commodel.validate.table import row_detail
 
     engine = row_detail("trtbp-b200-dsr1-fp4-adp8-bf16kv")["job"]  # the limits its command line sets
