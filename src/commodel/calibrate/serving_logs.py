@@ -132,8 +132,7 @@ def _one_batch(path: Path, text: str) -> tuple[dict[str, Any], float]:
 
 def _client(path: Path, text: str) -> tuple[dict[str, Any], float]:
     args, found = namespace(path, text), keys(text)
-    concurrency = args.get("max_concurrency")
-    if concurrency is None:
+    if args.get("max_concurrency") is None:
         raise fail(path, "no max_concurrency: requests arrived at a rate, not a fixed number in flight")
     if args.get("dataset_name", "random") == "random":
         prompt, output = setting(path, args, "random_input_len"), setting(path, args, "random_output_len")

@@ -122,8 +122,9 @@ class _Experts:
 
 def _experts(model: Transformer, T: np.ndarray, t: np.ndarray, sp_tokens: np.ndarray, recipe: Precision,
              ep: ArrayLike, etp: ArrayLike | None, expert_load: ArrayLike, flex: ArrayLike,
-             permute_fusion: ArrayLike, eager_glue: bool) -> _Experts:  # fmt: skip
-    """A MoE layer's kernels (:func:`layer_kernels` says how experts, tokens and permutes are priced)."""
+             permute_fusion: ArrayLike, eager_glue: bool, outside: str) -> _Experts:  # fmt: skip
+    """A MoE layer's kernels (:func:`layer_kernels` says how experts, tokens and permutes are priced);
+    the shared experts' GEMMs in ``outside``, the dtype of the linear layers outside the routed ones."""
     m, h, share = model.moe, model.hidden, model.moe_layers / model.layers
     if m is None:
         return _Experts()
@@ -141,15 +142,7 @@ def _experts(model: Transformer, T: np.ndarray, t: np.ndarray, sp_tokens: np.nda
     )
     out.activations.append((T * m.top_k * load * m.expert_ffn_hidden / t, share, "moe"))
     if m.shared_experts:
-        out.shared = _mlp(
-            model,
-            T,
-            m.shared_experts * m.expert_ffn_hidden,
-            share,
-            t,
-            dense_gemm(recipe, model.fp4_scope),
-            name="shared ",
-        )
+        out.shared = _mlp(model, T, m.shared_experts * m.expert_ffn_hidden, share, t, outside, name="shared ")
         out.activations.append((T * m.shared_experts * m.expert_ffn_hidden / t, share, "shared_experts"))
     # Megatron's all-to-all dispatcher permutes the tokens to their experts before sending and back
     # after the combine (each a read and a write of top_k copies), and sorts the received chunks by
@@ -260,7 +253,9 @@ def layer_kernels(
     # Norms, residual adds and the router run on tokens / tp with sequence parallelism, on all without.
     sp_tokens = dispatched_tokens(T, t, sequence_parallel)
     own, up_projections = _projections(model, T, t, outside)
-    moe = _experts(model, T, t, sp_tokens, recipe, ep, etp, expert_load, flex, permute_fusion, eager_glue)
+    moe = _experts(
+        model, T, t, sp_tokens, recipe, ep, etp, expert_load, flex, permute_fusion, eager_glue, outside
+    )
     # The GEMMs by the recompute module that runs them again (the rest of attention's: by none).
     groups = {
         "": own,
