@@ -37,18 +37,37 @@ def test_resharding_after_forward_gathers_twice_and_holds_two_layers():
     assert float(mem_off["gradients"]) == float(mem_on["gradients"])
 
 
-def test_the_first_gather_and_last_reduce_scatter_stay_exposed_behind_ideal_overlap():
-    """With perfect overlap and far more compute than communication, ZeRO-3 still exposes one layer's
-    gather and reduce-scatter per micro-batch (the prefetch pipeline's two ends), and no more than its
-    communication; more layers make that share smaller."""
+def test_the_root_and_first_layer_stay_exposed_behind_ideal_overlap():
+    """With perfect overlap, ZeRO-3 still exposes its prefetch pipeline's two ends: the root module's
+    gather at the forward's start and reduce-scatter at the backward's end (the embedding and output
+    tables) and the first layer's, their share of the step's gather and reduce-scatter, no more than
+    its communication. A larger vocabulary makes the root, and so the exposed ends, larger."""
     x = layouts(**JOB)
     ideal, serial = _step(x, "ideal"), _step(x, "serial")
-    z3_serial = float(serial["dp_comm_s"])  # serial: every gather and reduce-scatter exposed
+    z3_serial = float(serial["dp_comm_s"])  # serial: every gather and reduce-scatter exposed (2G + R)
     assert 0 < float(ideal["dp_comm_s"]) < z3_serial
-    # gathers 2G + R in serial; the ends G / L + R / L, at least a third of the layer's share
-    layers = model("llama3-8b").layers
-    assert float(ideal["dp_comm_s"]) >= z3_serial / layers / 3
-    assert float(ideal["dp_comm_s"]) <= z3_serial / layers * (1 + 1e-9)
+    net = model("llama3-8b")
+    root = 2 * net.vocab * net.hidden  # untied embedding and output tables
+    total = float(sum(layer_parameters(net, x))) * net.layers + root
+    ends = (root + float(sum(layer_parameters(net, x)))) / total
+    # the ends are (G + R) x ends, between a third and a half of the serial 2G + R times that share
+    assert z3_serial * ends / 3 <= float(ideal["dp_comm_s"]) <= z3_serial * ends * (1 + 1e-9)
+    wide = net.model_copy(update={"vocab": 4 * net.vocab})
+    wide_ideal = train_step(wide, cluster("dgx-h100", 4), x, "bf16", "ideal")
+    assert float(wide_ideal["dp_comm_s"]) > float(ideal["dp_comm_s"])
+
+
+def test_fsdp_holds_the_root_gathered_from_forward_to_backward():
+    """FSDP2 never reshards its root module after the forward: the embedding and output tables stay
+    gathered (BF16) and their gradients wait unsharded for the root's reduce-scatter."""
+    x = layouts(**JOB)
+    net = model("llama3-8b")
+    wide = net.model_copy(update={"vocab": 2 * net.vocab})
+    narrow_mem, wide_mem = memory_per_gpu(net, x), memory_per_gpu(wide, x)
+    extra_root = 2 * net.vocab * net.hidden  # both tables gain vocab x hidden
+    sharded = extra_root / 32  # the shards' own share, over 32 ranks
+    assert float(wide_mem["weights"] - narrow_mem["weights"]) == pytest.approx(2 * (extra_root + sharded))
+    assert float(wide_mem["gradients"] - narrow_mem["gradients"]) == pytest.approx(4 * (extra_root + sharded))
 
 
 def test_fp8_gathers_hold_and_move_fewer_bytes():

@@ -53,11 +53,13 @@ def test_ring_gains_less_as_the_domain_grows():
     assert gains[0] > gains[1] > gains[2]
 
 
-def test_a_decision_costs_more_with_every_map_operation():
+def test_decision_costs_are_a_note_not_claims():
+    """The decision costs are the paper's fit applied to counted map operations: reported, not scored."""
+    result = ncclbpf.run()
+    assert not any("decision" in c.claim for c in result.claims)
+    note = next(n for n in result.notes if "decision costs" in n)
+    assert "slo_enforcer 130 ns" in note and "noop 80 ns" in note
     cost = PluginCost(80e-9, 30e-9, 10e-9)
-    claims = {c.claim.split(" (")[0]: c.model for c in ncclbpf.decision_claims(PARAMETERS)}
-    assert claims["decision cost of noop"] < claims["decision cost of lookup_only"]
-    assert claims["decision cost of lookup_update"] < claims["decision cost of slo_enforcer"]
     assert float(cost.decision_s(2, 0)) > float(cost.decision_s(1, 1)) > float(cost.decision_s(1, 0))
 
 

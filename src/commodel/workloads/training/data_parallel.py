@@ -16,6 +16,7 @@ from commodel.workloads.training.memory import (
     OPTIMIZER_BYTES,
     gathered_bytes,
     gradient_bytes,
+    layer_parameters,
     optimizer_bytes,
 )
 from commodel.workloads.training.microbatch_context import MicroBatch
@@ -83,7 +84,7 @@ def chunked_exposed(
 
 
 def data_parallel(
-    m: MicroBatch, stage_layers: np.ndarray, dense: np.ndarray, experts: np.ndarray
+    m: MicroBatch, stage_layers: np.ndarray, dense: np.ndarray, experts: np.ndarray, root: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Data parallelism and ZeRO: the seconds ZeRO-3's gathers and reduce-scatters expose per
     micro-batch, the seconds the end-of-step gradient reduction and parameter gather expose, and the
@@ -93,8 +94,11 @@ def data_parallel(
     (``reshard_after_forward``), again before its backward, and reduce-scatters its gradients after
     its backward, every micro-batch. Each gather is prefetched one layer ahead and each
     reduce-scatter runs behind the next layer's backward (PyTorch FSDP2, Megatron-FSDP), so all
-    but the first layer's gather and the last layer's reduce-scatter can hide behind compute: those
-    two, a layer's share ``(G + R) / L`` of the stage's, are exposed whatever the overlap."""
+    but the first gathers and the last reduce-scatters can hide behind compute. Those are exposed
+    whatever the overlap: the ``root`` module's parameters (the embedding and output tables, which
+    FSDP2 gathers once at the forward's start and reduce-scatters once at the backward's end, the
+    embedding's gradient coming last) and the first layer's, ``(G + R) (root + layer) / params`` of
+    the stage's ``G + R``."""
     x, fab = m.x, m.fab
     dp_part = m.partitioned(ctas(m.strategy, domain(fab, m.dp), in_switch(fab, m.dp)))
     zero3, sharded = x.zero == 3, x.zero >= 1
@@ -110,7 +114,9 @@ def data_parallel(
     z3_bytes = gathers * gather_s * ag_bw + reduce_s * reduce_bw  # per GPU: the HBM traffic is twice these
     z3_traffic = 2 * np.divide(z3_bytes, z3_comm, out=np.zeros_like(z3_comm), where=z3_comm > 0)
     z3_window = repeat(window(m.full, dp_part, "both"), stage_layers)
-    fill = np.where(zero3, (gather_s + reduce_s) / stage_layers, 0.0)  # the prefetch pipeline's ends
+    layer_dense, layer_experts = layer_parameters(m.model, x)
+    ends = (root + layer_dense + layer_experts) / np.maximum(dense + experts, 1.0)
+    fill = np.where(zero3, (gather_s + reduce_s) * np.minimum(ends, 1.0), 0.0)  # the prefetch pipeline's ends
     z3_exposed = fill + exposed(
         m.strategy,
         z3_window,

@@ -174,7 +174,7 @@ def _gradient_reduction_s(
         raise CommodelError(
             "Gloo for all communication prices ZeRO 0-2's gradient reduction; ZeRO-3 is not modelled"
         )
-    grads = float((sum(stage_parameters(model, x)) * gradient_bytes(x))[0])
+    grads = float((sum(stage_parameters(model, x)[:2]) * gradient_bytes(x))[0])
     return max(float(host_allreduce_time(grads * share[g], int(x.dp[0]), c)) for g, c in enumerate(groups))
 
 

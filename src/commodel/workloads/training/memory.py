@@ -99,24 +99,28 @@ def layer_parameters(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndar
     return (per_layer + 2 * model.hidden) / x.tp, moe_share * w.moe_experts / (x.expert_tp * x.ep)
 
 
-def stage_parameters(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndarray]:
-    """(dense, expert) parameters held by one GPU of the largest pipeline stage (of the two stages a
-    GPU holds under DualPipe): its layers (:func:`layer_parameters`), its vocabulary-sized tables and,
-    on the last stage, the multi-token prediction modules' ``2h x h`` projections."""
+def stage_parameters(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dense, expert, root) parameters held by one GPU of the largest pipeline stage (of the two
+    stages a GPU holds under DualPipe): its layers (:func:`layer_parameters`), its vocabulary-sized
+    tables and, on the last stage, the multi-token prediction modules' ``2h x h`` projections.
+    ``root``: the part of ``dense`` outside the layers (the tables and projections), which FSDP
+    wraps in the root module rather than in a layer's."""
     layer_dense, layer_experts = layer_parameters(model, x)
     copies = np.where(x.dualpipe, 2, 1)
     h = model.hidden
-    best_dense = best_experts = np.zeros(np.shape(x.pp))
+    best_dense = best_experts = best_root = np.zeros(np.shape(x.pp))
     for valid, layers, tables, end in _stage_loads(model, x):
         held = copies * layers
-        dense = held * layer_dense + (tables * model.vocab * h + end * x.mtp_layers * 2 * h**2) / x.tp
+        root = (tables * model.vocab * h + end * x.mtp_layers * 2 * h**2) / x.tp
+        dense = held * layer_dense + root
         experts = held * layer_experts
         larger = valid & (dense + experts > best_dense + best_experts)
-        best_dense, best_experts = (
+        best_dense, best_experts, best_root = (
             np.where(larger, dense, best_dense),
             np.where(larger, experts, best_experts),
+            np.where(larger, root, best_root),
         )
-    return best_dense, best_experts
+    return best_dense, best_experts, best_root
 
 
 def weight_bytes(x: Layout, recipe: Precision | None) -> np.ndarray:
@@ -135,19 +139,28 @@ def gathered_bytes(x: Layout, recipe: Precision | None) -> np.ndarray:
     return np.where(np.asarray(x.fp8_param_gather, dtype=bool), gathered, WEIGHT_BYTES)
 
 
-def unsharded_state(model: Transformer, x: Layout, recipe: Precision | None) -> tuple[np.ndarray, np.ndarray]:
+def unsharded_state(
+    model: Transformer, x: Layout, recipe: Precision | None, root: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(weight, gradient) bytes ZeRO-3 (FSDP) holds unsharded beside its shards: the gathered
     parameters (:func:`gathered_bytes` each) of :data:`FSDP_LAYERS_IN_FLIGHT` layers, or with
     ``reshard_after_forward`` off of every layer of the largest stage (each held from its forward to
     its backward), and the unsharded gradients of :data:`FSDP_LAYERS_IN_FLIGHT` layers waiting for
-    their reduce-scatter. Nothing below ZeRO-3."""
+    their reduce-scatter. The ``root`` parameters outside the layers (the embedding and output
+    tables) stay gathered from the forward's start to the backward's end, in 16 bits, and their
+    gradients wait unsharded for the root's reduce-scatter at the backward's end: PyTorch FSDP2
+    never reshards the root module after its forward (``fully_shard``: "the root ... is special-cased
+    to not reshard after forward"), and the output layer's gradient comes first in the backward.
+    Nothing below ZeRO-3."""
     dense, experts = layer_parameters(model, x)
     first, middle, last = stage_split(model, x)
     layers = np.maximum(np.maximum(first, middle), last) * np.where(x.dualpipe, 2, 1)
     held = np.where(x.reshard_after_forward, np.minimum(FSDP_LAYERS_IN_FLIGHT, layers), layers)
     zero3 = np.asarray(x.zero) == 3
     per_layer = np.where(zero3, dense + experts, 0.0)
-    return per_layer * held * gathered_bytes(x, recipe), per_layer * FSDP_LAYERS_IN_FLIGHT * gradient_bytes(x)
+    root = np.where(zero3, root, 0.0)
+    weights = per_layer * held * gathered_bytes(x, recipe) + root * WEIGHT_BYTES
+    return weights, (per_layer * FSDP_LAYERS_IN_FLIGHT + root) * gradient_bytes(x)
 
 
 def memory_parts(
@@ -157,7 +170,7 @@ def memory_parts(
     parameters (:func:`stage_parameters`), model states in bytes (weights, gradients, optimizer), one
     layer's activations for one micro-batch, and the logits of one micro-batch (one set per
     multi-token prediction module more)."""
-    dense, experts = stage_parameters(model, x)
+    dense, experts, root = stage_parameters(model, x)
     shard_dense, shard_experts = x.dp * x.cp, x.expert_dp
 
     def sharded(per_param: float, from_stage: int) -> np.ndarray:
@@ -173,10 +186,11 @@ def memory_parts(
         per_token / x.tp,
         np.maximum(per_token - replicated, 0) / x.tp + np.minimum(per_token, replicated),
     )
-    gathered, unsharded_grads = unsharded_state(model, x, recipe)
+    gathered, unsharded_grads = unsharded_state(model, x, recipe, root)
     return {
         "dense_parameters": dense,
         "expert_parameters": experts,
+        "root_parameters": root,
         "weights": sharded(1.0, 3) * weight_bytes(x, recipe) + gathered,
         "gradients": sharded(gradient_bytes(x), 2) + unsharded_grads,
         "optimizer": sharded(optimizer_bytes(x), 1),

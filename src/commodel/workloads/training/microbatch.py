@@ -186,7 +186,8 @@ def per_microbatch(
     stage_layers = np.maximum(np.maximum(first, middle), last + x.mtp_layers)  # the largest stage's
     memory = memory_parts(model, x, attention_impl, recipe)
     dense, experts = memory.pop("dense_parameters"), memory.pop("expert_parameters")
-    z3_exposed, dp_exposed, optimizer = data_parallel(m, stage_layers, dense, experts)
+    root = memory.pop("root_parameters")
+    z3_exposed, dp_exposed, optimizer = data_parallel(m, stage_layers, dense, experts, root)
     # Offloading this layer's activations to CPU memory (what --recompute auto may choose instead).
     offload = offload_exposed(
         memory["layer_activations"],
