@@ -1,5 +1,7 @@
 """The vectorization helpers: evaluation once per distinct input, and the bounded result cache."""
 
+import dataclasses
+
 import numpy as np
 
 from commodel import vectorize
@@ -66,3 +68,26 @@ def test_per_distinct_calls_once_per_distinct_value_and_keeps_the_shape():
     out = per_distinct(name, values, object)
     assert out.shape == (2, 2) and out.tolist() == [["<a>", "<b>"], ["<a>", "<a>"]]
     assert sorted(c[0] for c in calls) == ["a", "b"]
+
+
+def test_a_layers_variants_priced_in_one_call_equal_each_priced_alone():
+    """``layer_works`` prices a layer on all SMs, on fewer and with userbuffers' cut GEMMs in one call
+    where the layouts are few: field by field, the numbers each variant gets alone."""
+    from conftest import layouts
+
+    from commodel.compute.precision import precision
+    from commodel.hardware import cluster
+    from commodel.workloads.layer.work import Work, layer_work_of, layer_works
+    from commodel.workloads.model.catalog import model
+
+    net, gpu = model("llama3-70b"), cluster("dgx-h100").gpu
+    x = layouts("llama3-70b", tp=np.array([2.0, 4.0, 8.0]), dp=np.array([4.0, 2.0, 1.0]), global_batch=64,
+                micro_batch=np.array([1.0, 2.0, 1.0]), sequence_parallel=True)  # fmt: skip
+    variants = [(None, True), (np.array([100.0, 116.0, 100.0]), False), (116.0, False)]
+    together = layer_works(net, gpu, x, precision("bf16"), "flash", variants)
+    for work, (units, cut) in zip(together, variants, strict=True):
+        alone = layer_work_of(net, gpu, x, precision("bf16"), "flash", units, cut=cut)
+        for field in dataclasses.fields(Work):
+            assert np.array_equal(
+                getattr(work, field.name), np.broadcast_to(getattr(alone, field.name), (3,))
+            )

@@ -156,14 +156,14 @@ def _userbuffers_s(
     """(forward, input gradient) seconds of a ``role`` GEMM as userbuffers runs them, from each
     (kernel, uncut seconds): a column GEMM's forward and a row GEMM's input gradient in ``tp``
     ring-exchange chunks, a row GEMM's forward in :data:`UB_SPLITS` chunks on ``SMs - UB_SMS``; the
-    rest, and everything at tp 1, uncut."""
+    rest, and every row at tp 1, uncut."""
     (kernel, f), (dgrad_kernel, d) = forward, dgrad
     if role not in ("column", "row") or np.all(np.asarray(tp) == 1):
         return f, d
     if role == "column":
         return chunked_s(gpu, kernel, tp, units, f), d
     fewer = np.asarray(gpu.compute_units.value if units is None else units) - UB_SMS
-    pipelined = chunked_s(gpu, kernel, UB_SPLITS, fewer)
+    pipelined = np.where(np.asarray(tp) > 1, chunked_s(gpu, kernel, UB_SPLITS, fewer), f)
     return pipelined, chunked_s(gpu, dgrad_kernel, tp, units, d)
 
 
@@ -296,36 +296,69 @@ def layer_work_of(
     """:func:`layer_work` of every layout in ``x``, computed once per distinct layer shape; with
     ``shared_experts``, of the layer's shared experts alone (nothing without them); with ``cut``, its
     tensor-parallel GEMMs also as userbuffers cuts them (``*_ub_s``; else those are the uncut times)."""
+    return layer_works(model, gpu, x, recipe, attention_impl, [(units, cut)], shared_experts)[0]
+
+
+#: Below this many layouts :func:`layer_works` prices its variants in one call (each call's fixed
+#: cost, about a millisecond, outweighs copying the key columns once per variant); above it, one
+#: call per variant.
+STACKED_ROWS = 4096
+
+
+def layer_works(
+    model: Transformer,
+    gpu: GPU,
+    x: Layout,
+    recipe: Precision,
+    attention_impl: str,
+    variants: list[tuple[ArrayLike | None, bool]],
+    shared_experts: bool = False,
+) -> list[Work]:
+    """:func:`layer_work_of` of ``x`` for each ``(units, cut)`` variant (the SMs it runs on, all where
+    None; whether userbuffers cuts its GEMMs), priced in one call: the variants share the layer's
+    kernels, and a single estimate pays the call's fixed cost once instead of once per variant."""
 
     def work(
-        T, mb, seq, tp, cp, ep, sp, recompute, modules, load, etp, fp8_dispatch, flex, fused, eager, sms
+        T, mb, seq, tp, cp, ep, sp, recompute, modules, load, etp, fp8_dispatch, flex, fused, eager, sms, cuts
     ):
         lk = layer_kernels(model, T, mb, seq, tp, cp, ep, sp, recipe, attention_impl, load, etp, fp8_dispatch,
                            flex, fused, eager)  # fmt: skip
         if shared_experts:
             lk = lk.shared_experts or LayerKernels([], [], [], {})
-        return layer_work(gpu, lk, recompute, modules, sms, tp if cut else 1)
+        return layer_work(gpu, lk, recompute, modules, sms, np.where(cuts, tp, 1))
 
-    sms = gpu.compute_units.value if units is None else units
-    return on_unique(
-        work,
-        x.tokens,
-        x.micro_batch,
-        x.seq,
-        x.tp,
-        x.cp,
-        x.ep,
-        x.sequence_parallel,
-        x.recompute,
-        x.recompute_modules,
-        x.busiest_expert_rank,
-        x.expert_tp,
-        x.fp8_dispatch,
-        x.flex,
-        x.permute_fusion,
-        x.elementwise,
-        sms,
-    )
+    keys = (
+        x.tokens, x.micro_batch, x.seq, x.tp, x.cp, x.ep, x.sequence_parallel, x.recompute,
+        x.recompute_modules, x.busiest_expert_rank, x.expert_tp, x.fp8_dispatch, x.flex,
+        x.permute_fusion, x.elementwise,
+    )  # fmt: skip
+    shape = np.broadcast_shapes(*(np.shape(k) for k in keys))
+    size = int(np.prod(shape))
+    full = gpu.compute_units.value
+    if len(variants) == 1 or size >= STACKED_ROWS:
+        return [on_unique(work, *keys, full if u is None else u, cut) for u, cut in variants]
+    rows = len(variants) * size
+
+    def joined(values: list[ArrayLike]) -> np.ndarray:
+        """Each variant's value over its rows, end to end; one value throughout stays one broadcast
+        value (:func:`on_unique` skips it)."""
+        arrays = [np.broadcast_to(v, shape) for v in values]
+        first = arrays[0].reshape(-1)[:1]
+        if all(not any(a.strides) and a.reshape(-1)[0] == first[0] for a in arrays):
+            return np.broadcast_to(first, (rows,))
+        return np.concatenate([a.ravel() for a in arrays])
+
+    sms = joined([full if units is None else units for units, _ in variants])
+    cuts = joined([cut for _, cut in variants])
+    priced = on_unique(work, *(joined([k] * len(variants)) for k in keys), sms, cuts)
+    return [
+        Work(**{
+            f.name: np.broadcast_to(getattr(priced, f.name), (rows,))[i * size : (i + 1) * size]
+            .reshape(shape)
+            for f in dataclasses.fields(Work)
+        })
+        for i in range(len(variants))
+    ]  # fmt: skip
 
 
 def kernel_table(
@@ -380,6 +413,7 @@ def layer_window(
     """The overlap window of one layer's forward and backward for one micro-batch, with the same
     kernels also priced on the SMs a collective of ``comm_ctas`` CTAs leaves free."""
     units = cluster.gpu.compute_units.value - np.asarray(comm_ctas, dtype=float)
-    mix = precision(recipe)
-    full = layer_work_of(model, cluster.gpu, x, mix, "flash")
-    return window(full, layer_work_of(model, cluster.gpu, x, mix, "flash", units), "both")
+    full, part = layer_works(
+        model, cluster.gpu, x, precision(recipe), "flash", [(None, False), (units, False)]
+    )
+    return window(full, part, "both")

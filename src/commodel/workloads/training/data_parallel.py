@@ -8,9 +8,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from commodel.comm.fabric import Fabric
-from commodel.overlap import Window, ctas, exposed
+from commodel.overlap import Window, exposed
 from commodel.workloads.layer.work import repeat, window
-from commodel.workloads.parallel.groups import Group, collective, domain, in_switch
+from commodel.workloads.parallel.groups import Group, collective, in_switch
 from commodel.workloads.parallel.layout import Layout
 from commodel.workloads.training.memory import (
     OPTIMIZER_BYTES,
@@ -100,7 +100,7 @@ def data_parallel(
     embedding's gradient coming last) and the first layer's, ``(G + R) (root + layer) / params`` of
     the stage's ``G + R``."""
     x, fab = m.x, m.fab
-    dp_part = m.partitioned(ctas(m.strategy, domain(fab, m.dp), in_switch(fab, m.dp)))
+    dp_part = m.partitioned(m.dp_ctas)
     zero3, sharded = x.zero == 3, x.zero >= 1
     gathered = gathered_bytes(x, m.recipe)  # bytes per parameter
     grad_size = gradient_bytes(x)

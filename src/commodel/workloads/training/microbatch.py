@@ -16,7 +16,7 @@ from commodel.overlap import Window, ctas
 from commodel.workloads.layer.work import (
     ATTENTION_BACKWARD,
     either,
-    layer_work_of,
+    layer_works,
     repeat,
     timed,
     window,
@@ -92,11 +92,11 @@ def _expert_comm(m: MicroBatch, ep_overlap: str, tp_comm: np.ndarray) -> tuple[n
     if ep_overlap == "1f1b":  # beside another micro-batch's layer
         beside = window(m.full, m.partitioned(sms), "both")
     else:  # beside this layer's shared experts, which every micro-batch has
-        shared = layer_work_of(model, m.gpu, x, m.recipe, m.attention_impl, shared_experts=True)
-        shared_part = shared
-        if np.any(m.partitioning):
-            on_fewer = layer_work_of(model, m.gpu, x, m.recipe, m.attention_impl, m.units - sms, True)
-            shared_part = either(m.partitioning, on_fewer, shared)
+        fewer = [(m.units - sms, False)] if np.any(m.partitioning) else []
+        shared, *on_fewer = layer_works(
+            model, m.gpu, x, m.recipe, m.attention_impl, [(None, False), *fewer], True
+        )
+        shared_part = either(m.partitioning, on_fewer[0], shared) if on_fewer else shared
         beside = window(shared, shared_part, "both")
     paired = np.minimum(m.exposed(beside, ep_comm, **kwargs), ep_exposed)
     return paired, paired if ep_overlap == "shared-experts" else ep_exposed
@@ -111,7 +111,7 @@ def _context_comm(m: MicroBatch) -> np.ndarray:
     kv = x.tokens * np.maximum(m.model.n_kv_heads / x.tp, 1) * sum(attention_dims(m.model)) * m.size
     ring, ring_bw = collective("sendrecv", kv, m.cp, m.fab)
     ring = np.where(x.cp > 1, ring, 0.0)
-    cp_part = m.partitioned(np.full_like(x.tokens, ctas(m.strategy, "p2p")))
+    cp_part = m.partitioned(m.p2p_ctas)
     attn_window = Window(full.attention_fwd_s, cp_part.attention_fwd_s, 0 * x.tokens, full.attention_fwd_s)
     kwargs = {"traffic_Bps": 2 * ring_bw, "calls": x.cp - 1}
     forward = m.exposed(attn_window, (x.cp - 1) * ring, **kwargs)
@@ -146,7 +146,7 @@ def _pipeline_comm(m: MicroBatch, stage_layers: np.ndarray) -> np.ndarray:
     core = m.fab.pipeline_share(x.tp * x.cp * x.dp, x.gpus) / m.fab.pod_share(m.pp.nodes)
     p2p, p2p_bw = p2p / core, p2p_bw * core
     p2p_comm = np.where(x.pp > 1, 2 * x.vpp * p2p, 0.0)
-    p2p_part = m.partitioned(np.full_like(x.tokens, ctas(m.strategy, "p2p")))
+    p2p_part = m.partitioned(m.p2p_ctas)
     mb_window = repeat(window(m.full, p2p_part, "both"), stage_layers)
     return m.exposed(mb_window, p2p_comm, traffic_Bps=2 * p2p_bw, calls=2 * x.vpp)
 
