@@ -27,7 +27,7 @@ from commodel.pricing.table import Columns, is_unfit, job_columns
 from commodel.pricing.totals import JOB_OUTPUTS
 from commodel.pricing.training import STEP_OUTPUTS, job_layout, price_training
 from commodel.pricing.training_job import TrainingJob, training_job
-from commodel.workloads.layer.work import kernel_table
+from commodel.workloads.layer.kernel_rows import kernel_table
 from commodel.workloads.model.catalog import model
 from commodel.workloads.serving.engine import iteration_table, kv_dtype_of, steady_state
 from commodel.workloads.training.hetero import is_node_groups

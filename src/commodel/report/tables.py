@@ -171,7 +171,7 @@ def training_table(result: dict) -> str:
 
 
 def _kernel_lines(rows: list[dict], calls: Callable[[dict], str], times: dict[str, str]) -> list[str]:
-    """Kernel rows as table lines (:func:`commodel.workloads.layer.work.kernel_row`'s columns,
+    """Kernel rows as table lines (:func:`commodel.workloads.layer.kernel_rows.kernel_row`'s columns,
     ``calls`` per layer as text, then the ``times`` columns, header -> key, in ms) and their total."""
     name_width = max(24, 2 + max((len(r["kernel"]) for r in rows), default=0))
     widths = (name_width, 34, 7, 10, 9, 9, 10, 8, 8) + (9,) * len(times)
@@ -206,7 +206,7 @@ def _kernel_lines(rows: list[dict], calls: Callable[[dict], str], times: dict[st
 
 
 def kernel_text(rows: list[dict]) -> str:
-    """One layer's kernels for one micro-batch (:func:`commodel.workloads.layer.work.kernel_table`):
+    """One layer's kernels for one micro-batch (:func:`commodel.workloads.layer.kernel_rows.kernel_table`):
     calls per layer, the forward call's work and roofline, and milliseconds per layer."""
     return "\n".join([
         "one layer, one micro-batch on one GPU (recomputation aside; calls: forward/backward per layer):",

@@ -42,8 +42,9 @@ from commodel.comm.fabric import Fabric, fabric_of
 from commodel.compute.kernels import Kernel, attention, decode_attention, gemm, named
 from commodel.compute.precision import Precision
 from commodel.hardware.cluster import Cluster
+from commodel.workloads.layer.kernel_rows import first_design, kernel_row
 from commodel.workloads.layer.kernels import layer_kernels
-from commodel.workloads.layer.work import first_design, kernel_row, timed
+from commodel.workloads.layer.work import timed
 from commodel.workloads.model.schema import Transformer
 from commodel.workloads.model.transformer import attention_dims, bytes_per
 from commodel.workloads.moe.dispatch import (
@@ -363,7 +364,7 @@ def iteration_table(engine: Engine, state: dict[str, Any], prompt: ArrayLike) ->
     """The first design's steady-state iterations (:func:`steady_state`'s ``state`` of prompts of
     ``prompt`` tokens), each kind that occurs (with prompts, a ``share`` f of them; decode only,
     1 - f): its decode ``queries`` and ``prompts``, one layer's kernels for one micro-batch
-    (:func:`~commodel.workloads.layer.work.kernel_row`, ``calls`` per layer, ``ms`` per layer), the
+    (:func:`~commodel.workloads.layer.kernel_rows.kernel_row`, ``calls`` per layer, ``ms`` per layer), the
     last stage's ``logits``, and what :func:`iteration_time` adds up from them: ``stage_layers``,
     ``pp``, ``comm_ms``, ``host_ms``, ``time_ms``."""
     gpu, first = engine.cluster.gpu, first_design
