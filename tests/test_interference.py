@@ -13,7 +13,7 @@ from commodel.compute.kernels import gemm
 from commodel.compute.power import shared_clock
 from commodel.compute.roofline import hbm_bytes
 from commodel.hardware import default_db
-from commodel.overlap.interference import LOAD_CEILING, corun, slowdowns, stretch
+from commodel.overlap.interference import corun, memory_of, slowdowns, stretch
 from commodel.overlap.pair import PAIR_STRATEGIES, Pair, pair_times
 from commodel.pricing.evaluator import evaluator
 from commodel.pricing.job import make_job
@@ -22,21 +22,25 @@ from commodel.pricing.overlap import OverlapJob, price_overlap
 loads = st.floats(0.0, 1.0)
 times = st.floats(1e-6, 1.0)
 
+#: A GPU's HBM as the records state it, without the power term (no limit binds).
+HBM = memory_of(default_db().gpu("h100-sxm"))._replace(power=0.0)
+CEILING = HBM.ceiling
+
 
 @settings(max_examples=200, deadline=None)
 @given(loads, loads, loads, st.floats(0.0, 0.5))
 def test_more_load_beside_a_side_never_speeds_it(stall, own, other, more):
-    assert stretch(stall, own, other) >= 1.0
-    assert stretch(stall, own, other + more) >= stretch(stall, own, other) - 1e-12
+    assert stretch(stall, own, other, CEILING) >= 1.0
+    assert stretch(stall, own, other + more, CEILING) >= stretch(stall, own, other, CEILING) - 1e-12
 
 
 def test_the_latency_rise_stops_at_the_ceiling_and_bandwidth_is_shared_beyond_a_full_load():
-    compute, comm = slowdowns(0.0, 0.3)
+    compute, comm = slowdowns(0.0, 0.3, HBM)
     assert compute == 1.0  # a kernel that moves no HBM bytes waits on none
     assert comm == pytest.approx(1.0)  # a collective beside it: nothing queues before it
-    _, latency_bound = slowdowns(0.7, 0.01)  # NVIDIA/nccl#1433: a GEMM slows send/recv "up to 2x"
-    assert latency_bound == pytest.approx(0.99 / (1 - LOAD_CEILING))
-    saturating, _ = slowdowns(1.0, 0.5)
+    _, latency_bound = slowdowns(0.7, 0.01, HBM)  # NVIDIA/nccl#1433: a GEMM slows send/recv "up to 2x"
+    assert latency_bound == pytest.approx(0.99 / (1 - CEILING))
+    saturating, _ = slowdowns(1.0, 0.5, HBM)
     assert saturating == pytest.approx(1.5)  # a copy at full bandwidth gets its share of it
 
 
@@ -45,9 +49,9 @@ def test_the_latency_rise_stops_at_the_ceiling_and_bandwidth_is_shared_beyond_a_
 def test_the_collectives_hbm_power_slows_only_the_computes_clock_bound_part(compute, comm, power, more):
     """A board at its limit: the watts the collective's traffic draws come out of the compute's clock,
     more with more watts, never out of the collective's own pace, and not at all with none."""
-    plain, comm_plain = slowdowns(compute, comm)
-    heated, comm_heated = slowdowns(compute, comm, power)
-    hotter, _ = slowdowns(compute, comm, power + more)
+    plain, comm_plain = slowdowns(compute, comm, HBM)
+    heated, comm_heated = slowdowns(compute, comm, HBM._replace(power=power))
+    hotter, _ = slowdowns(compute, comm, HBM._replace(power=power + more))
     assert heated >= plain - 1e-12 and hotter >= heated - 1e-12
     assert comm_heated == comm_plain
     clock = shared_clock(power, comm)
@@ -79,7 +83,7 @@ def test_a_collective_started_earlier_never_ends_later_while_the_slowdowns_are_m
 
 def _pair(**changes):
     base = dict(compute_s=1e-3, partitioned_s=1.2e-3, waves=8.0, compute_load=0.2, comm_s=6e-4,
-                comm_load=0.3, chunk_s=1.6e-4, chunks=8)  # fmt: skip
+                comm_load=0.3, memory=HBM, chunk_s=1.6e-4, chunks=8)  # fmt: skip
     return Pair(**(base | changes))
 
 
@@ -175,3 +179,24 @@ def test_validate_prints_the_overlap_command_that_prices_each_row(capsys, monkey
     code, out = run_cli(argv, capsys, monkeypatch)
     priced = json.loads(out.out)["strategies"]["fused"]["time_s"]
     assert 1e3 * priced == pytest.approx(detail["model"])
+
+
+def test_the_contention_constants_are_the_gpus_and_an_overlay_moves_them(tmp_path, monkeypatch):
+    """HBM bytes per wire byte and the load ceiling are a GPU record's (``memory_contention``), with
+    stated ranges that ``--uncertainty`` draws and ``commodel calibrate`` fits within; an overlay
+    that makes each wire byte cost more HBM slows the GEMM beside the collective."""
+    from commodel.hardware.loader import OVERLAY_ENV
+    from commodel.validate.bands import hardware_uncertainty
+
+    found = {u.path: u for u in hardware_uncertainty(["dgx-a100"]) if u.path[0] == "memory_contention"}
+    assert found[("memory_contention", "hbm_per_wire_byte")].low == pytest.approx(1 / 1.5)
+    assert found[("memory_contention", "load_ceiling")].high == pytest.approx(0.8 / 0.6)
+    job = make_job(OverlapJob, system="dgx-a100", m=5120, n=5120, k=5120, strategy="sm-partition",
+                   size_bytes=2**28, collective_first=True)  # fmt: skip
+    base = price_overlap(job)["compute_slowdown"]
+    (tmp_path / "gpus").mkdir()
+    (tmp_path / "gpus" / "a100-sxm-80gb.toml").write_text(
+        '[memory_contention]\nhbm_per_wire_byte = { value = 1.0, range = [1.0, 1.5], source = "test" }\n'
+    )
+    monkeypatch.setenv(OVERLAY_ENV, str(tmp_path))
+    assert price_overlap(job)["compute_slowdown"] < base

@@ -14,7 +14,7 @@ from commodel.compute.precision import precision
 from commodel.errors import CommodelError
 from commodel.hardware import cluster
 from commodel.overlap import STRATEGIES, Window, window_time
-from commodel.overlap.interference import LOAD_CEILING, Memory
+from commodel.overlap.interference import memory_of
 from commodel.pricing.run import train
 from commodel.pricing.table import job_columns
 from commodel.pricing.training_job import training_job
@@ -33,6 +33,9 @@ from commodel.workloads.training.memory import (
 from commodel.workloads.training.step import BREAKDOWN, train_step
 
 GPT3 = model("gpt3-175b")
+
+#: HBM of 3 TB/s with the records' contention constants and no power limit binding.
+HBM = memory_of(cluster("dgx-h100").gpu)._replace(Bps=3e12, power=0.0)
 
 
 def test_parameter_counts_match_the_papers():
@@ -750,12 +753,10 @@ def test_overlap_is_never_below_ideal_nor_above_both_slowed_throughout(
         np.asarray(compute), np.asarray(compute * tail), np.asarray(compute * mem_share), np.asarray(wave)
     )
     times = {
-        s: float(
-            window_time(s, w, comm, traffic_Bps=traffic, memory=Memory(3e12), calls=calls, in_network=True)
-        )
+        s: float(window_time(s, w, comm, traffic_Bps=traffic, memory=HBM, calls=calls, in_network=True))
         for s in STRATEGIES
     }
-    worst = max(1 / (1 - LOAD_CEILING), 2.0)  # the latency's cap, or two full loads sharing the bandwidth
+    worst = max(1 / (1 - HBM.ceiling), 2.0)  # the latency's cap, or two full loads sharing the bandwidth
     for s, t in times.items():
         assert max(compute, comm) * (1 - 1e-12) <= t <= (compute * tail + comm) * worst * (1 + 1e-12), s
     assert times["ideal"] == pytest.approx(max(compute, comm))
@@ -1545,7 +1546,7 @@ def test_interleaved_chunks_reduce_their_gradients_as_their_work_ends():
 
     layer = Window(*(np.array([t]) for t in (0.010, 0.012, 0.001, 1e-4)))  # 10 ms of backward per layer
     comm, bw, buckets, layers = np.array([0.5]), np.array([4e10]), np.array([40.0]), np.array([8.0])
-    kw = dict(memory=Memory(3e12), in_network=False)
+    kw = dict(memory=HBM, in_network=False)
     for strategy in STRATEGIES:
         whole = exposed(strategy, repeat(layer, layers), comm, traffic_Bps=bw, calls=buckets, **kw)
         x1 = layouts(pp=np.array([8]), vpp=np.array([1]))

@@ -44,6 +44,33 @@ class Multiprocessor(Strict):
     memory_latency: Duration
 
 
+class MemoryContention(Strict):
+    """How a GPU's HBM serves a collective running beside compute
+    (:mod:`commodel.overlap.interference`): ``hbm_per_wire_byte``, the HBM bytes a collective moves
+    per byte it sends or receives (its CTAs read what they send and write what they receive through
+    the library's staging FIFOs: 1 to 1.5; NCCL's maintainer counts a 300 GB/s busbw, 600 GB/s sent
+    and received, as 2-3x that in memory bandwidth, NVIDIA/nccl#1428), and ``load_ceiling``, the HBM
+    load beyond which memory latency stops rising (the controllers' queues are full and more demand
+    only divides the bandwidth; latency at most ``1 / (1 - R)``). Both calibrated on measurement
+    ``nv1428-a100-gemm`` (A100) and taken for every GPU that states none; ``commodel calibrate`` can
+    fit them to a user's runs inside their ranges."""
+
+    hbm_per_wire_byte: Sourced = Sourced(
+        value=1.5,
+        range=(1.0, 1.5),
+        source="calibrated: nv1428-a100-gemm, at the top of the range its derivation allows (the row asks for more)",
+    )
+    load_ceiling: Fraction = Fraction(
+        value=0.6,
+        range=(0.5, 0.8),
+        source=(
+            "calibrated: nv1428-a100-gemm, which bounds it from below only (its error is least for any ceiling "
+            "at or above its two sides' summed load, 0.59); at least 0.5 for a co-running GEMM to slow a "
+            "latency-bound send/recv up to 2x (NVIDIA/nccl#1433)"
+        ),
+    )
+
+
 class GemmTiles(Strict):
     """The output tiles (rows x cols) a GEMM library's large-GEMM kernels come in on a GPU, with the
     source that lists them: the library runs each GEMM at the one whose waves take least time."""
@@ -80,6 +107,8 @@ class GPU(Strict):
     the record's rates are measured at the TDP, and under a lower limit its clock-bound rates fall
     (:func:`commodel.compute.power.clock_share`); absent: the TDP. ``gemm_tiles``: the GEMM
     library's output tiles (:class:`GemmTiles`); absent: CUTLASS/cuBLAS's 128 x 256 alone.
+    ``memory_contention``: how its HBM serves a collective beside compute (:class:`MemoryContention`);
+    absent: the values calibrated on A100.
     """
 
     description: str
@@ -99,6 +128,7 @@ class GPU(Strict):
     multiprocessor: Multiprocessor | None = None
     power_limit: Power | None = None
     gemm_tiles: GemmTiles | None = None
+    memory_contention: MemoryContention = MemoryContention()
 
     @property
     def board_power(self) -> float:

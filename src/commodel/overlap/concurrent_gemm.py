@@ -84,8 +84,8 @@ def arm_times(
 ) -> dict[str, float]:
     """Total time of the GEMM (moving ``hbm_bytes``) and the collective (``comm_s`` alone, loading
     HBM with ``comm_load``) under each arm."""
-    g, power = beside(gpu, gemm, cta, ctas, hbm_bytes), memory_of(gpu).power
+    g, memory = beside(gpu, gemm, cta, ctas, hbm_bytes), memory_of(gpu)
     return {
-        arm: float(np.asarray(arm_time(arm, g, comm_s, DISPATCH[gpu.vendor], comm_load, power)))
+        arm: float(np.asarray(arm_time(arm, g, comm_s, DISPATCH[gpu.vendor], comm_load, memory)))
         for arm in ARMS
     }

@@ -2,7 +2,7 @@
 
 Compute and a collective that run together share the GPU's HBM. Each side alone loads it with
 ``u`` of its achievable bandwidth ``B`` (its HBM bytes per second over ``B``): a compute window
-its kernels' roofline memory terms over its time, a collective ``HBM_PER_WIRE_BYTE`` times the
+its kernels' roofline memory terms over its time, a collective ``hbm_per_wire_byte`` times the
 bytes per second it sends and receives. The maintainers of NCCL name this the cause of the slowdowns
 they are shown, not SMs: "300GB/s needs to be multiplied by at least 2x for memory bandwidth ... it
 can be 3x" (NVIDIA/nccl#1428), and a GEMM that leaves 14 SMs free still slows send/recv up to 2x
@@ -15,7 +15,7 @@ part stretches by the latency's rise or the bandwidth lost, whichever is larger:
 
     stretch = (1 - s) + s max((1 - min(u_own, R)) / (1 - min(u_own + u_other, R)), u_own + u_other)
 
-with the load capped at :data:`LOAD_CEILING` ``R`` (the controllers' queues are finite). A compute
+with the load capped at the GPU record's ``load_ceiling`` ``R`` (the controllers' queues are finite). A compute
 window waits on memory as much as it loads it (``s = u``): compute-bound kernels feel the collective
 in proportion to the bytes they move, memory-bound kernels fully. A collective's CTAs are load and
 store loops of few requests in flight each, paced by latency (``s = 1``; NCCL gives a channel one
@@ -52,35 +52,26 @@ from commodel.compute.power import hbm_power_share, shared_clock
 from commodel.compute.roofline import achievable_bandwidth
 from commodel.hardware.schema import GPU
 
-#: HBM bytes a collective moves per byte it sends or receives. Its CTAs read what they send and
-#: write what they receive, through NCCL's staging buffers (a FIFO each chunk is written into and
-#: read out of), so each wire byte crosses HBM 1 to 1.5 times: NCCL's maintainer counts a 300 GB/s
-#: busbw (600 GB/s sent and received) as 2-3x that in memory bandwidth (NVIDIA/nccl#1428).
-#: Calibrated on ``nv1428-a100-gemm`` within that range (docs/validation.md).
-HBM_PER_WIRE_BYTE = 1.5
-
-#: The load beyond which the memory latency stops rising: the controllers' queues are full and more
-#: demand only divides the bandwidth (latency at most ``1 / (1 - R)``, 2.5x). Calibrated on
-#: ``nv1428-a100-gemm``, which bounds it from below only: its error is smallest (-18.8%) for any
-#: ``R`` at or above its two sides' summed load, 0.59, and 0.6 is the least such value. NCCL's
-#: maintainers report a co-running GEMM slowing a latency-bound send/recv "up to 2x"
-#: (NVIDIA/nccl#1433), which needs ``R >= 0.5``.
-LOAD_CEILING = 0.6
-
 
 class Memory(NamedTuple):
-    """A GPU's HBM as two co-running kernels share it: its achievable bandwidth (bytes/s) and the
+    """A GPU's HBM as two co-running kernels share it: its achievable bandwidth (bytes/s), the
     share of the board's dynamic power it draws at that bandwidth
-    (:func:`commodel.compute.power.hbm_power_share`; 0: no power limit binds)."""
+    (:func:`commodel.compute.power.hbm_power_share`; 0: no power limit binds), the HBM bytes a
+    collective moves per byte it sends or receives, and the load beyond which memory latency stops
+    rising (the GPU record's :class:`~commodel.hardware.schema.MemoryContention`)."""
 
     Bps: float
-    power: float = 0.0
+    power: float
+    per_wire_byte: float
+    ceiling: float
 
 
 def memory_of(gpu: GPU) -> Memory:
     """``gpu``'s :class:`Memory`."""
-    hbm = achievable_bandwidth(gpu)
-    return Memory(hbm, hbm_power_share(gpu, hbm))
+    hbm, contention = achievable_bandwidth(gpu), gpu.memory_contention
+    return Memory(
+        hbm, hbm_power_share(gpu, hbm), contention.hbm_per_wire_byte.value, contention.load_ceiling.value
+    )
 
 
 def hbm_load(bytes_per_s: ArrayLike, hbm_Bps: ArrayLike) -> np.ndarray:
@@ -88,39 +79,42 @@ def hbm_load(bytes_per_s: ArrayLike, hbm_Bps: ArrayLike) -> np.ndarray:
     return np.asarray(bytes_per_s, dtype=float) / np.asarray(hbm_Bps, dtype=float)
 
 
-def collective_load(wire_Bps: ArrayLike, hbm_Bps: ArrayLike) -> np.ndarray:
+def collective_load(wire_Bps: ArrayLike, memory: Memory) -> np.ndarray:
     """HBM load of a collective sending and receiving ``wire_Bps`` bytes/s per GPU."""
-    return hbm_load(HBM_PER_WIRE_BYTE * np.asarray(wire_Bps, dtype=float), hbm_Bps)
+    return hbm_load(memory.per_wire_byte * np.asarray(wire_Bps, dtype=float), memory.Bps)
 
 
-def busbw_load(busbw_Bps: ArrayLike, hbm_Bps: ArrayLike, in_network: ArrayLike = False) -> np.ndarray:
+def busbw_load(busbw_Bps: ArrayLike, memory: Memory, in_network: ArrayLike = False) -> np.ndarray:
     """HBM load of a collective running at bus bandwidth ``busbw_Bps``: a ring's GPU sends and
     receives twice its busbw each second, an in-switch (NVLS) one moves it once."""
     wire = np.where(in_network, 1.0, 2.0) * np.asarray(busbw_Bps, dtype=float)
-    return collective_load(wire, hbm_Bps)
+    return collective_load(wire, memory)
 
 
-def stretch(stall: ArrayLike, own: ArrayLike, other: ArrayLike, clock: ArrayLike = 1.0) -> np.ndarray:
+def stretch(
+    stall: ArrayLike, own: ArrayLike, other: ArrayLike, ceiling: float, clock: ArrayLike = 1.0
+) -> np.ndarray:
     """How many times slower a side runs beside another (module formula): ``stall`` of its time
-    alone waits on memory; ``own`` and ``other`` are the two sides' HBM loads alone (each >= 0); the
-    rest of its time runs at ``clock`` of its clock alone."""
+    alone waits on memory; ``own`` and ``other`` are the two sides' HBM loads alone (each >= 0),
+    the latency's rise capped at the load ``ceiling``; the rest of its time runs at ``clock`` of its
+    clock alone."""
     s = np.minimum(np.asarray(stall, dtype=float), 1.0)
     u, v = np.asarray(own, dtype=float), np.asarray(other, dtype=float)
     both = u + v
-    latency = (1 - np.minimum(u, LOAD_CEILING)) / (1 - np.minimum(both, LOAD_CEILING))
+    latency = (1 - np.minimum(u, ceiling)) / (1 - np.minimum(both, ceiling))
     return (1 - s) / np.asarray(clock, dtype=float) + s * np.maximum(latency, both)
 
 
-def slowdowns(
-    compute_load: ArrayLike, comm_load: ArrayLike, hbm_power: ArrayLike = 0.0
-) -> tuple[np.ndarray, np.ndarray]:
+def slowdowns(compute_load: ArrayLike, comm_load: ArrayLike, memory: Memory) -> tuple[np.ndarray, np.ndarray]:
     """(compute's, collective's) slowdown while both run: compute waits on memory as much as it
     loads it, the collective all the time; the compute's clock-bound part runs at the clock the
-    collective's HBM power leaves it, on a GPU whose HBM draws ``hbm_power`` of its dynamic power at
-    full load (:func:`commodel.compute.power.hbm_power_share`; 0: no power limit binds). Module
-    docstring."""
-    clock = shared_clock(hbm_power, comm_load)
-    return stretch(compute_load, compute_load, comm_load, clock), stretch(1.0, comm_load, compute_load)
+    collective's HBM power leaves it (``memory.power``: the share of the board's dynamic power its
+    HBM draws at full load, :func:`commodel.compute.power.hbm_power_share`). Module docstring."""
+    clock = shared_clock(memory.power, comm_load)
+    return (
+        stretch(compute_load, compute_load, comm_load, memory.ceiling, clock),
+        stretch(1.0, comm_load, compute_load, memory.ceiling),
+    )
 
 
 def corun(

@@ -43,7 +43,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from commodel.overlap.interference import corun, slowdowns
+from commodel.overlap.interference import Memory, corun, slowdowns
 from commodel.overlap.window import IN_NETWORK_CTAS
 
 PAIR_STRATEGIES = (
@@ -76,8 +76,8 @@ class Pair:
     """A kernel and a collective, each alone (module docstring). ``chunk_s``: one of the
     ``chunks`` kernels a decomposed overlap cuts the kernel into; ``in_order``: the GPU dispatches
     a later kernel's blocks only after an earlier one's (NVIDIA); ``collective_first``: the
-    collective is already running when the kernel starts; ``hbm_power``: the share of the GPU's
-    dynamic power its HBM draws at full load (:class:`~commodel.overlap.interference.Memory`)."""
+    collective is already running when the kernel starts; ``memory``: the GPU's HBM as the two
+    share it (:class:`~commodel.overlap.interference.Memory`)."""
 
     compute_s: float
     partitioned_s: float
@@ -85,11 +85,11 @@ class Pair:
     compute_load: float
     comm_s: float
     comm_load: float
+    memory: Memory
     chunk_s: float
     chunks: int
     in_order: bool = True
     collective_first: bool = False
-    hbm_power: float = 0.0
 
 
 class Ends(NamedTuple):
@@ -107,7 +107,7 @@ class Ends(NamedTuple):
 def pair_times(strategy: str, pair: Pair) -> Ends:
     """When each side starts and ends under ``strategy`` (module docstring)."""
     C, M, p = pair.compute_s, pair.comm_s, pair.chunks
-    fc, fm = slowdowns(pair.compute_load, pair.comm_load, pair.hbm_power)
+    fc, fm = slowdowns(pair.compute_load, pair.comm_load, pair.memory)
     if strategy == "serial":
         return Ends(C, C, C + M)
     if strategy in ("occupancy-shaped", "copy-engine"):

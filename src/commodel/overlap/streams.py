@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from commodel.overlap.interference import corun_end, slowdowns
+from commodel.overlap.interference import Memory, corun_end, slowdowns
 
 ARMS = ("sequential", "naive", "shaped")
 
@@ -56,14 +56,14 @@ def arm_time(
     gemm: Beside,
     comm_s: ArrayLike,
     dispatch: str,
-    comm_load: ArrayLike = 0.0,
-    hbm_power: float = 0.0,
+    comm_load: ArrayLike,
+    memory: Memory,
 ) -> np.ndarray:
     """Total time of the GEMM and the collective (of HBM load ``comm_load``) under ``arm`` with the
-    vendor's ``dispatch``, on a GPU whose HBM draws ``hbm_power`` of its dynamic power at full load."""
+    vendor's ``dispatch``, on a GPU whose HBM is ``memory``."""
     if arm == "sequential":
         return np.asarray(gemm.gemm_s, dtype=float) + comm_s
-    fc, fm = slowdowns(gemm.load, comm_load, hbm_power)
+    fc, fm = slowdowns(gemm.load, comm_load, memory)
     if arm == "shaped":
         return corun_end(gemm.shaped_s, comm_s, 0.0, fc, fm)
     if dispatch == "in-order":

@@ -131,7 +131,7 @@ def _window_time(
     switch = np.asarray(in_network, dtype=bool) & (strategy == "in-network")
     traffic = np.where(switch, 0.5, 1.0) * np.asarray(traffic_Bps, dtype=float)
     compute_slow, comm_slow = slowdowns(
-        Window(C, partitioned, hbm, kernel).load, collective_load(traffic, memory.Bps), memory.power
+        Window(C, partitioned, hbm, kernel).load, collective_load(traffic, memory), memory
     )
     if strategy in ("occupancy-shaped", "copy-engine"):
         return corun_end(C, M, 0.0, compute_slow, comm_slow)

@@ -99,12 +99,12 @@ def price_overlap(job: OverlapJob, db: HardwareDB | None = None) -> dict[str, fl
         waves=float(max(alone.tiling.tiles / (sms * alone.split_k), 1.0)),
         compute_load=min(float(hbm_time(gpu, kernel, tiling=alone.tiling)) / compute_s, 1.0),
         comm_s=comm_s,
-        comm_load=float(busbw_load(busbw, memory.Bps, in_network)),
+        comm_load=float(busbw_load(busbw, memory, in_network)),
+        memory=memory,
         chunk_s=float(chunk.time_s),
         chunks=job.gpus,
         in_order=gpu.vendor == "nvidia",
         collective_first=job.collective_first,
-        hbm_power=memory.power,
     )
     ends = pair_times(job.strategy, pair)
     serial, ideal = compute_s + comm_s, max(compute_s, comm_s)

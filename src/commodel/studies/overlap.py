@@ -18,7 +18,7 @@ from commodel.comm.calls import run as run_collective
 from commodel.compute.kernels import gemm as gemm_kernel
 from commodel.compute.power import shared_clock
 from commodel.compute.residency import Block, tiled_gemm, waves
-from commodel.compute.roofline import achievable_bandwidth, hbm_bytes
+from commodel.compute.roofline import hbm_bytes
 from commodel.hardware import cluster as make_cluster
 from commodel.overlap.concurrent_gemm import COLLECTIVE_THREADS, arm_times, residency
 from commodel.overlap.interference import busbw_load, memory_of
@@ -45,8 +45,9 @@ def concurrency_table(p: Mapping[str, object]) -> pd.DataFrame:
         gpu = c.gpu
         call = run_collective(str(p["collective"]), c, [message], gpus)
         comm_s, ctas = float(call.time_s[0]), int(call.channels[0])
-        comm_load = float(busbw_load(1e9 * call.busbw_GBps[0], achievable_bandwidth(gpu)))
-        clock = 100 * float(shared_clock(memory_of(gpu).power, comm_load))
+        memory = memory_of(gpu)
+        comm_load = float(busbw_load(1e9 * call.busbw_GBps[0], memory))
+        clock = 100 * float(shared_clock(memory.power, comm_load))
         cta = collective_cta(gpu.vendor, p)
         for m, n, k in p["gemms"]:
             for tile in p["tiles"]:

@@ -31,10 +31,10 @@ import numpy as np
 
 from commodel.comm.initiation import Path, check_scheme, path_of, put_latency
 from commodel.compute.kernels import DTYPE_BYTES, elementwise
-from commodel.compute.roofline import achievable_bandwidth, kernel_time
+from commodel.compute.roofline import kernel_time
 from commodel.errors import CommodelError, unknown
 from commodel.hardware.cluster import Cluster
-from commodel.overlap.interference import collective_load, corun_end, slowdowns
+from commodel.overlap.interference import collective_load, corun_end, memory_of, slowdowns
 
 SCHEMES = ("host-driven", "kernel-triggered")
 
@@ -131,7 +131,8 @@ def iteration_time(
     interior = max(n - 2 * kernel.halo, 0) ** kernel.dims
     inner = sweep_s(c, float(interior), kernel)
     moved = 2 * (inside + outside) * face  # each face sent and one received, through HBM
-    loads = (1.0, collective_load(moved / exchange, achievable_bandwidth(c.gpu)))  # a sweep streams HBM
+    memory = memory_of(c.gpu)
+    loads = (1.0, collective_load(moved / exchange, memory), memory)  # a sweep streams HBM
     time = (compute - inner) + float(corun_end(inner, exchange, 0.0, *slowdowns(*loads))) + path.device_poll
     return {"time_s": time, "compute_s": compute, "comm_s": time - compute}
 

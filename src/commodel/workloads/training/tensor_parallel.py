@@ -55,16 +55,16 @@ def _fused(
     return np.maximum(corun_end(compute * slow, comm, 0.0, fc, fm) + tail - compute, 0.0)
 
 
-#: (compute's, collective's) HBM load alone and the HBM's power share, as
+#: (compute's, collective's) HBM load alone and the GPU's HBM, as
 #: :func:`~commodel.overlap.interference.slowdowns` takes them.
-Loads = tuple[np.ndarray, np.ndarray, float]
+Loads = tuple[np.ndarray, np.ndarray, Memory]
 
 
 def loads(gemm_s: np.ndarray, gemm_hbm_s: np.ndarray, comm_Bps: np.ndarray, memory: Memory) -> Loads:
     """The HBM load alone of GEMMs of ``gemm_s`` (``gemm_hbm_s`` of it moving HBM bytes) and of a TP
     collective moving ``comm_Bps`` per GPU each way (sent and received)."""
     own = np.divide(gemm_hbm_s, gemm_s, out=np.zeros_like(gemm_s), where=gemm_s > 0)
-    return own, collective_load(2 * np.asarray(comm_Bps, dtype=float), memory.Bps), memory.power
+    return own, collective_load(2 * np.asarray(comm_Bps, dtype=float), memory), memory
 
 
 #: A GPU's store reaching another GPU through the switch and back (CAIS's simulated system: 250 ns
@@ -242,7 +242,7 @@ def tensor_parallel_exposed(
     total = 0.0
     # CAIS's stores leave the GPU from the tiles as they are made and its multicasts land in the
     # consumer's tiles: no HBM bytes beside the GEMMs.
-    none = (np.zeros_like(reduce), np.zeros_like(reduce))
+    none = (np.zeros_like(reduce), np.zeros_like(reduce), memory)
     for (producer, consumer), r, again_gathered in zip(passes, repeats, regathers, strict=True):
         fused = _fused(producer, reduce, tail, np.ones_like(producer), none)
         # cais-base: without the dataflow optimizer the consumer waits for the whole multicast gather
@@ -293,6 +293,6 @@ def _t3_exposed(
     producers.append(producers[0])
     for (producer, hbm_s), r, again_gathered in zip(producers, repeats, regathers, strict=True):
         own = np.divide(hbm_s, producer, out=np.zeros_like(producer), where=producer > 0)
-        fused = _fused(producer, pairs * rs, tail, np.ones_like(producer), (own, reduction, memory.power))
+        fused = _fused(producer, pairs * rs, tail, np.ones_like(producer), (own, reduction, memory))
         total = total + r * (fused + (1 + again_gathered) * pairs * ag)
     return total
