@@ -21,7 +21,7 @@ from commodel.pricing.training_job import training_job
 from commodel.workloads.model.catalog import model, models
 from commodel.workloads.model.recompute import RECOMPUTE_MODULES, module_bits
 from commodel.workloads.model.transformer import model_flops_per_token, parameters
-from commodel.workloads.moe.dispatch import NVLINK_SHARE, domains_reached, forwarded_copies
+from commodel.workloads.moe.dispatch import domains_reached, forwarded_copies
 from commodel.workloads.parallel.layout import RECOMPUTE_CHOICES, stage_layers_text
 from commodel.workloads.training.activation_fit import offload_exposed
 from commodel.workloads.training.memory import (
@@ -36,6 +36,9 @@ GPT3 = model("gpt3-175b")
 
 #: HBM of 3 TB/s with the records' contention constants and no power limit binding.
 HBM = memory_of(cluster("dgx-h100").gpu)._replace(Bps=3e12, power=0.0)
+
+#: DeepEP's share of NVLink on H800, as the GPU record states it.
+NVLINK_SHARE = cluster("hgx-h800").gpu.expert_dispatch.nvlink_share.value
 
 
 def test_parameter_counts_match_the_papers():

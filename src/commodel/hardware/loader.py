@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+import commodel.hardware.gpu_sections as gpu_sections_module
 import commodel.hardware.schema as schema_module
 import commodel.records as record_module
 from commodel.errors import CommodelError, pick, suggest, unknown
@@ -81,7 +82,7 @@ def load_database(root: Path) -> HardwareDB:
     change to a file or to the schema changes the key.
     """
     files = sorted(p for folder in FOLDERS.values() for p in (root / folder).glob("*.toml"))
-    readers = [Path(module.__file__) for module in (schema_module, record_module)]
+    readers = [Path(module.__file__) for module in (schema_module, gpu_sections_module, record_module)]
     cached = cache_dir() / f"hardware-{files_digest([*readers, *files])}.json"
     if cached.is_file():
         try:

@@ -6,11 +6,12 @@ Every number is a :class:`Sourced` quantity: its value in SI units plus the ``so
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import StringConstraints, ValidationInfo, field_validator, model_validator
+from pydantic import ValidationInfo, field_validator, model_validator
 
 from commodel.errors import suggest
+from commodel.hardware.gpu_sections import ExpertDispatch, GemmTiles, MemoryContention, Multiprocessor
 from commodel.records import (
     Bandwidth,
     ByteSize,
@@ -32,69 +33,6 @@ DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 ARCHITECTURES = {"nvidia": ("volta", "ampere", "hopper", "blackwell"), "amd": ("cdna2", "cdna3")}
 
 
-class Multiprocessor(Strict):
-    """What one SM (CU on AMD) can hold at once, as the occupancy calculator counts it: resident
-    ``threads``, ``blocks`` (work-groups), ``shared_memory`` (LDS on AMD) and 32-bit ``registers``;
-    and ``memory_latency``, how long a load from HBM takes to return (what resident blocks hide)."""
-
-    threads: Count
-    blocks: Count
-    shared_memory: ByteSize
-    registers: Count
-    memory_latency: Duration
-
-
-class MemoryContention(Strict):
-    """How a GPU's HBM serves a collective running beside compute
-    (:mod:`commodel.overlap.interference`): ``hbm_per_wire_byte``, the HBM bytes a collective moves
-    per byte it sends or receives (its CTAs read what they send and write what they receive through
-    the library's staging FIFOs: 1 to 1.5; NCCL's maintainer counts a 300 GB/s busbw, 600 GB/s sent
-    and received, as 2-3x that in memory bandwidth, NVIDIA/nccl#1428), and ``load_ceiling``, the HBM
-    load beyond which memory latency stops rising (the controllers' queues are full and more demand
-    only divides the bandwidth; latency at most ``1 / (1 - R)``). Both calibrated on measurement
-    ``nv1428-a100-gemm`` (A100) and taken for every GPU that states none; ``commodel calibrate`` can
-    fit them to a user's runs inside their ranges."""
-
-    hbm_per_wire_byte: Sourced = Sourced(
-        value=1.5,
-        range=(1.0, 1.5),
-        source="calibrated: nv1428-a100-gemm, at the top of the range its derivation allows (the row asks for more)",
-    )
-    load_ceiling: Fraction = Fraction(
-        value=0.6,
-        range=(0.5, 0.8),
-        source=(
-            "calibrated: nv1428-a100-gemm, which bounds it from below only (its error is least for any ceiling "
-            "at or above its two sides' summed load, 0.59); at least 0.5 for a co-running GEMM to slow a "
-            "latency-bound send/recv up to 2x (NVIDIA/nccl#1433)"
-        ),
-    )
-
-
-class GemmTiles(Strict):
-    """The output tiles (rows x cols) a GEMM library's large-GEMM kernels come in on a GPU, with the
-    source that lists them: the library runs each GEMM at the one whose waves take least time."""
-
-    value: tuple[tuple[int, int], ...]
-    source: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
-
-    @model_validator(mode="before")
-    @classmethod
-    def _table(cls, data: object) -> object:
-        if not isinstance(data, dict):
-            raise ValueError('expected a table {value = [[rows, cols], ...], source = "..."}')
-        return data
-
-    @field_validator("value")
-    @classmethod
-    def _tiles(cls, v: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
-        if not v:
-            raise ValueError("needs at least one tile [rows, cols]")
-        if any(side < 16 or side % 16 for tile in v for side in tile):
-            raise ValueError(f"tile sides must be positive multiples of 16, got {[list(t) for t in v]}")
-        return v
-
-
 class GPU(Strict):
     """One accelerator (or one GCD of a multi-die package, as the runtime sees it).
 
@@ -108,7 +46,8 @@ class GPU(Strict):
     (:func:`commodel.compute.power.clock_share`); absent: the TDP. ``gemm_tiles``: the GEMM
     library's output tiles (:class:`GemmTiles`); absent: CUTLASS/cuBLAS's 128 x 256 alone.
     ``memory_contention``: how its HBM serves a collective beside compute (:class:`MemoryContention`);
-    absent: the values calibrated on A100.
+    absent: the values calibrated on A100. ``expert_dispatch``: what DeepEP's kernels sustain on it
+    (:class:`ExpertDispatch`); absent: the values calibrated on H800.
     """
 
     description: str
@@ -129,6 +68,7 @@ class GPU(Strict):
     power_limit: Power | None = None
     gemm_tiles: GemmTiles | None = None
     memory_contention: MemoryContention = MemoryContention()
+    expert_dispatch: ExpertDispatch = ExpertDispatch()
 
     @property
     def board_power(self) -> float:

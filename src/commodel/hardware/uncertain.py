@@ -52,6 +52,7 @@ FEEDS = {
     "net_plugin_latency": "collective",
     "idle_power": "power",
     "launch_overhead": "latency",
+    "nvlink_share": "dispatch",
 }
 
 #: Reality-over-model ratios per model class: (held-out rows, every scored row).

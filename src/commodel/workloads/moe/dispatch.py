@@ -151,27 +151,20 @@ def ep_sms_problem(clusters: list[Cluster], x: Layout) -> tuple[np.ndarray, str]
     return np.asarray(x.ep_sms) > sms, f"--ep-sms cannot exceed the GPU's {sms:.0f} SMs"
 
 
-#: Share of a GPU's achievable NVLink rate DeepEP's high-throughput kernels sustain: their SMs copy
-#: tokens through per-channel ring buffers with head and tail flags, flow-controlled, where the
-#: network leg is the NIC's own DMA. Calibrated: measurement deepep-ht-ep8-dispatch (153 GB/s of
-#: received tokens inside one H800 node, where the forwarded copies at the full 160 GB/s would give
-#: 182 GB/s); assumed for other GPUs and NVLink generations.
-NVLINK_SHARE = 0.84
-
-
 def _high_throughput_terms(
-    model: Transformer, fab: Fabric, where: Group, tokens: ArrayLike, element_bytes: ArrayLike
+    model: Transformer, c: Cluster, fab: Fabric, where: Group, tokens: ArrayLike, element_bytes: ArrayLike
 ) -> tuple[np.ndarray, np.ndarray]:
     """(network, NVLink) seconds of one high-throughput dispatch (or combine) of ``tokens`` per GPU
     over the expert-parallel group ``where``, elements of ``element_bytes``: the network copies
     (:func:`forwarded_copies`) over the GPU's share of its domain's NICs (``fab`` as
     :func:`~commodel.workloads.parallel.groups.shared_nics` gives it; above the pods at their all-to-all share,
     :meth:`~commodel.comm.fabric.Fabric.pod_share`), the forwarded ones over its scale-up
-    links at :data:`NVLINK_SHARE` of their rate."""
+    links at the share of their rate DeepEP sustains on the GPU (``expert_dispatch.nvlink_share``)."""
     network, nvlink = forwarded_copies(model.moe, tokens, where.nodes, where.per_node)
     size = model.hidden * np.asarray(element_bytes, dtype=float)
     net = fab.net_Bps(1) * fab.pod_share(where.nodes, all_to_all=True)  # above the pods: its share
-    return network * size / net, nvlink * size / (NVLINK_SHARE * fab.up_Bps(where.per_node))
+    share = c.gpu.expert_dispatch.nvlink_share.value
+    return network * size / net, nvlink * size / (share * fab.up_Bps(where.per_node))
 
 
 def _high_throughput_call(
@@ -190,16 +183,8 @@ def high_throughput_s(
 ) -> np.ndarray:
     """Seconds of one high-throughput dispatch (or combine) by GPU-initiated puts: the slower of its
     network and NVLink legs (:func:`_high_throughput_terms`), plus one put across domains."""
-    legs = _high_throughput_terms(model, fab, where, tokens, element_bytes)
+    legs = _high_throughput_terms(model, c, fab, where, tokens, element_bytes)
     return _high_throughput_call(c, fab, where, *legs, "kernel-initiated")
-
-
-#: What a low-latency call takes beyond its bytes and its put: a send phase (each token cast to FP8,
-#: or each expert output weighted) and a receive phase that waits for every peer's count signal, two
-#: kernel phases and a grid-wide wait that no published figure separates. Calibrated: measurement
-#: deepep-ll-ep8-dispatch (77 us, of which the model's NVLink bytes take 41.4 us); the residual of
-#: every other row of DeepEP's table, 8 to 256 GPUs, dispatch and combine, is 26-73 us.
-LOW_LATENCY_CALL_S = 35.6e-6
 
 
 def _low_latency_terms(
@@ -225,21 +210,20 @@ def low_latency_s(
     scheme: str = "kernel-initiated", shared_queue: bool = False,
 ) -> np.ndarray:  # fmt: skip
     """Seconds of one low-latency dispatch (or combine): the put across domains, the slowest of its
-    terms (:func:`_low_latency_terms`) and :data:`LOW_LATENCY_CALL_S`."""
+    terms (:func:`_low_latency_terms`) and the call's own phases (``expert_dispatch.low_latency_call``)."""
     path = path_of(c)
     terms = _low_latency_terms(model, fab, path, where, tokens, element_bytes, scheme, shared_queue)
-    return _low_latency_call(path, where, terms, scheme, shared_queue)
+    return _low_latency_call(c, path, where, terms, scheme, shared_queue)
 
 
 def _low_latency_call(
-    path: Path, where: Group, terms: dict[str, np.ndarray], scheme: str, shared_queue: bool
+    c: Cluster, path: Path, where: Group, terms: dict[str, np.ndarray], scheme: str, shared_queue: bool
 ) -> np.ndarray:
     """One low-latency call from its terms: the put across domains, the slowest term and the call's
-    own phases (:data:`LOW_LATENCY_CALL_S`)."""
+    own phases (the GPU's ``expert_dispatch.low_latency_call``)."""
     put = float(put_latency(scheme, path, 0, shared_queue=shared_queue))
-    return (
-        np.where(where.spans_nodes, put, 0.0) + np.maximum.reduce(list(terms.values())) + LOW_LATENCY_CALL_S
-    )
+    phases = c.gpu.expert_dispatch.low_latency_call.value
+    return np.where(where.spans_nodes, put, 0.0) + np.maximum.reduce(list(terms.values())) + phases
 
 
 def exchange(
@@ -272,13 +256,13 @@ def exchange(
     fab = shared_nics(fabric_of(c))
     where = group(ep, 1, g)
     if mode == "high-throughput":
-        network_s, nvlink_s = _high_throughput_terms(model, fab, where, tokens, element_bytes)
+        network_s, nvlink_s = _high_throughput_terms(model, c, fab, where, tokens, element_bytes)
         terms = {"network": float(network_s), "NVLink": float(nvlink_s)}
         time = float(_high_throughput_call(c, fab, where, network_s, nvlink_s, scheme))
     else:
         parts = _low_latency_terms(model, fab, path, where, tokens, element_bytes, scheme, shared_queue)
         terms = {name: float(value) for name, value in parts.items()}
-        time = float(_low_latency_call(path, where, parts, scheme, shared_queue))
+        time = float(_low_latency_call(c, path, where, parts, scheme, shared_queue))
     binding = max(terms, key=terms.get) if max(terms.values()) > 0 else "call"  # nothing to move
     return {"time_s": time, "binding": binding, "group_gpus": g, **{f"{k}_s": v for k, v in terms.items()}}
 
