@@ -15,13 +15,15 @@ from commodel.workloads.training.host_issue import (
     BACKWARD_OPS,
     GEMM_MODULES,
     SCOPE_OPS,
-    TE_MODULE_OPS,
     host_issue_s,
     host_wait_s,
     scope_shares,
 )
 
 MOE_GRAPHS = "attn,moe_router,moe_preprocess"
+
+#: Operators' worth of host time a Transformer Engine GEMM module adds, as the host records state it.
+TE_MODULE_OPS = cluster("dgx-h100").system.initiation.te_module_ops.value
 
 
 def test_a_dense_layers_host_time_by_hand():
@@ -46,8 +48,8 @@ def test_mlas_five_attention_modules_issue_three_modules_more_than_gqas_two():
     x = job_layouts({"model": "deepseek-v3", "system": "gb200-nvl72", "gpus": 64, "ep": 64, "pp": 1})
     gqa = net.model_copy(update={"mla": None})
     for fp8 in (False, True):
-        mla_ops, _ = scope_ops(net, x, fp8)["attn"]
-        gqa_ops, _ = scope_ops(gqa, x, fp8)["attn"]
+        mla_ops, _ = scope_ops(net, x, fp8, TE_MODULE_OPS)["attn"]
+        gqa_ops, _ = scope_ops(gqa, x, fp8, TE_MODULE_OPS)["attn"]
         module = TE_MODULE_OPS + (FP8_OPS_PER_GEMM_MODULE if fp8 else 0.0)
         assert np.all(mla_ops - gqa_ops == pytest.approx(3 * (1 + module)))
 
@@ -61,6 +63,31 @@ def test_a_module_costs_its_operators_and_transformer_engines_own_python():
     grace, x86 = cluster("gb200-nvl72"), cluster("dgx-h100")
     assert module_host_s(grace, "te-linear") == pytest.approx(2.69 * module_host_s(grace, "torch-linear"))
     assert 2.5 < module_host_s(grace, "torch-linear") / module_host_s(x86, "torch-linear") < 3.0
+
+
+def test_a_te_modules_own_host_cost_is_the_hosts_and_an_overlay_moves_it(tmp_path, monkeypatch):
+    """The host's cost per Transformer Engine module (``initiation.te_module_ops``) is a system record's,
+    with a stated range ``commodel calibrate`` fits within: an overlay that doubles it adds one
+    operator's worth to a TE Linear's forward, and more to a host-bound MoE layer's issue."""
+    from commodel.hardware.loader import OVERLAY_ENV
+    from commodel.workloads.training.host_issue import module_host_s
+
+    net = model("qwen3-30b-a3b")
+    x = job_layouts({"model": "qwen3-30b-a3b", "system": "gb200-nvl72", "gpus": 8, "ep": 8})
+    te, issue = (
+        module_host_s(cluster("gb200-nvl72"), "te-linear"),
+        host_issue_s(net, cluster("gb200-nvl72"), x, False),
+    )
+    (tmp_path / "systems").mkdir()
+    (tmp_path / "systems" / "gb200-nvl72.toml").write_text(
+        '[initiation]\nte_module_ops = { value = 2.1, range = [1.35, 2.1], source = "test" }\n'
+    )
+    monkeypatch.setenv(OVERLAY_ENV, str(tmp_path))
+    grace = cluster("gb200-nvl72")
+    assert module_host_s(grace, "te-linear") - te == pytest.approx(
+        0.41 * module_host_s(grace, "torch-linear")
+    )
+    assert np.all(host_issue_s(net, grace, x, False)[0] > issue[0])
 
 
 def test_the_gpu_waits_only_for_what_the_host_does_not_hide_and_for_the_dispatchers_sync():

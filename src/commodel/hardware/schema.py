@@ -175,6 +175,15 @@ class HostCosts(Strict):
         "benchmarks/measure_host_ops.py); the driver's launch is the GPU record's launch_overhead",
         range=(5.25e-6, 21e-6),
     )
+    te_module_ops: Sourced = Sourced(
+        value=1.69,
+        source="calibrated: measurement te2053-gb200-te-linear (a Transformer Engine Linear forward takes 99.66 us "
+        "of host time on Grace, torch.nn.Linear's 37.08 us, one operator there: 2.69 times, so TE's Python "
+        "around the GEMM, its recipe, workspace and shape checks and its autograd function's set-up, is 1.69 "
+        "operators' worth); held out, the same issue's GH200 rows give 90.53 / 33.17 = 2.73, 1.73",
+        range=(1.35, 2.1),
+        note="operators' worth of host time a Transformer Engine GEMM module adds to its own operators' issue",
+    )
     graph_replay: Duration = Duration(
         value=20e-6,
         source="assumed: one captured scope's replay, cudaGraphLaunch plus Transformer Engine's graphed-"

@@ -30,7 +30,7 @@ from commodel.validate.megatron_bridge import flop_count_note
 from commodel.validate.runs import runs
 from commodel.validate.training import training_metric, training_run
 from commodel.workloads.model.catalog import model as get_model
-from commodel.workloads.training.host_issue import MODULE_OPS, module_host_s
+from commodel.workloads.training.host_issue import module_host_s, module_ops
 
 #: A GEMM's shape as M x N x K (``4096x4864x32896``).
 _SHAPE = re.compile(r"(\d+)x(\d+)x(\d+)")
@@ -224,7 +224,7 @@ def _latency(row: pd.Series) -> Case:
             where = cluster(setting.system, 1, db)
             us = module_host_s(where, setting.module) * 1e6
             return us, (
-                f"{setting.module} forward: {MODULE_OPS[setting.module]:.3g} operators x ({setting.system}'s "
+                f"{setting.module} forward: {module_ops(where, setting.module):.3g} operators x ({setting.system}'s "
                 f"op_dispatch {where.system.initiation.op_dispatch.value * 1e6:.4g} us + {where.system.gpu}'s "
                 f"launch overhead {where.gpu.launch_overhead.value * 1e6:.4g} us) = {us:.4g} us "
                 f"(commodel hw show {setting.system})"

@@ -17,7 +17,7 @@ splits between them; ``mlp`` the pre-MLP norm, two GEMMs, the activation and the
 all-to-alls, the sort by local expert and back, the activation and unpermute, plus
 :data:`OPS_PER_LOCAL_EXPERT` per expert on the GPU (Transformer Engine's ``GroupedLinear`` issues one
 GEMM per local expert for fc1 and fc2). Each of a scope's Transformer Engine GEMM modules
-(:data:`GEMM_MODULES`; MLA's attention has more, :func:`attention_modules`) adds :data:`TE_MODULE_OPS` operators' worth of its own Python, and FP8
+(:data:`GEMM_MODULES`; MLA's attention has more, :func:`attention_modules`) adds the host record's ``te_module_ops`` operators' worth of its own Python, and FP8
 :data:`FP8_OPS_PER_GEMM_MODULE` operators (quantize, scale update). The backward issues :data:`BACKWARD_OPS` times the forward's operators
 (input- and weight-gradient GEMMs, elementwise gradients). An MoE model's dense layers run ``attn`` and
 ``mlp``; its MoE layers ``attn``, the router, preprocess and ``moe`` (and ``mlp`` for shared experts).
@@ -45,6 +45,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from commodel.choice_bits import bits_of, has_bit
+from commodel.errors import unknown
 from commodel.hardware.cluster import Cluster
 from commodel.workloads.model.schema import Transformer
 from commodel.workloads.moe.token_drop import dropless
@@ -76,15 +77,9 @@ FP8_OPS_PER_GEMM_MODULE = 2.0
 #: ``attn``, ``mlp`` and ``moe``: QKV and output projection, fc1 and fc2.
 GEMM_MODULES = 2.0
 
-#: Operators' worth of host time a Transformer Engine GEMM module adds to its own operators' issue:
-#: its Python around the GEMM (recipe, workspace and shape checks, the autograd function's set-up).
-#: Calibrated: te2053-gb200-te-linear (a TE ``Linear`` forward takes 99.66 us of host time on Grace,
-#: ``torch.nn.Linear``'s 37.08 us, one operator there, 2.69 times).
-TE_MODULE_OPS = 1.69
-
-#: A module's forward as operators' worth of host time (what a host-time microbenchmark of one
-#: module times): ``torch.nn.Linear`` issues one operator; TE's ``Linear`` one and its own Python.
-MODULE_OPS = {"torch-linear": 1.0, "te-linear": 1.0 + TE_MODULE_OPS}
+#: The modules a host-time microbenchmark times one forward of: ``torch.nn.Linear`` and Transformer
+#: Engine's ``Linear`` (:func:`module_ops`).
+MODULES = ("torch-linear", "te-linear")
 
 #: Backward operators per forward operator: a GEMM's input- and weight-gradient GEMMs, an elementwise
 #: operator's gradient, autograd's accumulation (measured 2.29 on small eager Transformer layers,
@@ -151,10 +146,13 @@ def attention_modules(model: Transformer) -> float:
     return 5.0 if model.mla.q_lora_rank else 4.0
 
 
-def scope_ops(model: Transformer, x: Layout, fp8: bool) -> dict[str, tuple[np.ndarray, float]]:
-    """Per scope: forward operators in a layer that has it, and the share of the layers that do. A
+def scope_ops(
+    model: Transformer, x: Layout, fp8: bool, te_module_ops: float
+) -> dict[str, tuple[np.ndarray, float]]:
+    """Per scope: forward operators in a layer that has it, and the share of the layers that do, each
+    Transformer Engine GEMM module adding ``te_module_ops`` operators' worth of its own Python. A
     module beyond a scope's :data:`GEMM_MODULES` adds its GEMM to the scope's operators."""
-    module = TE_MODULE_OPS + (FP8_OPS_PER_GEMM_MODULE if fp8 else 0.0)
+    module = te_module_ops + (FP8_OPS_PER_GEMM_MODULE if fp8 else 0.0)
     attention = attention_modules(model)
     local = model.moe.experts / np.asarray(x.ep, dtype=float) if model.moe is not None else 0.0
     extra = {
@@ -174,9 +172,17 @@ def _op_s(cluster: Cluster) -> float:
     return cluster.system.initiation.op_dispatch.value + cluster.gpu.launch_overhead.value
 
 
+def module_ops(cluster: Cluster, module: str) -> float:
+    """A module's forward as operators' worth of host time on ``cluster``'s host: ``torch.nn.Linear``
+    issues one operator; Transformer Engine's ``Linear`` one and its own Python (``te_module_ops``)."""
+    if module not in MODULES:
+        raise unknown("module", module, MODULES)
+    return 1.0 + (cluster.system.initiation.te_module_ops.value if module == "te-linear" else 0.0)
+
+
 def module_host_s(cluster: Cluster, module: str) -> float:
-    """Host seconds of one module's forward (:data:`MODULE_OPS`) on ``cluster``'s host."""
-    return MODULE_OPS[module] * _op_s(cluster)
+    """Host seconds of one module's forward (:func:`module_ops`) on ``cluster``'s host."""
+    return module_ops(cluster, module) * _op_s(cluster)
 
 
 def host_issue_s(model: Transformer, cluster: Cluster, x: Layout, fp8: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -184,7 +190,7 @@ def host_issue_s(model: Transformer, cluster: Cluster, x: Layout, fp8: bool) -> 
     layers: a captured scope at one graph replay per pass, nothing per layer under ``full_iteration``."""
     host, op = cluster.system.initiation, _op_s(cluster)
     fwd = bwd = np.zeros(np.shape(x.cuda_graphs))
-    for name, (ops, share) in scope_ops(model, x, fp8).items():
+    for name, (ops, share) in scope_ops(model, x, fp8, host.te_module_ops.value).items():
         captured = captures(x.cuda_graphs, name)
         fwd = fwd + share * np.where(captured, host.graph_replay.value, ops * op)
         bwd = bwd + share * np.where(captured, host.graph_replay.value, BACKWARD_OPS * ops * op)
