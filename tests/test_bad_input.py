@@ -138,6 +138,11 @@ BAD_FILES = {
     "[variables]\ntp={choice=[1,2]}\n[objectives]\nstep_time_s='min'\n",
     "infinite-count.toml": "[systems.dgx-h100]\ngpus_per_node = { value = inf, source = 'x' }\n",
     "idle-above-tdp.toml": "[gpus.h100-sxm]\nidle_power = { value = '900 W', source = 'x' }\n",
+    # an HBM whose latency the ceiling lets grow without bound, a wire byte that crosses HBM 100 times
+    "ceiling-one.toml": "[gpus.h100-sxm.memory_contention]\n"
+    "load_ceiling = { value = 1.0, range = [0.5, 1.0], source = 'x' }\n",
+    "wire-bytes.toml": "[gpus.h100-sxm.memory_contention]\n"
+    "hbm_per_wire_byte = { value = 100, range = [1, 100], source = 'x' }\n",
     "nan-constraint.toml": "[study]\nname='x'\nevaluate='training'\nconstraints=['mfu >= nan']\n[fixed]\n"
     "model='llama3-8b'\nsystem='dgx-h100'\n[variables]\ntp={choice=[1,2]}\n[objectives]\nstep_time_s='min'\n",
     "all-invalid.toml": "[study]\nname='x'\nevaluate='training'\n[fixed]\nmodel='llama3-8b'\nsystem='dgx-h100'\n"
@@ -195,6 +200,7 @@ FILE_CASES = [
     ["calibrate", "nccl-tests", "{fifo.toml}", "--system", "dgx-h100", "-o", "{out}/c.toml"],
     ["train", "--model", "{binary.toml}", "--system", "dgx-h100"],
     ["--hardware", "{idle-above-tdp.toml}", "hw", "list"], ["sweep", "{nan-constraint.toml}", "-o", "{out}"],
+    ["--hardware", "{ceiling-one.toml}", "overlap"], ["--hardware", "{wire-bytes.toml}", "overlap"],
     ["roofline", "gemm", "--m", "100000000000000000000"], ["sweep", "{all-invalid.toml}", "-o", "{out}"],
     ["sweep", "{unread-parameter.toml}", "-o", "{out}"], ["sensitivity", "{unread-parameter.toml}"],
     # calibrate's options and output, checked before the fit

@@ -23,6 +23,11 @@ class Multiprocessor(Strict):
     memory_latency: Duration
 
 
+#: The most HBM bytes a collective can move per byte it sends or receives: the byte read where it
+#: starts, written into and read out of a staging FIFO, and written where it lands.
+MAX_HBM_PER_WIRE_BYTE = 4.0
+
+
 class MemoryContention(Strict):
     """How a GPU's HBM serves a collective running beside compute
     (:mod:`commodel.overlap.interference`): ``hbm_per_wire_byte``, the HBM bytes a collective moves
@@ -48,6 +53,23 @@ class MemoryContention(Strict):
             "latency-bound send/recv up to 2x (NVIDIA/nccl#1433)"
         ),
     )
+
+    @model_validator(mode="after")
+    def _physical(self) -> MemoryContention:
+        per_wire, ceiling = self.hbm_per_wire_byte, self.load_ceiling
+        if not per_wire.value <= MAX_HBM_PER_WIRE_BYTE or (
+            per_wire.range and per_wire.range[1] > MAX_HBM_PER_WIRE_BYTE
+        ):
+            raise ValueError(
+                f"hbm_per_wire_byte {per_wire.value:g} (with its range) must be at most {MAX_HBM_PER_WIRE_BYTE:g}: "
+                "a byte on the wire is read, staged through a FIFO and written, no more"
+            )
+        if not ceiling.value < 1 or (ceiling.range and ceiling.range[1] >= 1):
+            raise ValueError(
+                f"load_ceiling {ceiling.value:g} (with its range) must be below 1: the latency it caps, 1 / (1 - R), "
+                "must stay finite"
+            )
+        return self
 
 
 class ExpertDispatch(Strict):
