@@ -148,9 +148,10 @@ def unsharded_state(
     its backward), and the unsharded gradients of :data:`FSDP_LAYERS_IN_FLIGHT` layers waiting for
     their reduce-scatter. The ``root`` parameters outside the layers (the embedding and output
     tables) stay gathered from the forward's start to the backward's end, in 16 bits, and their
-    gradients wait unsharded for the root's reduce-scatter at the backward's end: PyTorch FSDP2
-    never reshards the root module after its forward (``fully_shard``: "the root ... is special-cased
-    to not reshard after forward"), and the output layer's gradient comes first in the backward.
+    gradients wait unsharded for the root's reduce-scatter at the backward's end: PyTorch FSDP2's
+    ``fully_shard`` does not reshard the root module after its forward (its ``reshard_after_forward``
+    is set to False for the root, whose parameters the backward would gather again at once), and the
+    output layer's gradient comes first in the backward.
     Nothing below ZeRO-3."""
     dense, experts = layer_parameters(model, x)
     first, middle, last = stage_split(model, x)
