@@ -58,7 +58,7 @@ def test_the_root_and_first_layer_stay_exposed_behind_ideal_overlap():
 
 
 def test_fsdp_holds_the_root_gathered_from_forward_to_backward():
-    """FSDP2 never reshards its root module after the forward: the embedding and output tables stay
+    """FSDP2 does not reshard its root module after the forward: the embedding and output tables stay
     gathered (BF16) and their gradients wait unsharded for the root's reduce-scatter."""
     x = layouts(**JOB)
     net = model("llama3-8b")

@@ -82,7 +82,7 @@ def test_memory_of_a_known_configuration():
     assert float(mem["optimizer"]) == pytest.approx(12 * n / 8)
     zero3 = memory_per_gpu(m, dataclasses.replace(x, zero=np.asarray(3.0)))
     # ZeRO-3 also holds two layers gathered and their gradients, and the root module's embedding and
-    # output tables gathered with their gradients (FSDP2 never reshards the root after its forward)
+    # output tables gathered with their gradients (FSDP2 does not reshard the root after its forward)
     held = 2 * float(sum(layer_parameters(m, x))) + 2 * m.vocab * m.hidden
     assert float(zero3["weights"]) == pytest.approx(2 * n / 8 + 2 * held)
     assert float(zero3["gradients"]) == pytest.approx(2 * n / 8 + 2 * held)
