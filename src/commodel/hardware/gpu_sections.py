@@ -56,20 +56,24 @@ class MemoryContention(Strict):
 
     @model_validator(mode="after")
     def _physical(self) -> MemoryContention:
-        per_wire, ceiling = self.hbm_per_wire_byte, self.load_ceiling
-        if not per_wire.value <= MAX_HBM_PER_WIRE_BYTE or (
-            per_wire.range and per_wire.range[1] > MAX_HBM_PER_WIRE_BYTE
-        ):
+        """Each value, and its range's top (a range holds its value), within what can be true."""
+        per_wire, ceiling = (top(n) for n in (self.hbm_per_wire_byte, self.load_ceiling))
+        if per_wire > MAX_HBM_PER_WIRE_BYTE:
             raise ValueError(
-                f"hbm_per_wire_byte {per_wire.value:g} (with its range) must be at most {MAX_HBM_PER_WIRE_BYTE:g}: "
+                f"hbm_per_wire_byte {per_wire:g} (with its range) must be at most {MAX_HBM_PER_WIRE_BYTE:g}: "
                 "a byte on the wire is read, staged through a FIFO and written, no more"
             )
-        if not ceiling.value < 1 or (ceiling.range and ceiling.range[1] >= 1):
+        if ceiling >= 1:
             raise ValueError(
-                f"load_ceiling {ceiling.value:g} (with its range) must be below 1: the latency it caps, 1 / (1 - R), "
+                f"load_ceiling {ceiling:g} (with its range) must be below 1: the latency it caps, 1 / (1 - R), "
                 "must stay finite"
             )
         return self
+
+
+def top(number: Sourced) -> float:
+    """The largest value ``number`` may take: its range's top, else its value."""
+    return number.range[1] if number.range else number.value
 
 
 class ExpertDispatch(Strict):
