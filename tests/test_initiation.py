@@ -87,13 +87,16 @@ def test_moe_dispatch_binds_on_nvlink_in_a_node_and_the_network_beyond_and_proxi
     assert proxy["time_s"] > 2 * gpu["time_s"] and proxy["binding"] == "message issue"
 
 
-def test_a_halo_deeper_than_half_the_subdomain_stops_a_sweep():
+def test_a_halo_deeper_than_half_the_subdomain_is_its_rows_problem_and_the_sweep_goes_on():
+    """As a training layout that cannot run is its row's problem, not the table's: a sweep over
+    subdomain sizes and halo depths meets impossible pairs and prices the rest."""
     from commodel.pricing.evaluator import evaluator
 
-    frame = pd.DataFrame([{"system": "frontier-node", "scheme": "host-driven", "n": 8, "gpus": 8, "halo": 4}])
-    with pytest.raises(CommodelError, match="does not fit"):
-        evaluator("halo")(frame)
-    assert np.isfinite(evaluator("halo")(frame.assign(halo=1)).iteration_us).all()
+    frame = pd.DataFrame([{"system": "frontier-node", "scheme": "host-driven", "n": n, "gpus": 8, "halo": 4}
+                          for n in (8, 64)])  # fmt: skip
+    table = evaluator("halo")(frame)
+    assert table.valid.tolist() == [False, True] and "does not fit" in table.problem[0]
+    assert np.isnan(table.iteration_us[0]) and np.isfinite(table.iteration_us[1])
 
 
 def test_inside_a_node_gpu_threads_store_over_nvlink_faster_than_any_network_put():

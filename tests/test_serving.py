@@ -318,6 +318,26 @@ def test_attention_data_parallelism_keeps_one_kv_copy_and_spreads_only_the_exper
     assert tp["memory_weights_bytes"] < adp["memory_weights_bytes"] < 1.5 * tp["memory_weights_bytes"]
 
 
+def test_a_layout_attention_dp_cannot_run_is_a_rows_problem_not_the_tables():
+    """A sweep over tp, ep and attention data parallelism meets layouts where the experts are not
+    spread over the tp ranks (ep != tp, or tp 1): those rows say so and are not priced, the others are,
+    and one such deployment alone is refused as the CLI refuses any invalid one."""
+    import pandas as pd
+
+    from commodel.pricing.evaluator import evaluator
+
+    grid = pd.DataFrame(
+        [dict(tp=tp, ep=ep, attention_dp=adp) for tp in (1, 8) for ep in (1, 8) for adp in (False, True)]
+    ).assign(model="deepseek-v3", system="dgx-b200", gpus=8, dtype="fp8")
+    table = evaluator("serving")(grid)
+    broken = (grid.attention_dp & ((grid.ep != grid.tp) | (grid.tp < 2))).to_numpy()
+    assert broken.any() and table.problem[broken].str.contains("spreads the experts").all()
+    assert table.output_tokens_per_s[broken].isna().all()
+    assert table.output_tokens_per_s[(grid.tp == 8) & (grid.ep == 8)].gt(0).all()
+    with pytest.raises(CommodelError, match="spreads the experts over the tp GPUs"):
+        serve(model="deepseek-v3", system="dgx-b200", gpus=8, tp=8, ep=4, attention_dp=True, dtype="fp8")
+
+
 def test_attention_dp_ranks_wait_for_the_slowest_at_every_moe_layer(monkeypatch):
     """DeepSeek-R1 on 8 H200 with attention data parallelism at its run's limits (128 requests per
     rank, 1151 tokens per iteration): each rank carries a prompt on 1/16 of its iterations, but the

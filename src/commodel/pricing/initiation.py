@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from commodel.comm.initiation import SCHEMES, coordination_latency, message_rate, path_of, put_latency
 from commodel.hardware import cluster, nodes_for
@@ -35,7 +35,6 @@ class HaloJob(Job):
     """One iteration of a 3-D stencil's halo exchange, weak scaling."""
 
     noun = "halo"
-    together = ("n", "halo")
     system: Annotated[str, SYSTEM] = Field("frontier-node", description="System (node) name.")
     scheme: Annotated[str, Choices("halo-exchange scheme", stencil.SCHEMES)] = Field(
         description="Who drives the exchange."
@@ -43,14 +42,6 @@ class HaloJob(Job):
     n: int = Field(128, ge=1, description="Cells per side of each GPU's subdomain.")
     gpus: int = Field(ge=1, description="GPUs, one subdomain each.")
     halo: int = Field(1, ge=1, description="Halo depth, cells.")
-
-    @model_validator(mode="after")
-    def _fits(self) -> HaloJob:
-        if 2 * self.halo >= self.n:
-            raise ValueError(
-                f"a halo of {self.halo} cells does not fit a subdomain of {self.n} cells per side"
-            )
-        return self
 
 
 def _cluster_of(system: str, gpus: int) -> Cluster:

@@ -41,7 +41,7 @@ class ServingJob(Job):
         extra="forbid", frozen=True, coerce_numbers_to_str=True, defer_build=True
     )  # batch = 8 or "8"
     noun: ClassVar[str] = "serving"
-    together: ClassVar[tuple[str, ...]] = ("batch", "slo_ttft", "slo_tpot", "attention_dp", "tp", "ep")
+    together: ClassVar[tuple[str, ...]] = ("batch", "slo_ttft", "slo_tpot")
 
     model: Annotated[str, MODEL] = Field(
         description="Model name (workloads/): llama3-70b, qwen3-30b-a3b, ..., or a model file (commodel .toml, Hugging Face config.json)"
@@ -132,14 +132,6 @@ class ServingJob(Job):
         if value != "max" and not (value.isdigit() and 0 < int(value) <= MAX_GLOBAL_BATCH):
             raise ValueError(f"a number of requests (1 to {MAX_GLOBAL_BATCH}) or max; got '{value}'")
         return value
-
-    @model_validator(mode="after")
-    def _attention_dp(self) -> ServingJob:
-        if self.attention_dp and (self.ep != self.tp or self.tp < 2):
-            raise ValueError(
-                "attention data parallelism spreads the experts over the tp GPUs: give --ep equal to --tp (>= 2)"
-            )
-        return self
 
     @model_validator(mode="after")
     def _batch_or_slo(self) -> ServingJob:

@@ -137,7 +137,8 @@ def replica_problems(
 ) -> list:
     """``(mask, message)`` for each rule a serving replica layout breaks: whole replicas of tp x pp,
     heads split by the replica's tp (1 with attention data parallelism), at most one layer per stage,
-    experts over ep dividing tp and the experts. With attention data parallelism ep need not divide
+    experts over ep dividing tp and the experts; attention data parallelism spreads the experts over
+    its tp ranks (ep = tp >= 2). With attention data parallelism ep need not divide
     the experts: each rank holds ``ceil(E / ep)``, the expert load balancer's redundant copies filling
     the rest (SGLang's EPLB: 288 experts for DeepSeek-V3's 256 over 72 ranks), which the model prices
     as ``E / ep`` experts' weights and work per rank."""
@@ -147,7 +148,9 @@ def replica_problems(
         (np.mod(gpus, tp * pp) != 0, "the GPUs are not whole replicas of tp x pp"),
         heads_problem(model, np.where(adp, 1.0, tp)),
         (pp > model.layers, f"pp cannot exceed the layers ({model.layers})"),
-    ]
+        (adp & ((ep != tp) | (tp < 2)),
+         "attention data parallelism spreads the experts over the tp GPUs: give ep equal to tp (>= 2)"),
+    ]  # fmt: skip
     if model.moe is None:
         return [*problems, (ep > 1, "ep > 1 needs a mixture-of-experts model")]
     divides = (np.mod(tp, ep) == 0) & ((np.mod(model.moe.experts, ep) == 0) | adp)
