@@ -65,10 +65,11 @@ CASES = (
        ["comm", "schemes", "--scope", "rack"], ["comm", "schemes", "--system", "frontier-node", "--scheme", "proxy2"]]
     + [["comm", "dispatch", option, value] for option, value in (
         ("--tokens", "0"), ("--tokens", "1.5"), ("--tokens", "many"), ("--tokens", "4096:128"), ("--tokens", ""),
-        ("--ep", "0"), ("--ep", "12"), ("--ep", "7"), ("--ep", "512"), ("--ep", "x"), ("--mode", "fast"), ("--scheme", "pigeon"),
+        ("--ep", "0"), ("--ep", "1"), ("--ep", "12"), ("--ep", "7"), ("--ep", "512"), ("--ep", "x"), ("--mode", "fast"), ("--scheme", "pigeon"),
         ("--model", "llama3-8b"), ("--model", "deepseek-v4"), ("--system", "dgx-h1000"),
     )]
-    + [["comm", "dispatch", "--system", "frontier-node", "--model", "qwen3-30b-a3b", "--ep", "16"]]  # no IBGDA on Slingshot
+    + [["comm", "dispatch", "--system", "frontier-node", "--model", "qwen3-30b-a3b", "--ep", "16"],  # no IBGDA on Slingshot
+       ["comm", "dispatch", "--ep", "1", "--mode", "high-throughput"]]  # no peer: no time, no bandwidth
     + [["train", "--system", "mi325x-8:1,hgx-h200:1", "--pp", "2", "--recompute", "full", "--transport", "gloo",
         "--zero", "3"]]  # Gloo for all prices ZeRO 0-2's reduction only
     + [["compare", "--a", "model=llama3-8b,system=dgx-h100", "--b", "model=llama3-8b,system=dgx-h100,tp=3"],

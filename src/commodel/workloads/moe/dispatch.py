@@ -243,6 +243,9 @@ def exchange(
         raise unknown("DeepEP mode", mode, MODES)
     if model.moe is None:
         raise CommodelError(f"{model.description} has no experts to dispatch to")
+    if ep < 2:
+        raise CommodelError(f"ep {ep} has no peer to send a token to: DeepEP's dispatch and combine exchange "
+                            "tokens among ep >= 2 GPUs")  # fmt: skip
     if model.moe.experts % ep:
         raise CommodelError(f"ep ({ep}) must divide the {model.moe.experts} experts of {model.description}: "
                             "DeepEP gives every rank the same number of them")  # fmt: skip
