@@ -295,7 +295,8 @@ def test_any_stream_run_prices_or_is_one_commodel_error(
     arm, workers, work_s, state_GB, mttf_s, anomalies, restart_s
 ):
     """A stream run is priced (its extra time at least its checkpoints', none negative, an on-time share
-    between 0 and 100%) or refused with one CommodelError."""
+    between 0 and 100%), or refused: bad input with one CommodelError, a run the model cannot price in
+    its row's problem."""
     import pandas as pd
 
     from commodel.pricing.evaluator import evaluator
@@ -306,6 +307,9 @@ def test_any_stream_run_prices_or_is_one_commodel_error(
         out = evaluator("stream")(pd.DataFrame([row])).iloc[0]
     except CommodelError as exc:
         assert str(exc).strip()
+        return
+    if not out.valid:  # a run the model refuses says why
+        assert out.problem.strip() and np.isnan(out.impact_pct)
         return
     assert out.impact_pct >= out.overhead_pct - 1e-9 >= -1e-9 and 0 <= out.on_time_pct <= 100
 
@@ -319,7 +323,8 @@ def test_any_partition_with_power_saving_prices_or_is_one_commodel_error(
     mix, policy, load, suspend, resume, nodes
 ):
     """A simulated partition with Slurm's power saving is priced (waits and boots non-negative,
-    energy positive where the mix states node power) or refused with one CommodelError."""
+    energy positive where the mix states node power), or refused: bad input with one CommodelError, a
+    partition the model cannot price in its row's problem."""
     import pandas as pd
 
     from commodel.pricing.evaluator import evaluator
@@ -330,6 +335,9 @@ def test_any_partition_with_power_saving_prices_or_is_one_commodel_error(
         out = evaluator("scheduling")(pd.DataFrame([row])).iloc[0]
     except CommodelError as exc:
         assert str(exc).strip()
+        return
+    if not out.valid:  # a partition the model cannot price says why
+        assert out.problem.strip() and np.isnan(out.mean_wait_min)
         return
     assert out.mean_wait_min >= 0 and out.boots_per_job >= 0
     assert np.isnan(out.energy_kWh_per_job) or out.energy_kWh_per_job > 0

@@ -29,7 +29,9 @@ def test_higher_load_lengthens_waits_and_packing_never_waits_longer(name):
     assert servers("tres", mix, nodes) > servers("exclusive", mix, nodes)
 
 
-def test_a_load_at_or_above_capacity_is_an_error():
+def test_a_load_at_or_above_capacity_is_an_error_and_in_a_sweep_its_rows_problem():
+    """A load of 1 or more is bad input; a load just below 1 that the prolog and epilog push past the
+    capacity is a partition that cannot keep up: its row says so and a sweep prices the others."""
     from commodel.pricing.scheduling import scheduling
 
     with pytest.raises(CommodelError, match="below 1"):
@@ -37,6 +39,10 @@ def test_a_load_at_or_above_capacity_is_an_error():
     with pytest.raises(CommodelError, match="--load: Input should be less than 1"):
         scheduling()(pd.DataFrame([{"job_mix": "hpc-cpu", "nodes": 10, "load": 1.0, "policy": "tres",
                                 "method": "approximation", "jobs": 100, "seed": 0}]))  # fmt: skip
+    table = scheduling()(pd.DataFrame([{"job_mix": "hpc-cpu", "nodes": 10, "load": load, "policy": "exclusive"}
+                                       for load in (0.9, 0.999)]))  # fmt: skip
+    assert table.valid.tolist() == [True, False] and "prolog and epilog" in table.problem[1]
+    assert table.mean_wait_min[0] > 0 and np.isnan(table.mean_wait_min[1])
 
 
 def test_tres_study_simulation_agrees_and_its_predictions_move_with_their_inputs():

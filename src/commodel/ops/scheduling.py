@@ -115,7 +115,8 @@ def approximate_waits(
     load = lam * held
     if np.any(load >= c):
         raise CommodelError(
-            f"the offered load ({float(np.max(load / c)):.3g} of the {policy} capacity) must stay below 1: "
+            f"the offered load ({float(np.max(load / c)):.4g} of the {policy} capacity, each job holding its "
+            f"nodes {3600 * scheduler.held_h:.0f} s beyond its run for prolog and epilog) must stay below 1: "
             "the queue would grow without end"
         )
     wait = erlang_c(c, load)

@@ -74,9 +74,11 @@ class SchedulingJob(Job):
     )
 
 
+#: A partition the model cannot price (a load its scheduler's costs push past capacity, a daily cycle
+#: or power saving asked of the approximation) is its row's ``problem``.
 OUTPUTS = (
     "mean_wait_min", "median_wait_min", "wait_probability", "utilization", "start_overhead_min",
-    "median_start_min", "mean_start_min", "energy_kWh_per_job", "boots_per_job", "valid",
+    "median_start_min", "mean_start_min", "energy_kWh_per_job", "boots_per_job", "problem", "valid",
 )  # fmt: skip
 
 
@@ -116,4 +118,5 @@ def scheduling() -> Evaluator:
         SchedulingJob,
         OUTPUTS,
         _waits,
+        ("problem",),
     )

@@ -41,7 +41,8 @@ class StreamJob(Job):
     seed: int = Field(0, ge=0, description="The simulation's seed.")
 
 
-OUTPUTS = ("overhead_pct", "impact_pct", "p90_s", "on_time_pct", "interval_s", "valid")
+#: A run the model refuses (faults so frequent that no run gets through) is its row's ``problem``.
+OUTPUTS = ("overhead_pct", "impact_pct", "p90_s", "on_time_pct", "interval_s", "problem", "valid")
 
 
 def run_of(row: object) -> StreamRun:
@@ -67,4 +68,5 @@ def stream() -> Evaluator:
         StreamJob,
         OUTPUTS,
         _outcome,
+        ("problem",),
     )
