@@ -97,3 +97,22 @@ def test_the_kernel_table_runs_at_the_runs_power_limit():
     share = clock_share(_limited(450.0))
     ms = [[row["fwd_ms"] for row in table if row.get("bound") == "compute"] for table in (full, capped)]
     assert ms[0] and all(c == pytest.approx(f / share, rel=0.02) for f, c in zip(*ms, strict=True))
+
+
+@pytest.mark.parametrize("evaluate", ["training", "serving"])
+def test_a_limit_one_gpu_cannot_take_is_its_rows_problem_in_a_sweep_over_systems(evaluate):
+    """500 W is above an A100's 400 W TDP and below an H100's 700 W: over both systems the A100 rows
+    say why they are not priced and the H100 rows are priced at their limit."""
+    import pandas as pd
+
+    from commodel.pricing.evaluator import evaluator
+
+    jobs = pd.DataFrame([{"model": "llama3.2-1b", "system": s, "gpus": 8, "power_limit": 500, "global_batch": 256,
+                          "micro_batch": 1} for s in ("dgx-a100", "dgx-h100")])  # fmt: skip
+    if evaluate == "serving":
+        jobs = jobs.drop(columns=["global_batch", "micro_batch"])
+    table = evaluator(evaluate)(jobs)
+    assert (
+        not table.valid[0] and "above the idle power" in table.problem[0] and "TDP 400 W" in table.problem[0]
+    )
+    assert table.gpu_power_W.isna()[0] and 0 < table.gpu_power_W[1] <= 500

@@ -8,7 +8,7 @@ table, so a scalar call and a sweep give the same answer for the same job (DESIG
 from __future__ import annotations
 
 from collections.abc import Callable
-from math import isqrt
+from math import isnan, isqrt
 from types import SimpleNamespace
 from typing import Any
 
@@ -53,7 +53,9 @@ def _one_row(
 
 def _training_layout(job: TrainingJob, row: SimpleNamespace) -> str:
     """A training job's layout as resolved ("64 GPUs, tp=8 pp=4 cp=1 dp=2 ep=1, micro batch 1 of global
-    batch 1024")."""
+    batch 1024"); nothing where the job's cluster could not be built, so nothing was resolved."""
+    if isnan(row.gpus):
+        return ""
     sizes = " ".join(f"{name}={getattr(job, name)}" for name in ("tp", "pp", "cp"))
     return (
         f"{row.gpus:.0f} GPUs, {sizes} dp={row.dp:.0f} ep={job.ep}, "

@@ -100,7 +100,6 @@ def price_serving(columns: Columns) -> Columns:
     batches = np.asarray(columns["batch"]).astype(str)  # a number of requests, or max
     for key, rows in groups(columns, [*ServingJob.group_keys(), "power_limit"]):
         net = get_model(key["model"])
-        c = make_cluster(key["system"], **cluster_shape(key))
 
         def col(name: str, rows: np.ndarray = rows) -> np.ndarray:
             return numbers(take(columns, name, rows))
@@ -121,7 +120,8 @@ def price_serving(columns: Columns) -> Columns:
             (one & (split | slo), f"a {key['phase']}-only run is one pool at the batch it is given: give "
                                   "neither --prefill-gpus nor an SLO"),
         ]  # fmt: skip
-        try:
+        try:  # a setting the GPUs cannot take: a power limit above their TDP, a precision they lack
+            c = make_cluster(key["system"], **cluster_shape(key))
             recipe = serving_precision(key["dtype"], c.gpu)
         except CommodelError as exc:
             problems.append((np.ones(len(rows), dtype=bool), str(exc)))

@@ -175,11 +175,18 @@ def price_training(columns: Columns) -> Columns:
 
 def _price_group(columns: Columns, key: dict, rows: np.ndarray, out: Outputs) -> None:
     """Price the ``rows`` that share the group ``key`` into ``out`` (their resolved sizes too)."""
-    net, fleet = get_model(key["model"]), _fleet(key)
-    clusters = [c for c, _ in fleet]
 
     def col(name: str) -> np.ndarray:
         return numbers(take(columns, name, rows))
+
+    net = get_model(key["model"])
+    try:
+        fleet = _fleet(key)
+    except CommodelError as exc:  # a setting its GPUs cannot take (a power limit above their TDP)
+        unbuilt = {"gpus": col("gpus"), "nodes": col("nodes"), "dp": col("dp")}
+        out.put(rows, {"problem": np.full(len(rows), str(exc), dtype=object), "valid": False, **unbuilt})
+        return
+    clusters = [c for c, _ in fleet]
 
     size = job_size(clusters[0], col("gpus"), col("nodes")) if fleet[0][1] is None else None
     gpus, nodes, problems = size or groups_size(fleet, col("gpus"), col("nodes"))
