@@ -86,6 +86,20 @@ def test_a_bigger_kv_cache_dtype_holds_fewer_requests():
     assert fp8 == pytest.approx(2 * bf16, rel=0.01)
 
 
+def test_an_fp8_kv_cache_on_a_gpu_without_fp8_tensor_cores_halves_its_reads_and_computes_in_16_bits():
+    """vLLM keeps an FP8 cache on Ampere and dequantizes it as it loads it: on A100 the cache holds
+    twice the tokens, decode attention reads half the bytes, and its math stays bf16."""
+    job = dict(model="llama3-8b", system="dgx-a100", batch="64", prompt=1024, output=1024)
+    fp8, bf16 = (serve(**job, kv_dtype=kv, kernels=True) for kv in ("fp8", "bf16"))
+    assert fp8["max_batch"] > 1.5 * bf16["max_batch"]
+
+    def attention(result):
+        return next(k for it in result["kernels"] for k in it["kernels"] if k["kernel"] == "decode attention")
+
+    assert attention(fp8)["dtype"] == "bf16" and attention(fp8)["mb"] < 0.6 * attention(bf16)["mb"]
+    assert fp8["tpot_s"] < bf16["tpot_s"]
+
+
 def test_a_tighter_slo_serves_fewer_requests_and_a_missed_one_is_an_error():
     loose = serve(model="llama3-8b", system="dgx-h100", prompt=1024, output=256, slo_tpot=0.05)
     tight = serve(model="llama3-8b", system="dgx-h100", prompt=1024, output=256, slo_tpot=0.015)

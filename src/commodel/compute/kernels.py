@@ -159,11 +159,14 @@ def decode_attention(
     flops_per_score: ArrayLike,
     cached_per_token: ArrayLike,
     kv_dtype: str = "bf16",
+    compute: str | None = None,
 ) -> Kernel:
     """Attention of ``queries`` new tokens, each over its request's ``context`` cached tokens (the
     decode phase; TensorRT-LLM's XQA, vLLM's paged attention): ``queries x heads x context`` scores of
     ``flops_per_score`` FLOPs and one exponential each, and each request's cache read once:
-    ``cached_per_token`` elements per token in ``kv_dtype`` (a GQA group's query heads share one read).
+    ``cached_per_token`` elements per token in ``kv_dtype`` (a GQA group's query heads share one read),
+    its math in ``compute`` (default: the cache's dtype; a GPU without FP8 tensor cores dequantizes
+    an FP8 cache as it loads it, vLLM's on Ampere, and computes in 16 bits).
     GQA: ``4 d`` FLOPs per score, ``2 kv_heads d`` cached; MLA, absorbed: ``2 (2 r + d_rope)`` and
     ``r + d_rope`` (the latent serves as key and value). Tiles: one per (query, 256 keys), the context
     split across SMs."""
@@ -182,7 +185,7 @@ def decode_attention(
         q * c * w * _dtype_bytes(kv_dtype),
         tiles,
         c,
-        kv_dtype,
+        compute or kv_dtype,
         True,
         exps=scores,
     )

@@ -174,8 +174,10 @@ def _decode_attention(
     windowed = model.windowed_layers / model.layers
     bands = (("decode attention", 1 - windowed, context),
              ("decode attention (window)", windowed, np.minimum(context, model.sliding_window or np.inf)))  # fmt: skip
+    kv = engine.kv_dtype
+    compute = kv if kv in engine.cluster.gpu.peak_flops else engine.recipe.other  # dequantized as loaded
     return [
-        (named(decode_attention(q, heads, keys, flops, cached, engine.kv_dtype), label), share * some)
+        (named(decode_attention(q, heads, keys, flops, cached, kv, compute), label), share * some)
         for label, share, keys in bands
         if share
     ]
