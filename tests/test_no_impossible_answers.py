@@ -54,16 +54,17 @@ def test_no_training_design_has_a_throughput_without_fitting():
 
 
 def test_no_serving_design_has_a_throughput_without_fitting_or_above_its_engines_limit():
-    """Over 1,200 random deployments, batches up to 8,192 against engine limits of 64 to 2,048: a row
-    that runs fits and holds no more requests than its engine admits; one that does not fit shows the
-    memory its batch needs, above the GPU's, and no latency, throughput or energy."""
+    """Over 1,200 random deployments, batches up to 8,192 against engine limits of 64 to 2,048 and
+    prompts up to 30,000 tokens: a row that runs fits and holds no more requests than its engine
+    admits or its tokens per iteration keep decoding; one that does not fit shows the memory its
+    batch needs, above the GPU's, and no latency, throughput or energy."""
     rng = np.random.default_rng(11)
     n = 1200
     jobs = pd.DataFrame({
         "model": rng.choice(["llama3-8b", "llama3-70b", "qwen3-30b-a3b"], n),
         "system": rng.choice(["dgx-h100", "dgx-a100", "dgx-b200"], n), "tp": rng.choice([1, 2, 8], n),
         "batch": rng.choice(["max", "1", "64", "512", "4096", "8192"], n),
-        "max_batch_size": rng.choice([64, 256, 2048], n), "prompt": rng.choice([128, 2048], n),
+        "max_batch_size": rng.choice([64, 256, 2048], n), "prompt": rng.choice([128, 2048, 30000], n),
         "output": rng.choice([128, 2048], n), "dtype": rng.choice(["bf16", "fp8"], n),
     })  # fmt: skip
     table = evaluator("serving")(jobs)
@@ -73,6 +74,8 @@ def test_no_serving_design_has_a_throughput_without_fitting_or_above_its_engines
     over = table.problem.str.contains("requests in flight per replica, above").to_numpy()
     assert runs.any() and unfit.any() and over.any()
     assert table.fits[runs].all() and (table.batch_in_flight[runs] <= jobs.max_batch_size[runs]).all()
+    assert (table.batch_in_flight[runs] <= table.max_batch[runs]).all()
+    assert table.problem.str.contains("cannot all decode").any()
     assert (table.memory_per_gpu_bytes[unfit] > held[unfit]).all()
     stated = jobs.batch != "max"
     assert (table.batch_in_flight[over & stated] > jobs.max_batch_size[over & stated]).all()

@@ -250,11 +250,12 @@ def _runnable(
     split: np.ndarray,
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The priced ``fields`` and ``problems`` of deployments that may not run: a batch above what the
-    engine admits is refused; one whose KV cache exceeds the pool shows the memory it needs
-    (:func:`~commodel.workloads.serving.memory.memory_at`) and does not fit; neither has a latency,
-    rate or cost."""
-    over = (chosen > cap["engine_batch"]) & ~split
-    problems = np.where(problems == "", _over_limit(chosen, engine, cap["engine_batch"], over), problems)
+    engine admits, or above what its tokens per iteration keep decoding (the rest of the requests
+    would wait for their prompts' chunks), is refused; one whose KV cache exceeds the pool shows the
+    memory it needs (:func:`~commodel.workloads.serving.memory.memory_at`) and does not fit; none has
+    a latency, rate or cost."""
+    over = ((chosen > cap["engine_batch"]) | (chosen > cap["token_batch"])) & ~split
+    problems = np.where(problems == "", _over_limit(chosen, engine, cap, over), problems)
     fields |= memory_at(cap, np.where(split, 0.0, chosen))  # disaggregated pools size their own
     unfit = (problems == "") & ~fields["fits"]
     if unfit.any():
@@ -272,15 +273,26 @@ FIT_OUTPUTS = (
 )  # fmt: skip
 
 
-def _over_limit(chosen: np.ndarray, engine: Engine, limit: np.ndarray, over: np.ndarray) -> np.ndarray:
+def _over_limit(
+    chosen: np.ndarray, engine: Engine, cap: dict[str, np.ndarray], over: np.ndarray
+) -> np.ndarray:
     """Why a batch above what the engine admits (:func:`~commodel.workloads.serving.memory.capacity`'s
-    ``engine_batch``: its batch limit, or its token limit, one decode token a request) is refused, at
-    the rows ``over`` ("" elsewhere)."""
+    ``engine_batch``: its batch limit, or its token limit, one decode token a request) or keeps
+    decoding (``token_batch``) is refused, at the rows ``over`` ("" elsewhere)."""
     out = np.full(len(chosen), "", dtype=object)
     for i in np.flatnonzero(over):
         size, tokens = engine.max_batch[i], engine.max_num_tokens[i]
-        why = f"--max-batch-size {size:.0f}" if limit[i] >= size else f"--max-num-tokens {tokens:.0f}"
-        out[i] = f"{chosen[i]:.0f} requests in flight per replica, above {why}"
+        if chosen[i] > cap["engine_batch"][i]:
+            why = (
+                f"--max-batch-size {size:.0f}"
+                if cap["engine_batch"][i] >= size
+                else f"--max-num-tokens {tokens:.0f}"
+            )
+            out[i] = f"{chosen[i]:.0f} requests in flight per replica, above {why}"
+        else:
+            out[i] = (f"{chosen[i]:.0f} requests in flight per replica cannot all decode: --max-num-tokens "
+                      f"{tokens:.0f} per iteration, their prompts' chunks included, keeps "
+                      f"{cap['token_batch'][i]:.0f} decoding (--batch max)")  # fmt: skip
     return out
 
 

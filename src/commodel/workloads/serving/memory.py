@@ -100,9 +100,11 @@ def capacity(
 ) -> dict[str, np.ndarray]:
     """Requests the engine can hold in flight: by KV cache (``kv_batch``, each request's blocks
     taking ``kv_per_request`` bytes per GPU), by what the engine admits at all (``engine_batch``:
-    ``max_batch_size``, and ``max_num_tokens`` decode tokens in one iteration), and the most that
-    both allow with every request's tokens fitting ``max_num_tokens`` per iteration in steady state
-    (``max_batch``, what ``--batch max`` runs); the memory per GPU by
+    ``max_batch_size``, and ``max_num_tokens`` decode tokens in one iteration), by the tokens an
+    iteration takes (``token_batch``: in steady state a request's ``p + o`` tokens pass through
+    ``o`` iterations, so ``max_num_tokens`` per iteration keep ``max_num_tokens o / (p + o - 1)``
+    requests decoding), and the most that all allow (``max_batch``, what ``--batch max`` runs); the
+    memory per GPU by
     category (``memory_CATEGORY_bytes``, :data:`SERVING_CATEGORIES`) and ``memory_per_gpu_bytes``.
     ``held``: the tokens a request's KV blocks hold on average (default ``p + o``, reserved up front:
     :func:`kv_tokens_held`). One phase alone (``phase``): a decode pool's iteration holds a token per
@@ -132,6 +134,7 @@ def capacity(
         "kv_batch": kv_batch,
         "kv_per_request": np.broadcast_to(per_request, shape),
         "engine_batch": np.broadcast_to(np.minimum(engine.max_batch, engine.max_num_tokens), shape),
+        "token_batch": np.broadcast_to(np.floor(budget), shape),
         "max_batch": np.minimum(np.minimum(kv_batch, engine.max_batch), np.floor(budget)),
         "weights_fit": free > 0,
         **{f"memory_{k}_bytes": np.broadcast_to(np.asarray(v, dtype=float), shape) for k, v in parts.items()},
