@@ -42,6 +42,8 @@ CASES = (
         ("--host-schedule", "async"),
     )]
     + [[*SERVE, "--gpus", "2", "--prefill-gpus", "1", "--kernels"]]
+    + [[*SERVE, "--prompt", "30000", "--output", "128", "--batch", "512"],  # the tokens per iteration keep fewer
+       [*SERVE, "--phase", "prefill", "--prompt", "4096", "--output", "1", "--batch", "8", "--max-num-tokens", "16384"]]
     + [["train", "--model", "qwen3-30b-a3b", "--system", "gb200-nvl72", "--gpus", "8", "--ep", "8", "--cuda-graphs", g]
        for g in ("attn,moe", "full_iteration")]  # dropless experts have dynamic shapes
     + [[*TRAIN, "--recompute", "selective", "--recompute-layers", "2"]]

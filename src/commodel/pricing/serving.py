@@ -235,7 +235,7 @@ def _price(
         "energy_per_token_J": it_power * pue / total,
         "cost_per_million_tokens_usd": price * gpus / 3600 / total * 1e6,
     }
-    fields, problems = _runnable(fields, problems, engine, cap, chosen, split)
+    fields, problems = _runnable(fields, problems, engine, cap, chosen, split, phase)
     for name, values in fields.items():
         out[name][rows] = values
     return problems
@@ -248,6 +248,7 @@ def _runnable(
     cap: dict[str, np.ndarray],
     chosen: np.ndarray,
     split: np.ndarray,
+    phase: str,
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The priced ``fields`` and ``problems`` of deployments that may not run: a batch above what the
     engine admits, or above what its tokens per iteration keep decoding (the rest of the requests
@@ -255,7 +256,7 @@ def _runnable(
     memory it needs (:func:`~commodel.workloads.serving.memory.memory_at`) and does not fit; none has
     a latency, rate or cost."""
     over = ((chosen > cap["engine_batch"]) | (chosen > cap["token_batch"])) & ~split
-    problems = np.where(problems == "", _over_limit(chosen, engine, cap, over), problems)
+    problems = np.where(problems == "", _over_limit(chosen, engine, cap, over, phase), problems)
     fields |= memory_at(cap, np.where(split, 0.0, chosen))  # disaggregated pools size their own
     unfit = (problems == "") & ~fields["fits"]
     if unfit.any():
@@ -274,11 +275,12 @@ FIT_OUTPUTS = (
 
 
 def _over_limit(
-    chosen: np.ndarray, engine: Engine, cap: dict[str, np.ndarray], over: np.ndarray
+    chosen: np.ndarray, engine: Engine, cap: dict[str, np.ndarray], over: np.ndarray, phase: str
 ) -> np.ndarray:
     """Why a batch above what the engine admits (:func:`~commodel.workloads.serving.memory.capacity`'s
     ``engine_batch``: its batch limit, or its token limit, one decode token a request) or keeps
-    decoding (``token_batch``) is refused, at the rows ``over`` ("" elsewhere)."""
+    decoding (``token_batch``; a prefill-only pool: the prompts one iteration takes) is refused, at
+    the rows ``over`` ("" elsewhere)."""
     out = np.full(len(chosen), "", dtype=object)
     for i in np.flatnonzero(over):
         size, tokens = engine.max_batch[i], engine.max_num_tokens[i]
@@ -289,10 +291,13 @@ def _over_limit(
                 else f"--max-num-tokens {tokens:.0f}"
             )
             out[i] = f"{chosen[i]:.0f} requests in flight per replica, above {why}"
+        elif phase == "prefill":
+            out[i] = (f"{chosen[i]:.0f} prompts per iteration, above what --max-num-tokens {tokens:.0f} "
+                      f"takes: {cap['token_batch'][i]:.0f} (--batch max, or a larger --max-num-tokens)")  # fmt: skip
         else:
             out[i] = (f"{chosen[i]:.0f} requests in flight per replica cannot all decode: --max-num-tokens "
                       f"{tokens:.0f} per iteration, their prompts' chunks included, keeps "
-                      f"{cap['token_batch'][i]:.0f} decoding (--batch max)")  # fmt: skip
+                      f"{cap['token_batch'][i]:.0f} decoding (--batch max, or a larger --max-num-tokens)")  # fmt: skip
     return out
 
 
