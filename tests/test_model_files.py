@@ -70,6 +70,56 @@ def test_a_config_commodel_cannot_read_names_the_file_and_field(tmp_path, change
         load_model_file(_config(tmp_path, **changes))
 
 
+@pytest.mark.parametrize(
+    ("name", "changes", "dense", "banded"),
+    [
+        ("qwen3-30b-a3b", {}, 0, 0),
+        ("qwen3-30b-a3b", {"mlp_only_layers": [0, 5, 47]}, 3, 0),
+        ("qwen3-30b-a3b", {"decoder_sparse_step": 2}, 24, 0),  # MoE where (i + 1) % 2 == 0
+        ("qwen3-30b-a3b", {"decoder_sparse_step": 2, "mlp_only_layers": [1, 2]}, 25, 0),
+        ("deepseek-v3", {}, 3, 0),
+        ("deepseek-v3", {"moe_layer_freq": 2}, 32, 0),  # after the first 3, MoE where i % 2 == 0
+        ("qwen3-8b", {"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 30}, 0, 6),
+        ("qwen3-8b", {"use_sliding_window": False, "sliding_window": 4096}, 0, 0),
+    ],
+)
+def test_a_config_chooses_its_dense_and_banded_layers_as_hugging_face_does(
+    tmp_path, name, changes, dense, banded
+):
+    """Which layers keep a dense MLP and which attend in a band are read as transformers' modeling code
+    reads them, not only from the fields the shipped configs set."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(json.loads((HF / f"{name}.json").read_text()) | changes))
+    loaded = load_model_file(path)
+    assert (0 if loaded.moe is None else loaded.moe.dense_layers) == dense
+    assert (loaded.sliding_window_layers or 0) == banded
+
+
+@pytest.mark.parametrize(
+    ("name", "changes", "message"),
+    [
+        (
+            "qwen3-30b-a3b",
+            {"mlp_only_layers": [48]},
+            r"'mlp_only_layers' names layer 48; the model's layers are 0 to 47",
+        ),
+        ("qwen3-30b-a3b", {"decoder_sparse_step": 0}, r"'decoder_sparse_step' must be at least 1"),
+        ("deepseek-v3", {"moe_layer_freq": 0}, r"'moe_layer_freq' must be at least 1"),
+        (
+            "gpt-oss-120b",
+            {"layer_types": ["full_attention"]},
+            r"'layer_types' lists 1 layers; the model has 36",
+        ),
+        ("qwen3-8b", {"use_sliding_window": "yes"}, r"'use_sliding_window' must be true or false"),
+    ],
+)
+def test_a_layer_choice_the_model_cannot_have_names_the_field(tmp_path, name, changes, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(json.loads((HF / f"{name}.json").read_text()) | changes))
+    with pytest.raises(CommodelError, match=message):
+        load_model_file(path)
+
+
 def test_unreadable_model_files_are_one_line_errors(tmp_path):
     binary = tmp_path / "bad.json"
     binary.write_bytes(b"\xff\xfe\x00")

@@ -5,9 +5,11 @@ Hugging Face's names (``transformers`` configuration classes): ``num_hidden_laye
 ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, ``intermediate_size``, ``vocab_size``,
 ``tie_word_embeddings``; mixture-of-experts ``num_local_experts`` / ``num_experts`` /
 ``n_routed_experts``, ``num_experts_per_tok``, ``moe_intermediate_size``, ``n_shared_experts``,
-``first_k_dense_replace``, ``n_group``, ``topk_group``; DeepSeek's latent attention ``q_lora_rank``,
-``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``; gpt-oss's banded layers
-(``sliding_window``, ``layer_types``). Every supported architecture runs a gated MLP: SwiGLU, or
+``n_group``, ``topk_group`` and the layers that keep a dense MLP (``first_k_dense_replace``,
+``moe_layer_freq``, ``mlp_only_layers``, ``decoder_sparse_step``); DeepSeek's latent attention
+``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``; banded
+layers (``sliding_window`` with ``layer_types``, or Qwen's ``use_sliding_window`` from
+``max_window_layers``). Every supported architecture runs a gated MLP: SwiGLU, or
 gpt-oss's clamped quick-GeGLU (``activation``, clamped at ``swiglu_limit``: ``activation_clamp``).
 
 A config states the context a model was built for, not the sequence a job trains at: the model's
@@ -101,13 +103,18 @@ WHOLE_FIELDS = (
     "vocab_size", "max_position_embeddings", "initial_context_length", "head_dim", "num_experts",
     "num_local_experts", "n_routed_experts", "num_experts_per_tok", "experts_per_token", "moe_intermediate_size",
     "n_shared_experts", "first_k_dense_replace", "n_group", "topk_group", "q_lora_rank", "kv_lora_rank",
-    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "sliding_window",
+    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "sliding_window", "moe_layer_freq",
+    "decoder_sparse_step", "max_window_layers",
 )  # fmt: skip
 
 
 #: Counts a config may set to 0 to mean none (every other count, where present, is at least 1: a zero
 #: experts, heads or window is an error, never "no MoE" or "no window").
-MAY_BE_ZERO = ("n_shared_experts", "first_k_dense_replace", "n_group", "topk_group")
+MAY_BE_ZERO = ("n_shared_experts", "first_k_dense_replace", "n_group", "topk_group", "max_window_layers")
+
+#: Qwen's configuration classes' default ``max_window_layers`` (transformers' ``Qwen2Config``,
+#: ``Qwen3Config``, ``Qwen3MoeConfig``): with ``use_sliding_window``, the layers from it on are banded.
+QWEN_MAX_WINDOW_LAYERS = 28
 
 
 def _check_types(config: dict[str, Any], where: str) -> None:
@@ -120,7 +127,7 @@ def _check_types(config: dict[str, Any], where: str) -> None:
         if value is not None and value < (0 if name in MAY_BE_ZERO else 1):
             least = "0" if name in MAY_BE_ZERO else "1 (leave it out where the model has none)"
             raise CommodelError(f"{where}: '{name}' must be at least {least}, got {value}")
-    for name in ("tie_word_embeddings",):
+    for name in ("tie_word_embeddings", "use_sliding_window"):
         if config.get(name) is not None and not isinstance(config[name], bool):
             raise CommodelError(f"{where}: '{name}' must be true or false, got {config[name]!r}")
     limit = config.get("swiglu_limit")
@@ -192,7 +199,7 @@ def from_hf_config(config: dict[str, Any], where: str = "config.json") -> dict[s
             "top_k": _field(config, where, "num_experts_per_tok", "experts_per_token"),
             "expert_ffn_hidden": config.get("moe_intermediate_size") or record["ffn_hidden"],
             "shared_experts": config.get("n_shared_experts") or 0,
-            "dense_layers": config.get("first_k_dense_replace") or len(config.get("mlp_only_layers") or []),
+            "dense_layers": _dense_layers(config, where, record["layers"]),
             "router_groups": config.get("n_group") or 0 if config.get("topk_group") else 0,
             "router_group_top_k": config.get("topk_group") or 0 if config.get("n_group") else 0,
         }
@@ -213,8 +220,42 @@ def from_hf_config(config: dict[str, Any], where: str = "config.json") -> dict[s
     scaling = config.get("rope_scaling") or {}
     if kind == "gpt_oss" and (scaling.get("rope_type") or scaling.get("type")) == "yarn":
         record["rotary_scaling"] = "yarn"
-    banded = [t for t in config.get("layer_types") or [] if t == "sliding_attention"]
+    banded = _banded_layers(config, where, kind, record["layers"])
     if banded:  # the window its banded layers need (a missing one is an error, not "no window")
         window = _field(config, where, "sliding_window")
-        record |= {"sliding_window": window, "sliding_window_layers": len(banded)}
+        record |= {"sliding_window": window, "sliding_window_layers": banded}
     return record
+
+
+def _dense_layers(config: dict[str, Any], where: str, layers: int) -> int:
+    """Layers that run a dense MLP, not the routed experts, as Hugging Face's modeling code picks them:
+    DeepSeek-V3's (``DeepseekV3DecoderLayer``) the first ``first_k_dense_replace`` and after them every
+    layer ``i`` with ``i % moe_layer_freq != 0``; Qwen-MoE's (``Qwen3MoeDecoderLayer``) those listed in
+    ``mlp_only_layers`` and every layer with ``(i + 1) % decoder_sparse_step != 0``; none in the other
+    architectures. A listed layer the model does not have is an error naming it."""
+    only = config.get("mlp_only_layers") or []
+    outside = [i for i in only if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < layers]
+    if outside:
+        raise CommodelError(
+            f"{where}: 'mlp_only_layers' names layer {outside[0]!r}; the model's layers are 0 to {layers - 1}"
+        )
+    first = config.get("first_k_dense_replace") or 0
+    freq, step = config.get("moe_layer_freq") or 1, config.get("decoder_sparse_step") or 1
+    routed = [
+        i for i in range(layers) if i not in only and i >= first and i % freq == 0 and (i + 1) % step == 0
+    ]
+    return layers - len(routed)
+
+
+def _banded_layers(config: dict[str, Any], where: str, kind: str, layers: int) -> int:
+    """Layers of banded (sliding-window) attention: those ``layer_types`` marks ``sliding_attention``
+    (one entry per layer); with none listed, Qwen's layers from ``max_window_layers`` on where
+    ``use_sliding_window`` is set (its configuration classes build ``layer_types`` so)."""
+    types = config.get("layer_types")
+    if types is not None:
+        if len(types) != layers:
+            raise CommodelError(f"{where}: 'layer_types' lists {len(types)} layers; the model has {layers}")
+        return sum(t == "sliding_attention" for t in types)
+    if kind.startswith("qwen") and config.get("use_sliding_window"):
+        return max(layers - int(config.get("max_window_layers", QWEN_MAX_WINDOW_LAYERS)), 0)
+    return 0
