@@ -250,7 +250,8 @@ def _dense_layers(config: dict[str, Any], where: str, layers: int) -> int:
 def _banded_layers(config: dict[str, Any], where: str, kind: str, layers: int) -> int:
     """Layers of banded (sliding-window) attention: those ``layer_types`` marks ``sliding_attention``
     (one entry per layer); with none listed, Qwen's layers from ``max_window_layers`` on where
-    ``use_sliding_window`` is set (its configuration classes build ``layer_types`` so)."""
+    ``use_sliding_window`` is set (its configuration classes build ``layer_types`` so), and every
+    layer of a Mixtral whose ``sliding_window`` is set (``MixtralAttention`` bands them all)."""
     types = config.get("layer_types")
     if types is not None:
         if len(types) != layers:
@@ -258,4 +259,4 @@ def _banded_layers(config: dict[str, Any], where: str, kind: str, layers: int) -
         return sum(t == "sliding_attention" for t in types)
     if kind.startswith("qwen") and config.get("use_sliding_window"):
         return max(layers - int(config.get("max_window_layers", QWEN_MAX_WINDOW_LAYERS)), 0)
-    return 0
+    return layers if kind == "mixtral" and config.get("sliding_window") else 0
