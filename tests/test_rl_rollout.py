@@ -52,9 +52,11 @@ def test_less_serving_headroom_shrinks_roses_gain(study):
 
 
 def test_the_slo_is_checked_at_the_peaks_so_a_tighter_one_fails(study):
-    """At the paper's 500 ms TPOT SLO no load in the sweep breaks it; at 30 ms and a busy day, the
-    per-minute peak meets the elastic baseline's packed replicas and ROSE's co-served ones over it."""
-    assert next(c for c in study.claims if "SLO" in c.claim).model == 0
+    """At the paper's 500 ms TPOT SLO no load in the sweep breaks it (a note, not a claim: the peaks sit
+    far below it); at 30 ms and a busy day, the per-minute peak meets the elastic baseline's packed
+    replicas and ROSE's co-served ones over it."""
+    assert not any("SLO" in c.claim for c in study.claims)
+    assert any("0 of the sweep's loads break it" in note for note in study.notes)
     tight = _day(slo_tpot=0.03, load_high=0.7)
     assert (tight.loc[["elastic", "rose"], "online_tpot_s"] > 0.03).all()
 
