@@ -163,3 +163,19 @@ def test_schedules_and_stage_splits_of_one_kind_of_node_are_refused_across_node_
     x = layouts(tp=1, pp=2, dp=8, global_batch=256, seq=4096, **changes)
     with pytest.raises(CommodelError, match="across node groups"):
         tokens_per_s(MIXED, x)
+
+
+def test_a_table_of_node_group_jobs_says_each_rows_problem_beside_one_that_does_not_fit():
+    """Llama 3 70B on one H200 node and one MI325X node at pp 2: stated stage layers that do not add up
+    to its 80 layers are that row's problem, and the row without them, which does not fit without
+    recomputation, shows the memory it needs; neither stops the other (a problem text from a NaN
+    memory once did)."""
+    import pandas as pd
+
+    from commodel.pricing.evaluator import evaluator
+
+    jobs = pd.DataFrame([{"system": "hgx-h200:1,mi325x-8:1", "model": "llama3-70b", "pp": 2, "zero": 0,
+                          "global_batch": 512, "seq": 4096, "stage_layers": layers} for layers in ("", "16,16")])  # fmt: skip
+    table = evaluator("training")(jobs)
+    assert table.problem[0].startswith("does not fit") and table.memory_per_gpu_bytes[0] > 141e9
+    assert "sum to the model's 80 layers" in table.problem[1] and not table.valid.any()

@@ -254,8 +254,10 @@ def coded(fn: Callable[[Any], Any], values: np.ndarray, dtype: Any = float) -> n
     if _one_value(values):
         return np.full(len(values), fn(values[0]), dtype=dtype)
     if values.size < FACTORIZE_FROM:  # a few rows: fewer calls than factorizing them
-        results = {value: fn(value) for value in dict.fromkeys(values.ravel().tolist())}
-        return np.array([results[v] for v in values.ravel().tolist()], dtype=dtype).reshape(values.shape)
+        entries = values.ravel().tolist()
+        keys = ["nan" if v != v else v for v in entries]  # NaN never equals itself: one key for them all
+        results = {k: fn(v) for k, v in zip(keys, entries, strict=True)}
+        return np.array([results[k] for k in keys], dtype=dtype).reshape(values.shape)
     import pandas as pd  # slow: pandas (0.2 s), which one job does not need
 
     codes, distinct = pd.factorize(values.ravel(), use_na_sentinel=False)
