@@ -54,7 +54,7 @@ def _one_row(
 def _training_layout(job: TrainingJob, row: SimpleNamespace) -> str:
     """A training job's layout as resolved ("64 GPUs, tp=8 pp=4 cp=1 dp=2 ep=1, micro batch 1 of global
     batch 1024"); nothing where the job's cluster could not be built, so nothing was resolved."""
-    if isnan(row.gpus):
+    if isnan(row.gpus) or isnan(row.dp):
         return ""
     sizes = " ".join(f"{name}={getattr(job, name)}" for name in ("tp", "pp", "cp"))
     return (
