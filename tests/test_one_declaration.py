@@ -119,3 +119,20 @@ def test_a_gemm_prices_the_same_from_the_cli_and_a_one_row_sweep():
     )
     launched = evaluator("gemm")(pd.DataFrame([{"gpu": "b200-sxm", "m": 4096, "dtype": "fp8"}])).iloc[0]
     assert launched.time_s > row.time_s  # a lone call pays its launch
+
+
+@pytest.mark.parametrize(
+    ("evaluate", "table", "field"),
+    [
+        ("collective", {"size_bytes": [1e6, float("nan")]}, "size_bytes"),
+        ("training", {"model": ["llama3-8b", None], "system": ["dgx-h100", "dgx-h100"]}, "model"),
+        ("halo", {"scheme": ["host-driven"], "gpus": [float("nan")]}, "gpus"),
+    ],
+)
+def test_a_table_that_leaves_a_required_input_empty_is_an_error_naming_it(evaluate, table, field):
+    """An empty cell takes the input's default; an input with none has no value to take, so the table
+    is refused naming it (a collective of NaN bytes was priced invalid with no reason, and warned)."""
+    from commodel.errors import CommodelError
+
+    with pytest.raises(CommodelError, match=f"leaves input '{field}', which has no default, empty"):
+        evaluator(evaluate)(pd.DataFrame(table))

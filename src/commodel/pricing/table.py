@@ -25,11 +25,18 @@ FACTORIZE_FROM = 256
 def columns_of(frame: pd.DataFrame, defaults: Mapping[str, object], required: tuple[str, ...]) -> Columns:
     """A DataFrame's inputs as columns in their own dtypes (text as objects), every input it lacks at
     its default (one value broadcast, not copied), and a cell it leaves empty (NaN, None: rows built
-    from jobs that name different inputs) at the input's default too; a required input it lacks is an
-    error."""
+    from jobs that name different inputs) at the input's default too; a required input it lacks, or
+    leaves empty in a row, is an error."""
     missing = [name for name in required if name not in frame]
     if missing:
         raise CommodelError(f"the table needs input '{missing[0]}'")
+    empty = [name for name in required if frame[name].isna().any()]
+    if empty:
+        at = np.flatnonzero(frame[empty[0]].isna().to_numpy())
+        raise CommodelError(
+            f"the table leaves input '{empty[0]}', which has no default, empty in {len(at)} of its {len(frame)} "
+            f"rows (the first at position {at[0]})"
+        )
     rows = len(frame)
     return {
         name: _filled(frame[name], default)
