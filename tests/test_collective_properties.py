@@ -140,6 +140,17 @@ def test_a_ring_across_mi250x_packages_is_bound_by_the_links_leaving_them():
     assert run("alltoall", fewer, [2**30], 8).algbw_GBps.iloc[0] < a2a.algbw_GBps.iloc[0]
 
 
+def test_an_all_to_all_inside_one_package_runs_on_its_package_links_without_a_float_overflow():
+    """Two GCDs of one MI250X: nothing leaves the package, so its links alone carry the bytes (the
+    leaving bound was a division by a 1e-300 stand-in for zero, which overflowed)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        inside = run("alltoall", cluster("frontier-node", 1), [2**26], 2)
+    assert inside.algbw_GBps.iloc[0] > 0 and np.isfinite(inside.time_s.iloc[0])
+
+
 def test_nvls_exceeds_the_link_rate_as_measured():
     """In-switch reduction is the one case busbw beats the 450 GB/s link (measured: 479 GB/s)."""
     frame = run("allreduce", cluster("dgx-h100"), [8 * 2**30], algo="nvls")

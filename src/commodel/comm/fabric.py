@@ -127,7 +127,11 @@ class Fabric:
             self.package_links * self.link_Bps,
         )
         if all_to_all:
-            across = np.minimum(cross * (g - 1) / np.maximum(g - q, 1e-300), inner * (g - 1) / max(q - 1, 1))
+            outside = np.asarray(g - q, dtype=float)  # none: the package's own links alone carry it
+            leaving = np.divide(
+                cross * (g - 1), outside, out=np.full(outside.shape, np.inf), where=outside > 0
+            )
+            across = np.minimum(leaving, inner * (g - 1) / max(q - 1, 1))
         else:
             across = np.minimum(q * cross, inner + cross)
         return np.where(g <= q, inner, across)
