@@ -81,6 +81,7 @@ def test_a_config_commodel_cannot_read_names_the_file_and_field(tmp_path, change
         ("deepseek-v3", {"moe_layer_freq": 2}, 32, 0),  # after the first 3, MoE where i % 2 == 0
         ("qwen3-8b", {"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 30}, 0, 6),
         ("qwen3-8b", {"use_sliding_window": False, "sliding_window": 4096}, 0, 0),
+        ("qwen3-8b", {"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": None}, 0, 8),
         ("mixtral-8x7b", {"sliding_window": 4096}, 0, 32),  # Mixtral bands every layer where it is set
         ("mixtral-8x7b", {}, 0, 0),
     ],

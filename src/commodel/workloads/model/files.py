@@ -258,5 +258,6 @@ def _banded_layers(config: dict[str, Any], where: str, kind: str, layers: int) -
             raise CommodelError(f"{where}: 'layer_types' lists {len(types)} layers; the model has {layers}")
         return sum(t == "sliding_attention" for t in types)
     if kind.startswith("qwen") and config.get("use_sliding_window"):
-        return max(layers - int(config.get("max_window_layers", QWEN_MAX_WINDOW_LAYERS)), 0)
+        first = config.get("max_window_layers")
+        return max(layers - (QWEN_MAX_WINDOW_LAYERS if first is None else first), 0)
     return layers if kind == "mixtral" and config.get("sliding_window") else 0
