@@ -333,6 +333,26 @@ def test_a_space_without_a_valid_design_says_why(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "out" / "pareto_robust.csv").is_file()
 
 
+def test_a_space_with_some_invalid_designs_says_the_commonest_reason(tmp_path, monkeypatch, capsys):
+    """A serving sweep over tp, ep and attention data parallelism: the layouts attention-DP cannot run
+    are priced as their rows' problems, the rest are priced, and the command says how many were not
+    valid and why most of them were not."""
+    from commodel.cli import main
+
+    path = tmp_path / "adp.toml"
+    path.write_text(
+        '[study]\nname = "adp"\nevaluate = "serving"\nmethod = "grid"\n\n'
+        '[fixed]\nmodel = "deepseek-v3"\nsystem = "dgx-b200"\ngpus = 8\ndtype = "fp8"\n\n'
+        "[variables]\ntp = { choice = [1, 2, 4, 8] }\nep = { choice = [1, 8] }\n"
+        "attention_dp = { choice = [false, true] }\n\n"
+        '[objectives]\noutput_tokens_per_s = "max"\ntpot_s = "min"\n'
+    )
+    monkeypatch.setattr("sys.argv", ["commodel", "sweep", str(path), "-o", str(tmp_path / "out")])
+    main()
+    out = capsys.readouterr().out
+    assert "16 points, 4 valid" in out and "not valid: 12; the commonest reason (" in out
+
+
 def test_a_mechanism_one_system_cannot_run_marks_its_rows_and_prices_the_rest():
     """CAIS needs a switch that reduces (NVLS): on DGX A100 its rows are invalid with that reason,
     while the same batch prices them on DGX H100; one incompatible combination loses nothing else."""

@@ -79,6 +79,11 @@ def sweep(
         which = f": '{found[0]}' removes the last {found[1]:,} valid designs" if found else ""
         raise CommodelError(f"no design meets the constraints{which} (the results stay in {out}/)")
     if not quiet:
+        if summary["valid"] < summary["points"]:  # some designs cannot run: say the commonest why
+            found = commonest_problem(loaded)
+            if found:
+                typer.echo(f"  not valid: {summary['points'] - summary['valid']:,}; the commonest reason "
+                           f"({found[1]} of the first {found[2]}): {found[0]}")  # fmt: skip
         for name, row in summary["best"].items():
             typer.echo(
                 f"  best {name}: {row[name]:.4g}  ({', '.join(f'{k}={row[k]}' for k in loaded.variables)})"
