@@ -70,8 +70,7 @@ def sweep(
     )
     if summary["valid"] == 0:  # the space is the user's to fix: say why, and exit 2 (its outputs stay)
         found = commonest_problem(loaded)
-        reason = f"; the commonest reason ({found[1]} of the first {found[2]}): {found[0]}" if found else ""
-        raise CommodelError(f"no design is valid{reason}")
+        raise CommodelError(f"no design is valid{f'; {_commonest(found)}' if found else ''}")
     if summary["feasible"] == 0:  # the constraints' fault: name the one that empties the space
         import pandas as pd  # slow: pandas (0.2 s), for the results this case reads
 
@@ -82,8 +81,7 @@ def sweep(
         if summary["valid"] < summary["points"]:  # some designs cannot run: say the commonest why
             found = commonest_problem(loaded)
             if found:
-                typer.echo(f"  not valid: {summary['points'] - summary['valid']:,}; the commonest reason "
-                           f"({found[1]} of the first {found[2]}): {found[0]}")  # fmt: skip
+                typer.echo(f"  not valid: {summary['points'] - summary['valid']:,}; {_commonest(found)}")
         for name, row in summary["best"].items():
             typer.echo(
                 f"  best {name}: {row[name]:.4g}  ({', '.join(f'{k}={row[k]}' for k in loaded.variables)})"
@@ -91,3 +89,9 @@ def sweep(
         if "robust_pareto" in summary:
             typer.echo(f"  robust ({loaded.uncertainty.robust}) front: {summary['robust_pareto']} designs; "
                        f"{summary['off_robust_front']} of the nominal front drop off it under uncertainty")  # fmt: skip
+
+
+def _commonest(found: tuple[str, int, int]) -> str:
+    """The commonest kind of problem (:func:`~commodel.explore.evaluation.commonest_problem`) in words."""
+    text, count, rows = found
+    return f"the commonest reason ({count} of the first {rows}), as one of them says it: {text}"

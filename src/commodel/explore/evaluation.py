@@ -60,8 +60,9 @@ def evaluate_chunk(spec_json: str, index: int) -> pd.DataFrame:
 
 
 def commonest_problem(spec: SweepSpec, rows: int = 1000) -> tuple[str, int, int] | None:
-    """Why designs are invalid: the commonest problem among the first ``rows`` designs of the space,
-    with how many of how many have it (``None`` if none of them has one)."""
+    """Why designs are invalid: the commonest kind of problem among the first ``rows`` designs of the
+    space (a problem's words before its first colon: "does not fit" whatever memory each row needs),
+    one problem of that kind in full, and how many of how many have it (``None`` if none has one)."""
     frame = chunk_inputs(
         spec.model_copy(update={"study": spec.study.model_copy(update={"chunk_size": rows})}), 0
     )
@@ -69,8 +70,9 @@ def commonest_problem(spec: SweepSpec, rows: int = 1000) -> tuple[str, int, int]
     problems = result.loc[~result["valid"].to_numpy(dtype=bool), "problem"] if "problem" in result else None
     if problems is None or problems.empty:
         return None
-    counts = problems.value_counts()
-    return str(counts.index[0]), int(counts.iloc[0]), len(frame)
+    kinds = problems.str.split(":", n=1).str[0]
+    counts = kinds.value_counts()
+    return str(problems[kinds == counts.index[0]].iloc[0]), int(counts.iloc[0]), len(frame)
 
 
 def emptying_constraint(spec: SweepSpec, results: pd.DataFrame) -> tuple[str, int] | None:
