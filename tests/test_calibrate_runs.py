@@ -2,6 +2,7 @@
 (tests/data/logs, each written from a published run in data/measurements.csv, its header says which),
 fit the constants the runs depend on inside their ranges, predict the neighbouring design."""
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -220,6 +221,18 @@ def _truncated(tmp_path, source, marker):
     return path
 
 
+def _scaled(tmp_path, source, pattern, factor):
+    """``source`` with every number ``pattern`` captures multiplied by ``factor`` (a log in the wrong unit)."""
+    path = tmp_path / "scaled.log"
+
+    def scale(match: re.Match) -> str:
+        value = float(match.group(1).replace(",", "")) * factor
+        return match.group(0).replace(match.group(1), f"{value:.1f}")
+
+    path.write_text(re.sub(pattern, scale, source.read_text()))
+    return path
+
+
 BAD_TRAINING = [
     (lambda t: _truncated(t, DEEPEP, "-------------------- end of arguments"), "never ends"),
     (lambda t: _truncated(t, DEEPEP, " [2025-10-01 10:05:00]"), "no elapsed time per iteration reported"),
@@ -246,6 +259,9 @@ BAD_TRAINING = [
     (lambda t: _edited(t, DEEPEP, "elapsed time per iteration (ms): 19640.9", "elapsed time per iteration (ms): 0"),
      "at iteration 10 is 0: not a positive number"),
     (lambda t: _edited(t, TITAN, "tps: 8,388", "tps: 0"), "tokens/s per GPU at iteration 20 is 0: not a positive"),
+    # a run faster than the GPUs' densest peak: steps 100x too short, tokens 100x too many
+    (lambda t: _scaled(t, DEEPEP, r"elapsed time per iteration \(ms\): ([\d.]+)", 0.01), "not a run these GPUs can make"),
+    (lambda t: _scaled(t, TITAN, r"tps: ([\d,]+)", 100), "not a run these GPUs can make"),
     (lambda t: (t / "x.log").write_bytes(b"\0\1\2") and t / "x.log", "binary"),
     (lambda t: (t / "y.log").write_text("hello\n") and t / "y.log", "not a training log"),
 ]  # fmt: skip

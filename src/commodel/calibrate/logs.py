@@ -9,7 +9,11 @@ from commodel.calibrate.measured import MeasuredRun, fail
 from commodel.calibrate.megatron import looks_like_megatron, parse_megatron
 from commodel.calibrate.serving_logs import parse_serving
 from commodel.calibrate.torchtitan import looks_like_torchtitan, parse_torchtitan
+from commodel.errors import CommodelError
+from commodel.hardware import cluster
 from commodel.io import read_text
+from commodel.workloads.model.catalog import model as get_model
+from commodel.workloads.model.transformer import model_flops_per_token
 
 #: Training log formats: how each is recognized, and its parser.
 TRAINING_FORMATS = {
@@ -23,8 +27,34 @@ def read_training(path: Path, system: str, model: str | None = None) -> Measured
     text = read_text(path, "training log")
     for looks_like, parse in TRAINING_FORMATS.values():
         if looks_like(text):
-            return parse(path, text, system, model)
+            return within_peak(parse(path, text, system, model))
     raise fail(path, f"not a training log commodel reads ({', '.join(TRAINING_FORMATS)})")
+
+
+def within_peak(run: MeasuredRun) -> MeasuredRun:
+    """``run``, unless its measured rate needs more model FLOP/s per GPU (the MFU count,
+    :func:`~commodel.workloads.model.transformer.model_flops_per_token`) than its GPU's densest
+    tensor peak in any dtype: a run no such GPU can make, which a wrong GPU count or unit in the log
+    usually explains, is an error naming the log, not a measurement to fit constants to."""
+    job, net = run.job, get_model(run.job.model)
+    seq = job.seq or net.seq
+    per_token = float(model_flops_per_token(net, seq, mtp=job.mtp_layers))
+    try:
+        c = cluster(job.system)
+    except CommodelError:  # node groups: the check needs one kind of GPU
+        return run
+    gpu, gpus = c.gpu, job.gpus or (job.nodes or 1) * c.gpus_per_node
+    if run.metric == "tokens_per_s_per_gpu":
+        rate = run.value * per_token
+    else:  # step_time_s
+        rate = job.global_batch * seq * per_token / (run.value * gpus)
+    peak = max(p.value for p in gpu.peak_flops.values())
+    if rate > peak:
+        raise fail(run.path, f"its {run.metric} {run.value:,.4g} means {rate / 1e12:,.0f} model TFLOP/s per GPU "
+                             f"({per_token / 1e9:.1f} GFLOP per token of {job.model}), {rate / peak:.1f}x the "
+                             f"{peak / 1e12:,.0f} TFLOP/s peak of {gpu.description}: not a run these GPUs can make "
+                             "(check the log's GPU count and units)")  # fmt: skip
+    return run
 
 
 def read_serving(
