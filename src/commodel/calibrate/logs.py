@@ -5,12 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from commodel.calibrate.measured import MeasuredRun, fail
 from commodel.calibrate.megatron import looks_like_megatron, parse_megatron
 from commodel.calibrate.serving_logs import parse_serving
 from commodel.calibrate.torchtitan import looks_like_torchtitan, parse_torchtitan
 from commodel.errors import CommodelError
 from commodel.hardware import cluster
+from commodel.hardware.cluster import job_size
 from commodel.io import read_text
 from commodel.workloads.model.catalog import model as get_model
 from commodel.workloads.model.transformer import model_flops_per_token
@@ -43,7 +46,8 @@ def within_peak(run: MeasuredRun) -> MeasuredRun:
         c = cluster(job.system)
     except CommodelError:  # node groups: the check needs one kind of GPU
         return run
-    gpu, gpus = c.gpu, job.gpus or (job.nodes or 1) * c.gpus_per_node
+    given = (np.asarray(np.nan if v is None else v, dtype=float) for v in (job.gpus, job.nodes))
+    gpu, gpus = c.gpu, float(job_size(c, *given)[0])
     if run.metric == "tokens_per_s_per_gpu":
         rate = run.value * per_token
     else:  # step_time_s

@@ -229,9 +229,7 @@ def _price_group(columns: Columns, key: dict, rows: np.ndarray, out: Outputs) ->
             if unfit.any():  # no step for a design that does not fit: say by how much it misses
                 need = np.broadcast_to(priced["memory_per_gpu_bytes"], keep.shape)[unfit]
                 held = min(c.gpu.memory_capacity.value for c in clusters)  # the smallest, on node groups
-                said = messages[ok]
-                said[unfit] = unfit_problems(need, held)
-                messages[ok] = said
+                messages[np.flatnonzero(ok)[unfit]] = unfit_problems(need, held)
                 priced = untimed(priced, unfit, FIT_OUTPUTS)
             out.put(keep, priced)
     out.put(rows, {"problem": messages, "valid": messages == "", "gpus": gpus, "nodes": nodes, "dp": dp})
