@@ -295,7 +295,10 @@ BAD_SERVING = [
                        "Output token throughput (tok/s):         lots"), "is not a number"),
     (lambda t: _edited(t, VLLM, "Output token throughput (tok/s):         1947.66",
                        "Output token throughput (tok/s):         0.0"), "output_tokens_per_s is 0: not a positive number"),
-    (lambda t: _edited(t, TRT, "11489.2671", "-11489.2671"), "output_tokens_per_s is -11489.3: not a positive number"),
+    (lambda t: _edited(t, TRT, "11489.2671", "-11489.2671"), "-11489.2671' is not a non-negative number"),
+    (lambda t: _edited(t, TRT, "Average Input Length (tokens):  1024.0000", "Average Input Length (tokens):  inf"),
+     "'average input length (tokens): inf' is not a non-negative number"),
+    (lambda t: _edited(t, TRT, "TP Size:                8", "TP Size:                nan"), "'tp size: nan' is not"),
 ]  # fmt: skip
 
 
@@ -308,6 +311,16 @@ def test_bad_serving_outputs_are_one_line_errors_and_write_nothing(
     code, captured = run_cli(args, capsys, monkeypatch)
     assert code == 2 and message in captured.err and str(log) in captured.err, captured.err
     assert len(captured.err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_a_client_log_priced_at_a_tp_it_does_not_fit_names_the_server_settings(tmp_path, monkeypatch, capsys):
+    """A client's output cannot say the server's parallelism: without --tp the model prices gpt-oss-120b
+    on one H200, where its weights do not fit, and the error says which settings to give (it was a
+    traceback: the serving evaluator gives no throughput, not NaN, for a deployment that does not fit)."""
+    code, captured = run_cli(["calibrate", "serve", VLLM, "--system", "hgx-h200", "-o", tmp_path / "o.toml"],
+                             capsys, monkeypatch)  # fmt: skip
+    assert code == 2 and "GiB on each of hgx-h200's" in captured.err and "--tp" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1 and not (tmp_path / "o.toml").exists()
 
 
 def test_a_run_the_model_says_does_not_fit_is_refused(tmp_path, monkeypatch, capsys):

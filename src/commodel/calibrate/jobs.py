@@ -49,21 +49,27 @@ def model_value(run: MeasuredRun) -> float:
     says does not fit is an error (the run did fit: the model's memory is what is wrong)."""
     with about(run.path):
         result = train(run.job) if isinstance(run.job, TrainingJob) else serve(run.job)
-    if run.metric == "step_time_s":
-        value = result.get("step_time_s", float("nan"))
-    elif run.metric == "tokens_per_s_per_gpu":
-        value = result.get("tokens_per_s", float("nan")) / result["gpus"]
-    else:
-        value = result.get(run.metric, float("nan"))
+    training = isinstance(run.job, TrainingJob)
+    name = "tokens_per_s" if run.metric == "tokens_per_s_per_gpu" else run.metric
+    value = _number(result.get(name))
+    if run.metric == "tokens_per_s_per_gpu":
+        value = value / result["gpus"]
     if not np.isfinite(value):
-        memory = result.get("memory_per_gpu_bytes", float("nan")) / 2**30
+        memory = _number(result.get("memory_per_gpu_bytes")) / 2**30
+        settings = "the log's recomputation" if training else "the server's --tp, --ep and --dtype"
         raise fail(
             run.path,
             f"the run fit its GPUs but the model puts {memory:.1f} GiB on each of {run.job.system}'s: check "
-            "--system (a GPU with more memory?) and the log's recomputation; a run the model cannot price "
-            "calibrates nothing",
+            f"--system (a GPU with more memory?) and {settings}; a run the model cannot price calibrates "
+            "nothing",
         )
     return float(value)
+
+
+def _number(value: object) -> float:
+    """An output as a float: NaN where the model gives none (a job that does not fit has no step and no
+    throughput)."""
+    return float("nan") if value is None else float(value)
 
 
 def memory_note(run: MeasuredRun) -> str:

@@ -24,6 +24,7 @@ such a row): the serving job takes fixed lengths, and the log does not give thei
 from __future__ import annotations
 
 import ast
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -82,13 +83,18 @@ def detect(text: str) -> str | None:
 
 
 def _number(path: Path, found: dict[str, str], *names: str) -> float:
+    """The first of ``names``' values: a report's lengths, sizes, shares and rates, never negative
+    and never infinite, or one error naming the line."""
     for name in names:
         if name in found:
             text = found[name].rstrip("%").replace(",", "")
             try:
-                return float(text)
+                number = float(text)
             except ValueError:
                 raise fail(path, f"'{name}: {found[name]}' is not a number") from None
+            if not (math.isfinite(number) and number >= 0):
+                raise fail(path, f"'{name}: {found[name]}' is not a non-negative number")
+            return number
     raise fail(path, f"no '{names[0]}' line: a truncated or different report")
 
 
