@@ -146,6 +146,20 @@ def test_the_overlap_evaluator_prices_a_table_as_the_cli_does():
     assert serial.time_s == pytest.approx(serial.compute_s + serial.comm_s) and serial.gain_share == 0
 
 
+def test_in_network_is_measured_against_the_same_serial_run_as_every_strategy():
+    """NCCL picks a ring for a 256 MiB all-gather on 8 H100s, faster than the NVLS that in-network
+    forces: in-network's pair then takes longer than the serial run (the GEMM, then NCCL's choice), so
+    it is slower than serial and its gain is negative; it was measured against its own NVLS serial run
+    and shown as a gain. An all-reduce, where NCCL's choice is NVLS, has one serial run either way."""
+    serial, nvls = (_priced(strategy=s, size_bytes=2**28) for s in ("serial", "in-network"))
+    assert nvls["comm_s"] > serial["comm_s"] and nvls["serial_s"] == pytest.approx(serial["time_s"])
+    assert nvls["time_s"] > serial["time_s"] and nvls["gain_share"] < 0
+    serial, nvls = (_priced(strategy=s, op="allreduce", size_bytes=2**30) for s in ("serial", "in-network"))
+    assert nvls["comm_s"] == pytest.approx(serial["comm_s"]) and nvls["serial_s"] == pytest.approx(
+        serial["serial_s"]
+    )
+
+
 def test_commodel_overlap_prints_every_strategy_and_json(capsys, monkeypatch):
     code, out = run_cli(["overlap", "--system", "dgx-a100", "--m", "4096"], capsys, monkeypatch)
     assert code == 0

@@ -28,7 +28,7 @@ def overlap_text(job: dict, records: dict[str, dict | str]) -> str:
             f"{strategy:18} {gemm:>16} {comm:>16} {r['time_s'] * 1e3:9.3f} {versus:>9} {100 * r['gain_share']:5.0f}%"
         )
     lines.append(
-        "GEMM and collective: time alone x slowdown together; gain: share of the ideal gain "
-        "(serial - max(GEMM, collective)) reached"
+        "GEMM and collective: time alone x slowdown together; serial: the GEMM, then the collective as NCCL "
+        "chooses it; gain: share of the ideal gain (serial - max(GEMM, that collective)) reached"
     )
     return "\n".join(lines)
