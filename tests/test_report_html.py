@@ -50,6 +50,11 @@ def test_the_default_studys_report_shows_each_front_designs_band_and_the_sensiti
     # the price per GPU-hour follows the system: the system drives the cost more than the PUE does
     cost = sensitivity[sensitivity.output == "cost_usd"].set_index("variable").ST
     assert cost["system"] > cost["pue"]
+    # what the estimate cannot say at the study's 64 base samples is in both reports, not left out
+    assert (
+        "the widest 95% interval is" in text
+        and "the widest 95% interval is" in (report / "report.md").read_text()
+    )
 
 
 @pytest.mark.skipif(

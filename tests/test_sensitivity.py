@@ -52,6 +52,25 @@ def test_morris_ranks_an_unused_input_last_and_bad_requests_are_errors():
         indices(ishigami, [], "sobol")
 
 
+def test_a_choice_no_base_sample_varies_has_no_indices_not_zero_and_says_so():
+    """Six two-valued choices, the output set by the sixth: at 16 base samples SALib's Sobol points
+    draw the sixth in the same half for A and B every time, so it is never varied and its indices are
+    NaN with a note (they read 0: "the choice does not matter"); at 64 it is varied and explains the
+    output."""
+    from commodel.explore.sensitivity import estimator_notes
+
+    def output(x: np.ndarray) -> dict[str, np.ndarray]:
+        return {"y": 10.0 * (x[:, 5] >= 0.5) + 0.1 * x[:, 0]}
+
+    names, halves = [f"c{i}" for i in range(6)], lambda x: np.floor(np.clip(x, 0, 1 - 1e-12) * 2)
+    few = indices(output, names, "sobol", samples=16, seed=0, levels=halves).set_index("variable")
+    assert np.isnan(few.S1["c5"]) and np.isnan(few.ST["c5"]) and np.isfinite(few.ST["c0"])
+    notes = estimator_notes(few.reset_index(), 16)
+    assert any(n.startswith("c5: no base sample's two draws give it different values") for n in notes)
+    enough = indices(output, names, "sobol", samples=64, seed=0, levels=halves).set_index("variable")
+    assert enough.ST["c5"] > 0.9 and enough.ST.idxmax() == "c5"
+
+
 def test_a_studys_dominant_variable_ranks_first_and_a_study_without_variables_is_refused(
     tmp_path, capsys, monkeypatch
 ):

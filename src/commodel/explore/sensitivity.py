@@ -23,8 +23,8 @@ import pandas as pd
 
 from commodel.errors import CommodelError, unknown
 from commodel.explore.executors import execute
-from commodel.explore.space import complete, decode
-from commodel.explore.spec import Choice, SweepSpec
+from commodel.explore.space import complete, decode, grid_index
+from commodel.explore.spec import Choice, RealRange, SweepSpec
 from commodel.hardware.uncertain import Uncertain, factors_of, on_draws
 from commodel.pricing.evaluator import evaluator, objective_values
 from commodel.validate.bands import hardware_uncertainty
@@ -38,10 +38,18 @@ def indices(
     method: str = "sobol",
     samples: int = 256,
     seed: int = 0,
+    levels: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> pd.DataFrame:
     """Sensitivity of each output of ``function`` (unit-cube points, one column per name -> outputs) to
     each name: one row per (output, name) with ``S1``, ``ST`` and their 95% confidence half-widths
-    (Sobol), or ``mu_star`` and ``sigma`` (Morris); ``invalid_share`` of points replaced by the mean."""
+    (Sobol), or ``mu_star`` and ``sigma`` (Morris); ``invalid_share`` of points replaced by the mean.
+
+    ``levels`` maps unit-cube points to the values the function actually sees (a choice's index): a
+    Sobol estimate compares each base point ``A`` with ``A`` whose column ``j`` comes from a second
+    point ``B``, so where no base sample's two draws of ``j`` give different values (a few samples of
+    a two-valued choice can land in the same half every time: SALib's 16 base samples of six
+    variables do for the sixth), ``j`` was never varied and its indices are not measured: NaN, and
+    :func:`estimator_notes` says so, where they would read as zero."""
     # slow: SALib (0.8 s with scipy.stats), for sensitivity runs only
     from SALib.analyze import morris as morris_analyze
     from SALib.analyze import sobol as sobol_analyze
@@ -57,6 +65,11 @@ def indices(
         x = sobol_sample.sample(problem, samples, calc_second_order=False, seed=seed)
     else:
         x = morris_sample.sample(problem, samples, num_levels=4, seed=seed)
+    varied = (
+        _varied(levels(x), len(names))
+        if levels is not None and method == "sobol"
+        else np.ones(len(names), bool)
+    )
     rows = []
     for output, y in function(x).items():
         y = np.asarray(y, dtype=float)
@@ -72,9 +85,17 @@ def indices(
             s = morris_analyze.analyze(problem, x, y, num_levels=4, seed=seed)
             stats = {"mu_star": s["mu_star"], "mu_star_conf": s["mu_star_conf"], "sigma": s["sigma"]}
         for i, name in enumerate(names):
-            rows.append({"output": output, "variable": name, **{k: float(v[i]) for k, v in stats.items()},
-                         "invalid_share": float(bad.mean())})  # fmt: skip
+            values = {k: float(v[i]) if varied[i] else float("nan") for k, v in stats.items()}
+            rows.append({"output": output, "variable": name, **values, "invalid_share": float(bad.mean())})
     return pd.DataFrame(rows)
+
+
+def _varied(levels: np.ndarray, d: int) -> np.ndarray:
+    """Per variable, whether some Sobol base sample's ``A`` and ``A`` with that column from ``B`` (SALib's
+    rows: ``A``, ``AB_1`` .. ``AB_d``, ``B``, for each base sample) give it different values."""
+    blocks = np.asarray(levels).reshape(-1, d + 2, levels.shape[1])
+    a, swapped = blocks[:, 0, :d], blocks[:, 1 : d + 1, :d]
+    return (swapped[:, np.arange(d), np.arange(d)] != a).any(axis=0)
 
 
 #: The 95% confidence half-width of a Sobol index taken as resolved (the note's target).
@@ -88,14 +109,19 @@ def estimator_notes(table: pd.DataFrame, samples: int) -> list[str]:
     over the square root of the samples)."""
     if "S1" not in table:
         return []
-    notes = []
+    notes = [
+        f"{name}: no base sample's two draws give it different values at {samples} base samples, so its "
+        "indices are not measured (NaN, not zero); give more samples"
+        for name in dict.fromkeys(table.variable[table.S1.isna() & table.ST.isna()])
+    ]
     odd = table[(table.S1 > table.ST) | (table.S1 < 0)]
     for r in odd.itertuples():
         notes.append(
             f"{r.output} / {r.variable}: S1 = {r.S1:.3f} ± {r.S1_conf:.3f} against ST = {r.ST:.3f} ± {r.ST_conf:.3f} "
             "is estimator noise at this sample size (S1 cannot exceed ST nor fall below 0)"
         )
-    widest = float(np.nanmax(table[["S1_conf", "ST_conf"]].to_numpy())) if len(table) else 0.0
+    confs = table[["S1_conf", "ST_conf"]].to_numpy()
+    widest = float(np.nanmax(confs)) if np.isfinite(confs).any() else 0.0
     if widest > RESOLVED_CONF:
         needed = int(2 ** np.ceil(np.log2(samples * (widest / RESOLVED_CONF) ** 2)))
         notes.append(
@@ -168,7 +194,19 @@ def study_sensitivity(
             "sensitive to"
         )
     names = [*spec.variables, *(p.label for p in uncertain)]
-    return indices(study_function(spec, executor, scheduler, uncertain), names, method, samples, seed)
+    function = study_function(spec, executor, scheduler, uncertain)
+    return indices(function, names, method, samples, seed, lambda x: unit_levels(spec, x))
+
+
+def unit_levels(spec: SweepSpec, x: np.ndarray) -> np.ndarray:
+    """Unit-cube points as what the study's variables take (:func:`~commodel.explore.space.decode`: a
+    choice's or an integer's index among its grid values; a real's own coordinate), uncertain numbers'
+    columns as they are."""
+    levels = np.array(x, dtype=float)
+    for j, var in enumerate(spec.variables.values()):
+        if not isinstance(var, RealRange):
+            levels[:, j] = grid_index(var, x[:, j])
+    return levels
 
 
 def _study_parameters(spec: SweepSpec) -> list[Uncertain]:

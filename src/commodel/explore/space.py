@@ -82,9 +82,15 @@ def decode(spec: SweepSpec, unit: np.ndarray, first_point: int = 0) -> pd.DataFr
             lo, hi = var.real
             frame[name] = np.exp(np.log(lo) + u * np.log(hi / lo)) if var.log else lo + u * (hi - lo)
         else:
-            values = grid_values(var)
-            frame[name] = _as_array(var)[(u * len(values)).astype(int)]
+            frame[name] = _as_array(var)[grid_index(var, u)]
     return frame
+
+
+def grid_index(var: Variable, unit: np.ndarray) -> np.ndarray:
+    """Which of a choice's or an integer range's grid values each unit coordinate picks: the
+    ``floor(u x count)``-th (:func:`decode`)."""
+    u = np.clip(np.asarray(unit, dtype=float), 0.0, 1.0 - 1e-12)
+    return (u * len(grid_values(var))).astype(int)
 
 
 def sample(spec: SweepSpec) -> pd.DataFrame:

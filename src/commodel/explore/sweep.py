@@ -32,7 +32,7 @@ from commodel.explore.executors import execute
 from commodel.explore.optimize import optimize
 from commodel.explore.pareto import bounds, hypervolume, objective_matrix, pareto_front
 from commodel.explore.robust import robust_objectives
-from commodel.explore.sensitivity import study_sensitivity
+from commodel.explore.sensitivity import estimator_notes, study_sensitivity
 from commodel.explore.space import design_points
 from commodel.explore.spec import SweepSpec
 from commodel.io import atomic_path, output_folder, write_text, writer_lock
@@ -216,8 +216,9 @@ def _run(
     return summary
 
 
-def _sensitivity(spec: SweepSpec, out: Path, executor: str, scheduler: str | None) -> list[dict] | None:
-    """With a ``[sensitivity]`` section: its indices in ``sensitivity.csv``, and their main columns."""
+def _sensitivity(spec: SweepSpec, out: Path, executor: str, scheduler: str | None) -> dict | None:
+    """With a ``[sensitivity]`` section: its indices in ``sensitivity.csv``, their main columns and
+    what the estimate cannot say at its sample size (:func:`estimator_notes`)."""
     if spec.sensitivity is None:
         return None
 
@@ -226,7 +227,8 @@ def _sensitivity(spec: SweepSpec, out: Path, executor: str, scheduler: str | Non
     with atomic_path(out / "sensitivity.csv") as tmp:
         table.to_csv(tmp, index=False)
     shown = [c for c in ("output", "variable", "S1", "ST", "mu_star", "sigma") if c in table]
-    return json.loads(table[shown].to_json(orient="records"))
+    notes = estimator_notes(table, section.samples) if section.method == "sobol" else []
+    return {"sensitivity": json.loads(table[shown].to_json(orient="records")), "sensitivity_notes": notes}
 
 
 def _resumable(chunks: Path, spec: SweepSpec, n: int) -> set[int]:
@@ -305,7 +307,7 @@ def _write_outputs(
     write_csv: bool,
     started: float,
     reporter: Reporter | None,
-    sensitivity: list[dict] | None = None,
+    sensitivity: dict | None = None,
 ) -> dict:
     keep_every = max(design_points(spec) // PLOT_SAMPLE, 1)
     with atomic_path(out / "results.parquet") as tmp:
@@ -361,8 +363,7 @@ def _write_outputs(
         "best": best,
         "elapsed_s": time.perf_counter() - started,
     }
-    if sensitivity is not None:
-        summary["sensitivity"] = sensitivity
+    summary |= sensitivity or {}
     write_text(out / "summary.json", json.dumps(summary, indent=2, default=str))
     if reporter is not None:
         reporter(out, summary, front, cloud)

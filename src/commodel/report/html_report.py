@@ -124,9 +124,11 @@ def report_html(
         uncertainty = (f"<h2>Uncertainty</h2>\n<p>{html.escape(uncertainty_text(summary))}</p>\n"
                        f"{front_table(bands, list(bands.columns), 'bands')}")  # fmt: skip
     sensitivity_png = Path(plot).with_name("sensitivity.png")
+    notes = "".join(f"<li>{html.escape(note)}</li>" for note in summary.get("sensitivity_notes", []))
     sensitivity = (
         f"<h2>Sensitivity to the design choices</h2>\n<p>{html.escape(sensitivity_text(summary))}</p>\n"
         f'<img alt="sensitivity" src="data:image/png;base64,{_inline(sensitivity_png)}">'
+        + (f"\n<ul>{notes}</ul>" if notes else "")
     )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(name)}</title>

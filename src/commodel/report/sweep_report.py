@@ -172,7 +172,8 @@ def report_markdown(summary: dict, front: pd.DataFrame, rows: int = 25) -> str:
             ]
     if "sensitivity" in summary:
         lines += ["", "## Sensitivity to the design choices", "", sensitivity_text(summary), "",
-                  "![sensitivity](sensitivity.png)", "", markdown_table(pd.DataFrame(summary["sensitivity"]), "{:.3f}")]  # fmt: skip
+                  "![sensitivity](sensitivity.png)", "", markdown_table(pd.DataFrame(summary["sensitivity"]), "{:.3f}"),
+                  *(["", *(f"- {note}" for note in notes)] if (notes := summary.get("sensitivity_notes")) else [])]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
