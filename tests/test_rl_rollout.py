@@ -18,6 +18,31 @@ def test_a_rollout_on_one_pool_by_hand():
     assert two.t_last == pytest.approx(2 * 1000 * tpot(2), rel=0.02)
 
 
+def test_an_episodes_turns_by_hand():
+    """300 tokens in turns of 100 at 10 ms a token: 3 s of decoding, a prefill iteration before each of
+    the two later turns, and the environment's step between turns; a request waiting on its environment
+    holds its slot (one slot: the second episode starts when the first ends) and leaves the batch (the
+    other request decodes faster meanwhile)."""
+    from commodel.ops.rl_rollout import Turns
+
+    flat = lambda b: np.full(np.shape(b), 0.01)  # noqa: E731
+    for env in (0.0, 0.5, 5.0):
+        two = simulate_rollout(np.full(2, 300.0), [Pool("rl", 2, 1, flat)], turns=Turns(100.0, 10, env))
+        assert two.t_last == pytest.approx(3.0 + 2 * 0.01 + 2 * env)
+    one_slot = simulate_rollout(np.full(2, 300.0), [Pool("rl", 1, 1, flat)], turns=Turns(100.0, 10, 0.5))
+    assert 2 * 4.02 <= one_slot.t_last <= 2 * 4.02 + 128 * 0.01  # admitted at the step's end after the first
+    capped = simulate_rollout(np.full(2, 300.0), [Pool("rl", 2, 1, flat)], turns=Turns(100.0, 2, 0.5))
+    assert capped.t_last == pytest.approx(2.0 + 0.01 + 0.5)  # two turns: the rest is never generated
+    batches = []  # the batch each step's iteration time is read at
+
+    def iteration(b: np.ndarray) -> np.ndarray:
+        batches.append(float(b[0]))
+        return 0.01 + 0.01 * np.asarray(b)
+
+    simulate_rollout(np.full(2, 300.0), [Pool("rl", 2, 1, iteration)], turns=Turns(100.0, 10, 5.0))
+    assert 2.0 in batches and 0.0 in batches  # both decoding, then both on their environment
+
+
 def test_response_lengths_are_seeded_long_tailed_and_capped():
     a, b = (response_lengths(4096, 1024, 1.2, 16384, seed=7) for _ in range(2))
     assert np.array_equal(a, b) and a.max() == 16384 and np.median(a) == pytest.approx(1024, rel=0.1)
@@ -66,11 +91,12 @@ def test_an_asynchronous_run_takes_the_slower_of_its_generation_and_its_training
     the slower of the two, each on its own GPUs, and it lends nothing."""
     from types import SimpleNamespace
 
-    from commodel.pricing.rollout import async_setups
+    from commodel.pricing.rollout import RolloutJob, async_setups
     from commodel.studies.base import study_spec
 
     day = _day()
-    row = SimpleNamespace(**(dict(study_spec("rl-rollout").fixed) | {"load_high": 0.32, "policy": "async"}))
+    fixed = RolloutJob.inputs() | dict(study_spec("rl-rollout").fixed)
+    row = SimpleNamespace(**(fixed | {"load_high": 0.32, "policy": "async"}))
     setups = async_setups(row)
     assert setups and all(s.rl_replicas < row.rl_gpus for s in setups)
     assert day.step_s["async"] == pytest.approx(max(day.rollout_s["async"], day.train_s["async"]))
@@ -150,6 +176,8 @@ def test_lending_costs_are_the_allocation_overhead():
         ({"minute_peak": 0.5}, "--minute-peak"),
         ({"algorithm": "dapoo"}, "did you mean 'dapo'"),
         ({"keep_share": 0.0}, "--keep-share"),
+        ({"max_turns": 10}, "an episode of several turns needs turn_tokens"),
+        ({"env_step_s": -1.0}, "--env-step-s"),
     ],
 )
 def test_bad_rollout_inputs_are_errors(change, message):
@@ -172,3 +200,20 @@ def test_a_policy_that_does_not_fit_its_tp_is_an_invalid_row_not_a_crash():
     )
     assert list(table.valid) == [False, True]
     assert "no room for one rollout" in table.problem[0] and table.samples_per_hour[1] > 0
+
+
+def test_an_episodes_turns_and_environment_lengthen_the_rollout_not_the_update():
+    """FrozenLake's 10 actions of 128 tokens: the environment's steps hold the slots out of the batch, so
+    the rollout grows with them while the update, which trains the same tokens, does not; longer turns
+    lengthen both."""
+    day = {env: _day(turn_tokens=128, max_turns=10, observation=64, env_step_s=env) for env in (0.0, 5.0)}
+    arms = ["fixed", "elastic", "rose"]  # the asynchronous run picks its split by the rollout it meets
+    assert (day[5.0].rollout_s > day[0.0].rollout_s).all()
+    assert (day[5.0].train_s[arms] == day[0.0].train_s[arms]).all()
+    longer = _day(turn_tokens=512, max_turns=10, observation=64)
+    assert (longer.rollout_s > day[0.0].rollout_s).all() and (longer.train_s > day[0.0].train_s).all()
+
+
+def test_the_study_prices_frozenlakes_episodes_at_their_published_caps(study):
+    note = next(n for n in study.notes if n.startswith("multi-turn episodes"))
+    assert "at most 10 actions of at most 128 new tokens" in note and "496 s would need" in note

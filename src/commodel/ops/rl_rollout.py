@@ -10,7 +10,10 @@ a shape ``sigma``, cut at a maximum (:func:`response_lengths`, seeded).
 each slot advancing one token per iteration of its pool, the iteration time a function of the pool's
 requests in flight per replica (the serving model's time per output token at that batch); slots are
 what the KV cache holds at the mean response (paged, allocated as tokens come). A request keeps its
-slot until it ends.
+slot until it ends. An agent's episode (:class:`Turns`: FrozenLake's actions, ALFWorld's environment
+steps) generates its tokens in turns, the environment stepping between them while the trajectory holds
+its slot out of the batch: the episode's time is its turns' decoding, their prefills and the
+environment's steps, in sequence, however few tokens each turn generates.
 
 **Serving cluster**: online traffic at a share ``u(t)`` of its capacity under a time-per-token SLO
 (:func:`load_share`, a daily sinusoid between a low and a high share); each replica serves at most
@@ -142,12 +145,44 @@ def _steal(pools: list[Pool], where: np.ndarray, counts: np.ndarray, generated: 
     counts[0] += moved.size
 
 
-def simulate_rollout(lengths: np.ndarray, pools: list[Pool], steal: bool = False) -> Rollout:
+@dataclass(frozen=True)
+class Turns:
+    """Multi-turn episodes (an agent's trajectory: FrozenLake's actions, ALFWorld's environment steps):
+    a trajectory's tokens are generated in turns of at most ``tokens`` each, at most ``most`` turns
+    (its tokens beyond them are never generated); between two turns the environment steps for
+    ``env_s`` seconds while the trajectory keeps its slot and its KV cache but is not in the batch,
+    and each turn after the first prefills the environment's answer, which rides one iteration."""
+
+    tokens: float = np.inf
+    most: int = 1
+    env_s: float = 0.0
+
+    def generated(self, lengths: np.ndarray) -> np.ndarray:
+        """The tokens each trajectory generates: its length, at most ``most`` turns of ``tokens``."""
+        return np.minimum(np.asarray(lengths, dtype=float), self.tokens * self.most)
+
+    def count(self, lengths: np.ndarray) -> np.ndarray:
+        """Turns each trajectory takes."""
+        return np.maximum(np.ceil(self.generated(lengths) / self.tokens), 1.0)
+
+
+SINGLE_TURN = Turns()
+
+
+def simulate_rollout(
+    lengths: np.ndarray, pools: list[Pool], steal: bool = False, turns: Turns = SINGLE_TURN
+) -> Rollout:
     """Generate ``lengths`` tokens per request on ``pools`` (module docstring), in steps of
-    :data:`QUANTUM_TOKENS`; ``steal``: the RL cluster takes back the tail (:func:`_steal`)."""
-    lengths = np.asarray(lengths, dtype=float)
+    :data:`QUANTUM_TOKENS`, in ``turns`` (:class:`Turns`: a request waiting on its environment holds
+    its slot, out of the batch, and resumes within the step its wait ends in); ``steal``: the RL
+    cluster takes back the tail (:func:`_steal`)."""
+    lengths = turns.generated(lengths)
     n = len(lengths)
-    remaining, finish = lengths.copy(), np.full(n, np.nan)
+    remaining = np.minimum(lengths, turns.tokens)  # tokens left in the current turn
+    left, finish = lengths - remaining, np.full(n, np.nan)  # tokens of the turns after it
+    # Seconds the environment still takes before the request decodes again; below zero, decoding time
+    # the request is owed from the step its turn ended in (its environment stepped before that step's end).
+    wait = np.zeros(n)
     where = np.full(n, -1)  # pool of each request in flight; -1 queued or done
     counts = np.zeros(len(pools), dtype=int)
     queue, t = list(range(n)), 0.0
@@ -155,22 +190,34 @@ def simulate_rollout(lengths: np.ndarray, pools: list[Pool], steal: bool = False
     while np.isnan(finish).any():
         _admit(queue, pools, where, counts, t)
         if steal and not queue:
-            _steal(pools, where, counts, lengths - remaining)
+            _steal(pools, where, counts, lengths - left - remaining)
         timeline.append((t, {pool.name: int(c) for pool, c in zip(pools, counts, strict=True)}))
-        batch = counts / np.array([p.replicas for p in pools]) + [p.base for p in pools]
+        active = np.flatnonzero(where >= 0)
+        decoding = np.bincount(where[active[wait[active] <= 0]], minlength=len(pools))
+        batch = decoding / np.array([p.replicas for p in pools]) + [p.base for p in pools]
         rates = np.array(
             [1 / float(p.iteration(np.array([b]))[0]) for p, b in zip(pools, batch, strict=True)]
         )
-        active = np.flatnonzero(where >= 0)
         dt = QUANTUM_TOKENS / rates[counts > 0].max()
         if queue:
             dt = min([dt] + [p.start - t for p in pools if p.start > t])
         rate = rates[where[active]]
-        ending = remaining[active] <= rate * dt
-        finish[active[ending]] = t + remaining[active[ending]] / rate[ending]
-        remaining[active] -= rate * dt
-        counts -= np.bincount(where[active[ending]], minlength=len(pools))
-        where[active[ending]] = -1
+        busy = np.maximum(dt - wait[active], 0.0)  # the step's time each one decodes
+        wait[active] = np.maximum(wait[active] - dt, 0.0)
+        ending = remaining[active] <= rate * busy
+        ends = active[ending]
+        at = t + dt - busy[ending] + remaining[ends] / rate[ending]
+        more = left[ends] > 0
+        finish[ends[~more]] = at[~more]
+        nxt = ends[more]  # the next turn: the environment steps from the turn's end, then its prefill
+        wait[nxt] = turns.env_s - (t + dt - at[more])
+        turn = np.minimum(left[nxt], turns.tokens)
+        left[nxt], remaining[nxt] = left[nxt] - turn, turn + 1.0
+        going = active[~ending]
+        remaining[going] -= rate[~ending] * busy[~ending]
+        done = ends[~more]
+        counts -= np.bincount(where[done], minlength=len(pools))
+        where[done] = -1
         t += dt
     timeline.append((t, {pool.name: 0 for pool in pools}))
     return Rollout(finish, where, float(np.max(finish)), timeline)
@@ -259,13 +306,15 @@ def peak_tpot(
     return float(setup.serve_iteration(np.array([online + rollouts]))[0])
 
 
-def rollout_phase(policy: str, setup: Setup, lengths: np.ndarray, load: float) -> Rollout:
+def rollout_phase(
+    policy: str, setup: Setup, lengths: np.ndarray, load: float, turns: Turns = SINGLE_TURN
+) -> Rollout:
     """One round of generation under ``policy`` at online load share ``load`` (an asynchronous run
-    generates on its own GPUs, as the fixed policy does)."""
+    generates on its own GPUs, as the fixed policy does), in ``turns``."""
     if policy not in POLICIES:
         raise unknown("RL rollout policy", policy, POLICIES)
     pools = pools_for("fixed" if policy == "async" else policy, setup, load)
-    return simulate_rollout(lengths, pools, steal=policy == "rose")
+    return simulate_rollout(lengths, pools, steal=policy == "rose", turns=turns)
 
 
 def step_seconds(policy: str, rollout_s: float, train_s: float) -> float:
@@ -274,9 +323,11 @@ def step_seconds(policy: str, rollout_s: float, train_s: float) -> float:
     return max(rollout_s, train_s) if policy == "async" else rollout_s + train_s
 
 
-def rl_hour(policy: str, setup: Setup, lengths: np.ndarray, load: float) -> tuple[float, Rollout]:
+def rl_hour(
+    policy: str, setup: Setup, lengths: np.ndarray, load: float, turns: Turns = SINGLE_TURN
+) -> tuple[float, Rollout]:
     """One RL step (one round of generation) at online load share ``load``: its seconds and its rollout."""
-    rollout = rollout_phase(policy, setup, lengths, load)
+    rollout = rollout_phase(policy, setup, lengths, load, turns)
     return step_seconds(policy, rollout.t_last, setup.train_s), rollout
 
 

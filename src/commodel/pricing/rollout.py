@@ -25,10 +25,12 @@ from commodel.ops.rl_rollout import (
     ALGORITHMS,
     ASYNC_SPLITS,
     POLICIES,
+    SINGLE_TURN,
     SPARSE_BYTES,
     SPARSE_SHARE,
     TRAIN_PASSES,
     Setup,
+    Turns,
     dapo_rounds,
     lending_s,
     load_share,
@@ -52,7 +54,7 @@ class RolloutJob(Job):
     """An RL post-training job beside a serving cluster, its rollouts run by one policy."""
 
     noun = "rollout"
-    together = ("load_low", "load_high")
+    together = ("load_low", "load_high", "max_turns", "turn_tokens")
     model: Annotated[str, MODEL] = Field("llama3-8b", description="The policy model.")
     system: Annotated[str, SYSTEM] = Field("dgx-h100", description="System (node) name of both clusters.")
     policy: Annotated[str, Choices("RL rollout policy", POLICIES)] = Field(
@@ -77,6 +79,24 @@ class RolloutJob(Job):
     median_response: float = Field(1024, gt=0, description="Median response tokens.")
     tail_sigma: float = Field(1.0, gt=0, description="Lognormal spread of response lengths.")
     longest: int = Field(16384, ge=1, description="Longest response, tokens.")
+    turn_tokens: int = Field(
+        0,
+        ge=0,
+        description="Most tokens one turn of an agent's episode generates (FrozenLake as ROLL runs it: 128); "
+        "0: one turn, the whole response.",
+    )
+    max_turns: int = Field(
+        1,
+        ge=1,
+        le=1000,
+        description="Most turns an episode takes (FrozenLake: 10 actions; ALFWorld: 50 steps).",
+    )
+    observation: int = Field(
+        0, ge=0, description="Tokens the environment answers each turn with (prefilled before the next turn)."
+    )
+    env_step_s: float = Field(
+        0.0, ge=0, description="Seconds the environment takes per step, between two turns of an episode."
+    )
     online_prompt: int = Field(1024, ge=1, description="Prompt tokens of an online request.")
     online_output: int = Field(256, ge=1, description="Output tokens of an online request.")
     slo_tpot: float = Field(0.05, gt=0, description="Serving's time-per-output-token SLO, seconds.")
@@ -110,6 +130,10 @@ class RolloutJob(Job):
     def _loads(self) -> RolloutJob:
         if self.load_low > self.load_high:
             raise ValueError("rollout load shares need load_low <= load_high (shares of the SLO capacity)")
+        if self.max_turns > 1 and not self.turn_tokens:
+            raise ValueError(
+                "an episode of several turns needs turn_tokens, the most tokens one turn generates"
+            )
         return self
 
 
@@ -133,9 +157,12 @@ def rl_setup(
     model: str, system: str, rl_gpus: int, serve_gpus: int, tp: int, samples: int, prompt: int,
     median: int, sigma: float, longest: int, online_prompt: int, online_output: int, slo_tpot: float, link_GBps: float,
     concurrency: int = 0, activation_s: float = 5.0, cold_start_s: float = 60.0, train_gpus: int = 0,
+    turns: Turns = SINGLE_TURN, observation: int = 0,
 ) -> Setup:  # fmt: skip
     """The priced pieces of an RL job beside a serving cluster (module docstring); the update trains
-    on ``train_gpus`` (default: the ``rl_gpus`` that generate)."""
+    on ``train_gpus`` (default: the ``rl_gpus`` that generate). An episode of several ``turns`` holds
+    its generated tokens and, after each turn but the last, the environment's ``observation``: its KV
+    cache and its training sequence."""
     net, c = get_model(model), cluster(system)
 
     def engine(replicas: int = 1) -> Engine:
@@ -143,7 +170,10 @@ def rl_setup(
         return Engine(net, c, serving_precision("bf16", c.gpu), "bf16", tp * ones, ones, ones,
                       2048 * ones, 8192 * ones, 0.9 * ones)  # fmt: skip
 
-    mean_len = min(float(np.exp(sigma**2 / 2) * median), longest)  # the lognormal's mean
+    generated = float(
+        turns.generated(min(float(np.exp(sigma**2 / 2) * median), longest))
+    )  # the lognormal's mean
+    mean_len = generated + (float(turns.count(generated)) - 1) * observation
     rollout = capacity(engine(), prompt, int(mean_len))
     rl_slots = int(rollout["max_batch"][0])
     if rl_slots < 1:
@@ -192,8 +222,14 @@ def setup_of(row: object, rl_gpus: int, train_gpus: int = 0) -> Setup:
         row.model, row.system, rl_gpus, int(row.serve_gpus), int(row.tp), int(row.samples),
         int(row.prompt), int(row.median_response), float(row.tail_sigma), int(row.longest), int(row.online_prompt),
         int(row.online_output), float(row.slo_tpot), float(row.link_GBps), int(row.concurrency),
-        float(row.activation_s), float(row.cold_start_s), train_gpus,
+        float(row.activation_s), float(row.cold_start_s), train_gpus, turns_of(row), int(row.observation),
     )  # fmt: skip
+
+
+def turns_of(row: object) -> Turns:
+    """A row's episodes: one turn, the whole response, unless ``turn_tokens`` caps a turn."""
+    cap = int(row.turn_tokens) or float("inf")
+    return Turns(float(cap), int(row.max_turns), float(row.env_step_s))
 
 
 def async_setups(row: object) -> list[Setup]:
@@ -240,7 +276,7 @@ def day_of(row: object, setup: Setup) -> dict[str, float]:
             lengths = response_lengths(
                 int(row.samples), row.median_response, row.tail_sigma, row.longest, seed
             )
-            generated.append(rollout_phase(row.policy, setup, lengths, float(load)))
+            generated.append(rollout_phase(row.policy, setup, lengths, float(load), turns_of(row)))
         rollout = generated[0]
         steps.append(step_seconds(row.policy, sum(g.t_last for g in generated), setup.train_s))
         rollouts.append(sum(g.t_last for g in generated))

@@ -17,7 +17,7 @@ import pandas as pd
 
 from commodel.explore.spec import SweepSpec
 from commodel.ops.rl_rollout import Rollout, load_share, response_lengths, rl_hour
-from commodel.pricing.rollout import setup_of
+from commodel.pricing.rollout import RolloutJob, setup_of, turns_of
 from commodel.studies.base import Claim, StudyResult, side_by_side, study_spec, study_table
 
 #: Policies as the paper's baselines are named.
@@ -85,10 +85,12 @@ def phase_claims(at: pd.Series, model: str, share: float, rollout_s: float) -> l
     """The step checked against the paper's own intermediates for ``model``: the rollout's share of the
     resource-fixed baseline's step, and ROSE's rollout time mid-training."""
     why = (
-        "the rollout's length is the tokens its trajectories generate: the study assumes single-turn "
-        "responses (lognormal, median 2,048 tokens), where the runs are multi-turn episodes (FrozenLake: at "
-        "most 10 actions; ALFWorld: up to 50 environment steps) whose tokens per turn, thinking included, "
-        "and per-turn environment time the paper does not give"
+        "the rollout's length is the tokens its trajectories generate and the turns they take: the claims "
+        "run single-turn responses (lognormal, median 2,048 tokens), where the runs are multi-turn episodes "
+        "(FrozenLake: at most 10 actions; ALFWorld: up to 50 environment steps) whose tokens per turn, "
+        "thinking included, and environment time the paper does not give; priced as FrozenLake's episodes at "
+        "ROLL's published caps the 8B rollout is shorter still, at about 1,000 tokens a turn it nears the "
+        "paper's (the notes)"
     )
     return [
         Claim(f"rollout share of the step, {BASELINES['fixed']}, {model}", share,
@@ -101,13 +103,54 @@ def phase_claims(at: pd.Series, model: str, share: float, rollout_s: float) -> l
 
 def timeline(spec_fixed: dict, load_high: float, policy: str, hour: float = 4.0) -> Rollout:
     """One RL step's rollout under ``policy`` at ``hour`` (the day's quietest), for plotting."""
-    f = spec_fixed
-    setup = setup_of(SimpleNamespace(**f), int(f["rl_gpus"]))
+    f = RolloutJob.inputs() | spec_fixed
+    row = SimpleNamespace(**f)
     lengths = response_lengths(
         f["samples"], f["median_response"], f["tail_sigma"], f["longest"], f["seed"] * 1000
     )
     load = float(load_share(hour, f["load_low"], load_high))
-    return rl_hour(policy, setup, lengths, load)[1]
+    return rl_hour(policy, setup_of(row, int(f["rl_gpus"])), lengths, load, turns_of(row))[1]
+
+
+def episodes(spec: SweepSpec, **change: float) -> pd.DataFrame:
+    """The fixed baseline and ROSE on the 8B setup at the paper's load, on FrozenLake's multi-turn
+    episodes (``parameters.frozenlake``) with every trajectory at its cap (``change`` on top): their
+    rollout and step seconds."""
+    from commodel.pricing.evaluator import evaluator  # the evaluator's registry, as study_table uses it
+
+    p = spec.parameters
+    episode = dict(p["frozenlake"]) | change
+    cap = episode["turn_tokens"] * episode["max_turns"]
+    at_cap = {"median_response": 100.0 * cap, "tail_sigma": 0.1, "longest": cap}
+    rows = [dict(spec.fixed) | {"load_high": p["paper_load_high"], "policy": policy} | episode | at_cap
+            for policy in ("fixed", "rose")]  # fmt: skip
+    return evaluator("rollout")(pd.DataFrame(rows)).set_index("policy")
+
+
+def episode_note(spec: SweepSpec) -> str:
+    """What FrozenLake's multi-turn episodes give the 8B step at ROLL's published caps, and at the turn
+    length Qwen3's thinking would take."""
+    p = spec.parameters
+    runs = {
+        "none": episodes(spec),
+        "env": episodes(spec, env_step_s=p["env_step_s"]),
+        "thinking": episodes(spec, turn_tokens=p["thinking_turn"]),
+    }
+
+    def said(d: pd.DataFrame) -> str:
+        share = 100 * d.rollout_s["fixed"] / d.step_s["fixed"]
+        return f"ROSE's rollout {d.rollout_s['rose']:.0f} s, the fixed baseline's {share:.0f}% of its step"
+
+    f, none, env = p["frozenlake"], runs["none"].rollout_s["rose"], runs["env"].rollout_s["rose"]
+    needed = p["env_step_s"] * (1 + (496.3 - env) / (env - none))  # ROSE's rollout grows linearly with it
+    return (
+        f"multi-turn episodes (FrozenLake as ROLL runs it: at most {f['max_turns']} actions of at most "
+        f"{f['turn_tokens']} new tokens, {f['observation']}-token observations), every trajectory at its cap: "
+        f"{said(runs['none'])} with no environment time, {said(runs['env'])} at {p['env_step_s']:g} s per "
+        f"environment step; the paper's 496 s would need {needed:.0f} s per step at these caps, so its runs "
+        f"generated longer turns: at {p['thinking_turn']:,} tokens per turn (Qwen3's thinking, not published), "
+        f"{said(runs['thinking'])}"
+    )
 
 
 def early_share(rollout: Rollout, within: float = 0.3) -> float:
@@ -179,6 +222,7 @@ def run() -> StudyResult:
         f"under GRPO ({dapo.rose_vs_fixed:.2f}x against {at.rose_vs_fixed:.2f}x), and the per-step lending costs weigh "
         f"less: ROSE {dapo.rose_allocation_overhead_pct:.2f}%, RLBoost+ {dapo.elastic_allocation_overhead_pct:.1f}%",
         large_note,
+        episode_note(spec),
         "not modelled: TTFT; AReaL's asynchronous run keeps its GPUs busy but does not add any, so at its best "
         "split it is level with the fixed one",
     ]
