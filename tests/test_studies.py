@@ -49,6 +49,21 @@ def test_study_list_counts_each_studys_claims(monkeypatch):
     assert output.count("misses:") == missed > 0
 
 
+def test_study_list_json_gives_the_same_counts_and_each_misses_reason(monkeypatch):
+    import commodel.cli.studies as cli_studies
+
+    monkeypatch.setattr(cli_studies, "STUDIES", {n: STUDIES[n] for n in ("gin", "gicc")})
+    listed = json.loads(CliRunner().invoke(app, ["study", "list", "--claims", "--json"]).output)
+    for entry in listed:
+        claims = run_study(entry["study"]).claims
+        held = sum(c.holds for c in claims)
+        assert (entry["claims"], entry["hold"], entry["miss"]) == (len(claims), held, len(claims) - held)
+        assert all(c["holds"] or c["reason"] for c in entry["claimed"]) and "notes" in entry
+    assert sum(entry["miss"] for entry in listed) > 0
+    names = json.loads(CliRunner().invoke(app, ["study", "list", "--json"]).output)
+    assert [entry["study"] for entry in names] == ["gin", "gicc"] and "claims" not in names[0]
+
+
 def test_study_list_names_every_study():
     output = CliRunner().invoke(app, ["study", "list"]).output
     assert all(name in output for name in STUDIES)

@@ -20,8 +20,13 @@ def study_list(
             "--claims", help="Run every study and count its claims: held, and missed with a reason."
         ),
     ] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """The studies commodel ships."""
+    if as_json:
+        typer.echo(json.dumps([_listed(name, description, claims) for name, (_, description) in STUDIES.items()],
+                              indent=2))  # fmt: skip
+        return
     if claims:
         typer.echo(
             f"{'study':<16} {'claims':>6} {'hold':>5} {'miss':>5}  misses (why: commodel study run NAME)"
@@ -37,6 +42,17 @@ def study_list(
         )
         for claim in missed:
             typer.echo(f"{'':<18}misses: {claim}")
+
+
+def _listed(name: str, description: str, claims: bool) -> dict:
+    """A study as ``study list --json`` gives it: its name and description, and with ``claims`` its
+    claims run (held or missed, with the reason) and its notes."""
+    if not claims:
+        return {"study": name, "description": description}
+    result = run_study(name).as_dict()
+    held = sum(bool(c["holds"]) for c in result["claims"])
+    return {"study": name, "description": description, "claims": len(result["claims"]), "hold": held,
+            "miss": len(result["claims"]) - held, "claimed": result["claims"], "notes": result["notes"]}  # fmt: skip
 
 
 @study_app.command("run")
