@@ -146,6 +146,17 @@ def test_the_overlap_evaluator_prices_a_table_as_the_cli_does():
     assert serial.time_s == pytest.approx(serial.compute_s + serial.comm_s) and serial.gain_share == 0
 
 
+def test_an_nvl72_racks_collective_pairs_with_a_gemm_and_no_kernel_is_shorter_than_a_launch():
+    """An overlap runs within a scale-up domain, which on GB200 NVL72 spans 18 trays of 4: an all-reduce
+    over the rack's 72 GPUs (NVLS there) beside a GEMM, where one tray was the limit. A 1x1x1 GEMM takes
+    a launch, not the nanoseconds its FLOPs would, as in training."""
+    rack = _priced(system="gb200-nvl72", gpus=72, op="allreduce", size_bytes=2**30, strategy="serial")
+    tray = _priced(system="gb200-nvl72", gpus=4, op="allreduce", size_bytes=2**30, strategy="serial")
+    assert rack["comm_s"] > tray["comm_s"] > 0 and rack["compute_s"] == tray["compute_s"]
+    tiny = _priced(m=1, n=1, k=1)
+    assert tiny["compute_s"] == pytest.approx(3e-6)  # h100-sxm's launch overhead
+
+
 def test_in_network_is_measured_against_the_same_serial_run_as_every_strategy():
     """NCCL picks a ring for a 256 MiB all-gather on 8 H100s, faster than the NVLS that in-network
     forces: in-network's pair then takes longer than the serial run (the GEMM, then NCCL's choice), so
@@ -176,7 +187,8 @@ def test_commodel_overlap_prints_every_strategy_and_json(capsys, monkeypatch):
     [
         (["--strategy", "fusd"], "did you mean 'fused'"),
         (["--size", "1MiB,2MiB"], "one size"),
-        (["--gpus", "16"], "within one node"),
+        (["--gpus", "16"], "within one scale-up domain: dgx-h100's has 8 GPUs"),
+        (["--system", "gb200-nvl72", "--gpus", "144"], "gb200-nvl72's has 72 GPUs"),
         (["--op", "alltoall"], "collective"),
     ],
 )

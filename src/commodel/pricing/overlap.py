@@ -41,7 +41,12 @@ class OverlapJob(Job):
     system: Annotated[str, SYSTEM] = Field(
         "dgx-h100", description="System (node) name from the hardware database."
     )
-    gpus: int = Field(8, ge=2, le=MAX_GPUS, description="GPUs in the collective (within one node).")
+    gpus: int = Field(
+        8,
+        ge=2,
+        le=MAX_GPUS,
+        description="GPUs in the collective (within one scale-up domain: a node, an NVL72 rack).",
+    )
     m: int = Field(8192, ge=1, le=MAX_DIM, description="Rows of the GEMM's A and C (per GPU).")
     n: int = Field(8192, ge=1, le=MAX_DIM, description="Columns of B and C (per GPU).")
     k: int = Field(8192, ge=1, le=MAX_DIM, description="Inner dimension.")
@@ -78,11 +83,13 @@ def compute_kernel(kind: str, m: int, n: int, k: int, dtype: str) -> Kernel:
 
 def price_overlap(job: OverlapJob, db: HardwareDB | None = None) -> dict[str, float]:
     """The job's pair of kernels on its system in ``db`` (module docstring)."""
-    where = make_cluster(job.system, 1, db)
-    if job.gpus > where.gpus_per_node:
+    node = make_cluster(job.system, 1, db)
+    if job.gpus > node.domain_gpus:
         raise CommodelError(
-            f"an overlap job runs within one node: {job.system} has {where.gpus_per_node} GPUs, asked for {job.gpus}"
+            f"an overlap job runs within one scale-up domain: {job.system}'s has {node.domain_gpus} GPUs, asked "
+            f"for {job.gpus}"
         )
+    where = make_cluster(job.system, -(-job.gpus // node.gpus_per_node), db)
     gpu = where.gpu
     in_network = job.strategy == "in-network"
     choice = run_collective(job.op, where, [job.size_bytes], job.gpus, algo="auto")
@@ -93,19 +100,20 @@ def price_overlap(job: OverlapJob, db: HardwareDB | None = None) -> dict[str, fl
     ctas = comm_ctas(job.strategy, float(call.channels.iloc[0]))
     kernel = compute_kernel(job.kernel, job.m, job.n, job.k, job.dtype)
     alone, partitioned = kernel_time(gpu, kernel, launch=False), kernel_time(gpu, kernel, False, sms - ctas)
-    compute_s = float(alone.time_s)
+    floor = gpu.launch_overhead.value  # no kernel is shorter than a launch, back to back or not
+    compute_s = max(float(alone.time_s), floor)
     cut = compute_kernel(job.kernel, max(job.m // job.gpus, 1), job.n, job.k, job.dtype)
     memory = memory_of(gpu)
     chunk = kernel_time(gpu, cut, launch=False)
     pair = Pair(
         compute_s=compute_s,
-        partitioned_s=float(partitioned.time_s),
+        partitioned_s=max(float(partitioned.time_s), floor),
         waves=float(max(alone.tiling.tiles / (sms * alone.split_k), 1.0)),
         compute_load=min(float(hbm_time(gpu, kernel, tiling=alone.tiling)) / compute_s, 1.0),
         comm_s=comm_s,
         comm_load=float(busbw_load(busbw, memory, in_network)),
         memory=memory,
-        chunk_s=float(chunk.time_s),
+        chunk_s=max(float(chunk.time_s), floor),
         chunks=job.gpus,
         in_order=gpu.vendor == "nvidia",
         collective_first=job.collective_first,
