@@ -352,6 +352,17 @@ def test_a_layout_attention_dp_cannot_run_is_a_rows_problem_not_the_tables():
         serve(model="deepseek-v3", system="dgx-b200", gpus=8, tp=8, ep=4, attention_dp=True, dtype="fp8")
 
 
+def test_an_expert_dispatcher_on_a_model_without_experts_is_refused_as_training_refuses_it():
+    """DeepEP moves a mixture-of-experts model's tokens: on Llama 3 8B there are none, and a serving
+    deployment that names it is refused (it was priced as if the setting meant nothing); a MoE model
+    takes it."""
+    with pytest.raises(
+        CommodelError, match="the deepep dispatcher moves a mixture-of-experts model's tokens"
+    ):
+        serve(model="llama3-8b", system="dgx-h100", dispatcher="deepep")
+    assert serve(model="qwen3-30b-a3b", system="dgx-h100", dispatcher="deepep")["output_tokens_per_s"] > 0
+
+
 def test_attention_dp_ranks_wait_for_the_slowest_at_every_moe_layer(monkeypatch):
     """DeepSeek-R1 on 8 H200 with attention data parallelism at its run's limits (128 requests per
     rank, 1151 tokens per iteration): each rank carries a prompt on 1/16 of its iterations, but the

@@ -119,6 +119,9 @@ def price_serving(columns: Columns) -> Columns:
              "disaggregated pools size their own batches: give neither a batch nor an SLO"),
             (one & (split | slo), f"a {key['phase']}-only run is one pool at the batch it is given: give "
                                   "neither --prefill-gpus nor an SLO"),
+            (np.full(len(rows), net.moe is None and key["dispatcher"] != "alltoall"),
+             f"the {key['dispatcher']} dispatcher moves a mixture-of-experts model's tokens: {key['model']} has "
+             "no experts"),
         ]  # fmt: skip
         try:  # a setting the GPUs cannot take: a power limit above their TDP, a precision they lack
             c = make_cluster(key["system"], **cluster_shape(key))
