@@ -581,3 +581,36 @@ def test_job_help_is_grouped_and_readable_at_80_columns(command, monkeypatch):
     for name in schema.model_fields:
         assert f"--{name.replace('_', '-')}" in text
     assert "Model and system:" in text and "Output and other options:" in text
+
+
+def test_train_says_which_settings_its_other_settings_leave_nothing_to_act_on():
+    """An FP8 option under BF16, userbuffers at tp 1: priced as they run (not at all: the step is the
+    same without them) and said in a note, where they passed silently; none under FP8 and tp 2."""
+    base = [
+        "train",
+        "--model",
+        "llama3-8b",
+        "--system",
+        "dgx-h100",
+        "--gpus",
+        "8",
+        "--recompute",
+        "full",
+        "--json",
+    ]
+    idle = json.loads(invoke(*base, "--fp8-activation-input", "--tp-overlap", "userbuffers").output)
+    plain = json.loads(invoke(*base).output)
+    assert idle["step_time_s"] == plain["step_time_s"] and not plain["notes"]
+    assert any("--fp8-activation-input acts under an FP8 recipe" in n for n in idle["notes"])
+    assert any("at tp 1 there are none" in n for n in idle["notes"])
+    active = [
+        "--dtype",
+        "fp8",
+        "--tp",
+        "2",
+        "--sequence-parallel",
+        "--fp8-activation-input",
+        "--tp-overlap",
+        "userbuffers",
+    ]
+    assert not json.loads(invoke(*base, *active).output)["notes"]

@@ -121,6 +121,29 @@ def _training_notes(job: TrainingJob, row: SimpleNamespace) -> list[str]:
         notes.append(
             "userbuffers overlap needs sequence parallelism: the TP collectives ran between the GEMMs"
         )
+    return notes + _idle_settings(job)
+
+
+#: Settings, off by default, that act only under an FP8 recipe: the FP8 dispatch of expert inputs and
+#: the FP8 store of the activation function's input.
+FP8_SETTINGS = {"fp8_dispatch": "--fp8-dispatch", "fp8_activation_input": "--fp8-activation-input"}
+
+
+def _idle_settings(job: TrainingJob) -> list[str]:
+    """The settings the job gives that its other settings leave nothing to act on: an FP8 option under a
+    16-bit recipe, tensor-parallel overlap at tp 1. Priced as they run (not at all), and said."""
+    notes = []
+    if job.dtype in ("bf16", "fp16"):
+        given = [flag for name, flag in FP8_SETTINGS.items() if getattr(job, name)]
+        if given:
+            acts, does = ("acts", "it does") if len(given) == 1 else ("act", "they do")
+            notes.append(
+                f"{' and '.join(given)} {acts} under an FP8 recipe: under --dtype {job.dtype} {does} nothing"
+            )
+    if job.tp_overlap != "none" and job.tp == 1:
+        notes.append(
+            f"--tp-overlap {job.tp_overlap} overlaps tensor-parallel collectives: at tp 1 there are none"
+        )
     return notes
 
 
