@@ -116,7 +116,7 @@ def _edit(path: Path, old: str, new: str) -> None:
             "gpus/h100-sxm-96gb.toml",
             'power_limit = { value = "500 W"',
             'power_limit = { value = "800 W"',
-            r"h100-sxm-96gb.toml: field 'power_limit': 800 W is not above the idle power 142 W and at most the TDP 700 W",
+            r"h100-sxm-96gb.toml: field 'power_limit': 800 W is above the TDP 700 W: a limit lies above the idle power 142 W and at most the TDP 700 W",
         ),
         (
             "gpus/mi300x.toml",

@@ -118,7 +118,10 @@ def power_limit_problem(watts: float, idle: float, tdp: float) -> str:
     nothing): it must lie above the idle power and at most the TDP."""
     if idle < watts <= tdp:
         return ""
-    return f"{watts:g} W is not above the idle power {idle:g} W and at most the TDP {tdp:g} W"
+    side = f"above the TDP {tdp:g} W" if watts > tdp else f"not above the idle power {idle:g} W"
+    return (
+        f"{watts:g} W is {side}: a limit lies above the idle power {idle:g} W and at most the TDP {tdp:g} W"
+    )
 
 
 class NicInitiation(Strict):
