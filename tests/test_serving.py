@@ -379,7 +379,7 @@ def test_deepeps_kernels_dispatch_each_phase_and_beat_nccls_all_to_all_across_no
     per remote node, forwarded over NVLink), a decode iteration's by its low-latency ones (a write per
     routed copy), each cheaper than NCCL's all-to-all of every copy when the experts span nodes
     (SGLang's DeepSeek-V3 runs on 4 and 9 H100 nodes). Quantizing the dispatch to NVFP4 moves fewer
-    bytes than FP8. A dense model has nothing to dispatch."""
+    bytes than FP8. A dense model has nothing to dispatch: naming DeepEP for one is refused."""
     from commodel.pricing.serving import replica_engine
     from commodel.workloads.moe.dispatch import (
         COMBINE_BYTES,
