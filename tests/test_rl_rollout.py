@@ -26,9 +26,12 @@ def test_an_episodes_turns_by_hand():
     from commodel.ops.rl_rollout import Turns
 
     flat = lambda b: np.full(np.shape(b), 0.01)  # noqa: E731
-    for env in (0.0, 0.5, 5.0):
+    for env in (0.0, 0.5, 5.0, 500.0):
         two = simulate_rollout(np.full(2, 300.0), [Pool("rl", 2, 1, flat)], turns=Turns(100.0, 10, env))
         assert two.t_last == pytest.approx(3.0 + 2 * 0.01 + 2 * env)
+    assert (
+        len(two.timeline) < 12
+    )  # while both wait, a step runs to the first one back, not 128 tokens at a time
     one_slot = simulate_rollout(np.full(2, 300.0), [Pool("rl", 1, 1, flat)], turns=Turns(100.0, 10, 0.5))
     assert 2 * 4.02 <= one_slot.t_last <= 2 * 4.02 + 128 * 0.01  # admitted at the step's end after the first
     capped = simulate_rollout(np.full(2, 300.0), [Pool("rl", 2, 1, flat)], turns=Turns(100.0, 2, 0.5))

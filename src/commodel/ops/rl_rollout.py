@@ -174,8 +174,9 @@ def simulate_rollout(
 ) -> Rollout:
     """Generate ``lengths`` tokens per request on ``pools`` (module docstring), in steps of
     :data:`QUANTUM_TOKENS`, in ``turns`` (:class:`Turns`: a request waiting on its environment holds
-    its slot, out of the batch, and resumes within the step its wait ends in); ``steal``: the RL
-    cluster takes back the tail (:func:`_steal`)."""
+    its slot, out of the batch, and resumes within the step its wait ends in; while every request
+    waits, the step runs to the first one back); ``steal``: the RL cluster takes back the tail
+    (:func:`_steal`)."""
     lengths = turns.generated(lengths)
     n = len(lengths)
     remaining = np.minimum(lengths, turns.tokens)  # tokens left in the current turn
@@ -199,6 +200,8 @@ def simulate_rollout(
             [1 / float(p.iteration(np.array([b]))[0]) for p, b in zip(pools, batch, strict=True)]
         )
         dt = QUANTUM_TOKENS / rates[counts > 0].max()
+        if active.size and (wait[active] > 0).all():  # every request on its environment: to the first back
+            dt = float(wait[active].min())
         if queue:
             dt = min([dt] + [p.start - t for p in pools if p.start > t])
         rate = rates[where[active]]
