@@ -6,7 +6,10 @@ slots (:mod:`commodel.workloads.serving.engine`, KV for a prompt and the longest
 replica's largest batch under the time-per-token SLO and its time per token there, the policy update
 (:func:`commodel.pricing.run.train` on the RL cluster, FSDP, x ``TRAIN_PASSES``), and the weight
 transfers over the cross-cluster link. The day is sampled every ``24 / hours`` hours; each sample is
-one RL step at that hour's load, with its own seeded response lengths. Outputs are day means.
+one RL step at that hour's load, with its own seeded response lengths. An agent's responses are
+episodes of turns (``turn_tokens``, ``max_turns``, ``observation``, ``env_step_s``:
+:class:`~commodel.ops.rl_rollout.Turns`), whose observations the KV cache and the update hold too.
+Outputs are day means.
 """
 
 from __future__ import annotations
@@ -170,9 +173,8 @@ def rl_setup(
         return Engine(net, c, serving_precision("bf16", c.gpu), "bf16", tp * ones, ones, ones,
                       2048 * ones, 8192 * ones, 0.9 * ones)  # fmt: skip
 
-    generated = float(
-        turns.generated(min(float(np.exp(sigma**2 / 2) * median), longest))
-    )  # the lognormal's mean
+    mean = min(float(np.exp(sigma**2 / 2) * median), longest)  # the lognormal's mean
+    generated = float(turns.generated(mean))
     mean_len = generated + (float(turns.count(generated)) - 1) * observation
     rollout = capacity(engine(), prompt, int(mean_len))
     rl_slots = int(rollout["max_batch"][0])
