@@ -51,11 +51,11 @@ def model_value(run: MeasuredRun) -> float:
         result = train(run.job) if isinstance(run.job, TrainingJob) else serve(run.job)
     training = isinstance(run.job, TrainingJob)
     name = "tokens_per_s" if run.metric == "tokens_per_s_per_gpu" else run.metric
-    value = _number(result.get(name))
+    value = _or_nan(result.get(name))
     if run.metric == "tokens_per_s_per_gpu":
         value = value / result["gpus"]
     if not np.isfinite(value):
-        memory = _number(result.get("memory_per_gpu_bytes")) / 2**30
+        memory = _or_nan(result.get("memory_per_gpu_bytes")) / 2**30
         settings = "the log's recomputation" if training else "the server's --tp, --ep and --dtype"
         raise fail(
             run.path,
@@ -66,7 +66,7 @@ def model_value(run: MeasuredRun) -> float:
     return float(value)
 
 
-def _number(value: object) -> float:
+def _or_nan(value: object) -> float:
     """An output as a float: NaN where the model gives none (a job that does not fit has no step and no
     throughput)."""
     return float("nan") if value is None else float(value)

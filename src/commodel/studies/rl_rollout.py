@@ -17,8 +17,12 @@ import pandas as pd
 
 from commodel.explore.spec import SweepSpec
 from commodel.ops.rl_rollout import Rollout, load_share, response_lengths, rl_hour
+from commodel.pricing.evaluator import evaluator
 from commodel.pricing.rollout import RolloutJob, setup_of, turns_of
 from commodel.studies.base import Claim, StudyResult, side_by_side, study_spec, study_table
+
+#: ROSE's rollout time mid-training on the 8B run (the paper's side table, seconds).
+PAPER_ROSE_ROLLOUT_8B_S = 496.3
 
 #: Policies as the paper's baselines are named.
 BASELINES = {"fixed": "ROLL-GRPO", "async": "AReaL", "elastic": "RLBoost+"}
@@ -116,8 +120,6 @@ def episodes(spec: SweepSpec, **change: float) -> pd.DataFrame:
     """The fixed baseline and ROSE on the 8B setup at the paper's load, on FrozenLake's multi-turn
     episodes (``parameters.frozenlake``) with every trajectory at its cap (``change`` on top): their
     rollout and step seconds."""
-    from commodel.pricing.evaluator import evaluator  # the evaluator's registry, as study_table uses it
-
     p = spec.parameters
     episode = dict(p["frozenlake"]) | change
     cap = episode["turn_tokens"] * episode["max_turns"]
@@ -142,7 +144,9 @@ def episode_note(spec: SweepSpec) -> str:
         return f"ROSE's rollout {d.rollout_s['rose']:.0f} s, the fixed baseline's {share:.0f}% of its step"
 
     f, none, env = p["frozenlake"], runs["none"].rollout_s["rose"], runs["env"].rollout_s["rose"]
-    needed = p["env_step_s"] * (1 + (496.3 - env) / (env - none))  # ROSE's rollout grows linearly with it
+    needed = p["env_step_s"] * (
+        1 + (PAPER_ROSE_ROLLOUT_8B_S - env) / (env - none)
+    )  # ROSE's rollout grows linearly with it
     return (
         f"multi-turn episodes (FrozenLake as ROLL runs it: at most {f['max_turns']} actions of at most "
         f"{f['turn_tokens']} new tokens, {f['observation']}-token observations), every trajectory at its cap: "
@@ -191,7 +195,7 @@ def run() -> StudyResult:
               float(at.elastic_allocation_overhead_pct), "%",
               "seconds a step spends starting lent engines and loading dense weights, over the step", short),
     ]  # fmt: skip
-    claims += phase_claims(at, "Qwen3-8B", 86.9, 496.3)
+    claims += phase_claims(at, "Qwen3-8B", 86.9, PAPER_ROSE_ROLLOUT_8B_S)
     large, large_note = large_claims(spec, definition)
     claims += large
     fixed_step = timeline(f, float(p["timeline_load_high"]), "fixed")
