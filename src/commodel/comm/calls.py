@@ -110,7 +110,8 @@ def run(
             raise unknown("protocol", protocol, PROTOCOLS)
         pairs = [(a, p) for a, p in pairs if p == protocol]
         if not pairs:
-            raise CommodelError(f"protocol '{protocol}' is not available for {algo} on {cluster.name}")
+            path = op if algo in POLICIES else algo
+            raise CommodelError(f"protocol '{protocol}' is not available for {path} on {cluster.name}")
     if channels is not None and not 1 <= channels <= MAX_CHANNELS:
         raise CommodelError(f"--channels must be 1 to {MAX_CHANNELS} (NCCL's MAXCHANNELS), got {channels}")
     sizes = np.asarray(sizes, dtype=float)

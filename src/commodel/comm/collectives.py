@@ -50,11 +50,26 @@ def library_algorithms(op: str, library: str) -> tuple[str, ...]:
     return own if library == "nccl" else (*own, *(a for a in mpi.SUPPORTED[op] if a not in own))
 
 
+#: NCCL's point-to-point operations (alltoall, sendrecv) run LL up to this many bytes per peer and
+#: Simple above it, never LL128 (``NCCL_P2P_LL_THRESHOLD``, src/enqueue.cc ``addP2pToPlan``).
+P2P_LL_THRESHOLD = 16384
+
+
 def protocols_for(algo: str, fab: Fabric) -> tuple[str, ...]:
     """Protocols ``algo`` can use on ``fab``."""
     if algo in nccl.tables.ALGOS:
         return nccl.protocols(algo, fab)
+    if algo == "direct":
+        return ("ll", "simple")
     return tuple(p for p in PROTOCOLS if p != "ll128" or fab.ll128)
+
+
+def p2p_protocol_taken(op: str, protocol: str, size_bytes: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """Where NCCL itself runs its point-to-point path in ``protocol``: LL where a peer's share is at
+    most :data:`P2P_LL_THRESHOLD` bytes, Simple above."""
+    peer = size_bytes / ranks if op == "alltoall" else size_bytes
+    small = peer <= P2P_LL_THRESHOLD
+    return small if protocol == "ll" else ~small
 
 
 def candidates(op: str, fab: Fabric, algos: tuple[str, ...] | None = None) -> list[tuple[str, str]]:
@@ -161,8 +176,8 @@ def tuner_cost(
 ) -> tuple[np.ndarray, dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
     """NCCL's own predicted time of every pair (shape (pairs, *points)), ``inf`` where a pair cannot
     run. A pair NCCL's tuner does not price (the point-to-point path) stands in with its physical
-    time; those pairs' :func:`pair_time` results come back too (pair index -> result), so that
-    choosing one does not price it again."""
+    time where NCCL takes its protocol (:func:`p2p_protocol_taken`); those pairs' :func:`pair_time`
+    results come back too (pair index -> result), so that choosing one does not price it again."""
     n, p, N = _arrays(size_bytes, ranks, nodes)
     terms = _tuner_terms(op, p, N, fab, tuple(pairs))
     rows, physical = [], {}
@@ -170,7 +185,8 @@ def tuner_cost(
         for i, ((algo, proto), own) in enumerate(zip(pairs, terms, strict=True)):
             if own is None:
                 physical[i] = pair_time(op, algo, proto, n, p, N, fab)
-                rows.append(physical[i][0])
+                taken = p2p_protocol_taken(op, proto, n, p) if algo == "direct" else True
+                rows.append(np.where(taken, physical[i][0], np.inf))
             else:
                 rows.append(np.where(own[1], own[0].time(n), np.inf))
     return np.stack(np.broadcast_arrays(*rows)), physical

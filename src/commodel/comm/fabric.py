@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from commodel.comm import tables
+from commodel.comm.initiation import nccl_net_p2p, path_of
 from commodel.errors import CommodelError, unknown
 from commodel.hardware.cluster import Cluster
 from commodel.records import Bandwidth
@@ -44,7 +45,9 @@ OFF_RAIL_HOPS = 2
 
 @dataclass(frozen=True)
 class Fabric:
-    """Scale-up and scale-out parameters of one cluster, per scale-up domain."""
+    """Scale-up and scale-out parameters of one cluster, per scale-up domain. ``p2p_net_latency_s`` and
+    ``proxy_op_s`` are NCCL's point-to-point path across domains (:func:`~commodel.comm.initiation.nccl_net_p2p`;
+    ``None`` and 0 where the NIC's initiation parameters are not in the database)."""
 
     library: str
     arch: str
@@ -73,6 +76,8 @@ class Fabric:
     oversubscription: float = 1.0
     package: int = 1
     package_links: int = 0
+    p2p_net_latency_s: float | None = None
+    proxy_op_s: float = 0.0
 
     def call_time(self, kernel_s: ArrayLike) -> np.ndarray:
         """Time per call of back-to-back calls whose kernel takes ``kernel_s``: ``max(kernel + start,
@@ -254,6 +259,7 @@ def fabric_of(
             system.scale_up.links_per_gpu.value * up.bandwidth.value,
         )
     nodes_per_domain = cluster.domain_gpus / cluster.gpus_per_node
+    p2p = nccl_net_p2p(path_of(cluster)) if out.initiation is not None else (None, 0.0)
     start = gpu.launch_overhead.value if launch == "stream" else GRAPH_NODE_S
     off_rail = 0.0 if system.scale_out.rail_optimized else OFF_RAIL_HOPS * out.latency.value
     return Fabric(
@@ -285,4 +291,6 @@ def fabric_of(
         oversubscription=cluster.oversubscription,
         package=int(system.scale_up.package.value) if system.scale_up.package else 1,
         package_links=int(system.scale_up.package_links.value) if system.scale_up.package_links else 0,
+        p2p_net_latency_s=p2p[0],
+        proxy_op_s=p2p[1],
     )

@@ -225,6 +225,17 @@ def message_rate(scheme: str, path: Path, issuers: int = 1, shared_queue: bool =
     return min(issuers / serial, path.nic_rate)
 
 
+def nccl_net_p2p(path: Path) -> tuple[float, float]:
+    """(one-way latency, proxy seconds per operation) of NCCL's point-to-point path across nodes, its
+    net transport: the GPU fills a buffer and bumps a counter the rank's proxy thread polls, the proxy
+    posts the work request, the NIC moves the payload (a ``proxy`` put, :func:`put_latency`), and on the
+    far side that rank's proxy polls the completion and stores the counter the receiving GPU polls, one
+    more ``proxy_poll + p`` (src/transport/net.cc). One proxy thread serves every connection of its
+    rank, a send and a receive per peer each taking its serial step ``proxy_poll + host_call``."""
+    latency = float(put_latency("proxy", path, 0)) + path.proxy_poll + path.pcie
+    return latency, path.proxy_poll + path.host_call
+
+
 #: "Competitive": within this share of the faster scheme's latency.
 COMPETITIVE = 0.05
 

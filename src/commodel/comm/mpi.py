@@ -76,6 +76,15 @@ class Point:
         return tables.HW_LAT[2, _RING, self._pr] * 1e-6 + self.fab.net_latency_s + self.fab.off_rail_s
 
     @property
+    def a_p2p(self) -> float:
+        """Latency of NCCL's point-to-point path across domains, through the ranks' proxy threads
+        (:func:`commodel.comm.initiation.nccl_net_p2p`); :attr:`a_o` where the NIC's parameters are
+        not known."""
+        if self.fab.p2p_net_latency_s is None:
+            return self.a_o
+        return self.fab.p2p_net_latency_s + self.fab.off_rail_s
+
+    @property
     def B_i(self) -> np.ndarray:
         return self.fab.up_Bps(self.g, self.all_to_all) * self.factor
 
@@ -192,15 +201,19 @@ def pairwise(op: str, x: Point) -> np.ndarray:
 def direct(op: str, x: Point) -> np.ndarray:
     """All messages in flight at once (NCCL grouped send/recv; sendrecv is its one-peer case).
 
-    alltoall: ``a + max((g-1) n/p / B_i, (p-g) n/p / B_o)``, intra- and inter-node traffic in
-    parallel. sendrecv: ``a + n / B`` to the next rank, over NVLink inside a node or one NIC across.
+    alltoall: ``a + max((g-1) n/p / B_i, (p-g) n/p / B_o, 2 (p-g) o_proxy)``, intra- and inter-node
+    traffic in parallel, and each rank's proxy thread posting a send and a receive for each of its
+    ``p - g`` peers in other domains at ``o_proxy`` each (the GPUs of a domain reach each other directly).
+    sendrecv: ``a + n / B`` to the next rank, over NVLink inside a node or one NIC across. Across domains
+    ``a`` is the proxy path's one-way latency (:attr:`Point.a_p2p`).
     """
-    alpha = np.where(x.multi, x.a_o, x.a_i)
+    alpha = np.where(x.multi, x.a_p2p, x.a_i)
     if op == "sendrecv":
         nic = x.fab.nic_Bps * x.factor
         return alpha + x.n / np.where(x.multi, np.minimum(x.B_i, nic), x.B_i)
     block = x.n / x.p
-    return alpha + np.maximum((x.g - 1) * block / x.B_i, (x.p - x.g) * block / x.B_o)
+    proxy = 2 * (x.p - x.g) * x.fab.proxy_op_s
+    return alpha + np.maximum(np.maximum((x.g - 1) * block / x.B_i, (x.p - x.g) * block / x.B_o), proxy)
 
 
 # ---------------------------------------------------------------------------------------------------
