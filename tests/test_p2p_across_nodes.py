@@ -12,6 +12,7 @@ from commodel.comm.collectives import P2P_LL_THRESHOLD, candidates, library_algo
 from commodel.comm.fabric import fabric_of
 from commodel.comm.initiation import nccl_net_p2p, path_of
 from commodel.hardware import cluster
+from commodel.report.tables import nccl_tests_table
 
 
 def test_nccl_runs_point_to_point_in_ll_up_to_its_threshold_per_peer_and_simple_above_never_ll128():
@@ -26,12 +27,14 @@ def test_nccl_runs_point_to_point_in_ll_up_to_its_threshold_per_peer_and_simple_
         assert {p for _, p in candidates(op, fab, library_algorithms(op, "nccl"))} == {"ll", "simple"}
 
 
-def test_the_fastest_p2p_path_may_beat_nccls_own_choice_just_above_the_threshold():
-    """LL's lower latency can win just above 16 KiB; NCCL still runs Simple there, and the table says
-    the fastest path apart from the choice."""
-    table = run("sendrecv", cluster("dgx-h100", 2), [2 * P2P_LL_THRESHOLD])
+def test_where_ll_would_win_above_the_threshold_the_table_names_nccls_p2p_knob_not_a_tuner_plugin():
+    """LL's lower latency wins just above 16 KiB inside a node; NCCL still runs Simple there, and the
+    note names the setting that moves it (a tuner plugin never sees point-to-point operations)."""
+    table = run("sendrecv", cluster("dgx-h100", 1), [2 * P2P_LL_THRESHOLD])
     assert table.protocol[0] == "simple"
-    assert table.fastest_time_s[0] <= table.time_s[0]
+    assert table.fastest[0] == "direct/ll" and table.fastest_time_s[0] < table.time_s[0]
+    note = nccl_tests_table(table, "dgx-h100").splitlines()[-1]
+    assert "NCCL_P2P_LL_THRESHOLD" in note and "tuner plugin" not in note
 
 
 def test_a_send_across_nodes_waits_on_both_ranks_proxies():

@@ -44,6 +44,10 @@ def nccl_tests_table(frame: pd.DataFrame, system: str, dtype_bytes: int = 4) -> 
 #: How much slower than the fastest path a choice must be for the table to point it out.
 HEADROOM_NOTED = 0.05
 
+#: Point-to-point operations: NCCL picks their protocol by size, which no tuner plugin sees.
+P2P_OPS = ("sendrecv", "alltoall")
+P2P_KNOB = "NCCL_P2P_LL_THRESHOLD"
+
 
 def _tuner_headroom(frame: pd.DataFrame) -> list[str]:
     """A note where the library's choice is at least :data:`HEADROOM_NOTED` slower than the fastest path
@@ -53,11 +57,12 @@ def _tuner_headroom(frame: pd.DataFrame) -> list[str]:
     if slow.empty:
         return []
     worst = slow.loc[gap[slow.index].idxmax()]
+    knob = P2P_KNOB if worst.op in P2P_OPS else "a tuner plugin or NCCL_ALGO/NCCL_PROTO"
     return [
         f"# the library's choice trails its fastest path at {len(slow)} of {len(frame)} sizes; most at "
         f"{format_bytes(worst.size_bytes)}: {worst.algo}/{worst.protocol} {worst.time_s * 1e6:.1f} us where "
-        f"{worst.fastest} takes {worst.fastest_time_s * 1e6:.1f} us ({gap[worst.name]:.0%} less; a tuner "
-        "plugin or NCCL_ALGO/NCCL_PROTO would take it)"
+        f"{worst.fastest} takes {worst.fastest_time_s * 1e6:.1f} us ({gap[worst.name]:.0%} less; {knob} "
+        "would take it)"
     ]
 
 
