@@ -109,6 +109,20 @@ def test_a_blackwell_nvls_log_is_fit_by_its_channel_rate(tmp_path):
     assert fit.fitted["NVLS channel rate"] == pytest.approx(25.5e9, rel=0.01)
 
 
+@pytest.mark.parametrize("op, binary", [("sendrecv", "sendrecv"), ("allreduce", "all_reduce")])
+def test_a_latency_the_record_does_not_state_is_fit_from_a_multi_node_log(tmp_path, op, binary):
+    """InfiniBand records state no net plugin latency (a token 0.1 us prior, whose 1% nudge moves
+    nothing): two nodes whose every step across them takes 6 us more are still fit, to 6 us."""
+    c = cluster("dgx-h100", 2)
+    slow = dataclasses.replace(fabric_of(c), net_latency_s=6e-6)
+    log = write_log(
+        tmp_path / f"{binary}.log", run(op, c, SIZES, 16, fab=slow), binary=binary, ranks=16, hosts=2
+    )
+    fit = calibrate([read(log)], "dgx-h100")
+    assert fit.fitted["net plugin latency"] == pytest.approx(6e-6, rel=0.02)
+    assert fit.median_after_pct < 0.1 < 5 < fit.median_before_pct
+
+
 def test_overlay_changes_only_the_calibrated_system(tmp_path, truth, monkeypatch, capsys):
     c, fab = truth
     log = write_log(tmp_path / "auto.log", run("allreduce", c, SIZES, 8, fab=fab))

@@ -78,11 +78,11 @@ class Point:
     @property
     def a_p2p(self) -> float:
         """Latency of NCCL's point-to-point path across domains, through the ranks' proxy threads
-        (:func:`commodel.comm.initiation.nccl_net_p2p`); :attr:`a_o` where the NIC's parameters are
-        not known."""
+        (:func:`commodel.comm.initiation.nccl_net_p2p`), plus what the net plugin reports, as in
+        :attr:`a_o`; :attr:`a_o` where the NIC's parameters are not known."""
         if self.fab.p2p_net_latency_s is None:
             return self.a_o
-        return self.fab.p2p_net_latency_s + self.fab.off_rail_s
+        return self.fab.p2p_net_latency_s + self.fab.net_latency_s + self.fab.off_rail_s
 
     @property
     def B_i(self) -> np.ndarray:
