@@ -53,6 +53,7 @@ def library_algorithms(op: str, library: str) -> tuple[str, ...]:
 #: NCCL's point-to-point operations (alltoall, sendrecv) run LL up to this many bytes per peer and
 #: Simple above it, never LL128 (``NCCL_P2P_LL_THRESHOLD``, src/enqueue.cc ``addP2pToPlan``).
 P2P_LL_THRESHOLD = 16384
+P2P_OPS = ("sendrecv", "alltoall")
 
 
 def protocols_for(algo: str, fab: Fabric) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
+from commodel.comm.collectives import P2P_OPS
 from commodel.hardware.schema import GemmTiles
 from commodel.records import Sourced
 from commodel.units import format_bytes, format_quantity, readable_number
@@ -44,20 +45,17 @@ def nccl_tests_table(frame: pd.DataFrame, system: str, dtype_bytes: int = 4) -> 
 #: How much slower than the fastest path a choice must be for the table to point it out.
 HEADROOM_NOTED = 0.05
 
-#: Point-to-point operations: NCCL picks their protocol by size, which no tuner plugin sees.
-P2P_OPS = ("sendrecv", "alltoall")
-P2P_KNOB = "NCCL_P2P_LL_THRESHOLD"
-
 
 def _tuner_headroom(frame: pd.DataFrame) -> list[str]:
     """A note where the library's choice is at least :data:`HEADROOM_NOTED` slower than the fastest path
-    it offers: how many sizes, and the largest gap (what a tuner plugin or NCCL_ALGO/NCCL_PROTO takes)."""
+    it offers: how many sizes, the largest gap and what takes it (NCCL sizes point-to-point protocols
+    itself, :data:`~commodel.comm.collectives.P2P_OPS`; a tuner plugin or NCCL_ALGO/NCCL_PROTO the rest)."""
     gap = 1 - frame.fastest_time_s / frame.time_s.where(frame.time_s > 0)
     slow = frame[gap >= HEADROOM_NOTED]
     if slow.empty:
         return []
     worst = slow.loc[gap[slow.index].idxmax()]
-    knob = P2P_KNOB if worst.op in P2P_OPS else "a tuner plugin or NCCL_ALGO/NCCL_PROTO"
+    knob = "NCCL_P2P_LL_THRESHOLD" if worst.op in P2P_OPS else "a tuner plugin or NCCL_ALGO/NCCL_PROTO"
     return [
         f"# the library's choice trails its fastest path at {len(slow)} of {len(frame)} sizes; most at "
         f"{format_bytes(worst.size_bytes)}: {worst.algo}/{worst.protocol} {worst.time_s * 1e6:.1f} us where "
