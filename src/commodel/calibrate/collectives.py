@@ -16,7 +16,7 @@ net plugin latency          scale-out link ``net_plugin_latency``    small multi
 The fit minimizes the mean |log-time error| of the rows, which it reports beside the median |error|
 (:func:`calibrate`), and keeps the priors unless it lowers the one without raising the other. A
 parameter the data cannot determine (a 1% change moves no row's time by 0.01%, nor, from a token prior
-such as an unstated net plugin latency, a step of 1% of its bounds' width) is not fit: it keeps
+such as an unstated net plugin latency, a step of 0.1% of its bounds' width) is not fit: it keeps
 its prior, and the report says so. The result is a hardware overlay (:mod:`commodel.hardware.loader`)
 that gives the system its own copies of its two links with the fitted values, so other systems that
 share the built-in links are untouched; each fitted value states the ``range`` its residuals leave it
