@@ -232,7 +232,7 @@ def test_the_fastest_path_never_falls_as_the_message_grows_where_the_choice_can(
     falls either and never trails the library's choice; the choice itself can fall (four A100 nodes:
     ring LL keeps one channel at 128 KiB where ring LL128 spreads 256 KiB over all), and the table
     names that gap."""
-    from commodel.report.tables import nccl_tests_table
+    from commodel.report.collective_table import nccl_tests_table
 
     sizes = 2.0 ** np.arange(3, 31)
     for system, nodes in (("dgx-a100", 4), ("dgx-h100", 1), ("mi300x-8", 4), ("gb200-nvl72", 16)):

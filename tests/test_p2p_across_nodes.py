@@ -12,7 +12,7 @@ from commodel.comm.collectives import P2P_LL_THRESHOLD, candidates, library_algo
 from commodel.comm.fabric import fabric_of
 from commodel.comm.initiation import nccl_net_p2p, path_of
 from commodel.hardware import cluster
-from commodel.report.tables import nccl_tests_table
+from commodel.report.collective_table import nccl_tests_table
 
 
 def test_nccl_runs_point_to_point_in_ll_up_to_its_threshold_per_peer_and_simple_above_never_ll128():

@@ -15,8 +15,9 @@ from commodel.comm.calls import run
 from commodel.errors import CommodelError
 from commodel.pricing.collective import CollectiveJob, cluster_and_fabric
 from commodel.pricing.job import make_job
+from commodel.report.collective_table import nccl_tests_table
 from commodel.report.frames import to_json
-from commodel.report.tables import band_note, nccl_tests_table
+from commodel.report.tables import band_note
 from commodel.units import parse_sizes
 
 
