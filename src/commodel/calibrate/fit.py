@@ -3,8 +3,8 @@
 A calibration prices each measured point through a function of the constants' values and compares:
 the residual of a point is ``log(model / measured)``. The fit
 
-1. keeps only the constants the points determine: a 1% nudge (or, from a prior near nothing, a
-   step of 0.1% of its bounds' width) must move some residual by :data:`IDENTIFIABLE` (:func:`determined`);
+1. keeps only the constants the points determine: a 1% nudge (or, from a prior near nothing, 0.1%
+   of its bounds' width) must move some residual by :data:`IDENTIFIABLE` (:func:`determined`);
 2. minimizes the mean |residual| inside each constant's bounds, in the logarithm of its value: a
    bounded least-squares fit (scipy ``least_squares``) finds the basin, Nelder-Mead on the mean
    |residual| refines it where there are more points than constants (the mean of absolute values is robust to a few points the model cannot
@@ -52,21 +52,18 @@ class Bounded:
 
 
 def determined(constants: Sequence[Bounded], residuals: Residuals) -> list[int]:
-    """The indices of the constants the points determine: a 1% nudge (inward at a bound) moves some
-    point's residual by :data:`IDENTIFIABLE`; or, for a prior near nothing (a latency the record does
-    not state, kept at a token 0.1 us), a step of 0.1% of its bounds' width does."""
+    """The indices of the constants the points determine: a nudge of 1% of the prior, or of 0.1% of
+    the bounds' width where that is larger (a prior near nothing: a latency the record does not state,
+    kept at a token 0.1 us), inward at a bound, moves some point's residual by :data:`IDENTIFIABLE`."""
     prior = np.array([c.prior for c in constants])
     start, found = residuals(prior), []
     for i, c in enumerate(constants):
         lo, hi = c.bounds
-        relative = min(max(prior[i] * 1.01, lo), hi)
-        steps = (relative if relative != prior[i] else prior[i] * 0.99, min(prior[i] + 0.001 * (hi - lo), hi))
-        for step in steps:
-            nudged = prior.copy()
-            nudged[i] = step
-            if np.max(np.abs(residuals(nudged) - start)) >= IDENTIFIABLE:
-                found.append(i)
-                break
+        step = max(0.01 * abs(prior[i]), 0.001 * (hi - lo))
+        nudged = prior.copy()
+        nudged[i] = prior[i] + step if prior[i] + step <= hi else prior[i] - step
+        if np.max(np.abs(residuals(nudged) - start)) >= IDENTIFIABLE:
+            found.append(i)
     return found
 
 
