@@ -12,6 +12,7 @@ from commodel.compute.roofline import (
 )
 from commodel.errors import CommodelError
 from commodel.hardware import default_db
+from commodel.workloads.layer.timing import timed, timed_all
 
 DB = default_db()
 H100 = DB.gpu("h100-sxm")
@@ -187,3 +188,35 @@ def test_the_padding_of_a_listed_tile_is_charged_and_a_short_side_is_not():
     assert float(tile_fill(200, 8192, 256, 128, (128, 128))) == pytest.approx(200 / 256)
     # a record without tiles counts CUTLASS's 128 x 256 whole, as before
     assert float(output_tiling(H100, gemm(200, 8192, 4096)).fill) == 1.0
+
+
+def test_a_batch_of_gemms_splits_only_its_single_ones_row_by_row():
+    """Split-K is a property of each GEMM: rows of one call that run a grouped launch (batch > 1) keep
+    one slice without stopping the single GEMMs beside them from splitting."""
+    single = kernel_time(H100, gemm(512, 512, 16384, "bf16"), launch=False)
+    assert single.split_k > 1
+    both = kernel_time(H100, gemm(512, 512, 16384, "bf16", batch=np.array([1.0, 4.0])), launch=False)
+    assert both.split_k[0] == single.split_k and both.split_k[1] == 1
+    assert both.time_s[0] == single.time_s
+
+
+@pytest.mark.parametrize("units", [None, np.array([132.0, 100.0, 66.0])])
+def test_kernels_timed_together_take_each_ones_time_alone(units):
+    """:func:`timed_all` prices kernels of one kind in one roofline call: every kernel gets exactly the
+    numbers it gets alone, across GEMMs (single, grouped, weight-only), attention and memory-bound
+    passes, with arrays of rows and scalars mixed."""
+    rows = np.array([256.0, 4096.0, 16384.0])
+    kernels = [
+        gemm(rows, 8192, 8192, "bf16"),
+        gemm(512, 512, 16384, "bf16"),
+        gemm(rows, 1024, 2048, "bf16", batch=8),
+        gemm(rows, 2880, 2880, "w4a16"),
+        gemm(rows, 4096, 4096, "fp8"),
+        attention(1, 64, rows, 128),
+        elementwise(rows * 8192, "bf16", 1, 1),
+        elementwise(1e6, "bf16", 2, 1),
+    ]
+    together = timed_all(H100, kernels, units)
+    for kernel, joint in zip(kernels, together, strict=True):
+        for a, b in zip(timed(H100, kernel, units), joint, strict=True):
+            np.testing.assert_array_equal(np.broadcast_to(a, np.shape(b)), b)

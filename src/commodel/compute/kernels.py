@@ -7,6 +7,7 @@ roofline can apply wave quantization.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,7 +59,7 @@ class Kernel:
     matmul: bool
     shape: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
     exps: np.ndarray | float = 0.0
-    bandwidth_share: float = 1.0
+    bandwidth_share: np.ndarray | float = 1.0
     label: str = ""
 
     @property
@@ -70,6 +71,30 @@ class Kernel:
 def named(kernel: Kernel, label: str) -> Kernel:
     """``kernel`` labelled with what it computes."""
     return dataclasses.replace(kernel, label=label)
+
+
+def stack(kernels: Sequence[Kernel], shape: tuple[int, ...] = ()) -> Kernel:
+    """Kernels of one dtype and kind (tensor cores or not, GEMMs or not) as one :class:`Kernel` whose
+    arrays gain a leading axis, one entry per kernel, broadcast over ``shape`` too (the rows a
+    caller's other arrays have): the roofline prices them in one call."""
+    first = kernels[0]
+    values = {name: [getattr(k, name) for k in kernels] for name in _STACKED}
+    shapes = [first.shape] if first.shape is None else [k.shape for k in kernels]
+    common = np.broadcast_shapes(shape, *(np.shape(v) for vs in values.values() for v in vs),
+                                 *(np.shape(v) for s in shapes if s is not None for v in s))  # fmt: skip
+
+    def column(vs: Sequence[ArrayLike]) -> np.ndarray:
+        out = np.empty((len(vs), *common))
+        for i, v in enumerate(vs):
+            out[i] = v
+        return out
+
+    shape_of = None if first.shape is None else tuple(column(side) for side in zip(*shapes, strict=True))
+    return dataclasses.replace(first, shape=shape_of, **{name: column(vs) for name, vs in values.items()})
+
+
+#: The :class:`Kernel` fields :func:`stack` stacks (the rest are the group's own).
+_STACKED = ("flops", "bytes", "tiles", "k_depth", "exps", "bandwidth_share")
 
 
 def _dtype_bytes(dtype: str) -> float:

@@ -266,11 +266,11 @@ def split_k(
     ``a / s + c`` (wave efficiency ``t s / SMs``, depth efficiency ``k / (k + s K0 r)``), memory time
     ``b + 8 m n s / BW`` (the FP32 partial outputs, :func:`_partial_sum_bytes`). The best ``s`` is 1 or a
     whole number next to where the two meet, ``d s^2 + (b - c) s - a = 0`` with ``d = 8 m n / BW``."""
-    if kernel.shape is None or np.any(np.asarray(kernel.shape[3]) != 1):
+    if kernel.shape is None:
         return 1
     units = gpu.compute_units.value if units is None else np.asarray(units, dtype=float)
     tiling = tiling or output_tiling(gpu, kernel, units)
-    under = tiling.tiles < units
+    under = (tiling.tiles < units) & (np.asarray(kernel.shape[3]) == 1)
     if not np.any(under):
         return 1
     most = np.where(under, np.minimum(np.floor(units / tiling.tiles), SPLIT_K_MAX), 1.0)

@@ -178,9 +178,9 @@ class Job(BaseModel):
         return tuple(name for name, f in cls.model_fields.items() if f.is_required())
 
     @classmethod
-    def group_keys(cls) -> list[str]:
+    def group_keys(cls) -> tuple[str, ...]:
         """The categorical fields whose rows are priced apart (the rest are priced per row)."""
-        return [name for name in cls.model_fields if (c := choices_of(cls, name)) is not None and c.group]
+        return _group_keys(cls)
 
 
 def listed_once(value: Any, alone: tuple[str, ...] = ()) -> Any:
@@ -200,10 +200,19 @@ def listed_once(value: Any, alone: tuple[str, ...] = ()) -> Any:
     return value
 
 
+@cache
 def choices_of(schema: type[Job], name: str) -> Choices | None:
-    """The :class:`Choices` of field ``name``, if it is categorical."""
+    """The :class:`Choices` of field ``name``, if it is categorical (a schema's fields are fixed, so
+    the answer is kept)."""
     field = schema.model_fields.get(name)
     return next((m for m in field.metadata if isinstance(m, Choices)), None) if field else None
+
+
+@cache
+def _group_keys(schema: type[Job]) -> tuple[str, ...]:
+    return tuple(
+        name for name in schema.model_fields if (c := choices_of(schema, name)) is not None and c.group
+    )
 
 
 def job_error(exc: ValidationError, schema: type[Job]) -> CommodelError:

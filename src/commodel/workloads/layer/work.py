@@ -18,12 +18,12 @@ from numpy.typing import ArrayLike
 
 from commodel.compute.kernels import Kernel, gemm_backward
 from commodel.compute.precision import Precision, precision
-from commodel.compute.roofline import hbm_time, kernel_time
 from commodel.hardware.cluster import Cluster
 from commodel.hardware.schema import GPU
 from commodel.overlap import Window
 from commodel.vectorize import on_unique
 from commodel.workloads.layer.kernels import LayerKernels, layer_kernels
+from commodel.workloads.layer.timing import hbm_share, timed, timed_all
 from commodel.workloads.layer.userbuffers import UB_SMS, UB_SPLITS, chunk_groups
 from commodel.workloads.model.recompute import has_module
 from commodel.workloads.model.schema import Transformer
@@ -91,23 +91,6 @@ def either(mask: ArrayLike, a: Work, b: Work) -> Work:
     )
 
 
-def timed(gpu: GPU, kernel: Kernel, units: ArrayLike | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(time, memory-bound time, HBM time) of a kernel; no kernel is shorter than a launch.
-
-    HBM time is the time its HBM bytes take (:func:`~commodel.compute.roofline.hbm_time`: a GEMM's
-    wave-by-wave operand panels), bound or not.
-    """
-    r = kernel_time(gpu, kernel, launch=False, units=units)
-    time = np.maximum(r.time_s, gpu.launch_overhead.value)
-    return time, np.where(r.memory_s >= r.compute_s, time, 0.0), hbm_time(gpu, kernel, units, r.tiling)
-
-
-def hbm_share(priced: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
-    """Of a :func:`timed` kernel's time, the part it spends moving HBM bytes: its roofline memory
-    term, at most its time (what a collective beside it contends with)."""
-    return np.minimum(priced[2], priced[0])
-
-
 @dataclass(frozen=True)
 class Priced:
     """One entry of a layer's kernels, priced: ``forward`` calls of ``fwd_s`` each and ``backward``
@@ -167,17 +150,28 @@ def _userbuffers_s(
     return pipelined, chunked_s(gpu, dgrad_kernel, tp, units, d)
 
 
+def _backward_kernels(kernel: Kernel) -> tuple[Kernel, ...]:
+    """The backward kernels of an attention core: unfused attention's two batched GEMMs, flash
+    attention's :func:`attention_backward`, none for a memory-bound pass (priced as twice its forward)."""
+    if kernel.shape is not None:
+        return gemm_backward(kernel)
+    return (attention_backward(kernel),) if kernel.name == "attention" else ()
+
+
 def priced_kernels(
     gpu: GPU, lk: LayerKernels, units: ArrayLike | None = None, tp: ArrayLike = 1
 ) -> list[Priced]:
     """Every forward kernel of one layer and micro-batch with its backward (module docstring), in
-    the order :func:`layer_work` adds them up: GEMMs, attention cores, memory-bound kernels."""
+    the order :func:`layer_work` adds them up: GEMMs, attention cores, memory-bound kernels; all of
+    them timed in one :func:`timed_all`."""
+    gemms = [(kernel, *gemm_backward(kernel)) for kernel, _, _ in lk.gemms]
+    cores = [(kernel, *_backward_kernels(kernel)) for kernel, _ in lk.attention]
+    every = [k for kernels in (*gemms, *cores) for k in kernels] + [k for k, _, _ in lk.elementwise]
+    times = iter(timed_all(gpu, every, units))
     entries = []
-    for kernel, count, role in lk.gemms:
-        forward = timed(gpu, kernel, units)
+    for (kernel, count, role), (_, *backward) in zip(lk.gemms, gemms, strict=True):
+        forward, dgrad, wgrad = next(times), next(times), next(times)
         f, hbm = forward[0], forward[2]
-        backward = gemm_backward(kernel)
-        dgrad, wgrad = (timed(gpu, b, units) for b in backward)
         fwd_ub, dgrad_ub = _userbuffers_s(gpu, role, (kernel, f), (backward[0], dgrad[0]), tp, units)
         moved = hbm_share(forward) + hbm_share(dgrad) + hbm_share(wgrad)
         entries.append(
@@ -185,24 +179,18 @@ def priced_kernels(
                    role=role, wgrad_s=wgrad[0], dgrad_s=dgrad[0], fwd_hbm_s=hbm, dgrad_hbm_s=dgrad[2],
                    fwd_ub_s=fwd_ub, dgrad_ub_s=dgrad_ub)
         )  # fmt: skip
-    for kernel, count in lk.attention:
-        forward = timed(gpu, kernel, units)
+    for (kernel, count), (_, *backward) in zip(lk.attention, cores, strict=True):
+        forward = next(times)
         f, m = forward[0], hbm_share(forward)
-        if kernel.shape is not None:  # unfused attention's batched GEMMs
-            first, second = (timed(gpu, b, units) for b in gemm_backward(kernel))
-            b_time, b_mem, b_launches = first[0] + second[0], hbm_share(first) + hbm_share(second), 2.0
-        elif kernel.name == "attention":
-            backward = timed(gpu, attention_backward(kernel), units)
-            b_time, b_mem, b_launches = backward[0], hbm_share(backward), 1.0
-        else:
-            b_time, b_mem, b_launches = 2 * f, 2 * m, 1.0
+        back = [next(times) for _ in backward]
+        b_time = sum(b[0] for b in back) if back else 2 * f
+        b_mem = sum(hbm_share(b) for b in back) if back else 2 * m
         entries.append(
-            Priced(
-                kernel, count, count, f, b_time, count, m + b_mem, count * (1 + b_launches), attention=True
-            )
-        )
+            Priced(kernel, count, count, f, b_time, count, m + b_mem, count * (1 + max(len(back), 1)),
+                   attention=True)
+        )  # fmt: skip
     for kernel, forward, backward in lk.elementwise:
-        priced = timed(gpu, kernel, units)
+        priced = next(times)
         f = priced[0]
         entries.append(
             Priced(kernel, forward, backward, f, f, forward + backward, hbm_share(priced), forward + backward)

@@ -44,7 +44,7 @@ from commodel.compute.precision import Precision
 from commodel.hardware.cluster import Cluster
 from commodel.workloads.layer.kernel_rows import first_design, kernel_row
 from commodel.workloads.layer.kernels import layer_kernels
-from commodel.workloads.layer.work import timed
+from commodel.workloads.layer.timing import timed, timed_all
 from commodel.workloads.model.schema import Transformer
 from commodel.workloads.model.transformer import attention_dims, bytes_per
 from commodel.workloads.moe.dispatch import (
@@ -239,7 +239,7 @@ def iteration_time(
         *_decode_attention(engine, g, np.asarray(context, dtype=float)),
     ]
     logits = named(gemm(g + c, model.vocab / engine.tp, model.hidden, engine.recipe.other), "logits")
-    times = [timed(gpu, k, None) for k, _ in kernels]
+    times = timed_all(gpu, [k for k, _ in kernels], None)
     priced = [(k, calls, t[0]) for (k, calls), t in zip(kernels, times, strict=True)]
     layer = sum(calls * seconds for _, calls, seconds in priced)
     logits_s, logits_memory_s, _ = timed(gpu, logits, None)

@@ -13,12 +13,12 @@ from commodel.compute.kernels import gemm, gemm_backward
 from commodel.compute.precision import Precision
 from commodel.hardware.cluster import Cluster
 from commodel.overlap import Window, ctas
+from commodel.workloads.layer.timing import timed_all
 from commodel.workloads.layer.work import (
     ATTENTION_BACKWARD,
     either,
     layer_works,
     repeat,
-    timed,
     window,
 )
 from commodel.workloads.model.recompute import has_module
@@ -124,12 +124,12 @@ def _last_stage_extra(m: MicroBatch) -> np.ndarray:
     projection (DeepSeek-V3 report, section 2.2; its transformer layer counts as a layer)."""
     x, T, h, model = m.x, m.x.tokens, m.model.hidden, m.model
     logits = gemm(T, model.vocab / x.tp, h, m.recipe.other)
-    logits_s = sum(timed(m.gpu, k, None)[0] for k in (logits, *gemm_backward(logits)))
+    logits_s = sum(t[0] for t in timed_all(m.gpu, (logits, *gemm_backward(logits)), None))
     logits_s = logits_s + 3 * T * model.vocab / x.tp * 4 / m.hbm
     if not np.any(x.mtp_layers > 0):
         return logits_s
     projection = gemm(T, h / x.tp, 2 * h, m.recipe.gemm)
-    projection_s = sum(timed(m.gpu, k, None)[0] for k in (projection, *gemm_backward(projection)))
+    projection_s = sum(t[0] for t in timed_all(m.gpu, (projection, *gemm_backward(projection)), None))
     return logits_s + x.mtp_layers * (logits_s + projection_s)
 
 
