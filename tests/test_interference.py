@@ -177,6 +177,9 @@ def test_commodel_overlap_prints_every_strategy_and_json(capsys, monkeypatch):
     lines = out.out.splitlines()
     assert all(any(line.startswith(s) for line in lines) for s in PAIR_STRATEGIES)
     assert "in-network         cannot run" in out.out  # A100's switch does not reduce
+    code, out = run_cli(["overlap", "--kernel", "elementwise", "--n", "1024"], capsys, monkeypatch)
+    assert code == 0 and out.out.startswith("elementwise pass over 8192x1024 bf16 beside allgather")
+    assert all(f"{s:18} cannot run" in out.out for s in ("fused", "fused-copy-engine", "decomposed"))
     code, out = run_cli(["overlap", "--strategy", "fused", "--size", "96MiB", "--json"], capsys, monkeypatch)
     record = json.loads(out.out)
     assert code == 0 and record["size_bytes"] == 96 * 2**20 and list(record["strategies"]) == ["fused"]
@@ -190,6 +193,7 @@ def test_commodel_overlap_prints_every_strategy_and_json(capsys, monkeypatch):
         (["--gpus", "16"], "within one scale-up domain: dgx-h100's has 8 GPUs"),
         (["--system", "gb200-nvl72", "--gpus", "144"], "gb200-nvl72's has 72 GPUs"),
         (["--op", "alltoall"], "collective"),
+        (["--kernel", "elementwise", "--strategy", "decomposed"], "which an elementwise pass does not have"),
     ],
 )
 def test_bad_overlap_input_is_one_clear_line(args, message, capsys, monkeypatch):

@@ -80,8 +80,10 @@ def stack(kernels: Sequence[Kernel], shape: tuple[int, ...] = ()) -> Kernel:
     first = kernels[0]
     values = {name: [getattr(k, name) for k in kernels] for name in _STACKED}
     shapes = [first.shape] if first.shape is None else [k.shape for k in kernels]
-    common = np.broadcast_shapes(shape, *(np.shape(v) for vs in values.values() for v in vs),
-                                 *(np.shape(v) for s in shapes if s is not None for v in s))  # fmt: skip
+    sizes = {np.shape(v) for vs in values.values() for v in vs} | {
+        np.shape(v) for s in shapes if s for v in s
+    }
+    common = np.broadcast_shapes(shape, *sizes)  # a few distinct shapes (one value, a column of rows)
 
     def column(vs: Sequence[ArrayLike]) -> np.ndarray:
         out = np.empty((len(vs), *common))

@@ -51,6 +51,10 @@ PAIR_STRATEGIES = (
     "fused-copy-engine", "decomposed",
 )  # fmt: skip
 
+#: Strategies that cut the collective into a GEMM's output tiles (Flux, async TP): a kernel without
+#: tiles (an elementwise pass) cannot run them.
+GEMM_ONLY = ("fused", "fused-copy-engine", "decomposed")
+
 #: Strategies whose collective takes no SMs from the kernel: on the copy engines, fused into the
 #: kernel, or co-resident with it.
 NO_SMS = ("occupancy-shaped", "copy-engine", "fused", "fused-copy-engine", "decomposed")

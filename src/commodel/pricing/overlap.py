@@ -24,7 +24,7 @@ from commodel.errors import CommodelError
 from commodel.hardware import HardwareDB
 from commodel.hardware import cluster as make_cluster
 from commodel.overlap.interference import busbw_load, memory_of
-from commodel.overlap.pair import PAIR_STRATEGIES, Pair, comm_ctas, pair_times
+from commodel.overlap.pair import GEMM_ONLY, PAIR_STRATEGIES, Pair, comm_ctas, pair_times
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.gemm import MAX_DIM
 from commodel.pricing.job import MAX_GPUS, SYSTEM, Choices, Job
@@ -83,6 +83,10 @@ def compute_kernel(kind: str, m: int, n: int, k: int, dtype: str) -> Kernel:
 
 def price_overlap(job: OverlapJob, db: HardwareDB | None = None) -> dict[str, float]:
     """The job's pair of kernels on its system in ``db`` (module docstring)."""
+    if job.kernel != "gemm" and job.strategy in GEMM_ONLY:
+        raise CommodelError(
+            f"{job.strategy} cuts the collective into a GEMM's output tiles, which an elementwise pass does not have"
+        )
     node = make_cluster(job.system, 1, db)
     if job.gpus > node.domain_gpus:
         raise CommodelError(

@@ -9,13 +9,18 @@ def overlap_text(job: dict, records: dict[str, dict | str]) -> str:
     """The pair (``job``: the overlap job's fields) and, per strategy, each side alone and together,
     the pair's time against serial and the share of the ideal gain reached; a strategy the system
     cannot run shows why."""
+    gemm = job.get("kernel", "gemm") == "gemm"
+    kernel = (
+        f"GEMM {job['m']}x{job['n']}x{job['k']}" if gemm else f"elementwise pass over {job['m']}x{job['n']}"
+    )
     head = (
-        f"GEMM {job['m']}x{job['n']}x{job['k']} {job['dtype']} beside {job['op']} of "
+        f"{kernel} {job['dtype']} beside {job['op']} of "
         f"{format_bytes(job['size_bytes'])} on {job['gpus']} GPUs of {job['system']}"
     )
+    side = "GEMM" if gemm else "kernel"
     lines = [
         head,
-        f"{'strategy':18} {'GEMM ms':>16} {'collective ms':>16} {'total ms':>9} {'vs serial':>9} {'gain':>6}",
+        f"{'strategy':18} {side + ' ms':>16} {'collective ms':>16} {'total ms':>9} {'vs serial':>9} {'gain':>6}",
     ]
     for strategy, r in records.items():
         if isinstance(r, str):
@@ -28,7 +33,7 @@ def overlap_text(job: dict, records: dict[str, dict | str]) -> str:
             f"{strategy:18} {gemm:>16} {comm:>16} {r['time_s'] * 1e3:9.3f} {versus:>9} {100 * r['gain_share']:5.0f}%"
         )
     lines.append(
-        "GEMM and collective: time alone x slowdown together; serial: the GEMM, then the collective as NCCL "
-        "chooses it; gain: share of the ideal gain (serial - max(GEMM, that collective)) reached"
+        f"{side} and collective: time alone x slowdown together; serial: the {side}, then the collective as NCCL "
+        f"chooses it; gain: share of the ideal gain (serial - max({side}, that collective)) reached"
     )
     return "\n".join(lines)
