@@ -3,6 +3,7 @@ import pytest
 
 from commodel.compute import attention, elementwise, gemm, kernel_time
 from commodel.compute.roofline import (
+    GEMM_K_BLOCK,
     GEMM_TILE_OVERHEAD_K,
     SPLIT_K_MAX,
     achievable_flops,
@@ -126,11 +127,13 @@ def test_a_gemm_that_leaves_sms_idle_splits_its_k_loop_and_a_full_one_does_not()
     assert unsplit >= float(decode_qkv.bytes) / (3.35e12 * H100.memory_efficiency.value)
     assert split_k(H100, gemm(128 * 132, 256, 4096)) == 1
     assert split_k(H100, gemm(394, 2560, 8192, batch=8)) == 1  # a batched launch keeps its tiles
+    # a slice is at least one step of the main loop deep: k = 1 is never cut, k = 256 into at most 4
+    assert split_k(H100, gemm(1, 1, 1)) == 1 and split_k(H100, gemm(128, 256, 256)) <= 256 // GEMM_K_BLOCK
 
 
 def test_the_chosen_split_is_the_fastest_whole_one_within_a_wave():
-    """The closed form's pick matches a brute-force search over every split that keeps one wave, for
-    shapes from memory-bound to compute-bound."""
+    """The closed form's pick matches a brute-force search over every split that keeps one wave and
+    slices at least one main-loop step deep, for shapes from memory-bound to compute-bound."""
     rng = np.random.default_rng(3)
     m, n, k = (2.0 ** rng.uniform(lo, hi, 400) for lo, hi in ((5, 11), (7, 12), (9, 15)))
     kernel = gemm(np.round(m), np.round(n), np.round(k), "bf16")
@@ -138,7 +141,7 @@ def test_the_chosen_split_is_the_fastest_whole_one_within_a_wave():
     units = H100.compute_units.value
     best = np.full(m.shape, np.inf)
     for s in range(1, SPLIT_K_MAX + 1):
-        fits = kernel.tiles * s <= units
+        fits = (kernel.tiles * s <= units) & (s * GEMM_K_BLOCK <= kernel.shape[2])
         compute = kernel.flops / achievable_flops(H100, kernel, None, s)
         extra = 8 * s * kernel.shape[0] * kernel.shape[1] if s > 1 else 0.0
         memory = (kernel.bytes + extra) / (3.35e12 * H100.memory_efficiency.value)

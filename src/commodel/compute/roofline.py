@@ -53,6 +53,10 @@ SOFTMAX_EXPOSED = 0.5
 #: split-K kernels cut it when the output tiles leave SMs idle).
 SPLIT_K_MAX = 16
 
+#: Elements of k one step of a tile's main loop consumes (CUTLASS's 128 x 256 x 64 half-precision
+#: tiles): a split-K slice is at least this deep, so a GEMM with k below twice it is not split.
+GEMM_K_BLOCK = 64
+
 
 @dataclass(frozen=True)
 class KernelTime:
@@ -262,7 +266,8 @@ def split_k(
     """The split-K factor ``s`` a GEMM runs at: 1 unless it is one GEMM (not a batched or grouped
     launch) whose ``t`` output tiles do not fill one wave of the ``U`` SMs it may use (NVIDIA's GEMM
     guide shows full-size GEMMs keeping their wave quantization). Such a GEMM's k loop may be cut into
-    ``s <= min(U / t, SPLIT_K_MAX)`` slices, one wave of ``t s`` tiles ``k / s`` deep: compute time
+    ``s <= min(U / t, k / GEMM_K_BLOCK, SPLIT_K_MAX)`` slices (each at least one step of the main loop
+    deep), one wave of ``t s`` tiles ``k / s`` deep: compute time
     ``a / s + c`` (wave efficiency ``t s / SMs``, depth efficiency ``k / (k + s K0 r)``), memory time
     ``b + 8 m n s / BW`` (the FP32 partial outputs, :func:`_partial_sum_bytes`). The best ``s`` is 1 or a
     whole number next to where the two meet, ``d s^2 + (b - c) s - a = 0`` with ``d = 8 m n / BW``."""
@@ -273,7 +278,8 @@ def split_k(
     under = (tiling.tiles < units) & (np.asarray(kernel.shape[3]) == 1)
     if not np.any(under):
         return 1
-    most = np.where(under, np.minimum(np.floor(units / tiling.tiles), SPLIT_K_MAX), 1.0)
+    blocks = np.floor(np.asarray(kernel.shape[2], dtype=float) / GEMM_K_BLOCK)  # k's main-loop steps
+    most = np.where(under, np.clip(np.minimum(np.floor(units / tiling.tiles), blocks), 1.0, SPLIT_K_MAX), 1.0)
     one, deepest = (kernel.flops / achievable_flops(gpu, kernel, units, s, tiling) for s in (1.0, most))
     a = (one - deepest) * most / np.maximum(most - 1, 1)  # 0 where no split fits (most 1)
     c = one - a

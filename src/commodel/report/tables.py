@@ -351,6 +351,6 @@ def gemm_text(gpu: str, record: dict) -> str:
     return (
         f"GEMM {record['m']}x{record['n']}x{record['k']} {record['dtype']} on {gpu}: {record['time_s'] * 1e6:.1f} us, "
         f"{record['tflops']:.1f} TFLOP/s, {record['bound']}-bound "
-        f"(intensity {record['intensity_flop_per_byte']:.0f} FLOP/B{split}; {record['tiles']} tiles of "
+        f"(intensity {record['intensity_flop_per_byte']:.0f} FLOP/B{split}; {record['tiles']} tile{'s' if record['tiles'] > 1 else ''} of "
         f"{record['tile']}, {waves})"
     )
