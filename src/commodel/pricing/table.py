@@ -249,9 +249,11 @@ def with_outputs(frame: pd.DataFrame, out: Columns, resolved: tuple[str, ...] = 
     }
     columns = {k: pd.Series(v, dtype=object, index=frame.index, copy=False) if np.asarray(v).dtype == object else v
                for k, v in out.items() if k not in resolved}  # fmt: skip
-    outputs = pd.DataFrame(columns, index=frame.index, copy=False)
-    kept = frame.assign(**counts).drop(columns=[c for c in outputs.columns if c in frame])
-    return pd.concat([kept, outputs], axis=1)
+    # One DataFrame from every column, in place of assigning, dropping and concatenating frames:
+    # the frame's columns (an output it already held moves to the outputs), then the outputs.
+    data = {name: counts.get(name, frame[name]) for name in frame.columns if name not in columns}
+    data |= {name: value for name, value in counts.items() if name not in data}
+    return pd.DataFrame(data | columns, index=frame.index, copy=False)
 
 
 def coded(fn: Callable[[Any], Any], values: np.ndarray, dtype: Any = float) -> np.ndarray:
