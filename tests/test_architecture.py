@@ -112,9 +112,17 @@ def test_an_import_inside_a_function_says_why(path):
                 assert "#" in lines[node.lineno - 1] or above.startswith("#"), lines[node.lineno - 1]
 
 
-def test_one_estimate_from_the_shell_loads_no_heavy_library():
-    """``commodel train`` pays for its own imports only: none of pandas,
-    scipy, matplotlib, pymoo or Dask, which sweeps and plots need (docs/benchmarks.md times it)."""
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["train", "--model", "llama3-8b", "--system", "dgx-h100"],
+        ["collective", "allreduce", "--size", "8B:1GiB"],
+    ],
+    ids=["train", "collective"],
+)
+def test_one_estimate_from_the_shell_loads_no_heavy_library(command):
+    """``commodel train`` and ``commodel collective``'s table pay for their own imports only: none of
+    pandas, scipy, matplotlib, pymoo or Dask, which sweeps and plots need (docs/benchmarks.md times it)."""
     script = (
         "import sys, io, contextlib\n"
         "from commodel.cli import main\n"
@@ -124,6 +132,5 @@ def test_one_estimate_from_the_shell_loads_no_heavy_library():
         "heavy = ('pandas', 'scipy', 'matplotlib', 'pymoo', 'dask')\n"
         "print(','.join(m for m in heavy if m in sys.modules))\n"
     )
-    train = ["train", "--model", "llama3-8b", "--system", "dgx-h100"]
-    run = subprocess.run([sys.executable, "-c", script, *train], capture_output=True, text=True, check=True)
+    run = subprocess.run([sys.executable, "-c", script, *command], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == ""

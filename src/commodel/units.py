@@ -51,9 +51,18 @@ def _registry():
 _NUMBER_UNIT = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*(.*)")
 
 
+#: Byte units as pint defines them (``kB`` = 1000 B, ``KiB`` = 1024 B), read without importing pint: the
+#: CLI's sizes (``--size 1GiB``) need nothing else.
+BYTE_UNITS = {"B": 1.0, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+              "KiB": 2.0**10, "MiB": 2.0**20, "GiB": 2.0**30, "TiB": 2.0**40}  # fmt: skip
+
+
 @cache
 def _factor(unit: str, kind: str) -> float:
-    """SI value of one ``unit`` of ``kind`` (pint does the conversion, once per distinct unit)."""
+    """SI value of one ``unit`` of ``kind`` (pint does the conversion, once per distinct unit; a byte
+    unit of :data:`BYTE_UNITS` is read from it)."""
+    if kind == "bytes" and unit in BYTE_UNITS:
+        return BYTE_UNITS[unit]
     quantity = _registry().Quantity(1.0, unit) if unit else None
     if quantity is None or (kind != "bytes" and quantity.dimensionless):
         raise ValueError("no unit")

@@ -7,11 +7,10 @@ from __future__ import annotations
 import inspect
 from typing import Annotated
 
-import pandas as pd
 import typer
 
 from commodel.cli.root import JSON_FLAG, app, flag, job_options
-from commodel.comm.calls import run
+from commodel.comm.calls import COLUMNS, run_columns
 from commodel.errors import CommodelError
 from commodel.pricing.collective import CollectiveJob, cluster_and_fabric
 from commodel.pricing.job import make_job
@@ -35,23 +34,35 @@ def collective(
     sizes = parse_sizes(size)
     job = make_job(CollectiveJob, op=op, size_bytes=float(sizes[0]), **values)
 
-    def priced() -> pd.DataFrame:
+    def priced() -> dict:
         """The collective on the hardware database in use (a Monte Carlo draw's, for the bands)."""
         where, fab = cluster_and_fabric(job.model_dump())
-        return run(job.op, where, sizes, job.gpus, job.algo, job.protocol, job.library, job.channels, fab)
+        return run_columns(
+            job.op, where, sizes, job.gpus, job.algo, job.protocol, job.library, job.channels, fab
+        )
 
-    frame = priced()
+    columns = priced()
+    if not (uncertainty or as_json or as_csv):  # the table needs no DataFrame (pandas: 0.2 s to import)
+        typer.echo(nccl_tests_table(columns, job.system))
+        return
+    import pandas as pd  # slow: pandas (0.2 s), for the outputs that are a DataFrame
+
+    def frame_of(table: dict) -> pd.DataFrame:
+        return pd.DataFrame(table, columns=COLUMNS)
+
+    frame = frame_of(columns)
     if uncertainty:
         from commodel.validate.bands import table_bands  # optional: reads the validation table
 
-        frame = table_bands("collective", frame, priced, job.system, "time_s", ("busbw_GBps",))
+        frame = table_bands(
+            "collective", frame, lambda: frame_of(priced()), job.system, "time_s", ("busbw_GBps",)
+        )
     if as_json:
         typer.echo(to_json(frame))
     elif as_csv:
         typer.echo(frame.to_csv(index=False), nl=False)
     else:
-        if uncertainty:
-            typer.echo(band_note(frame, f"{frame.size_bytes.iloc[-1]:.0f} B", "busbw_GBps", "busbw", "GB/s"))
+        typer.echo(band_note(frame, f"{frame.size_bytes.iloc[-1]:.0f} B", "busbw_GBps", "busbw", "GB/s"))
         typer.echo(nccl_tests_table(frame, job.system))
 
 

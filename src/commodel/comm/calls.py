@@ -83,7 +83,7 @@ def domains_of(cluster: Cluster, nodes: int) -> int:
     return nodes // per_domain
 
 
-def run(
+def run_columns(
     op: str,
     cluster: Cluster,
     sizes: ArrayLike,
@@ -93,8 +93,9 @@ def run(
     library: str = "nccl",
     channels: int | None = None,
     fab: Fabric | None = None,
-) -> pd.DataFrame:
-    """nccl-tests-like table of ``op`` over ``sizes`` on ``gpus`` GPUs of ``cluster``.
+) -> dict[str, np.ndarray]:
+    """nccl-tests-like table of ``op`` over ``sizes`` on ``gpus`` GPUs of ``cluster``, as columns
+    (:data:`COLUMNS`: one array each; :func:`run` gives the same as a DataFrame).
 
     ``algo``: ``auto`` (the library's own choice), ``best`` (the fastest) or one algorithm;
     ``protocol``: ``auto`` or one protocol; ``channels`` forces a channel count (as a tuner plugin
@@ -121,7 +122,26 @@ def run(
         fastest = choice if policy == "best" else tune(op, sizes, ranks, domains, fab, pairs, "best")
     else:
         choice = fastest = _forced_channels(op, sizes, ranks, domains, fab, pairs, channels)
-    return results_frame(op, sizes, ranks, nodes, domains, choice, fastest)
+    return results_columns(op, sizes, ranks, nodes, domains, choice, fastest)
+
+
+def run(
+    op: str,
+    cluster: Cluster,
+    sizes: ArrayLike,
+    gpus: int | None = None,
+    algo: str = "auto",
+    protocol: str = "auto",
+    library: str = "nccl",
+    channels: int | None = None,
+    fab: Fabric | None = None,
+) -> pd.DataFrame:
+    """:func:`run_columns` as a DataFrame."""
+    import pandas as pd  # slow: pandas (0.2 s), for this table only (a training step needs none)
+
+    return pd.DataFrame(
+        run_columns(op, cluster, sizes, gpus, algo, protocol, library, channels, fab), columns=COLUMNS
+    )
 
 
 def _forced_channels(
@@ -141,9 +161,9 @@ def _forced_channels(
     )
 
 
-def results_frame(
+def results_columns(
     op: str, sizes: np.ndarray, ranks: int, nodes: int, domains: int, choice: Choice, fastest: Choice
-) -> pd.DataFrame:
+) -> dict[str, np.ndarray]:
     """Assemble the nccl-tests columns and the ``fastest`` path (``algo/protocol``) with its time; a
     single rank moves nothing (time, algbw, busbw all 0, by algorithm and protocol "none")."""
     time = choice.time_s
@@ -151,27 +171,23 @@ def results_frame(
     moved = time > 0
     algbw = np.divide(sizes, time, out=np.zeros_like(sizes), where=moved) / 1e9
     busbw = algbw * BUSBW_FACTOR[op](np.float64(ranks))
-    import pandas as pd  # slow: pandas (0.2 s), for this table only (a training step needs none)
-
-    return pd.DataFrame(
-        {
-            "op": op,
-            "algo": np.where(alone, "none", choice.algo),
-            "protocol": np.where(alone, "none", choice.protocol),
-            "size_bytes": sizes.astype(np.int64),
-            "gpus": ranks,
-            "nodes": nodes,
-            "domains": domains,
-            "channels": choice.channels.astype(np.int64),
-            "chunk_bytes": choice.chunk_bytes.astype(np.int64),
-            "time_s": time,
-            "algbw_GBps": algbw,
-            "busbw_GBps": busbw,
-            "fastest": np.where(alone, "none", np.char.add(np.char.add(fastest.algo, "/"), fastest.protocol)),
-            "fastest_time_s": fastest.time_s,
-        },
-        columns=COLUMNS,
-    )
+    rows = len(sizes)
+    return {
+        "op": np.full(rows, op),
+        "algo": np.where(alone, "none", choice.algo),
+        "protocol": np.where(alone, "none", choice.protocol),
+        "size_bytes": sizes.astype(np.int64),
+        "gpus": np.full(rows, ranks, dtype=np.int64),
+        "nodes": np.full(rows, nodes, dtype=np.int64),
+        "domains": np.full(rows, domains, dtype=np.int64),
+        "channels": choice.channels.astype(np.int64),
+        "chunk_bytes": choice.chunk_bytes.astype(np.int64),
+        "time_s": time,
+        "algbw_GBps": algbw,
+        "busbw_GBps": busbw,
+        "fastest": np.where(alone, "none", np.char.add(np.char.add(fastest.algo, "/"), fastest.protocol)),
+        "fastest_time_s": fastest.time_s,
+    }
 
 
 def _requested_algos(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # every function here is handed a DataFrame: pandas is loaded by then
+    import pandas as pd
 
 
 def to_json(frame: pd.DataFrame) -> str:
@@ -18,6 +20,8 @@ def to_json(frame: pd.DataFrame) -> str:
 def _cell(value: object, floatfmt: str) -> str:
     if isinstance(value, float):
         return "" if math.isnan(value) else floatfmt.format(value)
+    import pandas as pd  # loaded already: the caller holds a DataFrame
+
     return "" if value is None or value is pd.NA else str(value)
 
 
