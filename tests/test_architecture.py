@@ -117,12 +117,15 @@ def test_an_import_inside_a_function_says_why(path):
     [
         ["train", "--model", "llama3-8b", "--system", "dgx-h100"],
         ["collective", "allreduce", "--size", "8B:1GiB"],
+        ["overlap", "--strategy", "sm-partition"],
+        ["comm", "schemes"],
     ],
-    ids=["train", "collective"],
+    ids=["train", "collective", "overlap", "comm-schemes"],
 )
 def test_one_estimate_from_the_shell_loads_no_heavy_library(command):
-    """``commodel train`` and ``commodel collective``'s table pay for their own imports only: none of
-    pandas, scipy, matplotlib, pymoo or Dask, which sweeps and plots need (docs/benchmarks.md times it)."""
+    """``commodel train``, ``collective``'s table, ``overlap`` and ``comm schemes`` pay for their own
+    imports only: none of pandas, scipy, matplotlib, pymoo or Dask, which sweeps and plots need
+    (docs/benchmarks.md times them)."""
     script = (
         "import sys, io, contextlib\n"
         "from commodel.cli import main\n"

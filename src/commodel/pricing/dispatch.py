@@ -12,10 +12,9 @@ A scheme the fabric's NIC cannot run across nodes is a row with ``valid = False`
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
-import pandas as pd
 from numpy.typing import ArrayLike
 from pydantic import Field
 
@@ -43,6 +42,9 @@ from commodel.workloads.moe.dispatch import (
     exchange,
     received_bandwidths,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Bytes per element of each call.
 ELEMENT_BYTES = {"dispatch": DISPATCH_BYTES, "combine": COMBINE_BYTES}
@@ -110,6 +112,8 @@ def price_dispatch(
                 **{f"{k}_GBps": v for k, v in received_bandwidths(
                     net.moe, net.hidden, count, job.ep, job.ep / r["group_gpus"], element, seconds).items()},
             })  # fmt: skip
+    import pandas as pd  # slow: pandas (0.2 s), for this table only (comm schemes shares the module)
+
     return pd.DataFrame(rows)
 
 

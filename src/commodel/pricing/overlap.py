@@ -17,7 +17,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from commodel.comm.calls import run as run_collective
+from commodel.comm.calls import run_columns
 from commodel.compute.kernels import DTYPE_BYTES, Kernel, elementwise, gemm
 from commodel.compute.roofline import hbm_time, kernel_time
 from commodel.errors import CommodelError
@@ -96,12 +96,12 @@ def price_overlap(job: OverlapJob, db: HardwareDB | None = None) -> dict[str, fl
     where = make_cluster(job.system, -(-job.gpus // node.gpus_per_node), db)
     gpu = where.gpu
     in_network = job.strategy == "in-network"
-    choice = run_collective(job.op, where, [job.size_bytes], job.gpus, algo="auto")
-    call = run_collective(job.op, where, [job.size_bytes], job.gpus, algo="nvls") if in_network else choice
-    comm_s, busbw = float(call.time_s.iloc[0]), 1e9 * float(call.busbw_GBps.iloc[0])
-    baseline_s = float(choice.time_s.iloc[0])
+    choice = run_columns(job.op, where, [job.size_bytes], job.gpus, algo="auto")
+    call = run_columns(job.op, where, [job.size_bytes], job.gpus, algo="nvls") if in_network else choice
+    comm_s, busbw = float(call["time_s"][0]), 1e9 * float(call["busbw_GBps"][0])
+    baseline_s = float(choice["time_s"][0])
     sms = gpu.compute_units.value
-    ctas = comm_ctas(job.strategy, float(call.channels.iloc[0]))
+    ctas = comm_ctas(job.strategy, float(call["channels"][0]))
     kernel = compute_kernel(job.kernel, job.m, job.n, job.k, job.dtype)
     alone, partitioned = kernel_time(gpu, kernel, launch=False), kernel_time(gpu, kernel, False, sms - ctas)
     floor = gpu.launch_overhead.value  # no kernel is shorter than a launch, back to back or not
