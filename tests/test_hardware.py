@@ -245,3 +245,22 @@ def test_the_hardware_cache_is_rebuilt_when_the_schema_that_reads_it_changes(tmp
     monkeypatch.setattr(schema_module, "__file__", str(changed))
     load_database(resource_dir("hardware_db"))
     assert len(list((tmp_path / "commodel").glob("hardware-*.json"))) == 2
+
+
+def test_the_cache_folder_keeps_the_most_recently_used_files_of_each_kind(tmp_path):
+    """Every change to the records or the schema writes a cache file under a new digest: the folder
+    keeps the KEPT_CACHE_FILES most recently used of a kind (the one just used among them), not all."""
+    import os
+
+    from commodel.io import KEPT_CACHE_FILES, prune_cache
+
+    files = [tmp_path / f"hardware-{i:02d}.json" for i in range(KEPT_CACHE_FILES + 5)]
+    for i, path in enumerate(files):
+        path.write_text("{}")
+        os.utime(path, (1_000_000 + i, 1_000_000 + i))
+    other = tmp_path / "validation-00.parquet"
+    other.write_text("")
+    prune_cache(files[0])  # the oldest, used now
+    kept = sorted(p.name for p in tmp_path.glob("hardware-*.json"))
+    assert len(kept) == KEPT_CACHE_FILES and files[0].name in kept and files[-1].name in kept
+    assert files[1].name not in kept and other.exists()

@@ -7,7 +7,7 @@ import hashlib
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from commodel.errors import CommodelError
@@ -174,3 +174,22 @@ def files_digest(files: Iterable[Path], root: Path | None = None) -> str:
     for path in files:
         digest.update(str(path.relative_to(root) if root else path.name).encode() + path.read_bytes())
     return digest.hexdigest()[:20]
+
+
+#: Derived files of one kind the cache folder keeps (the most recently used): each change to the
+#: sources they derive from (an upgrade, an edited record) writes a new one under a new digest.
+KEPT_CACHE_FILES = 8
+
+
+def prune_cache(kept: Path, limit: int = KEPT_CACHE_FILES) -> None:
+    """Mark ``kept`` (a derived file named ``KIND-DIGEST.EXT``) as just used, and delete all but the
+    ``limit`` most recently used files of its kind beside it, so the cache folder does not grow with
+    every change; a file another process is writing or using is left to it."""
+    kind = kept.name.split("-", 1)[0]
+    with suppress(OSError):
+        kept.touch()
+        siblings = sorted(
+            kept.parent.glob(f"{kind}-*{kept.suffix}"), key=lambda p: p.stat().st_mtime, reverse=True
+        )
+        for old in siblings[limit:]:
+            old.unlink(missing_ok=True)

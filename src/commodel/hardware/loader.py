@@ -29,7 +29,7 @@ import commodel.hardware.schema as schema_module
 import commodel.records as record_module
 from commodel.errors import CommodelError, pick, suggest, unknown
 from commodel.hardware.schema import GPU, Link, System
-from commodel.io import files_digest, write_text
+from commodel.io import files_digest, prune_cache, write_text
 from commodel.records import load_folder, read_toml, validate_record
 from commodel.resources import resource_dir
 
@@ -85,6 +85,7 @@ def load_database(root: Path) -> HardwareDB:
     readers = [Path(module.__file__) for module in (schema_module, gpu_sections_module, record_module)]
     cached = cache_dir() / f"hardware-{files_digest([*readers, *files])}.json"
     if cached.is_file():
+        prune_cache(cached)
         try:
             data = json.loads(cached.read_text())
             tables = {
@@ -101,6 +102,7 @@ def load_database(root: Path) -> HardwareDB:
     try:
         payload = {kind: {n: r.model_dump(mode="json") for n, r in tables[kind].items()} for kind in KINDS}
         write_text(cached, json.dumps(payload))
+        prune_cache(cached)
     except OSError:  # no writable cache folder: load from TOML every time
         pass
     return db

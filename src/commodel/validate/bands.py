@@ -33,7 +33,7 @@ from commodel.errors import CommodelError
 from commodel.hardware import cluster
 from commodel.hardware.loader import active_overlays, cache_dir, default_db
 from commodel.hardware.uncertain import Uncertain, draws, drivers, on_draws, uncertain_numbers
-from commodel.io import atomic_path, files_digest
+from commodel.io import atomic_path, files_digest, prune_cache
 from commodel.resources import resource_dir
 from commodel.validate.gates import gates
 from commodel.validate.table import validation_table
@@ -113,6 +113,7 @@ def cached_validation_table() -> object:
     inputs (:func:`_inputs_digest`): any change to the code, data or overlays computes it afresh."""
     cached = cache_dir() / f"validation-{_inputs_digest()}.parquet"
     if cached.is_file():
+        prune_cache(cached)
         try:
             return pd.read_parquet(cached)
         except (OSError, ValueError):  # a damaged cache: compute it below
@@ -121,6 +122,7 @@ def cached_validation_table() -> object:
     try:
         with atomic_path(cached) as tmp:
             table.to_parquet(tmp, index=False)
+        prune_cache(cached)
     except (OSError, ValueError):  # no writable cache folder, or a column Parquet cannot hold
         pass
     return table
