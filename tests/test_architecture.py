@@ -119,11 +119,12 @@ def test_an_import_inside_a_function_says_why(path):
         ["collective", "allreduce", "--size", "8B:1GiB"],
         ["overlap", "--strategy", "sm-partition"],
         ["comm", "schemes"],
+        ["comm", "dispatch", "--tokens", "1:4096"],
     ],
-    ids=["train", "collective", "overlap", "comm-schemes"],
+    ids=["train", "collective", "overlap", "comm-schemes", "comm-dispatch"],
 )
 def test_one_estimate_from_the_shell_loads_no_heavy_library(command):
-    """``commodel train``, ``collective``'s table, ``overlap`` and ``comm schemes`` pay for their own
+    """``commodel train``, ``collective``'s and ``comm dispatch``'s tables, ``overlap`` and ``comm schemes`` pay for their own
     imports only: none of pandas, scipy, matplotlib, pymoo or Dask, which sweeps and plots need
     (docs/benchmarks.md times them)."""
     script = (

@@ -12,7 +12,7 @@ import typer
 from commodel.cli.root import JSON_FLAG, JsonFlag, comm_app, flag, job_options
 from commodel.comm.initiation import check_scheme, path_of, scheme_table
 from commodel.hardware import cluster
-from commodel.pricing.dispatch import DispatchJob, price_dispatch
+from commodel.pricing.dispatch import DispatchJob, dispatch_rows, price_dispatch
 from commodel.pricing.job import make_job
 from commodel.report.frames import plain_table, to_json
 from commodel.report.tables import band_note, scheme_text
@@ -48,6 +48,15 @@ def comm_dispatch(tokens: str, as_json: bool = False, uncertainty: bool = False,
     binds it, and the NVLink and RDMA bandwidths DeepEP's tests print."""
     counts = parse_counts(tokens, "--tokens")
     job = make_job(DispatchJob, tokens=float(counts[0]), **values)
+    shared = ", shared send queues" if job.shared_queues else ""
+    head = [
+        f"# DeepEP {job.mode} dispatch and combine of {job.model} on {job.ep} {job.system} GPUs, {job.scheme}{shared}",
+        "# times in us; nvl_GBps and rdma_GBps as DeepEP's tests count them",
+    ]  # fmt: skip
+    if not (uncertainty or as_json):  # the table needs no DataFrame (pandas: 0.2 s to import)
+        rows = [row | {"tokens": int(row["tokens"])} for row in dispatch_rows(job, counts)]
+        typer.echo("\n".join([*head, plain_table(rows, "{:.4g}")]))
+        return
     frame = price_dispatch(job, counts)
     shown = list(frame.columns)  # the bands go to --json only
     if uncertainty:
@@ -60,14 +69,12 @@ def comm_dispatch(tokens: str, as_json: bool = False, uncertainty: bool = False,
     if as_json:
         typer.echo(to_json(frame))
         return
-    shared = ", shared send queues" if job.shared_queues else ""
     last = frame.iloc[-1]
     lines = [
-        f"# DeepEP {job.mode} dispatch and combine of {job.model} on {job.ep} {job.system} GPUs, {job.scheme}{shared}",
-        "# times in us; nvl_GBps and rdma_GBps as DeepEP's tests count them",
-        *([band_note(frame, f"{last.tokens:.0f} tokens' {last.call}", "time_us", "time", "us")] if uncertainty else []),
+        *head,
+        band_note(frame, f"{last.tokens:.0f} tokens' {last.call}", "time_us", "time", "us"),
         plain_table(frame[shown].assign(tokens=frame.tokens.astype(int)), "{:.4g}"),
-    ]  # fmt: skip
+    ]
     typer.echo("\n".join(lines))
 
 

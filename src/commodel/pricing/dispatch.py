@@ -94,12 +94,12 @@ def dispatch_cluster(job: DispatchJob, db: HardwareDB | None = None) -> Cluster:
     return where
 
 
-def price_dispatch(
+def dispatch_rows(
     job: DispatchJob, tokens: ArrayLike | None = None, db: HardwareDB | None = None
-) -> pd.DataFrame:
+) -> list[dict[str, object]]:
     """One dispatch and one combine for each token count (default: the job's), on ``db`` (default:
-    the hardware database in use): tokens, call, time (us), what binds it, each resource's time (us)
-    and the bandwidths DeepEP's tests print (GB/s)."""
+    the hardware database in use), a row each: tokens, call, time (us), what binds it, each resource's
+    time (us) and the bandwidths DeepEP's tests print (GB/s)."""
     net, where = get_model(job.model), dispatch_cluster(job, db)
     rows = []
     for count in np.atleast_1d(job.tokens if tokens is None else tokens).astype(float):
@@ -112,9 +112,16 @@ def price_dispatch(
                 **{f"{k}_GBps": v for k, v in received_bandwidths(
                     net.moe, net.hidden, count, job.ep, job.ep / r["group_gpus"], element, seconds).items()},
             })  # fmt: skip
+    return rows
+
+
+def price_dispatch(
+    job: DispatchJob, tokens: ArrayLike | None = None, db: HardwareDB | None = None
+) -> pd.DataFrame:
+    """:func:`dispatch_rows` as a DataFrame."""
     import pandas as pd  # slow: pandas (0.2 s), for this table only (comm schemes shares the module)
 
-    return pd.DataFrame(rows)
+    return pd.DataFrame(dispatch_rows(job, tokens, db))
 
 
 def _layer(row: object) -> dict:
