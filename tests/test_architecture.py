@@ -124,9 +124,9 @@ def test_an_import_inside_a_function_says_why(path):
     ids=["train", "collective", "overlap", "comm-schemes", "comm-dispatch"],
 )
 def test_one_estimate_from_the_shell_loads_no_heavy_library(command):
-    """``commodel train``, ``collective``'s and ``comm dispatch``'s tables, ``overlap`` and ``comm schemes`` pay for their own
-    imports only: none of pandas, scipy, matplotlib, pymoo or Dask, which sweeps and plots need
-    (docs/benchmarks.md times them)."""
+    """``commodel train``, ``overlap``, ``comm schemes`` and the tables of ``collective`` and ``comm
+    dispatch`` pay for their own imports only: none of pandas, scipy, matplotlib, pymoo or Dask, which
+    sweeps and plots need (docs/benchmarks.md times them)."""
     script = (
         "import sys, io, contextlib\n"
         "from commodel.cli import main\n"
