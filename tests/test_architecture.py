@@ -120,13 +120,14 @@ def test_an_import_inside_a_function_says_why(path):
         ["overlap", "--strategy", "sm-partition"],
         ["comm", "schemes"],
         ["comm", "dispatch", "--tokens", "1:4096"],
+        ["compare", "--a", "system=dgx-h100", "--b", "system=dgx-b200", "--common", "model=llama3-8b"],
     ],
-    ids=["train", "collective", "overlap", "comm-schemes", "comm-dispatch"],
+    ids=["train", "collective", "overlap", "comm-schemes", "comm-dispatch", "compare"],
 )
 def test_one_estimate_from_the_shell_loads_no_heavy_library(command):
-    """``commodel train``, ``overlap``, ``comm schemes`` and the tables of ``collective`` and ``comm
-    dispatch`` pay for their own imports only: none of pandas, scipy, matplotlib, pymoo or Dask, which
-    sweeps and plots need (docs/benchmarks.md times them)."""
+    """``commodel train``, ``compare``, ``overlap``, ``comm schemes`` and the tables of ``collective``
+    and ``comm dispatch`` pay for their own imports only: none of pandas, scipy, matplotlib, pymoo or
+    Dask, which sweeps and plots need (docs/benchmarks.md times them)."""
     script = (
         "import sys, io, contextlib\n"
         "from commodel.cli import main\n"

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from commodel.compute.kernels import Kernel
 from commodel.compute.roofline import achievable_bandwidth, kernel_time
 from commodel.errors import CommodelError
 from commodel.hardware.schema import GPU
 from commodel.io import atomic_path
+
+if TYPE_CHECKING:  # a sensitivity table arrives as a DataFrame: pandas is loaded by then
+    import pandas as pd
 
 
 def roofline_plot(gpu: GPU, name: str, kernels: dict[str, Kernel], path: Path) -> Path:
