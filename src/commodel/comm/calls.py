@@ -8,7 +8,7 @@ the choice can fall as the message grows (no path's own time does, so neither do
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -125,23 +125,11 @@ def run_columns(
     return results_columns(op, sizes, ranks, nodes, domains, choice, fastest)
 
 
-def run(
-    op: str,
-    cluster: Cluster,
-    sizes: ArrayLike,
-    gpus: int | None = None,
-    algo: str = "auto",
-    protocol: str = "auto",
-    library: str = "nccl",
-    channels: int | None = None,
-    fab: Fabric | None = None,
-) -> pd.DataFrame:
-    """:func:`run_columns` as a DataFrame."""
+def run(op: str, cluster: Cluster, sizes: ArrayLike, *args: Any, **kwargs: Any) -> pd.DataFrame:
+    """:func:`run_columns` (the same arguments) as a DataFrame."""
     import pandas as pd  # slow: pandas (0.2 s), for this table only (a training step needs none)
 
-    return pd.DataFrame(
-        run_columns(op, cluster, sizes, gpus, algo, protocol, library, channels, fab), columns=COLUMNS
-    )
+    return pd.DataFrame(run_columns(op, cluster, sizes, *args, **kwargs), columns=COLUMNS)
 
 
 def _forced_channels(
