@@ -121,13 +121,14 @@ def test_an_import_inside_a_function_says_why(path):
         ["comm", "schemes"],
         ["comm", "dispatch", "--tokens", "1:4096"],
         ["compare", "--a", "system=dgx-h100", "--b", "system=dgx-b200", "--common", "model=llama3-8b"],
+        ["--hardware", "{overlay}", "train", "--model", "llama3-8b", "--system", "dgx-h100"],
     ],
-    ids=["train", "collective", "overlap", "comm-schemes", "comm-dispatch", "compare"],
+    ids=["train", "collective", "overlap", "comm-schemes", "comm-dispatch", "compare", "train-overlay"],
 )
-def test_one_estimate_from_the_shell_loads_no_heavy_library(command):
-    """``commodel train``, ``compare``, ``overlap``, ``comm schemes`` and the tables of ``collective``
-    and ``comm dispatch`` pay for their own imports only: none of pandas, scipy, matplotlib, pymoo or
-    Dask, which sweeps and plots need (docs/benchmarks.md times them)."""
+def test_one_estimate_from_the_shell_loads_no_heavy_library(command, tmp_path):
+    """``commodel train`` (an overlay before it too), ``compare``, ``overlap``, ``comm schemes`` and the
+    tables of ``collective`` and ``comm dispatch`` pay for their own imports only: none of pandas,
+    scipy, matplotlib, pymoo or Dask, which sweeps and plots need (docs/benchmarks.md times them)."""
     script = (
         "import sys, io, contextlib\n"
         "from commodel.cli import main\n"
@@ -137,5 +138,8 @@ def test_one_estimate_from_the_shell_loads_no_heavy_library(command):
         "heavy = ('pandas', 'scipy', 'matplotlib', 'pymoo', 'dask')\n"
         "print(','.join(m for m in heavy if m in sys.modules))\n"
     )
+    overlay = tmp_path / "overlay.toml"  # an overlay before the command: only the command's module loads
+    overlay.write_text('[gpus.h100-sxm]\nlaunch_overhead = { value = "4 us", source = "a test" }\n')
+    command = [arg.format(overlay=overlay) for arg in command]
     run = subprocess.run([sys.executable, "-c", script, *command], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == ""

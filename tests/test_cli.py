@@ -614,3 +614,23 @@ def test_train_says_which_settings_its_other_settings_leave_nothing_to_act_on():
         "userbuffers",
     ]
     assert not json.loads(invoke(*base, *active).output)["notes"]
+
+
+@pytest.mark.parametrize(
+    "args, command",
+    [
+        (["train", "--model", "x"], "train"),
+        (["--hardware", "cal.toml", "train"], "train"),
+        (["--hardware=cal.toml", "--hardware", "more.toml", "collective", "allreduce"], "collective"),
+        (["--hardware", "train"], None),  # the overlay's path, then no command
+        (["--help"], None),
+        (["trian"], None),  # not a command: the whole app says which it meant
+        ([], None),
+    ],
+)
+def test_the_command_is_found_past_the_root_options(args, command):
+    """Only the command's module loads (a command pays for its own imports), also where an overlay
+    comes first; without a command (--help, a typo) the whole app answers."""
+    from commodel.cli import command_of
+
+    assert command_of(args) == command

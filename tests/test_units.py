@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from commodel.errors import CommodelError
-from commodel.units import BYTE_UNITS, _registry, format_bytes, parse_quantity, parse_sizes
+from commodel.units import KNOWN_UNITS, SI_UNITS, _registry, format_bytes, parse_quantity, parse_sizes
 
 
 def test_doubling_range_matches_nccl_tests():
@@ -45,9 +45,13 @@ def test_format_bytes():
     assert format_bytes(8) == "8 B"
 
 
-@pytest.mark.parametrize("unit", sorted(BYTE_UNITS))
-def test_the_byte_units_read_without_pint_are_pints_own(unit):
-    """A size's unit is read from a table, not pint (whose import costs the CLI 0.2 s): each entry is
-    what pint converts it to."""
-    assert BYTE_UNITS[unit] == _registry().Quantity(1.0, unit).to("B").magnitude
-    assert parse_quantity(f"3 {unit}", "bytes") == 3 * BYTE_UNITS[unit]
+@pytest.mark.parametrize(
+    "kind, unit", [(kind, unit) for kind, units in KNOWN_UNITS.items() for unit in units]
+)
+def test_the_units_read_without_pint_are_pints_own(kind, unit):
+    """A record's or a size's unit is read from a table, not pint (whose import costs 0.2 s): each
+    entry is what pint converts it to."""
+    assert KNOWN_UNITS[kind][unit] == pytest.approx(
+        _registry().Quantity(1.0, unit).to(SI_UNITS[kind]).magnitude, rel=1e-15
+    )
+    assert parse_quantity(f"3 {unit}", kind) == 3 * KNOWN_UNITS[kind][unit]

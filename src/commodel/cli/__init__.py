@@ -41,6 +41,26 @@ COMMANDS = {
 }
 
 
+#: The root's options that take a value (``--hardware PATH``), which the command's name follows.
+ROOT_VALUE_OPTIONS = ("--hardware",)
+
+
+def command_of(args: list[str]) -> str | None:
+    """The command ``args`` (the arguments after ``commodel``) run: the first that names one, past the
+    root's options and their values (``--hardware f.toml train``); None for none (``--help``)."""
+    skip = False
+    for arg in args:
+        if skip or arg.startswith(tuple(f"{o}=" for o in ROOT_VALUE_OPTIONS)):
+            skip = False
+            continue
+        if arg in ROOT_VALUE_OPTIONS:
+            skip = True
+            continue
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
+
 def command_app(command: str | None = None) -> typer.Typer:
     """The root app with ``command`` registered (with every command when it names none of them)."""
     modules = [COMMANDS[command]] if command in COMMANDS else COMMANDS.values()
@@ -78,7 +98,7 @@ def main() -> None:
     errors = _parser_errors()
     try:
         # standalone_mode=False: an Exit(n) a command raised comes back as n
-        code = command_app(sys.argv[1] if len(sys.argv) > 1 else None)(standalone_mode=False)
+        code = command_app(command_of(sys.argv[1:]))(standalone_mode=False)
     except CommodelError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
