@@ -1,7 +1,8 @@
 """Parsing of human quantities ("400 Gbit/s", "1 GiB", "2 us") into SI floats.
 
 Only the hardware loader and the CLI call this module: models receive SI numbers (seconds, bytes,
-bytes/s, FLOP/s, watts). Parsing uses pint; bits are converted to bytes (8 bit = 1 B).
+bytes/s, FLOP/s, watts). The common units are read from a table of pint's own values
+(:data:`KNOWN_UNITS`), any other spelling by pint; bits are converted to bytes (8 bit = 1 B).
 """
 
 from __future__ import annotations
