@@ -122,12 +122,22 @@ def test_an_import_inside_a_function_says_why(path):
         ["comm", "dispatch", "--tokens", "1:4096"],
         ["compare", "--a", "system=dgx-h100", "--b", "system=dgx-b200", "--common", "model=llama3-8b"],
         ["--hardware", "{overlay}", "train", "--model", "llama3-8b", "--system", "dgx-h100"],
+        ["--help"],
     ],
-    ids=["train", "collective", "overlap", "comm-schemes", "comm-dispatch", "compare", "train-overlay"],
+    ids=[
+        "train",
+        "collective",
+        "overlap",
+        "comm-schemes",
+        "comm-dispatch",
+        "compare",
+        "train-overlay",
+        "help",
+    ],
 )
 def test_one_estimate_from_the_shell_loads_no_heavy_library(command, tmp_path):
-    """``commodel train`` (an overlay before it too), ``compare``, ``overlap``, ``comm schemes`` and the
-    tables of ``collective`` and ``comm dispatch`` pay for their own imports only: none of pandas,
+    """``commodel --help``, ``train`` (an overlay before it too), ``compare``, ``overlap``, ``comm
+    schemes`` and the tables of ``collective`` and ``comm dispatch`` pay for their own imports only: none of pandas,
     scipy, matplotlib, pymoo or Dask, which sweeps and plots need (docs/benchmarks.md times them)."""
     script = (
         "import sys, io, contextlib\n"

@@ -634,3 +634,15 @@ def test_the_command_is_found_past_the_root_options(args, command):
     from commodel.cli import command_of
 
     assert command_of(args) == command
+
+
+@pytest.mark.parametrize("args", [["--help"], [], ["trian"], ["--hardware", "x.toml"]])
+def test_with_no_command_to_run_the_listing_answers_as_the_whole_app(args):
+    """Where no command runs (the root's help, no command, a misspelled one), a listing of stand-ins
+    that carry each command's docstring answers, without importing the commands' modules: the same
+    text, the same exit code."""
+    from commodel.cli import listing_app
+
+    whole, listing = (runner.invoke(a, args, terminal_width=100) for a in (app, listing_app()))
+    assert listing.output == whole.output and listing.exit_code == whole.exit_code
+    assert "sweep" in whole.output or "trian" in whole.output or "Missing command" in whole.output

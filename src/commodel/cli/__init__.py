@@ -5,16 +5,21 @@ printed as one ``error:`` line on stderr with exit code 2.
 
 Each command lives in a module of this package (:data:`COMMANDS`) that imports what it calls at its
 top and registers on the root app (:mod:`commodel.cli.root`) when imported. :func:`main` imports only
-the module of the command being run, so a command's start pays for its own imports, not for all of
-commodel's (about 1 s with pandas, matplotlib, pymoo and Dask); ``commodel.cli.app`` (tests, a whole
-``--help``) is the app with every command.
+the module of the command being run (found past the root's options, :func:`command_of`), so a
+command's start pays for its own imports, not for all of commodel's (about 1 s with pandas,
+matplotlib, pymoo and Dask); where no command runs (``--help``, a misspelled name) a listing of
+stand-ins carrying the commands' docstrings answers (:func:`listing_app`). ``commodel.cli.app``
+(tests) is the app with every command.
 """
 
 from __future__ import annotations
 
+import ast
 import sys
 import warnings
 from importlib import import_module
+from importlib.util import find_spec
+from pathlib import Path
 
 import typer
 
@@ -69,6 +74,31 @@ def command_app(command: str | None = None) -> typer.Typer:
     return import_module("commodel.cli.root").app
 
 
+def listing_app() -> typer.Typer:
+    """A root app whose commands are stand-ins carrying each command's docstring, read from its
+    module's source, not imported (the commands' modules import pandas, SciPy and pymoo: about 0.7 s):
+    what answers when no command runs (``--help``, no command, a misspelled one), as the whole app
+    would."""
+    root = import_module("commodel.cli.root")
+    listing = root.root_app()
+    for name, module in COMMANDS.items():
+        if name not in root.GROUPS:
+            listing.command(name, help=_docstring(module, name))(_stand_in)
+    return listing
+
+
+def _docstring(module: str, function: str) -> str:
+    """The docstring of ``function`` in this package's ``module``, from its source."""
+    spec = find_spec(f"commodel.cli.{module}")
+    tree = ast.parse(Path(spec.origin).read_text())  # type: ignore[union-attr, arg-type]
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    return ast.get_docstring(node) or ""
+
+
+def _stand_in() -> None:  # pragma: no cover - a listing's commands are never run
+    raise CommodelError("internal: a command of the listing ran")
+
+
 def __getattr__(name: str) -> typer.Typer:
     """``app``: the root app with every command."""
     if name != "app":
@@ -98,7 +128,9 @@ def main() -> None:
     errors = _parser_errors()
     try:
         # standalone_mode=False: an Exit(n) a command raised comes back as n
-        code = command_app(command_of(sys.argv[1:]))(standalone_mode=False)
+        command = command_of(sys.argv[1:])
+        app = command_app(command) if command else listing_app()  # no command runs without one
+        code = app(standalone_mode=False)
     except CommodelError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -24,25 +24,17 @@ def _typer(help: str) -> typer.Typer:
     return typer.Typer(help=help, no_args_is_help=True, rich_markup_mode=None)
 
 
-app = typer.Typer(
-    help="commodel: traceable models of communication and computation in multi-GPU systems.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-    rich_markup_mode=None,
-)
 hw_app = _typer("Browse the hardware database.")
 roofline_app = _typer("Roofline model of kernels on one GPU.")
 comm_app = _typer("Who drives communication: GPU-centric initiation schemes, and DeepEP dispatch over them.")
 study_app = _typer("Published systems modelled as studies.")
 calibrate_app = _typer("Fit a system's constants to your own measurements.")
 model_app = _typer("The models: shipped ones and your own files (commodel TOML, Hugging Face config.json).")
-for name, group in (("hw", hw_app), ("model", model_app), ("roofline", roofline_app), ("comm", comm_app),
-                    ("study", study_app), ("calibrate", calibrate_app)):  # fmt: skip
-    app.add_typer(group, name=name)
+#: The command groups, in the order the root's help lists them (after the commands).
+GROUPS = {"hw": hw_app, "model": model_app, "roofline": roofline_app, "comm": comm_app, "study": study_app,
+          "calibrate": calibrate_app}  # fmt: skip
 
 
-@app.callback()
 def options(
     hardware: Annotated[
         list[Path] | None,
@@ -57,6 +49,25 @@ def options(
     if hardware:
         os.environ[OVERLAY_ENV] = os.pathsep.join(str(path) for path in hardware)
         default_db()  # a bad overlay fails here, before any work
+
+
+def root_app() -> typer.Typer:
+    """A root app: its settings, the ``--hardware`` option and the command groups; the commands
+    register on :data:`app`, one built this way."""
+    root = typer.Typer(
+        help=options.__doc__,
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        add_completion=False,
+        rich_markup_mode=None,
+    )
+    root.callback()(options)
+    for name, group in GROUPS.items():
+        root.add_typer(group, name=name)
+    return root
+
+
+app = root_app()
 
 
 JSON_HELP = "Print JSON instead of a table."
