@@ -4,7 +4,7 @@ follow serving headroom and the tail."""
 import numpy as np
 import pytest
 
-from commodel.ops.rl_rollout import Pool, response_lengths, simulate_rollout
+from commodel.ops.rl_rollout import Pool, _admit, response_lengths, simulate_rollout
 from commodel.studies import run_study
 
 
@@ -220,3 +220,35 @@ def test_an_episodes_turns_and_environment_lengthen_the_rollout_not_the_update()
 def test_the_study_prices_frozenlakes_episodes_at_their_published_caps(study):
     note = next(n for n in study.notes if n.startswith("multi-turn episodes"))
     assert "at most 10 actions of at most 128 new tokens" in note and "496 s would need" in note
+
+
+def test_admission_in_one_sort_is_the_one_request_at_a_time_rule():
+    """Each queued request, in order, goes to the ready pool with the fewest requests per replica (the
+    first on a tie) while it has free slots: the sort that admits them all at once gives every
+    request the pool that rule gives it, ties included, on random pools."""
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        k = int(rng.integers(1, 4))
+        pools = [
+            Pool(f"p{i}", int(rng.integers(1, 40)), float(rng.choice([1.0, 2.0, 3.0, 8.0])), np.exp,
+                 start=float(rng.choice([0.0, 5.0])), base=float(rng.choice([0.0, 0.5, 1.0])))
+            for i in range(k)
+        ]  # fmt: skip
+        counts = np.array([int(rng.integers(0, p.slots + 1)) for p in pools])
+        queue = list(range(int(rng.integers(0, 60))))
+        where, expected = np.full(len(queue), -1), np.full(len(queue), -1)
+        left, seen, batch = (
+            list(queue),
+            counts.copy(),
+            [c / p.replicas + p.base for p, c in zip(pools, counts, strict=True)],
+        )
+        while left:  # the rule, one request at a time
+            ready = [i for i, p in enumerate(pools) if p.start <= 1.0 and seen[i] < p.slots]
+            if not ready:
+                break
+            p = min(ready, key=batch.__getitem__)
+            expected[left.pop(0)] = p
+            seen[p] += 1
+            batch[p] += 1 / pools[p].replicas
+        _admit(queue, pools, where, counts, 1.0)
+        assert (where == expected).all() and (counts == seen).all() and len(queue) == len(left)

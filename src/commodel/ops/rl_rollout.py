@@ -119,17 +119,26 @@ class Rollout:
 
 
 def _admit(queue: list[int], pools: list[Pool], where: np.ndarray, counts: np.ndarray, t: float) -> None:
-    """Queued requests to the ready pool with the fewest requests per replica, while slots are free."""
-    if not queue or all(c >= p.slots for p, c in zip(pools, counts, strict=True)):
+    """Queued requests, in order, each to the ready pool with the fewest requests per replica (the
+    first such pool on a tie), while slots are free. Pool ``p`` takes its ``j``-th request at
+    ``counts_p / replicas_p + base_p + j / replicas_p`` requests per replica, so the requests go to
+    the pools in the order of those levels, ties to the first pool: one sort admits them all."""
+    free = [p.slots - int(c) if p.start <= t else 0 for p, c in zip(pools, counts, strict=True)]
+    admitted = min(len(queue), sum(max(f, 0) for f in free))
+    if not admitted:
         return
-    batch = counts / [p.replicas for p in pools] + [p.base for p in pools]
-    ready = np.array([p.start <= t for p in pools]) & (counts < [p.slots for p in pools])
-    while queue and ready.any():
-        p = int(np.argmin(np.where(ready, batch, np.inf)))
-        where[queue.pop(0)] = p
-        counts[p] += 1
-        batch[p] += 1 / pools[p].replicas
-        ready[p] = counts[p] < pools[p].slots
+    levels, owners = [], []
+    for i, (pool, count, room) in enumerate(zip(pools, counts, free, strict=True)):
+        if room > 0:
+            steps = np.full(min(room, admitted), 1 / pool.replicas)
+            steps[0] = float(count) / pool.replicas + pool.base
+            levels.append(np.cumsum(steps))  # added up in turn, as one request at a time would
+            owners.append(np.full(len(steps), i))
+    level, owner = np.concatenate(levels), np.concatenate(owners)
+    chosen = owner[np.lexsort((owner, level))[:admitted]]
+    where[queue[:admitted]] = chosen
+    counts += np.bincount(chosen, minlength=len(pools))
+    del queue[:admitted]
 
 
 def _steal(pools: list[Pool], where: np.ndarray, counts: np.ndarray, generated: np.ndarray) -> None:
