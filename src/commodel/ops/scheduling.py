@@ -191,8 +191,8 @@ def simulate_waits(
     ledger = NodeLedger(
         nodes, mix.node_power or UNPRICED, saving, (arrive[int(WARMUP_SHARE * jobs)], arrive[-1])
     )
-    env, queue, start = simpy.Environment(), [], np.full(jobs, np.nan)
-    periodic = scheduler.pass_h > 0
+    env, queue, start, periodic = simpy.Environment(), [], np.full(jobs, np.nan), scheduler.pass_h > 0
+    waiting = [jobs]  # jobs not yet placed: the passes run until none is left
 
     def place(job: int) -> bool:
         fits = np.flatnonzero(np.all(free >= needs[job] - 1e-9, axis=1))
@@ -201,6 +201,7 @@ def simulate_waits(
         node = ledger.first_awake(fits, env.now)
         free[node] -= needs[job]
         start[job] = env.now + ledger.occupy(node, env.now, use[job])
+        waiting[0] -= 1
         env.process(run(job, node))
         return True
 
@@ -233,13 +234,12 @@ def simulate_waits(
                 queue.append(job)
 
     def passes() -> Generator[simpy.events.Event, None, None]:
-        while np.isnan(start).any():
+        while waiting[0]:
             yield env.timeout(scheduler.pass_h)
             schedule()
 
-    env.process(source())
-    if periodic:
-        env.process(passes())
+    for process in (source(), passes()) if periodic else (source(),):
+        env.process(process)
     env.run()
     return _simulated(
         policy, mix, nodes, arrive, start, runtime, scheduler, ledger.close(env.now), ledger.boots
