@@ -646,3 +646,16 @@ def test_with_no_command_to_run_the_listing_answers_as_the_whole_app(args):
     whole, listing = (runner.invoke(a, args, terminal_width=100) for a in (app, listing_app()))
     assert listing.output == whole.output and listing.exit_code == whole.exit_code
     assert "sweep" in whole.output or "trian" in whole.output or "Missing command" in whole.output
+
+
+def test_the_listing_reads_each_docstring_from_the_module_where_no_source_ships(monkeypatch):
+    """An install without the commands' sources (zipped, compiled) lists the same docstrings: the
+    listing imports the module for the one it cannot read."""
+    import commodel.cli as cli
+    from commodel.cli.root import GROUPS
+
+    names = {name: module for name, module in cli.COMMANDS.items() if name not in GROUPS}
+    from_source = {name: cli._docstring(module, name) for name, module in names.items()}
+    monkeypatch.setattr(cli, "find_spec", lambda name: None)
+    assert {name: cli._docstring(module, name) for name, module in names.items()} == from_source
+    assert all(from_source.values())

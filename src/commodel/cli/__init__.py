@@ -15,6 +15,7 @@ stand-ins carrying the commands' docstrings answers (:func:`listing_app`). ``com
 from __future__ import annotations
 
 import ast
+import inspect
 import sys
 import warnings
 from importlib import import_module
@@ -88,9 +89,13 @@ def listing_app() -> typer.Typer:
 
 
 def _docstring(module: str, function: str) -> str:
-    """The docstring of ``function`` in this package's ``module``, from its source."""
-    spec = find_spec(f"commodel.cli.{module}")
-    tree = ast.parse(Path(spec.origin).read_text())  # type: ignore[union-attr, arg-type]
+    """The docstring of ``function`` in this package's ``module``, from its source (imported where
+    the package ships none, as a zipped or compiled install may)."""
+    name = f"commodel.cli.{module}"
+    origin = getattr(find_spec(name), "origin", None) or ""
+    if not origin.endswith(".py") or not Path(origin).is_file():
+        return inspect.getdoc(getattr(import_module(name), function)) or ""
+    tree = ast.parse(Path(origin).read_text())
     node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
     return ast.get_docstring(node) or ""
 
