@@ -177,7 +177,8 @@ def format_bytes(n: float, digits: int | None = None) -> str:
     """Human form of a byte count with binary prefixes (``1 GiB``), to ``digits`` significant digits
     (all of them by default)."""
     shown = (lambda v: f"{v:g}") if digits is None else (lambda v: f"{v:.{digits}g}")
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        scale = KNOWN_UNITS["bytes"][unit]
         if n >= scale:
             return f"{shown(n / scale)} {unit}"
     return f"{shown(n)} B"

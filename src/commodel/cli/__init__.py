@@ -54,15 +54,11 @@ ROOT_VALUE_OPTIONS = ("--hardware",)
 def command_of(args: list[str]) -> str | None:
     """The command ``args`` (the arguments after ``commodel``) run: the first that names one, past the
     root's options and their values (``--hardware f.toml train``); None for none (``--help``)."""
-    skip = False
-    for arg in args:
-        if skip or arg.startswith(tuple(f"{o}=" for o in ROOT_VALUE_OPTIONS)):
-            skip = False
-            continue
+    values = iter(args)
+    for arg in values:
         if arg in ROOT_VALUE_OPTIONS:
-            skip = True
-            continue
-        if not arg.startswith("-"):
+            next(values, None)  # its value
+        elif not arg.startswith("-"):
             return arg if arg in COMMANDS else None
     return None
 

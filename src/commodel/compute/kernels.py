@@ -79,10 +79,8 @@ def stack(kernels: Sequence[Kernel], shape: tuple[int, ...] = ()) -> Kernel:
     caller's other arrays have): the roofline prices them in one call."""
     first = kernels[0]
     values = {name: [getattr(k, name) for k in kernels] for name in _STACKED}
-    shapes = [first.shape] if first.shape is None else [k.shape for k in kernels]
-    sizes = {np.shape(v) for vs in values.values() for v in vs} | {
-        np.shape(v) for s in shapes if s for v in s
-    }
+    sides = [] if first.shape is None else list(zip(*(k.shape for k in kernels), strict=True))  # m, n, k, b
+    sizes = {np.shape(v) for vs in (*values.values(), *sides) for v in vs}
     common = np.broadcast_shapes(shape, *sizes)  # a few distinct shapes (one value, a column of rows)
 
     def column(vs: Sequence[ArrayLike]) -> np.ndarray:
@@ -91,7 +89,7 @@ def stack(kernels: Sequence[Kernel], shape: tuple[int, ...] = ()) -> Kernel:
             out[i] = v
         return out
 
-    shape_of = None if first.shape is None else tuple(column(side) for side in zip(*shapes, strict=True))
+    shape_of = None if first.shape is None else tuple(column(side) for side in sides)
     return dataclasses.replace(first, shape=shape_of, **{name: column(vs) for name, vs in values.items()})
 
 

@@ -9,7 +9,7 @@ def overlap_text(job: dict, records: dict[str, dict | str]) -> str:
     """The pair (``job``: the overlap job's fields) and, per strategy, each side alone and together,
     the pair's time against serial and the share of the ideal gain reached; a strategy the system
     cannot run shows why."""
-    gemm = job.get("kernel", "gemm") == "gemm"
+    gemm = job["kernel"] == "gemm"
     kernel = (
         f"GEMM {job['m']}x{job['n']}x{job['k']}" if gemm else f"elementwise pass over {job['m']}x{job['n']}"
     )

@@ -40,12 +40,11 @@ def timed_all(gpu: GPU, kernels: Sequence[Kernel], units: ArrayLike | None) -> l
     kinds: dict[tuple[str, bool, bool], list[int]] = {}
     for i, kernel in enumerate(kernels):
         kinds.setdefault((kernel.dtype, kernel.matmul, kernel.shape is None), []).append(i)
-    out: list[Timed] = [()] * len(kernels)  # type: ignore[list-item]
+    out: dict[int, Timed] = {}
     for members in kinds.values():
         if len(members) == 1:
             out[members[0]] = timed(gpu, kernels[members[0]], units)
             continue
         priced = timed(gpu, stack([kernels[i] for i in members], np.shape(units)), units)
-        for j, i in enumerate(members):
-            out[i] = (priced[0][j], priced[1][j], priced[2][j])
-    return out
+        out |= {i: (priced[0][j], priced[1][j], priced[2][j]) for j, i in enumerate(members)}
+    return [out[i] for i in range(len(kernels))]
