@@ -32,7 +32,9 @@ def _code(column: np.ndarray) -> tuple[np.ndarray, int] | None:
 
     if column.strides == (0,):
         return None
-    if column.dtype.kind in "biuf":
+    if column.dtype.kind == "b":
+        return (column.astype(np.int64), 2) if column.any() and not column.all() else None
+    if column.dtype.kind in "iuf":
         low, high = column.min(), column.max()
         if low == high:
             return None

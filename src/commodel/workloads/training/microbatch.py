@@ -13,6 +13,7 @@ from commodel.compute.kernels import gemm, gemm_backward
 from commodel.compute.precision import Precision
 from commodel.hardware.cluster import Cluster
 from commodel.overlap import Window, ctas
+from commodel.vectorize import on_unique
 from commodel.workloads.layer.timing import timed_all
 from commodel.workloads.layer.work import (
     ATTENTION_BACKWARD,
@@ -121,16 +122,21 @@ def _context_comm(m: MicroBatch) -> np.ndarray:
 def _last_stage_extra(m: MicroBatch) -> np.ndarray:
     """The last stage's work besides its layers: the logits (output GEMM forward and backward plus an
     fp32 cross-entropy pass), again for each multi-token prediction module with its 2h -> h
-    projection (DeepSeek-V3 report, section 2.2; its transformer layer counts as a layer)."""
-    x, T, h, model = m.x, m.x.tokens, m.model.hidden, m.model
-    logits = gemm(T, model.vocab / x.tp, h, m.recipe.other)
-    logits_s = sum(t[0] for t in timed_all(m.gpu, (logits, *gemm_backward(logits)), None))
-    logits_s = logits_s + 3 * T * model.vocab / x.tp * 4 / m.hbm
-    if not np.any(x.mtp_layers > 0):
-        return logits_s
-    projection = gemm(T, h / x.tp, 2 * h, m.recipe.gemm)
-    projection_s = sum(t[0] for t in timed_all(m.gpu, (projection, *gemm_backward(projection)), None))
-    return logits_s + x.mtp_layers * (logits_s + projection_s)
+    projection (DeepSeek-V3 report, section 2.2; its transformer layer counts as a layer). Priced once
+    per distinct (tokens, tp, MTP modules): a sweep's layouts share few of them."""
+    x, h, model = m.x, m.model.hidden, m.model
+
+    def extra(tokens: np.ndarray, tp: np.ndarray, mtp_layers: np.ndarray) -> np.ndarray:
+        logits = gemm(tokens, model.vocab / tp, h, m.recipe.other)
+        logits_s = sum(t[0] for t in timed_all(m.gpu, (logits, *gemm_backward(logits)), None))
+        logits_s = logits_s + 3 * tokens * model.vocab / tp * 4 / m.hbm
+        if not np.any(mtp_layers > 0):
+            return logits_s
+        projection = gemm(tokens, h / tp, 2 * h, m.recipe.gemm)
+        projection_s = sum(t[0] for t in timed_all(m.gpu, (projection, *gemm_backward(projection)), None))
+        return logits_s + mtp_layers * (logits_s + projection_s)
+
+    return on_unique(extra, x.tokens, x.tp, x.mtp_layers)
 
 
 def _pipeline_comm(m: MicroBatch, stage_layers: np.ndarray) -> np.ndarray:
