@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 
 from commodel import vectorize
-from commodel.vectorize import memoized, on_unique, per_distinct
+from commodel.vectorize import distinct, memoized, on_unique, per_distinct
 
 
 def counting(fn):
@@ -24,6 +24,19 @@ def test_on_unique_prices_each_distinct_row_once_and_expands_back():
     out = on_unique(double, a, 3.0)
     assert np.array_equal(out["sum"], a + 3.0)
     assert len(calls) == 1 and calls[0][0].size == 2
+
+
+def test_keys_coded_once_serve_several_calls_with_more_keys():
+    """``distinct`` codes the keys once; ``on_unique`` over each row's index and an extra key gives
+    what ``on_unique`` over all the keys gives, and None says coding would not pay."""
+    rng = np.random.default_rng(1)
+    a, b = rng.choice([1.0, 2.0, 4.0], 2000), rng.choice([0.5, 3.0], 2000)
+    extra = rng.choice([10.0, 20.0], 2000)
+    rows, index = distinct(a, b)
+    assert len(rows[0]) == len(set(zip(a, b, strict=True))) and index.shape == a.shape
+    at = on_unique(lambda i, e: rows[0][i] * rows[1][i] + e, index, extra)
+    assert np.array_equal(at, a * b + extra)
+    assert distinct(np.arange(2000.0)) is None and distinct(a[:10]) is None
 
 
 def test_distinct_rows_are_exact_whatever_the_columns_hold():
@@ -77,17 +90,27 @@ def test_a_layers_variants_priced_in_one_call_equal_each_priced_alone():
 
     from commodel.compute.precision import precision
     from commodel.hardware import cluster
-    from commodel.workloads.layer.work import Work, layer_work_of, layer_works
+    from commodel.workloads.layer.work import STACKED_ROWS, Work, layer_work_of, layer_works
     from commodel.workloads.model.catalog import model
 
     net, gpu = model("llama3-70b"), cluster("dgx-h100").gpu
     x = layouts("llama3-70b", tp=np.array([2.0, 4.0, 8.0]), dp=np.array([4.0, 2.0, 1.0]), global_batch=64,
                 micro_batch=np.array([1.0, 2.0, 1.0]), sequence_parallel=True)  # fmt: skip
     variants = [(None, True), (np.array([100.0, 116.0, 100.0]), False), (116.0, False)]
-    together = layer_works(net, gpu, x, precision("bf16"), "flash", variants)
-    for work, (units, cut) in zip(together, variants, strict=True):
-        alone = layer_work_of(net, gpu, x, precision("bf16"), "flash", units, cut=cut)
-        for field in dataclasses.fields(Work):
-            assert np.array_equal(
-                getattr(work, field.name), np.broadcast_to(getattr(alone, field.name), (3,))
-            )
+    many = 3 * STACKED_ROWS  # repeated layouts: the layout's keys coded once for every variant
+    tiled = dataclasses.replace(
+        x,
+        **{
+            f.name: np.tile(np.broadcast_to(getattr(x, f.name), (3,)), many // 3)
+            for f in dataclasses.fields(x)
+        },
+    )
+    tiled_variants = [(u if np.ndim(u) == 0 else np.tile(u, many // 3), cut) for u, cut in variants]
+    for layout, listed, rows in ((x, variants, 3), (tiled, tiled_variants, many)):
+        together = layer_works(net, gpu, layout, precision("bf16"), "flash", listed)
+        for work, (units, cut) in zip(together, listed, strict=True):
+            alone = layer_work_of(net, gpu, layout, precision("bf16"), "flash", units, cut=cut)
+            for field in dataclasses.fields(Work):
+                assert np.array_equal(
+                    getattr(work, field.name), np.broadcast_to(getattr(alone, field.name), (rows,))
+                )

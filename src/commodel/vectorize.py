@@ -96,21 +96,33 @@ def _expand(value: Any, inverse: np.ndarray, shape: tuple[int, ...]) -> Any:
     return array[inverse].reshape(shape)
 
 
+def distinct(*keys: ArrayLike) -> tuple[list[np.ndarray], np.ndarray] | None:
+    """(each key's values on the distinct rows of the broadcast ``keys``, each row's index among them,
+    shaped as the keys), or None where coding does not pay: fewer than :data:`MIN_POINTS` rows, or
+    more than half of them distinct. For several :func:`on_unique` calls over the same keys and a
+    few more (``on_unique(fn, index, extra)``, ``fn`` taking the keys' values at ``index``), the
+    keys coded once."""
+    arrays = np.broadcast_arrays(*(np.asarray(k) for k in keys))
+    if arrays[0].size < MIN_POINTS:
+        return None
+    flat = [a.ravel() for a in arrays]
+    first, inverse = _inverse(flat)
+    if len(first) > 0.5 * len(inverse):
+        return None
+    return [a[first] for a in flat], inverse.reshape(arrays[0].shape)
+
+
 def on_unique(fn: Callable[..., Any], *keys: ArrayLike) -> Any:
     """``fn(*keys)`` computed on the distinct rows of the broadcast ``keys`` and expanded back.
 
     ``fn`` must be elementwise in its arguments (row i of the output depends on row i of the inputs
     only) and return an array, or a tuple, dict or dataclass of arrays.
     """
-    arrays = np.broadcast_arrays(*(np.asarray(k) for k in keys))
-    shape = arrays[0].shape
-    if arrays[0].size < MIN_POINTS:
-        return fn(*arrays)
-    flat = [a.ravel() for a in arrays]
-    first, inverse = _inverse(flat)
-    if len(first) > 0.5 * len(inverse):
-        return fn(*arrays)
-    return _expand(fn(*(a[first] for a in flat)), inverse, shape)
+    found = distinct(*keys)
+    if found is None:
+        return fn(*np.broadcast_arrays(*(np.asarray(k) for k in keys)))
+    rows, inverse = found
+    return _expand(fn(*rows), inverse.ravel(), inverse.shape)
 
 
 def per_distinct(fn: Callable[[Any], Any], values: ArrayLike, dtype: Any = float) -> np.ndarray:

@@ -21,7 +21,7 @@ from commodel.compute.precision import Precision, precision
 from commodel.hardware.cluster import Cluster
 from commodel.hardware.schema import GPU
 from commodel.overlap import Window
-from commodel.vectorize import on_unique
+from commodel.vectorize import distinct, on_unique
 from commodel.workloads.layer.kernels import LayerKernels, layer_kernels
 from commodel.workloads.layer.timing import hbm_share, timed, timed_all
 from commodel.workloads.layer.userbuffers import UB_SMS, UB_SPLITS, chunk_groups
@@ -324,7 +324,15 @@ def layer_works(
     size = int(np.prod(shape))
     full = gpu.compute_units.value
     if len(variants) == 1 or size >= STACKED_ROWS:
-        return [on_unique(work, *keys, full if u is None else u, cut) for u, cut in variants]
+        found = distinct(*keys) if len(variants) > 1 else None
+        if found is None:
+            return [on_unique(work, *keys, full if u is None else u, cut) for u, cut in variants]
+        rows, index = found  # the layout's keys coded once for every variant
+
+        def work_at(i: np.ndarray, sms: np.ndarray, cuts: np.ndarray) -> Work:
+            return work(*(r[i] for r in rows), sms, cuts)
+
+        return [on_unique(work_at, index, full if u is None else u, cut) for u, cut in variants]
     rows = len(variants) * size
 
     def joined(values: list[ArrayLike]) -> np.ndarray:
