@@ -95,6 +95,10 @@ CASES = (
     + [[*COLLECTIVE, "--oversubscription", value] for value in REALS]
     + [["collective", "allreduce", "--system", "dgx-h100", "--nodes", "99999999999", "--size", "1MiB"],
        ["collective", "allreduce", "--system", "dgx-h100", "--partition", "4", "--size", "1MiB"],
+       # one GPU is not a collective (NCCL's one-rank path is a local copy): refused, not priced at 0 s
+       ["collective", "allreduce", "--system", "gh200-ib", "--size", "1MiB"],
+       ["collective", "allgather", "--system", "dgx-h100", "--gpus", "1", "--size", "1MiB"],
+       ["overlap", "--system", "dgx-h100", "--gpus", "1"],
        ["collective", "allreduce", "--system", "dgx-h100", "--gpus-per-process", "3", "--size", "1MiB"],
        ["collective", "allreduce", "--system", "dgx-h100", "--size", "1GiB,,2GiB"],
        ["collective", "alltoall", "--system", "dgx-h100", "--nodes", "4", "--pod-gpus", "12"],

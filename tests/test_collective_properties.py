@@ -79,9 +79,11 @@ def test_fewer_channels_than_the_default_never_help(layout, op, share):
 
 
 @given(st.sampled_from(SYSTEMS), st.sampled_from(OPS))
-def test_one_rank_communicates_nothing(system, op):
-    frame = run(op, cluster(system), SIZES, gpus=1, library="all")
-    assert np.all(frame.time_s == 0) and np.all(frame.busbw_GBps == 0)
+def test_one_rank_is_not_a_collective(system, op):
+    """NCCL's one-rank path is a local copy: a collective of one GPU is refused, not priced at 0 s
+    (an algbw of size / 0)."""
+    with pytest.raises(CommodelError, match="2 or more GPUs, got 1"):
+        run(op, cluster(system), SIZES, gpus=1, library="all")
 
 
 def _line_rates(c, ranks: int, domains: int) -> tuple[float, float]:

@@ -58,8 +58,9 @@ def resolve_layout(cluster: Cluster, gpus: int | None) -> tuple[int, int, int]:
     (default: all GPUs)."""
     total, nodes = cluster.total_gpus, cluster.nodes
     gpus = total if gpus is None else gpus
-    if gpus < 1:
-        raise CommodelError(f"--gpus must be at least 1, got {gpus}")
+    if gpus < 2:  # NCCL's one-rank path is a local copy, not a collective
+        more = "" if total > 1 else f"; {cluster.name} has one GPU per node: raise --nodes"
+        raise CommodelError(f"a collective takes 2 or more GPUs, got {gpus}{more}")
     if gpus > total:
         raise CommodelError(
             f"{gpus} GPUs requested but {nodes} node(s) of {cluster.name} have {total}; "
@@ -152,18 +153,15 @@ def _forced_channels(
 def results_columns(
     op: str, sizes: np.ndarray, ranks: int, nodes: int, domains: int, choice: Choice, fastest: Choice
 ) -> dict[str, np.ndarray]:
-    """Assemble the nccl-tests columns and the ``fastest`` path (``algo/protocol``) with its time; a
-    single rank moves nothing (time, algbw, busbw all 0, by algorithm and protocol "none")."""
+    """Assemble the nccl-tests columns and the ``fastest`` path (``algo/protocol``) with its time."""
     time = choice.time_s
-    alone = ranks <= 1
-    moved = time > 0
-    algbw = np.divide(sizes, time, out=np.zeros_like(sizes), where=moved) / 1e9
+    algbw = sizes / time / 1e9
     busbw = algbw * BUSBW_FACTOR[op](np.float64(ranks))
     rows = len(sizes)
     return {
         "op": np.full(rows, op),
-        "algo": np.where(alone, "none", choice.algo),
-        "protocol": np.where(alone, "none", choice.protocol),
+        "algo": choice.algo,
+        "protocol": choice.protocol,
         "size_bytes": sizes.astype(np.int64),
         "gpus": np.full(rows, ranks, dtype=np.int64),
         "nodes": np.full(rows, nodes, dtype=np.int64),
@@ -173,7 +171,7 @@ def results_columns(
         "time_s": time,
         "algbw_GBps": algbw,
         "busbw_GBps": busbw,
-        "fastest": np.where(alone, "none", np.char.add(np.char.add(fastest.algo, "/"), fastest.protocol)),
+        "fastest": np.char.add(np.char.add(fastest.algo, "/"), fastest.protocol),
         "fastest_time_s": fastest.time_s,
     }
 
