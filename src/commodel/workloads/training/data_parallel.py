@@ -9,6 +9,7 @@ from numpy.typing import ArrayLike
 
 from commodel.comm.fabric import Fabric
 from commodel.overlap import Window, exposed
+from commodel.vectorize import on_unique
 from commodel.workloads.layer.work import repeat, window
 from commodel.workloads.parallel.groups import Group, collective, in_switch
 from commodel.workloads.parallel.layout import Layout
@@ -44,11 +45,20 @@ def gradient_sync(
     sharded optimizer (ZeRO >= 1) a reduce-scatter and an allgather of the updated parameters,
     ``gathered_bytes`` each (:attr:`~commodel.compute.precision.Precision.gathered_bytes` under FP8
     with ``fp8_param_gather``). Only what a layout runs is priced."""
-    nbytes = params * grad_bytes
-    rs, rs_bw = collective("reducescatter", np.where(sharded, nbytes, 0.0), where, fab)
-    ar, ar_bw = collective("allreduce", np.where(sharded, 0.0, nbytes), where, fab)
-    ag, ag_bw = collective("allgather", np.where(sharded, params * gathered_bytes, 0.0), where, fab)
-    return np.where(sharded, rs, ar), np.where(sharded, rs_bw, ar_bw), ag, ag_bw
+    if not np.any(params > 0):
+        zeros = np.zeros(np.broadcast_shapes(np.shape(params), np.shape(where.ranks)))
+        return zeros, zeros, zeros, zeros
+
+    def sync(params, grad_bytes, gathered_bytes, sharded, ranks, per_node):
+        at = Group(ranks, per_node)
+        nbytes = params * grad_bytes
+        rs, rs_bw = collective("reducescatter", np.where(sharded, nbytes, 0.0), at, fab)
+        ar, ar_bw = collective("allreduce", np.where(sharded, 0.0, nbytes), at, fab)
+        ag, ag_bw = collective("allgather", np.where(sharded, params * gathered_bytes, 0.0), at, fab)
+        return np.where(sharded, rs, ar), np.where(sharded, rs_bw, ar_bw), ag, ag_bw
+
+    # The three collectives share their keys: coded once, each priced on the distinct rows.
+    return on_unique(sync, params, grad_bytes, gathered_bytes, sharded, where.ranks, where.per_node)
 
 
 def chunked_exposed(
