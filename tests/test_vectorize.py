@@ -114,3 +114,21 @@ def test_a_layers_variants_priced_in_one_call_equal_each_priced_alone():
                 assert np.array_equal(
                     getattr(work, field.name), np.broadcast_to(getattr(alone, field.name), (rows,))
                 )
+
+
+def test_collectives_coded_together_equal_each_priced_alone():
+    """``collectives`` prices several calls over one group on their shared distinct rows: the numbers
+    ``collective`` gives each alone, sizes of 0 (a call a layout does not run) included."""
+    from commodel.comm.fabric import fabric_of
+    from commodel.hardware import cluster
+    from commodel.workloads.parallel.groups import collective, collectives, group
+
+    fab = fabric_of(cluster("dgx-h100", 4))
+    rng = np.random.default_rng(2)
+    n = 3 * vectorize.MIN_POINTS
+    where = group(rng.choice([1.0, 2.0, 8.0, 16.0], n), rng.choice([1.0, 8.0], n), 8)
+    ops = ("allgather", "reducescatter", "allreduce")
+    sizes = tuple(rng.choice([0.0, 2.0**20, 3.0 * 2**26], n) for _ in ops)
+    for (time, bw), op, size in zip(collectives(ops, sizes, where, fab), ops, sizes, strict=True):
+        alone = collective(op, size, where, fab)
+        assert np.array_equal(time, alone[0]) and np.array_equal(bw, alone[1])

@@ -66,6 +66,19 @@ def collective(op: str, size: ArrayLike, where: Group, fab: Fabric) -> tuple[np.
     return priced(op, library_algorithms(op, "nccl"), size, where, fab, "auto")
 
 
+def collectives(
+    ops: tuple[str, ...], sizes: tuple[ArrayLike, ...], where: Group, fab: Fabric
+) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """:func:`collective` of each op on its size over one group, priced on the distinct rows of the
+    sizes and the group, coded once for all of them (each :func:`collective` codes its own)."""
+
+    def each(ranks: np.ndarray, per_node: np.ndarray, *sized: np.ndarray) -> tuple:
+        at = Group(ranks, per_node)
+        return tuple(collective(op, size, at, fab) for op, size in zip(ops, sized, strict=True))
+
+    return on_unique(each, where.ranks, where.per_node, *sizes)
+
+
 def priced(
     op: str, algos: tuple[str, ...], size: ArrayLike, where: Group, fab: Fabric, policy: str = "best"
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,7 @@ from commodel.overlap import ctas
 from commodel.overlap.interference import Memory, collective_load, corun_end, slowdowns
 from commodel.workloads.layer.userbuffers import UB_SMS, UB_SPLITS
 from commodel.workloads.layer.work import Work
-from commodel.workloads.parallel.groups import Group, collective, domain, forced
+from commodel.workloads.parallel.groups import Group, collective, collectives, domain, forced
 from commodel.workloads.parallel.layout import Layout
 
 #: Tensor-parallel communication mechanisms, each with what it can use:
@@ -208,11 +208,11 @@ def tensor_parallel_exposed(
     repeats = [1.0, 1.0, again]
     regathers = [0.0, np.where(sp, 1.0, 0.0), 0.0]  # with SP the backward gathers column GEMMs' inputs again
     # Sequence parallelism gathers and reduce-scatters, else it allreduces: price only what runs.
-    ag, _ = collective("allgather", np.where(sp, gathered, 0.0), where, fab)
-    gathers = np.where(sp, pairs * ag, 0.0)
     if mechanism in ("none", "async", "userbuffers"):
-        rs, rs_bw = collective("reducescatter", np.where(sp, act, 0.0), where, fab)
-        ar, ar_bw = collective("allreduce", np.where(sp, 0.0, act), where, fab)
+        ops = "allgather", "reducescatter", "allreduce"
+        sizes = np.where(sp, gathered, 0.0), np.where(sp, act, 0.0), np.where(sp, 0.0, act)
+        (ag, _), (rs, rs_bw), (ar, ar_bw) = collectives(ops, sizes, where, fab)
+        gathers = np.where(sp, pairs * ag, 0.0)
         serial = np.where(sp, pairs * rs, pairs * ar) * sum(repeats) + gathers * (sum(repeats) + 1)
         if mechanism == "none":
             return serial
