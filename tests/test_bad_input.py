@@ -189,6 +189,10 @@ def bad_files(tmp_path_factory):
 
     write_log(root / "good.log", run("allreduce", cluster("dgx-h100"), [2**k for k in range(10, 30, 4)], 8))
     write_log(root / "one-size.log", run("allreduce", cluster("dgx-h100"), [2**20], 8))
+    one_rank = run("allreduce", cluster("dgx-h100"), [2**k for k in range(10, 30, 4)], 8).assign(
+        busbw_GBps=0.0
+    )
+    write_log(root / "one-rank.log", one_rank, ranks=1)  # a GPU alone: no collective to fit
     return root
 
 
@@ -205,6 +209,7 @@ FILE_CASES = [
     ["compare", "--a", "{binary.toml}", "--b", "tp=2", "--common", "model=llama3-8b,system=dgx-h100"],
     ["sensitivity", "studies/default/study.toml", "--samples", "8", "-o", "{a-file}"],
     ["calibrate", "nccl-tests", "{fifo.toml}", "--system", "dgx-h100", "-o", "{out}/c.toml"],
+    ["calibrate", "nccl-tests", "{one-rank.log}", "--system", "dgx-h100", "-o", "{out}/c.toml"],
     ["train", "--model", "{binary.toml}", "--system", "dgx-h100"],
     ["--hardware", "{idle-above-tdp.toml}", "hw", "list"], ["sweep", "{nan-constraint.toml}", "-o", "{out}"],
     ["--hardware", "{ceiling-one.toml}", "overlap"], ["--hardware", "{wire-bytes.toml}", "overlap"],
@@ -221,7 +226,10 @@ FILE_CASES = [
 @pytest.mark.parametrize("args", FILE_CASES, ids=lambda a: " ".join(a)[:80])
 def test_bad_files_are_one_line_exit_2_no_traceback(args, bad_files, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv(OVERLAY_ENV, "")  # --hardware sets it: restore it after the test
-    names = {name: str(bad_files / name) for name in [*BAD_FILES, "a-file", "good.log", "one-size.log"]}
+    names = {
+        name: str(bad_files / name)
+        for name in [*BAD_FILES, "a-file", "good.log", "one-size.log", "one-rank.log"]
+    }
     names |= {"out": str(tmp_path / "out")}
 
     def filled(arg: str) -> str:

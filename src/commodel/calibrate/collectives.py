@@ -176,7 +176,10 @@ def _layout(log: NcclTestsLog, system: str, gpus: int | None, nodes: int | None)
     _check_log(log, where, gpus, nodes)
     count = nodes or log.nodes or -(-ranks // where.gpus_per_node)
     where = cluster(system, max(count, -(-ranks // where.gpus_per_node)))
-    resolve_layout(where, ranks)  # a GPU count the system cannot hold is an error here
+    try:
+        resolve_layout(where, ranks)  # a GPU count the system cannot hold is an error here
+    except CommodelError as exc:
+        raise CommodelError(f"{log.path}: {exc}") from None
     return where, ranks
 
 
