@@ -99,6 +99,7 @@ CASES = (
        ["collective", "allreduce", "--system", "gh200-ib", "--size", "1MiB"],
        ["collective", "allgather", "--system", "dgx-h100", "--gpus", "1", "--size", "1MiB"],
        ["overlap", "--system", "dgx-h100", "--gpus", "1"],
+       ["comm", "schemes", "--system", "gh200-ib", "--scope", "node"],  # no second GPU in the node
        ["collective", "allreduce", "--system", "dgx-h100", "--gpus-per-process", "3", "--size", "1MiB"],
        ["collective", "allreduce", "--system", "dgx-h100", "--size", "1GiB,,2GiB"],
        ["collective", "alltoall", "--system", "dgx-h100", "--nodes", "4", "--pod-gpus", "12"],

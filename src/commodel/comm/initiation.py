@@ -103,6 +103,8 @@ def path_of(c: Cluster, scope: str = "network") -> Path:
     if scope not in SCOPES:
         raise unknown("message scope", scope, SCOPES)
     if scope == "node":
+        if c.domain_gpus < 2:
+            raise CommodelError(f"{c.name} has one GPU per node: --scope node needs two GPUs that share one")
         host = c.system.initiation
         up = c.scale_up
         return Path(
