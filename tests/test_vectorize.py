@@ -132,3 +132,28 @@ def test_collectives_coded_together_equal_each_priced_alone():
     for (time, bw), op, size in zip(collectives(ops, sizes, where, fab), ops, sizes, strict=True):
         alone = collective(op, size, where, fab)
         assert np.array_equal(time, alone[0]) and np.array_equal(bw, alone[1])
+
+
+def test_a_layouts_parameters_priced_per_distinct_stage_fields_equal_each_layouts_own():
+    """``stage_parameters`` prices each distinct combination of the fields it reads once: over many
+    layouts varying those fields (DualPipe, MTP modules, stated stages, expert grids) and others, the
+    numbers each layout gets priced alone; a field read but not named comes out NaN, not borrowed."""
+    from conftest import layouts
+
+    from commodel.workloads.model.catalog import model
+    from commodel.workloads.parallel.layout import on_distinct
+    from commodel.workloads.training.memory import _stage_parameters, stage_parameters
+
+    net, rng, n = model("deepseek-v3"), np.random.default_rng(3), 2 * vectorize.MIN_POINTS
+    pp = rng.choice([1.0, 2.0, 4.0, 8.0], n)
+    x = layouts(
+        "deepseek-v3", tp=rng.choice([1.0, 2.0, 8.0], n), pp=pp, ep=rng.choice([8.0, 32.0], n), gpus=2048,
+        etp=rng.choice([1.0, 2.0], n), schedule=rng.choice(np.array(["1f1b", "dualpipe"], dtype=object), n), mtp_layers=rng.choice([0.0, 1.0], n), micro_batch=rng.choice([1.0, 2.0], n),
+        first_stage_layers=np.where(pp > 2, rng.choice([np.nan, 5.0], n), np.nan), global_batch=4096,
+    )  # fmt: skip
+    together = stage_parameters(net, x)
+    for i in rng.choice(n, 40, replace=False):
+        alone = _stage_parameters(net, x.select(np.arange(n) == i))
+        assert all(np.array_equal(t[i : i + 1], a) for t, a in zip(together, alone, strict=True))
+    unnamed = on_distinct(lambda at: at.micro_batch * at.tp, x, ("tp",))
+    assert np.isnan(unnamed).all()

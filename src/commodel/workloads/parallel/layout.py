@@ -8,13 +8,16 @@ groups fill a node first, data-parallel groups come next and pipeline stages spa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from commodel.choice_bits import bits_of, has_bit
+from commodel.vectorize import on_unique
 from commodel.workloads.model.schema import Transformer
 
 RECOMPUTE = ("none", "selective", "full")
@@ -154,6 +157,18 @@ class Layout:
     def tokens(self) -> np.ndarray:
         """Tokens per micro-batch on one GPU: micro batch x seq / cp."""
         return self.micro_batch * self.seq / self.cp
+
+
+def on_distinct(fn: Callable[[Layout], Any], x: Layout, names: tuple[str, ...]) -> Any:
+    """``fn(x)`` computed once per distinct combination of the fields ``names`` (:func:`on_unique`):
+    those ``fn`` reads, the others NaN in the layouts it gets, so that a field it reads and
+    ``names`` leaves out shows as NaN, not as another layout's value."""
+    blank = dict.fromkeys((f.name for f in fields(Layout)), np.nan)
+
+    def of(*values: np.ndarray) -> Any:
+        return fn(Layout(**blank | dict(zip(names, values, strict=True))))
+
+    return on_unique(of, *(getattr(x, name) for name in names))
 
 
 def stage_split(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -27,7 +27,7 @@ import numpy as np
 from commodel.compute.precision import Precision
 from commodel.workloads.model.schema import Transformer
 from commodel.workloads.model.transformer import activation_bytes_per_token, layer_weights
-from commodel.workloads.parallel.layout import Layout, stage_split
+from commodel.workloads.parallel.layout import Layout, on_distinct, stage_split
 
 WEIGHT_BYTES, OPTIMIZER_BYTES = 2.0, 12.0
 #: Adam's two moments, 4 B each in FP32 or 2 B each in BF16 (Megatron's precision-aware optimizer,
@@ -99,12 +99,22 @@ def layer_parameters(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndar
     return (per_layer + 2 * model.hidden) / x.tp, moe_share * w.moe_experts / (x.expert_tp * x.ep)
 
 
+#: The layout fields :func:`stage_parameters` reads: a sweep's layouts share few combinations of them.
+STAGE_FIELDS = (
+    "pp", "tp", "etp", "ep", "schedule", "mtp_layers", "first_stage_layers", "last_stage_layers", "ends_as_layers",
+)  # fmt: skip
+
+
 def stage_parameters(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dense, expert, root) parameters held by one GPU of the largest pipeline stage (of the two
     stages a GPU holds under DualPipe): its layers (:func:`layer_parameters`), its vocabulary-sized
     tables and, on the last stage, the multi-token prediction modules' ``2h x h`` projections.
     ``root``: the part of ``dense`` outside the layers (the tables and projections), which FSDP
-    wraps in the root module rather than in a layer's."""
+    wraps in the root module rather than in a layer's. Priced once per distinct :data:`STAGE_FIELDS`."""
+    return on_distinct(lambda at: _stage_parameters(model, at), x, STAGE_FIELDS)
+
+
+def _stage_parameters(model: Transformer, x: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     layer_dense, layer_experts = layer_parameters(model, x)
     copies = np.where(x.dualpipe, 2, 1)
     h = model.hidden
