@@ -40,8 +40,8 @@ def test_keys_coded_once_serve_several_calls_with_more_keys():
 
 
 def test_distinct_rows_are_exact_whatever_the_columns_hold():
-    """Every kind of column the coding meets (booleans, whole numbers over a short span, fractions,
-    large whole numbers, text, a constant one) and every way of combining them (a presence table,
+    """Every kind of column the coding meets (booleans, whole numbers over a short span or in large
+    power-of-two steps, fractions, large whole numbers, text, a constant one) and every way of combining them (a presence table,
     one hash, step by step past 2^62 combinations) gives each distinct row once and each row back."""
     rng = np.random.default_rng(0)
     n = 3000
@@ -50,6 +50,8 @@ def test_distinct_rows_are_exact_whatever_the_columns_hold():
         rng.choice([1.0, 2.0, 8.0, 64.0], n),
         rng.choice([0.25, 1.5, 3.0], n),
         rng.choice([3e11, 7e11, 5.0], n),
+        rng.choice([2.0**20, 3 * 2.0**20, 2.0**30], n),  # whole, far apart: offsets in steps of 2^20
+        rng.choice(np.array([-(2**40), 0, 2**41, 3 * 2**40]), n),
         rng.choice(np.array(["a", "bb", "c"], dtype=object), n),
         np.full(n, 4.0),
     ]

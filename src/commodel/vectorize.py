@@ -19,14 +19,16 @@ from numpy.typing import ArrayLike
 MIN_POINTS = 256
 
 
-#: Whole-number columns spanning fewer values than this are coded by their offset from their least
+#: Whole-number columns spanning fewer steps than this are coded by their offset from their least
 #: value, without hashing.
 DENSE_SPAN = 4096
 
 
 def _code(column: np.ndarray) -> tuple[np.ndarray, int] | None:
     """(codes in 0..size-1, size) telling ``column``'s values apart; None where it holds one value.
-    Whole numbers over a short span are their offset from the least; other values are hashed
+    Whole numbers are their offset from the least in steps of the largest power of two dividing
+    every offset, where that spans fewer than :data:`DENSE_SPAN` steps (the sizes, token counts and
+    group sizes of a design space are multiples of large powers of two); other values are hashed
     (pandas.factorize)."""
     import pandas as pd  # slow: pandas (0.2 s), which a single estimate does not need
 
@@ -38,10 +40,15 @@ def _code(column: np.ndarray) -> tuple[np.ndarray, int] | None:
         low, high = column.min(), column.max()
         if low == high:
             return None
-        if float(high) - float(low) < DENSE_SPAN:
+        if float(high) - float(low) < 2**53:  # offsets exact as whole numbers
             whole = column.astype(np.int64)
             if column.dtype.kind != "f" or (whole == column).all():
-                return whole - int(low), int(high) - int(low) + 1
+                offset = whole - int(low)
+                combined = int(np.bitwise_or.reduce(offset))
+                shift = (combined & -combined).bit_length() - 1  # the power of two dividing them all
+                steps = (int(high) - int(low)) >> shift
+                if steps < DENSE_SPAN:
+                    return (offset >> shift if shift else offset), steps + 1
     code, values = pd.factorize(column)
     return (code, len(values)) if len(values) > 1 else None
 
