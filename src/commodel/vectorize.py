@@ -109,7 +109,10 @@ def distinct(*keys: ArrayLike) -> tuple[list[np.ndarray], np.ndarray] | None:
     more than half of them distinct. For several :func:`on_unique` calls over the same keys and a
     few more (``on_unique(fn, index, extra)``, ``fn`` taking the keys' values at ``index``), the
     keys coded once."""
-    arrays = np.broadcast_arrays(*(np.asarray(k) for k in keys))
+    return _distinct(np.broadcast_arrays(*(np.asarray(k) for k in keys)))
+
+
+def _distinct(arrays: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray] | None:
     if arrays[0].size < MIN_POINTS:
         return None
     flat = [a.ravel() for a in arrays]
@@ -125,9 +128,10 @@ def on_unique(fn: Callable[..., Any], *keys: ArrayLike) -> Any:
     ``fn`` must be elementwise in its arguments (row i of the output depends on row i of the inputs
     only) and return an array, or a tuple, dict or dataclass of arrays.
     """
-    found = distinct(*keys)
+    arrays = np.broadcast_arrays(*(np.asarray(k) for k in keys))
+    found = _distinct(arrays)
     if found is None:
-        return fn(*np.broadcast_arrays(*(np.asarray(k) for k in keys)))
+        return fn(*arrays)
     rows, inverse = found
     return _expand(fn(*rows), inverse.ravel(), inverse.shape)
 
