@@ -62,6 +62,8 @@ def test_distinct_rows_are_exact_whatever_the_columns_hold():
         assert len(set(rows)) == len(first)
         assert all(rows[i] == rows[first[inverse[i]]] for i in range(n))
         assert len({rows[i] for i in first}) == len(first)
+        assert vectorize._inverse(flat, most=len(first) - 1) is None  # more distinct rows than allowed
+        assert np.array_equal(vectorize._inverse(flat, most=len(first))[1], inverse)
 
 
 def test_memoized_reuses_equal_arrays_and_starts_afresh_past_its_budget(monkeypatch):

@@ -53,38 +53,43 @@ def _code(column: np.ndarray) -> tuple[np.ndarray, int] | None:
     return (code, len(values)) if len(values) > 1 else None
 
 
-def _inverse(flat: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(first index of each distinct row, row -> distinct-row index) for columns ``flat``.
+def _inverse(flat: list[np.ndarray], most: float = np.inf) -> tuple[np.ndarray, np.ndarray] | None:
+    """(first index of each distinct row, row -> distinct-row index) for columns ``flat``; None as
+    soon as the rows are seen to hold more than ``most`` distinct ones.
 
     Linear in the number of rows: each column that holds more than one value is coded
-    (:func:`_code`), the codes are combined into one integer per row, and those integers are told
-    apart by a presence table where they are few (at most four per row), else hashed.
+    (:func:`_code`) and folded into one integer per row, ``combined * size + code``; before a fold
+    would let that integer exceed four per row, it is replaced by the rank of its value among those
+    present (:func:`_compact`), which also counts the distinct rows so far.
     """
-    import pandas as pd  # slow: pandas (0.2 s), which a single estimate does not need
-
-    coded = [c for c in map(_code, flat) if c is not None]
     rows = len(flat[0])
-    if not coded:
-        return np.zeros(1, dtype=np.int64), np.zeros(rows, dtype=np.int64)
-    combinations = np.prod([float(size) for _, size in coded])
-    combined = coded[0][0]
-    if combinations < 2**62:
-        for code, size in coded[1:]:
-            combined = combined * size + code
-    else:  # too many combinations for one integer: code pairs of columns step by step
-        for code, size in coded[1:]:
-            combined = pd.factorize(combined * size + code)[0]
-    if combinations <= 4 * rows:
-        present = np.zeros(int(combinations), dtype=bool)
-        present[combined] = True
-        ids = np.cumsum(present) - 1
-        inverse, count = ids[combined], int(ids[-1]) + 1
-    else:
-        inverse, distinct = pd.factorize(combined)
-        count = len(distinct)
+    combined, span = np.zeros(rows, dtype=np.int64), 1
+    for code, size in filter(None, map(_code, flat)):
+        if span * size > 4 * rows:
+            combined, span = _compact(combined, span)
+            if span > most:
+                return None
+        combined, span = combined * size + code, span * size
+    inverse, count = _compact(combined, span)
+    if count > most:
+        return None
     first = np.empty(count, dtype=np.int64)
     first[inverse[::-1]] = np.arange(rows - 1, -1, -1)
     return first, inverse
+
+
+def _compact(values: np.ndarray, span: int) -> tuple[np.ndarray, int]:
+    """(each value's rank among the distinct ``values``, their count), for whole numbers in
+    ``0..span-1``: a presence table where the span is at most four per value, else hashed."""
+    if span <= 4 * len(values):
+        present = np.zeros(span, dtype=bool)
+        present[values] = True
+        ids = np.cumsum(present) - 1
+        return ids[values], int(ids[-1]) + 1
+    import pandas as pd  # slow: pandas (0.2 s), which a single estimate does not need
+
+    inverse, distinct = pd.factorize(values)
+    return inverse, len(distinct)
 
 
 def _expand(value: Any, inverse: np.ndarray, shape: tuple[int, ...]) -> Any:
@@ -116,9 +121,10 @@ def _distinct(arrays: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray] |
     if arrays[0].size < MIN_POINTS:
         return None
     flat = [a.ravel() for a in arrays]
-    first, inverse = _inverse(flat)
-    if len(first) > 0.5 * len(inverse):
+    found = _inverse(flat, most=0.5 * len(flat[0]))
+    if found is None:
         return None
+    first, inverse = found
     return [a[first] for a in flat], inverse.reshape(arrays[0].shape)
 
 
