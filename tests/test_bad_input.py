@@ -100,6 +100,9 @@ CASES = (
        ["collective", "allgather", "--system", "dgx-h100", "--gpus", "1", "--size", "1MiB"],
        ["overlap", "--system", "dgx-h100", "--gpus", "1"],
        ["comm", "schemes", "--system", "gh200-ib", "--scope", "node"],  # no second GPU in the node
+       # a decode pool makes the tokens after the first: one output token leaves it none
+       ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--output", "1", "--phase", "decode"],
+       ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "8", "--prefill-gpus", "4", "--output", "1"],
        ["collective", "allreduce", "--system", "dgx-h100", "--gpus-per-process", "3", "--size", "1MiB"],
        ["collective", "allreduce", "--system", "dgx-h100", "--size", "1GiB,,2GiB"],
        ["collective", "alltoall", "--system", "dgx-h100", "--nodes", "4", "--pod-gpus", "12"],

@@ -386,7 +386,9 @@ def test_a_dataset_run_is_priced_at_its_mean_lengths_and_refused_without_them():
 @pytest.mark.parametrize(("flag", "phase"), [("decode-only", "decode"), ("prefill-only", "prefill")])
 def test_a_serving_row_of_one_phase_is_priced_as_that_phase_alone(flag, phase):
     """SGLang's profiles of one phase: the row's flag is the job's phase, ``batchN/gpu`` a batch per
-    attention replica, and the row needs no output length (a decode profile's context is its isl)."""
+    attention replica, and the row needs no output length: a decode profile's requests hold its isl
+    in their cache as they decode (isl - 1 prompt tokens and the two output tokens a decode pool
+    needs: it makes those after the first), a prefill profile's make one token."""
     import pandas as pd
 
     from commodel.errors import CommodelError
@@ -396,7 +398,9 @@ def test_a_serving_row_of_one_phase_is_priced_as_that_phase_alone(flag, phase):
     row = pd.Series({"id": "x", "kind": "serving", "op": op, "model_target": "hgx-h200",
                      "metric": "output_tokens_per_s_per_gpu", "settings": {}})  # fmt: skip
     case = ADAPTERS["serving"](row)
-    assert (case.job.phase, case.job.batch, case.job.output, case.job.tp) == (phase, "64", 1, 8)
+    lengths = (1999, 2) if phase == "decode" else (2000, 1)
+    job = case.job
+    assert (job.phase, job.batch, (job.prompt, job.output), job.tp) == (phase, "64", lengths, 8)
     without = row.copy()
     without["op"] = op.replace(" attention_dp", "")
     with pytest.raises(CommodelError, match="needs attention_dp"):

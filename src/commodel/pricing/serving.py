@@ -119,6 +119,9 @@ def price_serving(columns: Columns) -> Columns:
              "disaggregated pools size their own batches: give neither a batch nor an SLO"),
             (one & (split | slo), f"a {key['phase']}-only run is one pool at the batch it is given: give "
                                   "neither --prefill-gpus nor an SLO"),
+            ((split | (key["phase"] == "decode")) & (col("output") < 2),
+             "a decode pool makes a request's tokens after its first, which its prefill makes: with one "
+             "output token it has none to make (give --output 2 or more)"),
             (np.full(len(rows), net.moe is None and key["dispatcher"] != "alltoall"),
              f"the {key['dispatcher']} dispatcher moves a mixture-of-experts model's tokens: {key['model']} has "
              "no experts"),

@@ -250,7 +250,9 @@ def _latency_lines(result: dict) -> list[str]:
             f"  first token      {1e3 * result['ttft_s']:.4g} ms once scheduled, at {in_flight} in flight"
             + (" (its prefill rides one mixed iteration, as each decode step does)" if rides else "")
         )
-    if phase != "prefill":
+    if phase != "prefill" and result.get("output", 2) == 1:
+        lines.append("  per output token none: a request's one output token is its first")
+    elif phase != "prefill":
         lines.append(f"  per output token {1e3 * result['tpot_s']:.4g} ms at {in_flight} in flight")
     if phase != "both":
         lines.append(

@@ -273,8 +273,13 @@ def _serving(row: pd.Series) -> Case:
         raise CommodelError(f"'{row.op}' gives no {', '.join(missing)} (form: '{SERVING.form}')")
     ep = int(s.get("ep", 1))
     tp = int(s.get("tp", ep))  # attention DP: the experts' group is the tp group
+    # A decode profile at a KV length L and no output length: requests of L - 1 prompt tokens and
+    # 2 output tokens, whose decode steps see L cached tokens on average (a decode pool makes the
+    # tokens after the first, so a request needs two); otherwise the run's own lengths.
+    profile = phase == "decode" and "osl" not in s
+    prompt, output = (s["isl"] - 1, 2) if profile else (s["isl"], s.get("osl", 1))
     job = {"model": s["model"], "gpus": max(tp, ep), "tp": tp, "ep": ep, "phase": phase,
-           "attention_dp": bool(s.get("attention_dp")), "prompt": s["isl"], "output": s.get("osl", 1),
+           "attention_dp": bool(s.get("attention_dp")), "prompt": prompt, "output": output,
            "dtype": s["dtype"], "kv_dtype": s.get("kv", "auto"), "batch": str(s.get("batch", "max")),
            **({"max_num_tokens": s["tokens"]} if "tokens" in s else {})}  # fmt: skip
     engine = {
