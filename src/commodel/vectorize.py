@@ -118,6 +118,7 @@ def distinct(*keys: ArrayLike) -> tuple[list[np.ndarray], np.ndarray] | None:
 
 
 def _distinct(arrays: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray] | None:
+    """:func:`distinct` of keys already broadcast."""
     if arrays[0].size < MIN_POINTS:
         return None
     flat = [a.ravel() for a in arrays]

@@ -250,10 +250,12 @@ def _latency_lines(result: dict) -> list[str]:
             f"  first token      {1e3 * result['ttft_s']:.4g} ms once scheduled, at {in_flight} in flight"
             + (" (its prefill rides one mixed iteration, as each decode step does)" if rides else "")
         )
-    if phase != "prefill" and result.get("output", 2) == 1:
-        lines.append("  per output token none: a request's one output token is its first")
-    elif phase != "prefill":
-        lines.append(f"  per output token {1e3 * result['tpot_s']:.4g} ms at {in_flight} in flight")
+    if phase != "prefill":
+        lines.append(
+            "  per output token none: a request's one output token is its first"
+            if result["output"] == 1
+            else f"  per output token {1e3 * result['tpot_s']:.4g} ms at {in_flight} in flight"
+        )
     if phase != "both":
         lines.append(
             f"  phase            {phase} only, as a disaggregated pool whose other pool never falls behind"

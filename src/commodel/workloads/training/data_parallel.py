@@ -45,11 +45,9 @@ def gradient_sync(
     sharded optimizer (ZeRO >= 1) a reduce-scatter and an allgather of the updated parameters,
     ``gathered_bytes`` each (:attr:`~commodel.compute.precision.Precision.gathered_bytes` under FP8
     with ``fp8_param_gather``). Only what a layout runs is priced."""
-    if not np.any(params > 0):
-        zeros = np.zeros(np.broadcast_shapes(np.shape(params), np.shape(where.ranks)))
-        return zeros, zeros, zeros, zeros
 
-    def sync(params, grad_bytes, gathered_bytes, sharded, ranks, per_node):
+    def sync(*keys: np.ndarray) -> tuple[np.ndarray, ...]:
+        params, grad_bytes, gathered_bytes, sharded, ranks, per_node = keys
         at = Group(ranks, per_node)
         nbytes = params * grad_bytes
         rs, rs_bw = collective("reducescatter", np.where(sharded, nbytes, 0.0), at, fab)
