@@ -265,3 +265,17 @@ def test_no_model_file_gives_a_negative_quantity(tmp_path_factory, record):
             continue
         numbers = [v for v in result.values() if isinstance(v, float)]
         assert all(np.isfinite(v) and v >= 0 for v in numbers), result
+
+
+@pytest.mark.parametrize(
+    ("changes", "context"),
+    [
+        ({}, 8192),  # Llama 3's own checkpoint: max_position_embeddings
+        ({"rope_scaling": {"factor": 4.0, "original_max_position_embeddings": 32768}}, 131072),  # YaRN
+        ({"rope_scaling": {"factor": 0.5, "original_max_position_embeddings": 8192}}, 8192),  # shorter
+        ({"rope_scaling": {"factor": "4", "original_max_position_embeddings": 32768}}, 8192),  # not a number
+        ({"max_position_embeddings": None}, None),  # not stated: no limit
+    ],
+)
+def test_a_configs_context_is_its_positions_or_the_longer_rope_scaling_one(tmp_path, changes, context):
+    assert load_model_file(_config(tmp_path, **changes)).context == context

@@ -101,6 +101,20 @@ def test_serve_says_a_batch_does_not_fit_with_the_memory_it_needs(capsys, monkey
     assert code == 2 and "above --max-batch-size 2048" in out.err and out.out == ""
 
 
+def test_a_request_longer_than_the_models_context_is_refused(capsys, monkeypatch):
+    """LLaMA-7B serves 2,048 tokens a request: 2,000 + 48 runs, 2,000 + 49 is refused in the table
+    (no latency or throughput) and at the command line (exit 2, naming the context); a model whose
+    context is not stated takes any request."""
+    jobs = pd.DataFrame({"model": ["llama-7b", "llama-7b", "megatron-gpt-4b"], "system": "dgx-h100",
+                         "prompt": 2000, "output": [48, 49, 49]})  # fmt: skip
+    table = evaluator("serving")(jobs)
+    assert table.valid.tolist() == [True, False, True]
+    assert "context of 2,048 tokens" in table.problem[1] and np.isnan(table.output_tokens_per_s[1])
+    args = ["serve", "--model", "llama3.1-8b", "--system", "dgx-h100", "--prompt", "131000", "--output", "73"]
+    code, out = run_cli(args, capsys, monkeypatch)
+    assert code == 2 and "llama3.1-8b's context of 131,072 tokens" in out.err and out.out == ""
+
+
 def test_train_prints_memory_and_a_fix_not_a_throughput_for_a_job_that_does_not_fit(capsys, monkeypatch):
     """Llama 3 405B on one H100 needs terabytes: no step, throughput or MFU, and a note saying what is
     left (more GPUs per copy); Llama 3 70B at tp 8 without sequence parallelism is told the fix."""

@@ -205,6 +205,22 @@ def test_a_policy_that_does_not_fit_its_tp_is_an_invalid_row_not_a_crash():
     assert "no room for one rollout" in table.problem[0] and table.samples_per_hour[1] > 0
 
 
+def test_an_episode_or_online_request_beyond_the_models_context_is_an_invalid_row():
+    """LLaMA-7B holds 2,048 tokens: a 512-token prompt with responses up to 1,536 fits, one more token
+    does not; ten turns' observations of 100 tokens count too, as does an online request's length."""
+    import pandas as pd
+
+    from commodel.pricing.evaluator import evaluator
+
+    base = {"model": "llama-7b", "policy": "fixed", "median_response": 256, "online_prompt": 512}
+    rows = [{"longest": 1536}, {"longest": 1537}, {"longest": 1536, "turn_tokens": 128, "max_turns": 12,
+            "observation": 100}, {"longest": 1536, "online_output": 1537}]  # fmt: skip
+    table = evaluator("rollout")(pd.DataFrame([base | row for row in rows]))
+    assert list(table.valid) == [True, False, False, False]
+    assert "(2,049 tokens) exceed llama-7b's context of 2,048" in table.problem[1]
+    assert "observations (3,148 tokens)" in table.problem[2] and "online request" in table.problem[3]
+
+
 def test_an_episodes_turns_and_environment_lengthen_the_rollout_not_the_update():
     """FrozenLake's 10 actions of 128 tokens: the environment's steps hold the slots out of the batch, so
     the rollout grows with them while the update, which trains the same tokens, does not; longer turns

@@ -49,7 +49,10 @@ def model_show(
 
 
 def _shown(key: str, value: object) -> str:
-    """A summary value for a person: parameters in billions, FLOPs with an SI prefix."""
+    """A summary value for a person: parameters in billions, FLOPs with an SI prefix, a context the
+    model does not state as such."""
+    if value is None:
+        return "not stated"
     if isinstance(value, list):
         return ", ".join(map(str, value))
     if key.endswith("parameters_B"):

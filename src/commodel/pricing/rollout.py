@@ -165,7 +165,8 @@ def rl_setup(
     """The priced pieces of an RL job beside a serving cluster (module docstring); the update trains
     on ``train_gpus`` (default: the ``rl_gpus`` that generate). An episode of several ``turns`` holds
     its generated tokens and, after each turn but the last, the environment's ``observation``: its KV
-    cache and its training sequence."""
+    cache and its training sequence; the longest episode, and an online request, must fit the model's
+    context."""
     net, c = get_model(model), cluster(system)
 
     def engine(replicas: int = 1) -> Engine:
@@ -173,6 +174,13 @@ def rl_setup(
         return Engine(net, c, serving_precision("bf16", c.gpu), "bf16", tp * ones, ones, ones,
                       2048 * ones, 8192 * ones, 0.9 * ones)  # fmt: skip
 
+    episode = prompt + longest + (int(turns.count(float(longest))) - 1) * observation
+    for what, tokens in (("a rollout's prompt, longest response and observations", episode),
+                         ("an online request's prompt and output", online_prompt + online_output)):  # fmt: skip
+        if tokens > (net.context or np.inf):
+            raise CommodelError(
+                f"{what} ({tokens:,} tokens) exceed {model}'s context of {net.context:,} tokens"
+            )
     mean = min(float(np.exp(sigma**2 / 2) * median), longest)  # the lognormal's mean
     generated = float(turns.generated(mean))
     mean_len = generated + (float(turns.count(generated)) - 1) * observation

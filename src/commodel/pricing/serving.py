@@ -122,6 +122,9 @@ def price_serving(columns: Columns) -> Columns:
             ((split | (key["phase"] == "decode")) & (col("output") < 2),
              "a decode pool makes a request's tokens after its first, which its prefill makes: with one "
              "output token it has none to make (give --output 2 or more)"),
+            (col("prompt") + col("output") > (net.context or np.inf),
+             f"a request's prompt and output tokens exceed {key['model']}'s context of {net.context or 0:,} tokens, "
+             "the most one request may hold (a shorter --prompt or --output)"),
             (np.full(len(rows), net.moe is None and key["dispatcher"] != "alltoall"),
              f"the {key['dispatcher']} dispatcher moves a mixture-of-experts model's tokens: {key['model']} has "
              "no experts"),

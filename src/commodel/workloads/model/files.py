@@ -15,12 +15,15 @@ gpt-oss's clamped quick-GeGLU (``activation``, clamped at ``swiglu_limit``: ``ac
 A config states the context a model was built for, not the sequence a job trains at: the model's
 default ``seq`` is the pre-extension context where the config gives one (``initial_context_length``,
 ``rope_scaling.original_max_position_embeddings``), else ``max_position_embeddings``, at most
-:data:`DEFAULT_SEQ_CAP`; a job's ``--seq`` sets its own.
+:data:`DEFAULT_SEQ_CAP`; a job's ``--seq`` sets its own. The model's ``context``, the most tokens a
+served request may hold, is ``max_position_embeddings``, or the context ``rope_scaling`` extends to
+(``factor`` x ``original_max_position_embeddings``) where that is longer.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -29,7 +32,7 @@ from typing import Any
 from commodel.errors import CommodelError
 from commodel.io import read_text, regular_file
 from commodel.records import read_toml, validate_record
-from commodel.workloads.model.schema import Transformer
+from commodel.workloads.model.schema import MAX_TOKENS, Transformer
 
 #: Architectures (``model_type``) whose ``config.json`` translates.
 ARCHITECTURES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "deepseek_v3", "gpt_oss")
@@ -162,6 +165,16 @@ def _seq(config: dict[str, Any]) -> int:
     return min(int(context), DEFAULT_SEQ_CAP)
 
 
+def _context(config: dict[str, Any]) -> int | None:
+    """The most tokens a served request may hold (the module's formula), ``None`` where none is stated."""
+    scaling = config.get("rope_scaling") or {}
+    factor, original = scaling.get("factor"), scaling.get("original_max_position_embeddings")
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (factor, original))
+    extended = factor * original if numbers and math.isfinite(factor * original) else 0
+    longest = max(config.get("max_position_embeddings") or 0, extended)
+    return min(int(longest), MAX_TOKENS) if longest >= 1 else None
+
+
 def from_hf_config(config: dict[str, Any], where: str = "config.json") -> dict[str, Any]:
     """A Hugging Face ``config.json`` as a commodel model record (a dict to validate)."""
     kind = config.get("model_type")
@@ -183,6 +196,7 @@ def from_hf_config(config: dict[str, Any], where: str = "config.json") -> dict[s
         "gated_mlp": True,
         "vocab": _field(config, where, "vocab_size"),
         "seq": _seq(config),
+        "context": _context(config),
         "tied_embeddings": bool(config.get("tie_word_embeddings", False)),
     }
     head_dim = config.get("head_dim")

@@ -19,7 +19,8 @@ Layers = Annotated[int, Field(ge=1, le=4096)]
 Width = Annotated[int, Field(ge=1, le=2**20)]  # hidden, FFN and head widths, latent ranks
 Heads = Annotated[int, Field(ge=1, le=2**14)]
 Experts = Annotated[int, Field(ge=1, le=2**14)]
-Tokens = Annotated[int, Field(ge=1, le=2**24)]  # a vocabulary, a sequence, a window
+MAX_TOKENS = 2**24
+Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]  # a vocabulary, a sequence, a window
 
 
 class ModelPart(Strict):
@@ -91,7 +92,12 @@ class Transformer(ModelPart):
     eager operations. ``qk_norm``: each attention head's queries and keys pass an RMSNorm (Qwen3).
     ``fp4_scope``: the linear layers a 4-bit checkpoint of the model quantizes: ``linear``, every one
     in its layers (ModelOpt's NVFP4 checkpoints), or ``experts``, the routed experts only (gpt-oss's
-    MXFP4 release: attention, dense and shared layers stay BF16).
+    MXFP4 release: attention, dense and shared layers stay BF16). ``context``: the most tokens one
+    request (prompt plus output) may hold when the model is served, its checkpoint's
+    ``max_position_embeddings`` or the longer context its model card serves with a RoPE extension
+    (YaRN); where a name and its aliases cover several checkpoints (Llama 3 and 3.1), the longest.
+    ``None``: not stated, no limit. ``seq`` is the sequence it trains at by default: a training job
+    may exceed ``context``, which is how a context is extended.
     """
 
     description: str
@@ -112,6 +118,7 @@ class Transformer(ModelPart):
     fp4_scope: Literal["linear", "experts"] = "linear"
     vocab: Tokens
     seq: Tokens
+    context: Tokens | None = None
     tied_embeddings: bool = False
     dropout: bool = False
     sliding_window: Tokens | None = None

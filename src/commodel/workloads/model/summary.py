@@ -14,8 +14,8 @@ ARCHITECTURE = ("gated_mlp", "activation", "activation_clamp", "expert_bias", "q
 def model_summary(name: str, config: Transformer, seq: int | None = None) -> dict[str, object]:
     """``config``'s sizes and costs: parameters and active parameters (billions, norms and embeddings
     included) and training FLOPs per token at ``seq`` (default: the model's own; the MFU convention
-    of :func:`~commodel.workloads.model.transformer.model_flops_per_token`), and the :data:`ARCHITECTURE`
-    fields it sets."""
+    of :func:`~commodel.workloads.model.transformer.model_flops_per_token`), the longest request it
+    serves (``context``; ``None``: not stated), and the :data:`ARCHITECTURE` fields it sets."""
     p = parameters(config)
     seq = seq or config.seq
     summary: dict[str, object] = {
@@ -36,6 +36,7 @@ def model_summary(name: str, config: Transformer, seq: int | None = None) -> dic
         },
         "vocab": config.vocab,
         "seq": config.seq,
+        "context": config.context,
         "parameters_B": p["total"] / 1e9,
         "active_parameters_B": p["active"] / 1e9,
         "training_flops_per_token": float(model_flops_per_token(config, seq)),
