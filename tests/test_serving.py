@@ -416,13 +416,15 @@ def test_deepeps_kernels_dispatch_each_phase_and_beat_nccls_all_to_all_across_no
 
 def test_one_phase_alone_is_the_pool_of_a_disaggregated_deployment():
     """--phase decode: every iteration carries the batch's queries and nothing else, so the output
-    rate is batch / time per token and never below continuous batching's at the same batch (whose
+    rate is batch / time per token, each request leaving after its output less the first token, and never below continuous batching's at the same batch (whose
     iterations also carry prompts); --phase prefill: iterations of whole prompts, as many as the
     token budget holds, so a larger budget never lowers the prompt rate. One phase is one pool: it
     takes no prefill pool beside it."""
     job = dict(model="llama3-70b", system="dgx-h100", gpus=8, tp=8, prompt=2000, output=500, dtype="fp8")
     both, decode = serve(**job, batch="64"), serve(**job, batch="64", phase="decode")
     assert decode["output_tokens_per_s"] == pytest.approx(64 / decode["tpot_s"])
+    # a request leaves the pool after the 499 tokens it makes there, its first being its prefill's
+    assert decode["requests_per_s"] == pytest.approx(decode["output_tokens_per_s"] / 499)
     assert decode["tpot_s"] < both["tpot_s"] and decode["input_tokens_per_s"] == 0
     prefill = [serve(**job, phase="prefill", max_num_tokens=n) for n in (2048, 8192, 16384)]
     for small, large in itertools.pairwise(prefill):

@@ -36,7 +36,8 @@ def one_phase(
     """One phase alone on every replica, as a prefill/decode-disaggregated pool runs it with the
     other pool never short of work (what a profile of one phase reports): ``prefill``, iterations of
     ``batch`` whole prompts, each request's first token at its iteration's end; ``decode``, iterations
-    of ``batch`` queries (:func:`decode_iteration`), one token each."""
+    of ``batch`` queries (:func:`decode_iteration`), one token each, a request leaving after its
+    ``o - 1`` tokens (its first is its prefill's: a decode pool takes ``o >= 2``)."""
     p, o, b = (np.asarray(v, dtype=float) for v in (prompt, output, batch))
     if phase == "prefill":
         it = iteration_time(engine, np.zeros_like(b), b, p, p)
@@ -46,7 +47,7 @@ def one_phase(
     else:
         it = decode_iteration(engine, b, p, o)
         t = it["time_s"]
-        rates = {"requests_per_s": b / (o * t), "output_tokens_per_s": b / t, "ttft_s": np.full_like(t, np.nan),
+        rates = {"requests_per_s": b / ((o - 1) * t), "output_tokens_per_s": b / t, "ttft_s": np.full_like(t, np.nan),
                  "tpot_s": t}  # fmt: skip
     return rates | {
         "comm_share": it["comm_s"] / t, "host_share": it["host_s"] / t,
