@@ -86,6 +86,12 @@ def test_bounds_compare_as_the_file_states_them(tmp_path):
         ({"mfu": "3"}, {}, r"mfu: a bound is .*\(exactly 3: \[3, 3\]\)"),
         ({"mfu": "[0, 1]"}, {"evaluate": "trainin"}, "did you mean 'training'"),
         ({"mfu": "[0, 1]"}, {"modle": "x"}, "modle"),
+        # a value out of its field's range: the design and the input as the file names them
+        (
+            {"mfu": "[0, 1]"},
+            {"gpus": -8},
+            r"checks\.toml: design 'd': input 'gpus': .*greater than or equal to 1",
+        ),
     ],
 )
 def test_bad_check_files_are_one_line_exit_2(tmp_path, capsys, monkeypatch, expect, job, message):

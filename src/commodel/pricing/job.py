@@ -215,9 +215,17 @@ def _group_keys(schema: type[Job]) -> tuple[str, ...]:
     )
 
 
-def job_error(exc: ValidationError, schema: type[Job]) -> CommodelError:
-    """A job's validation errors as one :class:`CommodelError` line per field, in the CLI's terms; a
-    file's error that several fields' lookups share (a broken hardware overlay) once, at the first."""
+def cli_option(field: str) -> str:
+    """A job field as the command line names it: ``--size-bytes`` for ``size_bytes``."""
+    return f"--{field.replace('_', '-')}"
+
+
+def job_error(
+    exc: ValidationError, schema: type[Job], named: Callable[[str], str] = cli_option
+) -> CommodelError:
+    """A job's validation errors as one :class:`CommodelError` line per field, each field ``named`` (by
+    default in the CLI's terms); a file's error that several fields' lookups share (a broken hardware
+    overlay) once, at the first."""
     lines, said = [], set()
     for err in exc.errors():
         field = ".".join(str(p) for p in err["loc"])
@@ -227,7 +235,7 @@ def job_error(exc: ValidationError, schema: type[Job]) -> CommodelError:
         if message in said and ".toml" in message:
             continue
         said.add(message)
-        lines.append(f"--{field.replace('_', '-')}: {message}" if field else message)
+        lines.append(f"{named(field)}: {message}" if field else message)
     return CommodelError("; ".join(lines))
 
 

@@ -6,6 +6,7 @@ import numbers
 from typing import Any
 
 from commodel.errors import CommodelError
+from commodel.pricing.job import cli_option
 from commodel.workloads.model.catalog import known_model
 from commodel.workloads.parallel.pipeline_layout import stage_split
 
@@ -28,7 +29,7 @@ def with_pipeline_layout(data: Any) -> Any:
     clash = [name for name in ("first_stage_layers", "last_stage_layers") if data.get(name) is not None]
     clash += [name for name, fine in agree.items() if data.get(name) not in (None, *fine)]
     if clash:
-        options = ", ".join("--" + name.replace("_", "-") for name in clash)
+        options = ", ".join(map(cli_option, clash))
         raise ValueError(f"a pipeline layout states the pipeline split itself: drop {options}")
     return data | {"vpp": split.vpp, "mtp_layers": split.mtp,
                    "first_stage_layers": split.first or None, "last_stage_layers": split.last or None}  # fmt: skip

@@ -32,6 +32,7 @@ from pydantic import ConfigDict, Field, PositiveFloat, ValidationError, field_va
 
 from commodel.errors import CommodelError, unknown
 from commodel.pricing.evaluator import BUILTIN, evaluator
+from commodel.pricing.job import job_error
 from commodel.pricing.table import is_unfit
 from commodel.records import Strict, read_toml, validate_record
 
@@ -130,7 +131,8 @@ def _is_number(value: Any) -> bool:
 
 def _check_inputs(name: str, design: Design, schema: type) -> None:
     """A design's inputs as one value each, of the field's kind: no list or table, no NaN or infinity,
-    no true or false where the field is not a flag (``gpus = true`` is not one GPU)."""
+    no true or false where the field is not a flag (``gpus = true`` is not one GPU); then the job they
+    make, by the declaration's rules."""
     for field, value in design.inputs.items():
         where = f"input '{field}' of design '{name}'"
         if isinstance(value, list | dict):
@@ -144,6 +146,10 @@ def _check_inputs(name: str, design: Design, schema: type) -> None:
             raise CommodelError(
                 f"{where}: {str(value).lower()} is a flag; this input takes a number or a name"
             )
+    try:  # each value by its field's rules, said of this design (the batch's check names no row)
+        schema(**design.inputs)
+    except ValidationError as exc:
+        raise CommodelError(f"design '{name}': {job_error(exc, schema, lambda f: f'input {f!r}')}") from None
 
 
 def _check_kind(name: str, output: str, value: object, expected: Expected) -> None:
