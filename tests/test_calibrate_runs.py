@@ -296,6 +296,10 @@ BAD_SERVING = [
     (lambda t: _edited(t, VLLM, "Output token throughput (tok/s):         1947.66",
                        "Output token throughput (tok/s):         0.0"), "output_tokens_per_s is 0: not a positive number"),
     (lambda t: _edited(t, TRT, "11489.2671", "-11489.2671"), "-11489.2671' is not a non-negative number"),
+    # 1,000x the run's throughput: each output token stands for two (1,024 in, 1,024 out) of at least
+    # 9.1 GFLOP (2 x gpt-oss-120b's active matmul parameters), 2.2x the H200's densest peak
+    (lambda t: _edited(t, VLLM, "Output token throughput (tok/s):         1947.66",
+                       "Output token throughput (tok/s):         1947660"), "not a run these GPUs can make"),
     (lambda t: _edited(t, TRT, "Average Input Length (tokens):  1024.0000", "Average Input Length (tokens):  inf"),
      "'average input length (tokens): inf' is not a non-negative number"),
     (lambda t: _edited(t, TRT, "TP Size:                8", "TP Size:                nan"), "'tp size: nan' is not"),
