@@ -176,6 +176,25 @@ def test_logs_that_are_not_nccl_tests_output_are_one_line_errors(
     assert not (tmp_path / "o.toml").exists()
 
 
+def test_a_log_faster_than_the_wires_is_refused(tmp_path, capsys, monkeypatch):
+    """A DGX H100 GPU puts 450 GB/s on its NVLink and 50 on its NIC (line rates): an all-reduce log whose
+    busbw is the model's 2.5x (about 1,200 GB/s at 8 GiB, above twice that wire, which an in-network
+    reduction cannot beat) is refused naming the log; at the model's own busbw it reads."""
+    frame = run("allreduce", cluster("dgx-h100"), SIZES, 8)
+    fast = frame.assign(busbw_GBps=2.5 * frame.busbw_GBps, algbw_GBps=2.5 * frame.algbw_GBps,
+                        time_s=frame.time_s / 2.5)  # fmt: skip
+    for scale, table in ((1, frame), (2.5, fast)):
+        log = write_log(tmp_path / f"x{scale}.log", table)
+        monkeypatch.setattr("sys.argv", calibrate_argv(log, tmp_path / "o.toml"))
+        try:
+            main()
+            code = 0
+        except SystemExit as done:
+            code = done.code
+        err = capsys.readouterr().err
+        assert (code, "not a run these GPUs can make" in err) == ((2, True) if scale > 1 else (0, False)), err
+
+
 def test_bad_overlays_are_one_line_errors(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv(OVERLAY_ENV, "")  # --hardware sets it: restore it after the test
     cases = {

@@ -167,6 +167,27 @@ def _check_log(log: NcclTestsLog, where: Cluster, gpus: int | None, nodes: int |
         )
 
 
+#: How far a run's busbw may exceed what a GPU puts on its wires. busbw counts the bytes a ring moves
+#: on each GPU's links, ``2 (n - 1) / n`` of the buffer for an all-reduce; an in-network reduction
+#: (NVLS, SHARP) moves each byte once each way, so a run's busbw stays below twice the wire.
+IN_NETWORK_GAIN = 2.0
+
+
+def _check_wire(log: NcclTestsLog, where: Cluster, ranks: int, fab: Fabric) -> None:
+    """A log whose busbw exceeds :data:`IN_NETWORK_GAIN` x a GPU's line rate (its scale-up links at the
+    call's GPUs per domain, and its share of the domain's NICs) is no run of these GPUs: an error."""
+    g = min(ranks, where.domain_gpus)
+    wire = float(fab.up_Bps(g)) * fab.link_line_Bps / fab.link_Bps
+    wire += float(fab.net_Bps(g)) / g * fab.nic_line_Bps / fab.nic_Bps
+    fastest = float(log.rows.busbw_GBps.max()) * 1e9
+    if fastest > IN_NETWORK_GAIN * wire:
+        raise CommodelError(
+            f"{log.path}: its busbw reaches {fastest / 1e9:,.0f} GB/s, {fastest / wire:.1f}x the {wire / 1e9:,.0f} "
+            f"GB/s line rate a GPU of {where.name} puts on its links and NICs (an in-network reduction at "
+            f"most doubles busbw): not a run these GPUs can make (check the log's units and --system)"
+        )
+
+
 def _layout(log: NcclTestsLog, system: str, gpus: int | None, nodes: int | None) -> tuple[Cluster, int]:
     """The cluster and GPU count a log ran on, checked against what the log records."""
     ranks = gpus or log.ranks
@@ -238,6 +259,8 @@ def calibrate(
     base = fabric_of(
         layouts[0][0], launch=launch, gpus_per_process=gpus_per_process or logs[0].gpus_per_process or 1
     )
+    for log, (where, ranks) in zip(logs, layouts, strict=True):
+        _check_wire(log, where, ranks, base)
     params = parameters(layouts[0][0], base)
     measured = np.concatenate([log.rows.time_s.to_numpy() for log in logs])
 
