@@ -180,34 +180,36 @@ def tuner_cost(
     time where NCCL takes its protocol (:func:`p2p_protocol_taken`); those pairs' :func:`pair_time`
     results come back too (pair index -> result), so that choosing one does not price it again."""
     n, p, N = _arrays(size_bytes, ranks, nodes)
-    terms = _tuner_terms(op, p, N, fab, tuple(pairs))
-    rows, physical = [], {}
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for i, ((algo, proto), own) in enumerate(zip(pairs, terms, strict=True)):
-            if own is None:
-                physical[i] = pair_time(op, algo, proto, n, p, N, fab)
-                taken = p2p_protocol_taken(op, proto, n, p) if algo == "direct" else True
-                rows.append(np.where(taken, physical[i][0], np.inf))
-            else:
-                rows.append(np.where(own[1], own[0].time(n), np.inf))
-    return np.stack(np.broadcast_arrays(*rows)), physical
+    points = np.broadcast_shapes(n.shape, p.shape, N.shape)
+    terms, available, priced = _tuner_terms(op, p, N, fab, tuple(pairs), len(points))
+    cost = np.full((len(pairs), *points), np.inf)
+    if priced:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cost[priced] = np.where(available, terms.time(n), np.inf)
+    physical = {}
+    for i, (algo, proto) in enumerate(pairs):
+        if i not in priced:
+            physical[i] = pair_time(op, algo, proto, n, p, N, fab)
+            taken = p2p_protocol_taken(op, proto, n, p) if algo == "direct" else True
+            cost[i] = np.where(taken, physical[i][0], np.inf)
+    return cost, physical
 
 
 @memoized
 def _tuner_terms(
-    op: str, p: np.ndarray, N: np.ndarray, fab: Fabric, pairs: tuple[tuple[str, str], ...]
-) -> list[tuple[nccl.TunerTerms, np.ndarray] | None]:
-    """Per pair, NCCL's tuner terms and where the pair can run (``None`` for a pair NCCL's tuner does
-    not price): size-independent, so a loop of estimates computes them once."""
-    terms = []
-    for algo, proto in pairs:
-        if algo in nccl.NCCL_ALGORITHMS.get(op, ()):
-            with np.errstate(divide="ignore", invalid="ignore"):
-                own = nccl.tuner_terms(op, algo, proto, p, N, fab)
-            terms.append((own, _nccl_available(op, algo, fab, p, N)))
-        else:
-            terms.append(None)
-    return terms
+    op: str, p: np.ndarray, N: np.ndarray, fab: Fabric, pairs: tuple[tuple[str, str], ...], ndim: int
+) -> tuple[nccl.TunerTerms | None, np.ndarray, list[int]]:
+    """NCCL's tuner terms of the pairs its tuner prices, :func:`~commodel.comm.nccl.stacked` (a
+    leading axis of one entry per such pair before ``ndim`` points' axes), where each can run, and
+    their indices among ``pairs``: size-independent, so a loop of estimates computes them once."""
+    priced = [i for i, (algo, _) in enumerate(pairs) if algo in nccl.NCCL_ALGORITHMS.get(op, ())]
+    if not priced:
+        return None, np.zeros(0, dtype=bool), priced
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = [nccl.tuner_terms(op, *pairs[i], p, N, fab) for i in priced]
+    available = np.broadcast_arrays(*(_nccl_available(op, pairs[i][0], fab, p, N) for i in priced))
+    points = (1,) * (ndim - available[0].ndim) + available[0].shape
+    return nccl.stacked(terms, ndim), np.stack([a.reshape(points) for a in available]), priced
 
 
 def tune(

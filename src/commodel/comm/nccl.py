@@ -183,22 +183,48 @@ class TunerTerms:
 
     latency_s: np.ndarray
     alg_Bps: np.ndarray
-    plateau: float = 1.0
+    plateau: float | np.ndarray = 1.0
     plateau_bytes: np.ndarray | float = np.inf
     correction: np.ndarray = field(default_factory=lambda: np.ones(1))
     corrected: np.ndarray | bool = False
 
     def time(self, n: np.ndarray) -> np.ndarray:
-        """Predicted seconds of ``n``-byte calls (``n`` broadcasts against the terms)."""
+        """Predicted seconds of ``n``-byte calls (``n`` broadcasts against the terms; terms
+        :func:`stacked` price every pair of theirs at once)."""
         alg, lat = self.alg_Bps, self.latency_s
         if np.any(self.corrected):
             log_size = np.floor(np.log2(np.maximum(n, 1) / 64)).astype(int)
-            factor = self.correction[np.clip(log_size, 0, self.correction.size - 1)]
+            factor = self.correction[..., np.clip(log_size, 0, self.correction.shape[-1] - 1)]
             alg = alg * np.where(self.corrected & (log_size >= 0), factor, 1.0)
-        if self.plateau != 1.0:
+        if np.any(self.plateau != 1.0):
             lat = np.where(n >= self.plateau_bytes, self.plateau * lat, lat)
         with np.errstate(divide="ignore"):
             return lat + n / alg
+
+
+def stacked(terms: list[TunerTerms], ndim: int = 0) -> TunerTerms:
+    """Several pairs' terms as one, each field with a leading axis of one entry per pair (a
+    correction row padded with its last factor) before the points' axes (``ndim`` of them at least,
+    for sizes with more axes than the layouts), so that one :meth:`TunerTerms.time` call prices them
+    all with the same arithmetic as each alone."""
+    fields = ("latency_s", "alg_Bps", "plateau_bytes", "corrected")
+    shape = np.broadcast_shapes(*(np.shape(getattr(t, name)) for t in terms for name in fields))
+    points = (1,) * (ndim - len(shape)) + shape
+    width = max(t.correction.size for t in terms)
+
+    def each(name: str) -> np.ndarray:
+        return np.stack([np.broadcast_to(getattr(t, name), shape).reshape(points) for t in terms])
+
+    return TunerTerms(
+        latency_s=each("latency_s"),
+        alg_Bps=each("alg_Bps"),
+        plateau=np.array([t.plateau for t in terms], dtype=float).reshape(-1, *(1,) * len(points)),
+        plateau_bytes=each("plateau_bytes"),
+        correction=np.stack(
+            [np.pad(t.correction, (0, width - t.correction.size), mode="edge") for t in terms]
+        ),
+        corrected=each("corrected"),
+    )
 
 
 def tuner_time(

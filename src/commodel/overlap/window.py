@@ -141,8 +141,25 @@ def _window_time(
 
 
 def exposed(strategy: str | ArrayLike, window: Window, comm_s: ArrayLike, **kwargs: object) -> np.ndarray:
-    """Time the collective adds to its window: ``window_time - compute_s`` (>= 0)."""
-    return np.maximum(window_time(strategy, window, comm_s, **kwargs) - window.compute_s, 0.0)  # type: ignore[arg-type]
+    """Time the collective adds to its window: ``window_time - compute_s`` (>= 0). A window without
+    a collective (``comm_s`` 0: no data parallelism, no context, no pipeline) exposes nothing under
+    every strategy, so only the windows that hold one are priced."""
+    M = np.asarray(comm_s, dtype=float)
+    held = M != 0
+    if M.ndim == 0 or held.all():
+        return np.maximum(window_time(strategy, window, comm_s, **kwargs) - window.compute_s, 0.0)  # type: ignore[arg-type]
+    out = np.zeros(np.broadcast_shapes(M.shape, *(np.shape(v) for v in vars(window).values())))
+    if held.any():
+        pick = np.broadcast_to(held, out.shape)
+        rows = Window(*(_rows(v, pick) for v in vars(window).values()))
+        some = {k: v if isinstance(v, Memory) else _rows(v, pick) for k, v in kwargs.items()}
+        out[pick] = exposed(_rows(strategy, pick), rows, _rows(M, pick), **some)
+    return out
+
+
+def _rows(value: object, pick: np.ndarray) -> object:
+    """``value`` at the rows ``pick`` selects (a value every row shares stays one)."""
+    return value if np.ndim(value) == 0 else np.broadcast_to(value, pick.shape)[pick]
 
 
 def ctas(strategy: str | ArrayLike, domain: ArrayLike, in_network: ArrayLike = False) -> np.ndarray:
