@@ -178,6 +178,10 @@ SETTINGS = (
     + [["train", "--model", "llama3-8b", "--system", "dgx-h100", "--recompute", "selective", "--recompute-layers", "3"]]
     + [[*MOE_JOB, "--expert-load", "8.5"], [*MOE_JOB, "--ep-sms", "133"], [*DENSE, "--nics", "9"],
        [*DENSE, "--cuda-graphs", "mlp,mlp,attn"]]
+    + [[*MOE_JOB, "--recompute-modules", listed] for listed in ("moe_act,moe_act", "moe_act,,layernorm", ",")]
+    # a repetition that would unroll to a trillion layers is refused before it is built
+    + [["train", "--model", "deepseek-v3", "--system", "gb200-nvl72", "--gpus", "256", "--pp", "8", "--ep", "32",
+        "--pipeline-layout", layout] for layout in ("Et|(tt|)*999999999999L", "Et*99999999999|L")]
     + [["serve", "--model", "llama3-8b", "--system", "dgx-h100", *option]
        for option in (["--batch", "3000"], ["--batch", "64", "--max-num-tokens", "32"], ["--batch", "65", "--max-batch-size", "64"],
                       ["--power-limit", "800"], ["--power-limit", "-1"], ["--dispatcher", "nccl"])]

@@ -445,10 +445,14 @@ def test_recompute_modules_are_checked_against_the_model():
         train(model="qwen3-30b-a3b", system="dgx-h100", gpus=8, ep=8, recompute_modules="moe-act")
     with pytest.raises(CommodelError, match="core_attn is --recompute selective"):
         train(model="qwen3-30b-a3b", system="dgx-h100", gpus=8, ep=8, recompute_modules="core_attn,moe_act")
-    stated = training_job(
-        model="qwen3-30b-a3b", system="dgx-h100", recompute_modules=" moe_act , layernorm,moe_act,"
-    )
+    stated = training_job(model="qwen3-30b-a3b", system="dgx-h100", recompute_modules=" moe_act , layernorm")
     assert stated.recompute_modules == "moe_act,layernorm"
+    for listed, why in (
+        ("moe_act,layernorm,moe_act", "names moe_act more than once"),
+        ("moe_act,", "empty name"),
+    ):
+        with pytest.raises(CommodelError, match=why):  # as --cuda-graphs and --offload refuse them
+            training_job(model="qwen3-30b-a3b", system="dgx-h100", recompute_modules=listed)
     job = dict(model="deepseek-v3", system="hgx-h800", gpus=2048, pp=16, ep=64, global_batch=15360, seq=4096,
                dtype="fp8", recompute="auto")  # fmt: skip
     lean, fat = train(**job, recompute_modules="mla_up_proj"), train(**job, advise=True)

@@ -376,14 +376,15 @@ class TrainingJob(Job):
     @field_validator("recompute_modules", mode="before")
     @classmethod
     def _modules(cls, value: Any) -> Any:
-        """``" layernorm , moe_act,"`` -> ``"layernorm,moe_act"``: each name once, as given; Megatron's
-        ``core_attn`` is ``--recompute selective`` here."""
+        """``" layernorm , moe_act"`` -> ``"layernorm,moe_act"``: each name once (as the other lists of
+        names, :func:`~commodel.pricing.job.listed_once`); Megatron's ``core_attn`` is ``--recompute
+        selective`` here."""
         if not isinstance(value, str):
             return value
-        names = module_names(value)
+        names = module_names(listed_once(value))
         if "core_attn" in names:
             raise ValueError("core_attn is --recompute selective here (the attention core), not a module")
-        return ",".join(dict.fromkeys(names))
+        return ",".join(names)
 
 
 def training_job(**values: Any) -> TrainingJob:

@@ -36,11 +36,29 @@ class StageSplit:
     mtp: int
 
 
+#: The longest a layout may grow unrolled: room for the most layers a model holds (4,096), each
+#: chunk's separator and its embedding, loss and prediction modules, many times over.
+MAX_UNROLLED = 1 << 16
+
+
 def layout_chunks(text: str) -> list[str]:
-    """The layout's chunks with its repetitions unrolled (Megatron-Core's ``parse_str_to_list``)."""
+    """The layout's chunks with its repetitions unrolled (Megatron-Core's ``parse_str_to_list``); one
+    that would unroll past :data:`MAX_UNROLLED` codes is an error, not a string to build."""
     unrolled = text.replace(",", "").replace(" ", "")
+
+    def repeat(match: re.Match[str]) -> str:
+        if len(match[1]) * int(match[2]) > MAX_UNROLLED:
+            raise CommodelError(
+                f"pipeline layout '{text}': {match[0]} repeats past {MAX_UNROLLED:,} layers and chunks"
+            )
+        return match[1] * int(match[2])
+
     for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
-        unrolled = re.sub(pattern, lambda match: match[1] * int(match[2]), unrolled)
+        unrolled = re.sub(pattern, repeat, unrolled)
+        if len(unrolled) > MAX_UNROLLED:
+            raise CommodelError(
+                f"pipeline layout '{text}': it unrolls past {MAX_UNROLLED:,} layers and chunks"
+            )
     unknown = sorted(set(unrolled) - set(LAYER_CODES) - {"|"})
     if unknown:
         codes = ", ".join(f"{code} {name}" for code, name in LAYER_CODES.items())
