@@ -96,3 +96,33 @@ def test_each_fleet_states_its_source_and_rates_follow_its_counts():
     }
     worse = [train(**job, failures=f)["goodput"] for f in ("llama3-h100", "opt-a100")]
     assert worse[1] < worse[0]  # OPT's fleet failed 3.5x as often per GPU-hour
+
+
+def test_a_job_that_cannot_outrun_its_failures_never_trains_and_says_why(capsys, monkeypatch):
+    """A checkpoint written at 1 B/s cannot keep any work between the Llama 3 fleet's failures: goodput
+    0, an infinite time to train, energy and GPU hours, a cost and carbon of 0 where no price or
+    intensity is given (not 0 x infinity) and infinite where one is; the command says so in its
+    table and a note instead of failing. At 2 TB/s the same job trains."""
+    import pandas as pd
+    from conftest import run_cli
+
+    from commodel.pricing.evaluator import evaluator
+
+    job = {
+        "model": "llama3-8b",
+        "system": "dgx-h100",
+        "gpus": 8,
+        "recompute": "full",
+        "failures": "llama3-h100",
+    }
+    table = evaluator("training")(pd.DataFrame([job | {"storage_GBps": s, "price_per_gpu_hour": p}
+                                                for s, p in ((1e-9, 0.0), (1e-9, 2.0), (2000.0, 2.0))]))  # fmt: skip
+    assert table.goodput.tolist()[:2] == [0.0, 0.0] and 0 < table.goodput[2] < 1
+    assert np.isinf(table.time_to_train_days[:2]).all() and np.isinf(table.gpu_hours[:2]).all()
+    assert (
+        table.cost_usd.tolist()[0] == 0.0 and np.isinf(table.cost_usd[1]) and np.isfinite(table.cost_usd[2])
+    )
+    args = ["train", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "8", "--recompute", "full",
+            "--failures", "llama3-h100", "--storage-GBps", "1e-9"]  # fmt: skip
+    code, out = run_cli(args, capsys, monkeypatch)
+    assert code == 0 and "never trains" in out.out and "note: never finishes" in out.out, out.err

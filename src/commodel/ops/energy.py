@@ -74,16 +74,18 @@ def energy_costs(
     carbon_g_per_kWh: ArrayLike = 0.0,
     price_per_gpu_hour: ArrayLike = 0.0,
 ) -> dict[str, np.ndarray]:
-    """Facility energy (J and MWh), carbon (t CO2) and cost (USD) of running ``seconds``."""
+    """Facility energy (J and MWh), carbon (t CO2) and cost (USD) of running ``seconds``; carbon and
+    cost are 0 where no intensity or price is given, even for a job that never ends (``seconds``
+    infinite)."""
     it_energy = np.asarray(it_power, dtype=float) * np.asarray(seconds, dtype=float)
     facility = it_energy * np.asarray(pue, dtype=float)
     kwh = facility / J_PER_KWH
-    return {
-        "energy_J": facility,
-        "energy_MWh": kwh / 1e3,
-        "co2_t": kwh * np.asarray(carbon_g_per_kWh, dtype=float) / 1e6,
-        "cost_usd": np.asarray(gpus, dtype=float)
-        * np.asarray(seconds, dtype=float)
-        / 3600
-        * np.asarray(price_per_gpu_hour, dtype=float),
-    }
+    carbon, price = (np.asarray(v, dtype=float) for v in (carbon_g_per_kWh, price_per_gpu_hour))
+    gpu_hours = np.asarray(gpus, dtype=float) * np.asarray(seconds, dtype=float) / 3600
+    with np.errstate(invalid="ignore"):  # 0 x inf, replaced
+        return {
+            "energy_J": facility,
+            "energy_MWh": kwh / 1e3,
+            "co2_t": np.where(carbon > 0, kwh * carbon / 1e6, 0.0),
+            "cost_usd": np.where(price > 0, gpu_hours * price, 0.0),
+        }

@@ -106,6 +106,12 @@ def _training_notes(job: TrainingJob, row: SimpleNamespace) -> list[str]:
             f"capacity factor {job.capacity_factor:g}: every expert padded to it, "
             f"{100 * float(row.dropped_share):.2g}% of the routed tokens dropped (routing spread as --expert-load says)"
         )
+    if float(row.goodput) == 0:
+        notes.append(
+            f"never finishes: writing and reloading a checkpoint takes too long for the job's mean "
+            f"{float(row.job_mtbf_h):.3g} h between failures to keep any work (faster --storage-GBps, "
+            "--checkpoint async, or fewer failures)"
+        )
     host = float(row.host_s) / float(row.step_time_s)
     if host >= HOST_BOUND_SHARE:
         notes.append(

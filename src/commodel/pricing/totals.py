@@ -92,7 +92,8 @@ def job_totals(
     )  # every compute second at TDP, as NODE_OTHER_LOAD's fit
     it_power = sum(it_power_W(c, busy, n) for c, n in fleet)
     pue = col("pue")
-    seconds = col("train_tokens") / result["tokens_per_s"] / failures["goodput"]
+    with np.errstate(divide="ignore"):  # goodput 0: the job never ends
+        seconds = col("train_tokens") / result["tokens_per_s"] / failures["goodput"]
     costs = energy_costs(it_power, seconds, gpus, pue, col("carbon_g_per_kWh"), col("price_per_gpu_hour"))
     nodes = sum(n for _, n in fleet)
     return {

@@ -113,8 +113,12 @@ def training_table(result: dict) -> str:
         *(
             [
                 f"  failures         goodput {100 * result['goodput']:.1f}% (job MTBF {result['job_mtbf_h']:.3g} h, "
-                f"checkpoint every {result['checkpoint_interval_min']:.3g} min), {result['time_to_train_days']:.3g} days "
-                "to train"
+                f"checkpoint every {result['checkpoint_interval_min']:.3g} min), "
+                + (
+                    f"{result['time_to_train_days']:.3g} days to train"
+                    if "time_to_train_days" in result
+                    else "never trains"
+                )
             ]
             if "job_mtbf_h" in result
             else []
