@@ -103,12 +103,17 @@ def test_serve_says_a_batch_does_not_fit_with_the_memory_it_needs(capsys, monkey
 
 def test_a_request_longer_than_the_models_context_is_refused(capsys, monkeypatch):
     """LLaMA-7B serves 2,048 tokens a request: 2,000 + 48 runs, 2,000 + 49 is refused in the table
-    (no latency or throughput) and at the command line (exit 2, naming the context); a model whose
-    context is not stated takes any request."""
-    jobs = pd.DataFrame({"model": ["llama-7b", "llama-7b", "megatron-gpt-4b"], "system": "dgx-h100",
-                         "prompt": 2000, "output": [48, 49, 49]})  # fmt: skip
+    (no latency or throughput) and at the command line (exit 2, naming the context), as is a spread of
+    lengths whose long requests must pass it; a model whose context is not stated takes any request."""
+    jobs = pd.DataFrame({"model": ["llama-7b", "llama-7b", "megatron-gpt-4b", "llama-7b"], "system": "dgx-h100",
+                         "prompt": [2000, 2000, 2000, 1000], "output": [48, 49, 49, 48],
+                         "output_cv": [0.0, 0.0, 0.0, 6.0]})  # fmt: skip
     table = evaluator("serving")(jobs)
-    assert table.valid.tolist() == [True, False, True]
+    # the last: spread outputs put 1,000 + 48 (1 + 36) / 2 = 1,888 tokens in flight on average, fine;
+    # at cv 7, 1,000 + 48 x 50 / 2 = 2,200 passes the context, so some request must exceed it
+    assert table.valid.tolist() == [True, False, True, True]
+    wide = evaluator("serving")(jobs.iloc[3:].assign(output_cv=7.0))
+    assert "context of 2,048" in wide.problem.iloc[0]
     assert "context of 2,048 tokens" in table.problem[1] and np.isnan(table.output_tokens_per_s[1])
     args = ["serve", "--model", "llama3.1-8b", "--system", "dgx-h100", "--prompt", "131000", "--output", "73"]
     code, out = run_cli(args, capsys, monkeypatch)

@@ -14,7 +14,7 @@ request misses) come back with ``valid = False`` and the rule in ``problem``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -40,7 +40,13 @@ from commodel.pricing.table import (
 from commodel.workloads.model.catalog import model as get_model
 from commodel.workloads.model.schema import Transformer
 from commodel.workloads.serving.batch import disaggregated, one_phase, slo_batch
-from commodel.workloads.serving.engine import Engine, kv_dtype_of, replica_problems, steady_state
+from commodel.workloads.serving.engine import (
+    Engine,
+    kv_dtype_of,
+    mean_context,
+    replica_problems,
+    steady_state,
+)
 from commodel.workloads.serving.memory import SERVING_CATEGORIES, capacity, kv_tokens_held, memory_at
 
 OUTPUTS = (
@@ -122,9 +128,10 @@ def price_serving(columns: Columns) -> Columns:
             ((split | (key["phase"] == "decode")) & (col("output") < 2),
              "a decode pool makes a request's tokens after its first, which its prefill makes: with one "
              "output token it has none to make (give --output 2 or more)"),
-            (col("prompt") + col("output") > (net.context or np.inf),
+            (_longest(col) > (net.context or np.inf),
              f"a request's prompt and output tokens exceed {key['model']}'s context of {net.context or 0:,} tokens, "
-             "the most one request may hold (a shorter --prompt or --output)"),
+             "the most one request may hold (a shorter --prompt or --output, or less --prompt-cv or --output-cv: "
+             "the spread's long requests weigh as their length)"),
             (np.full(len(rows), net.moe is None and key["dispatcher"] != "alltoall"),
              f"the {key['dispatcher']} dispatcher moves a mixture-of-experts model's tokens: {key['model']} has "
              "no experts"),
@@ -159,6 +166,15 @@ def price_serving(columns: Columns) -> Columns:
         out["problem"][rows] = messages
         out["valid"][rows] = messages == ""
     return {**out, "gpus": gpus_all, "batch": batches.astype(object)}
+
+
+def _longest(col: Callable[[str], np.ndarray]) -> np.ndarray:
+    """What a deployment's longest request holds at least: its mean prompt and output, and the
+    length-biased means its spreads put in flight (a prompt's ``p (1 + cv^2)``,
+    :func:`~commodel.workloads.serving.engine.mean_context`), none of which can exceed the context
+    if every request fits it."""
+    p, o = col("prompt"), col("output")
+    return np.maximum.reduce([p + o, p * (1 + col("prompt_cv") ** 2), mean_context(p, o, col("output_cv"))])
 
 
 def _spread(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
