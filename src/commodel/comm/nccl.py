@@ -209,21 +209,25 @@ def stacked(terms: list[TunerTerms], ndim: int = 0) -> TunerTerms:
     all with the same arithmetic as each alone."""
     fields = ("latency_s", "alg_Bps", "plateau_bytes", "corrected")
     shape = np.broadcast_shapes(*(np.shape(getattr(t, name)) for t in terms for name in fields))
-    points = (1,) * (ndim - len(shape)) + shape
-    width = max(t.correction.size for t in terms)
+    points = (len(terms), *(1,) * (ndim - len(shape)), *shape)
 
-    def each(name: str) -> np.ndarray:
-        return np.stack([np.broadcast_to(getattr(t, name), shape).reshape(points) for t in terms])
+    def each(name: str, dtype: type = float) -> np.ndarray:
+        out = np.empty((len(terms), *shape), dtype=dtype)
+        for i, t in enumerate(terms):
+            out[i] = getattr(t, name)
+        return out.reshape(points)
 
+    correction = np.empty((len(terms), max(t.correction.size for t in terms)))
+    for i, t in enumerate(terms):  # each row padded with its last factor
+        correction[i] = t.correction[-1]
+        correction[i, : t.correction.size] = t.correction
     return TunerTerms(
         latency_s=each("latency_s"),
         alg_Bps=each("alg_Bps"),
-        plateau=np.array([t.plateau for t in terms], dtype=float).reshape(-1, *(1,) * len(points)),
+        plateau=np.array([t.plateau for t in terms], dtype=float).reshape(-1, *(1,) * (len(points) - 1)),
         plateau_bytes=each("plateau_bytes"),
-        correction=np.stack(
-            [np.pad(t.correction, (0, width - t.correction.size), mode="edge") for t in terms]
-        ),
-        corrected=each("corrected"),
+        correction=correction,
+        corrected=each("corrected", bool),
     )
 
 
