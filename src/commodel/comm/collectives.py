@@ -181,7 +181,7 @@ def tuner_cost(
     results come back too (pair index -> result), so that choosing one does not price it again."""
     n, p, N = _arrays(size_bytes, ranks, nodes)
     points = np.broadcast_shapes(n.shape, p.shape, N.shape)
-    terms, available, priced = _tuner_terms(op, p, N, fab, tuple(pairs), len(points))
+    terms, available, priced = _tuner_terms(op, p, N, fab.tuner_view, tuple(pairs), len(points))
     cost = np.full((len(pairs), *points), np.inf)
     if priced:
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -15,7 +15,9 @@ Two views of the same hardware are kept side by side:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -87,6 +89,18 @@ class Fabric:
     @property
     def nvidia(self) -> bool:
         return self.library == "nccl"
+
+    @cached_property
+    def tuner_view(self) -> Fabric:
+        """The fabric as NCCL's tuner sees it: its topology detection's nominal speeds, counts and
+        architecture, and the latency the net plugin reports; the rates and costs a calibration or an
+        uncertainty draw moves (payload efficiencies, NVLS's measured rate, kernel starts) set to
+        one placeholder each, so that fabrics NCCL cannot tell apart share their tuner terms."""
+        return dataclasses.replace(
+            self, link_Bps=self.link_line_Bps, nic_Bps=self.nic_line_Bps,
+            nvls_Bps=None if self.nvls_Bps is None else 1.0, reduce_Bps=1.0, start_s=0.0, host_s=0.0,
+            ring_step_s=None, nvls_latency_s=None, p2p_net_latency_s=None, proxy_op_s=0.0,
+        )  # fmt: skip
 
     @property
     def arch_index(self) -> int:
