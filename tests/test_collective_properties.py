@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commodel.comm import nccl
+from commodel.comm import graph, nccl
 from commodel.comm.calls import run
 from commodel.comm.collectives import _nccl_available, candidates, library_algorithms, pair_time, tune
 from commodel.comm.fabric import fabric_of
@@ -306,19 +306,20 @@ def test_more_domains_never_make_the_same_algorithm_and_protocol_faster(system):
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from(SYSTEMS), st.sampled_from([1, 2, 4, 16]), st.sampled_from(OPS))
 def test_nccls_tuner_sees_a_fabric_as_its_tuner_view(system, nodes, op):
-    """The tuner's terms and where each pair may run are the same on a fabric and on its tuner view
-    (nominal speeds, the measured rates set to placeholders), which is what lets an uncertainty
-    draw's fabrics share them: NCCL's tuner reads nothing a calibration or a draw moves."""
+    """The tuner's terms, where each pair may run and the topology searches' graphs are the same on a
+    fabric and on its tuner view (nominal speeds, the measured rates set to placeholders), which is
+    what lets an uncertainty draw's fabrics share them: NCCL's tuner reads nothing a calibration or a
+    draw moves."""
     try:
         c = cluster(system, nodes)
     except CommodelError:  # a rack-scale system needs whole racks
         return
     fab, g = fabric_of(c), c.domain_gpus
-    p, N, n = (
-        np.array([2.0, g, g * nodes]),
-        np.array([1.0, 1.0, float(nodes)]),
-        2.0 ** np.arange(0, 35, 3)[:, None],
-    )
+    p, N = np.array([2.0, g, g * nodes]), np.array([1.0, 1.0, float(nodes)])
+    n = 2.0 ** np.arange(0, 35, 3)[:, None]
+    for search in (graph._ring_graph, graph._nvls_graph):  # the searches, on the fabric and as keyed
+        own, seen = (dataclasses.astuple(search(f, p / N, N)) for f in (fab, fab.tuner_view))
+        assert all(np.array_equal(a, b) for a, b in zip(own, seen, strict=True)), search.__name__
     for algo, proto in candidates(op, fab, library_algorithms(op, "nccl")):
         if algo in nccl.NCCL_ALGORITHMS.get(op, ()):
             with np.errstate(all="ignore"):

@@ -46,7 +46,6 @@ def _raised(speeds: tuple[float, ...], start: np.ndarray, ceiling: np.ndarray) -
     return np.maximum(start, target)
 
 
-@memoized
 def ring_graph(fab: Fabric, g: np.ndarray, nodes: np.ndarray) -> Graph:
     """Ring (and tree: same channels) graph for ``g`` ranks per domain over ``nodes`` domains.
 
@@ -56,6 +55,14 @@ def ring_graph(fab: Fabric, g: np.ndarray, nodes: np.ndarray) -> Graph:
     than 4 channels, halving the per-channel speed; run-time channels = 2 x graph channels (NCCL
     ``connect.cc``; RCCL: its channel multiplier, 2 by default), at most 64.
     """
+    return _ring_graph(fab.tuner_view, g, nodes)
+
+
+@memoized
+def _ring_graph(fab: Fabric, g: np.ndarray, nodes: np.ndarray) -> Graph:
+    """:func:`ring_graph` on the fabric as NCCL's topology search sees it
+    (:attr:`~commodel.comm.fabric.Fabric.tuner_view`), which no calibration or uncertainty draw moves:
+    searched once for them all."""
     g, nodes = np.broadcast_arrays(np.asarray(g, dtype=float), np.asarray(nodes, dtype=float))
     multi = nodes > 1
     family = fab.speed_family
@@ -97,12 +104,19 @@ def _runtime_multiplier(fab: Fabric, g: np.ndarray, nodes: np.ndarray) -> np.nda
     return np.full_like(g, 2.0)
 
 
-@memoized
 def nvls_graph(fab: Fabric, g: np.ndarray, nodes: np.ndarray) -> Graph:
     """NVLS graph (NVLink SHARP): one channel per local rank (at most 32), at the highest speed whose
     channels fit the GPU's links scaled by g / (g - 1); pass 2 raises the inter speed toward twice
     the intra speed; across domains it is capped by the domain's NICs shared over the channels.
     Run-time NVLS channels: 16 on Hopper, 24 on Blackwell in one domain, 32 across (nvls.cc)."""
+    return _nvls_graph(fab.tuner_view, g, nodes)
+
+
+@memoized
+def _nvls_graph(fab: Fabric, g: np.ndarray, nodes: np.ndarray) -> Graph:
+    """:func:`nvls_graph` on the fabric as NCCL's topology search sees it
+    (:attr:`~commodel.comm.fabric.Fabric.tuner_view`), which no calibration or uncertainty draw moves:
+    searched once for them all."""
     g, nodes = np.broadcast_arrays(np.asarray(g, dtype=float), np.asarray(nodes, dtype=float))
     family = fab.speed_family
     speeds = tables.SPEEDS_INTRA[family]
