@@ -174,3 +174,17 @@ def test_the_largest_micro_batch_is_searched_among_divisors_of_any_global_batch(
     found = train(model="llama3-8b", system="dgx-h100", gpus=8, global_batch=global_batch, micro_batch="max",
                   recompute="full", zero=3)  # fmt: skip
     assert found["fits"] and global_batch % found["micro_batch"] == 0 and found["micro_batch"] > 1
+
+
+def test_an_overlap_whose_gemm_or_buffer_does_not_fit_the_gpu_has_no_time(capsys, monkeypatch):
+    """A GEMM beside a collective on one H100: 8192^3 with a 256 MiB all-gather runs; a 10^9-cube GEMM
+    (its operands exabytes) or a 100 GiB buffer does not fit 80 GB, so it has no time, in the table or
+    at the command line, as roofline gemm already refused such a GEMM."""
+    big = 1_000_000_000
+    jobs = pd.DataFrame({"system": "dgx-h100", "m": [8192, big, 8192], "n": [8192, big, 8192],
+                         "k": [8192, big, 8192], "size_bytes": [2**28, 2**28, 100 * 2**30]})  # fmt: skip
+    table = evaluator("overlap")(jobs)
+    assert table.valid.tolist() == [True, False, False] and table.time_s[1:].isna().all()
+    assert table.problem[1:].str.endswith("it does not fit").all() and "100 GiB buffer" in table.problem[2]
+    code, out = run_cli(["overlap", "--system", "dgx-h100", "--size", "100GiB"], capsys, monkeypatch)
+    assert code == 2 and "does not fit" in out.err and out.out == ""

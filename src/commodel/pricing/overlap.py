@@ -26,8 +26,9 @@ from commodel.hardware import cluster as make_cluster
 from commodel.overlap.interference import busbw_load, memory_of
 from commodel.overlap.pair import GEMM_ONLY, PAIR_STRATEGIES, Pair, comm_ctas, pair_times
 from commodel.pricing.evaluator import Evaluator
-from commodel.pricing.gemm import MAX_DIM
+from commodel.pricing.gemm import MAX_DIM, check_held
 from commodel.pricing.job import MAX_GPUS, SYSTEM, Choices, Job
+from commodel.units import format_bytes
 
 #: Collectives an overlap job pairs with a GEMM: those with a ring or in-switch schedule whose
 #: traffic per GPU is twice the bus bandwidth (send and receive).
@@ -103,6 +104,8 @@ def price_overlap(job: OverlapJob, db: HardwareDB | None = None) -> dict[str, fl
     sms = gpu.compute_units.value
     ctas = comm_ctas(job.strategy, float(call["channels"][0]))
     kernel = compute_kernel(job.kernel, job.m, job.n, job.k, job.dtype)
+    what = f"the {job.kernel}'s operands and the {job.op}'s {format_bytes(job.size_bytes)} buffer"
+    check_held(gpu, float(kernel.bytes) + job.size_bytes, what)
     alone, partitioned = kernel_time(gpu, kernel, launch=False), kernel_time(gpu, kernel, False, sms - ctas)
     floor = gpu.launch_overhead.value  # no kernel is shorter than a launch, back to back or not
     compute_s = max(float(alone.time_s), floor)
