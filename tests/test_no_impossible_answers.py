@@ -188,3 +188,16 @@ def test_an_overlap_whose_gemm_or_buffer_does_not_fit_the_gpu_has_no_time(capsys
     assert table.problem[1:].str.endswith("it does not fit").all() and "100 GiB buffer" in table.problem[2]
     code, out = run_cli(["overlap", "--system", "dgx-h100", "--size", "100GiB"], capsys, monkeypatch)
     assert code == 2 and "does not fit" in out.err and out.out == ""
+
+
+def test_a_collective_whose_buffer_does_not_fit_the_gpu_is_refused(capsys, monkeypatch):
+    """nccl-tests holds at least the buffer on every GPU (in place): 64 GiB reads on an 80 GB H100,
+    1 TiB was priced at 4 s and is refused, at the command line and in the collective evaluator."""
+    args = ["collective", "allreduce", "--system", "dgx-h100", "--size"]
+    assert run_cli([*args, "64GiB"], capsys, monkeypatch)[0] == 0
+    code, out = run_cli([*args, "1TiB"], capsys, monkeypatch)
+    assert code == 2 and "1 TiB buffer does not fit" in out.err and out.out == ""
+    table = evaluator("collective")(
+        pd.DataFrame({"op": "allreduce", "system": "dgx-h100", "size_bytes": [2**36, 2**40]})
+    )
+    assert table.valid.tolist() == [True, False] and "does not fit" in table.problem[1]

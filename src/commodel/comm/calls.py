@@ -31,6 +31,7 @@ from commodel.comm.p2p import PROTOCOLS
 from commodel.comm.tables import MAX_CHANNELS
 from commodel.errors import CommodelError, unknown
 from commodel.hardware.cluster import Cluster
+from commodel.units import format_bytes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -117,6 +118,8 @@ def run_columns(
     if channels is not None and not 1 <= channels <= MAX_CHANNELS:
         raise CommodelError(f"--channels must be 1 to {MAX_CHANNELS} (NCCL's MAXCHANNELS), got {channels}")
     sizes = np.asarray(sizes, dtype=float)
+    if sizes.size and unheld(cluster, sizes.max()):
+        raise CommodelError(unheld(cluster, sizes.max()))
     policy = "best" if algo == "best" or library == "all" else "auto"
     if channels is None:
         choice = tune(op, sizes, ranks, domains, fab, pairs, policy)
@@ -124,6 +127,18 @@ def run_columns(
     else:
         choice = fastest = _forced_channels(op, sizes, ranks, domains, fab, pairs, channels)
     return results_columns(op, sizes, ranks, nodes, domains, choice, fastest)
+
+
+def unheld(cluster: Cluster, size: float) -> str:
+    """Why a collective of ``size`` bytes cannot run on ``cluster``'s GPUs ("" where it can): in place,
+    every GPU holds at least the buffer (nccl-tests allocates it whole)."""
+    held = cluster.gpu.memory_capacity.value
+    if size <= held:
+        return ""
+    return (
+        f"a {format_bytes(size)} buffer does not fit the {format_bytes(held)} of {cluster.gpu.description}: "
+        "every GPU of a collective holds at least its buffer"
+    )
 
 
 def run(op: str, cluster: Cluster, sizes: ArrayLike, *args: Any, **kwargs: Any) -> pd.DataFrame:

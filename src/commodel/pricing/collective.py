@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import Field
 
-from commodel.comm.calls import run
+from commodel.comm.calls import run, unheld
 from commodel.comm.collectives import ALGORITHMS, LIBRARIES, POLICIES
 from commodel.comm.fabric import LAUNCH_MODES, Fabric, fabric_of
 from commodel.comm.mpi import OPS
@@ -133,13 +133,18 @@ def cluster_and_fabric(job: Mapping[str, Any], db: HardwareDB | None = None) -> 
 
 def price_collectives(columns: Columns) -> Columns:
     """The ``collective`` evaluator's pricing: every size of a group of rows that share their settings
-    in one call of the collective model."""
+    in one call of the collective model; a size whose buffer its GPUs cannot hold is refused
+    (:func:`~commodel.comm.calls.unheld`)."""
     out = blank_outputs(len(columns["size_bytes"]), OUTPUTS, text=TEXT_OUTPUTS)
     settings = [name for name in CollectiveJob.model_fields if name != "size_bytes"]
     for key, rows in groups(columns, settings):
         try:
             where, fab = cluster_and_fabric(key)
-            result = run(key["op"], where, numbers(take(columns, "size_bytes", rows)), _optional(key["gpus"]),
+            sizes = numbers(take(columns, "size_bytes", rows))
+            held = sizes <= where.gpu.memory_capacity.value  # the rest: a buffer no GPU of it holds
+            out["problem"][rows[~held]] = [unheld(where, size) for size in sizes[~held]]
+            rows = rows[held]
+            result = run(key["op"], where, sizes[held], _optional(key["gpus"]),
                          key["algo"], key["protocol"], key["library"], _optional(key["channels"]), fab)  # fmt: skip
         except CommodelError as exc:  # a choice this system cannot run
             out["problem"][rows] = str(exc)

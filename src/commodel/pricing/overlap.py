@@ -96,6 +96,9 @@ def price_overlap(job: OverlapJob, db: HardwareDB | None = None) -> dict[str, fl
         )
     where = make_cluster(job.system, -(-job.gpus // node.gpus_per_node), db)
     gpu = where.gpu
+    kernel = compute_kernel(job.kernel, job.m, job.n, job.k, job.dtype)
+    what = f"the {job.kernel}'s operands and the {job.op}'s {format_bytes(job.size_bytes)} buffer"
+    check_held(gpu, float(kernel.bytes) + job.size_bytes, what)
     in_network = job.strategy == "in-network"
     choice = run_columns(job.op, where, [job.size_bytes], job.gpus, algo="auto")
     call = run_columns(job.op, where, [job.size_bytes], job.gpus, algo="nvls") if in_network else choice
@@ -103,9 +106,6 @@ def price_overlap(job: OverlapJob, db: HardwareDB | None = None) -> dict[str, fl
     baseline_s = float(choice["time_s"][0])
     sms = gpu.compute_units.value
     ctas = comm_ctas(job.strategy, float(call["channels"][0]))
-    kernel = compute_kernel(job.kernel, job.m, job.n, job.k, job.dtype)
-    what = f"the {job.kernel}'s operands and the {job.op}'s {format_bytes(job.size_bytes)} buffer"
-    check_held(gpu, float(kernel.bytes) + job.size_bytes, what)
     alone, partitioned = kernel_time(gpu, kernel, launch=False), kernel_time(gpu, kernel, False, sms - ctas)
     floor = gpu.launch_overhead.value  # no kernel is shorter than a launch, back to back or not
     compute_s = max(float(alone.time_s), floor)
