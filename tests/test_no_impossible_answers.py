@@ -201,3 +201,12 @@ def test_a_collective_whose_buffer_does_not_fit_the_gpu_is_refused(capsys, monke
         pd.DataFrame({"op": "allreduce", "system": "dgx-h100", "size_bytes": [2**36, 2**40]})
     )
     assert table.valid.tolist() == [True, False] and "does not fit" in table.problem[1]
+
+
+def test_a_dispatch_whose_tokens_do_not_fit_the_gpu_is_refused(capsys, monkeypatch):
+    """DeepEP's dispatch of DeepSeek-V3 at 100 million tokens per H100 (1.3 TiB of activations) was
+    priced; each GPU holds at least its tokens' activations, so it is refused, and 128 tokens run."""
+    args = ["comm", "dispatch", "--model", "deepseek-v3", "--system", "dgx-h100", "--tokens"]
+    assert run_cli([*args, "128"], capsys, monkeypatch)[0] == 0
+    code, out = run_cli([*args, "100000000"], capsys, monkeypatch)
+    assert code == 2 and "tokens' activations take" in out.err and "does not fit" in out.err and out.out == ""

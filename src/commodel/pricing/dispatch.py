@@ -23,6 +23,7 @@ from commodel.hardware import HardwareDB, nodes_for
 from commodel.hardware import cluster as make_cluster
 from commodel.hardware.cluster import Cluster
 from commodel.pricing.evaluator import Evaluator
+from commodel.pricing.gemm import check_held
 from commodel.pricing.job import (
     MAX_GPUS,
     MODEL,
@@ -99,10 +100,14 @@ def dispatch_rows(
 ) -> list[dict[str, object]]:
     """One dispatch and one combine for each token count (default: the job's), on ``db`` (default:
     the hardware database in use), a row each: tokens, call, time (us), what binds it, each resource's
-    time (us) and the bandwidths DeepEP's tests print (GB/s)."""
+    time (us) and the bandwidths DeepEP's tests print (GB/s); token counts whose activations no GPU
+    holds are an error."""
     net, where = get_model(job.model), dispatch_cluster(job, db)
+    counts = np.atleast_1d(job.tokens if tokens is None else tokens).astype(float)
+    most = float(counts.max())  # a GPU holds at least its tokens' activations, as the combine returns them
+    check_held(where.gpu, most * net.hidden * max(ELEMENT_BYTES.values()), f"{most:,.0f} tokens' activations")
     rows = []
-    for count in np.atleast_1d(job.tokens if tokens is None else tokens).astype(float):
+    for count in counts:
         for call, element in ELEMENT_BYTES.items():
             r = exchange(job.mode, job.scheme, net, where, job.ep, count, element, job.shared_queues)
             seconds = r["time_s"]
