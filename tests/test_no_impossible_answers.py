@@ -210,3 +210,18 @@ def test_a_dispatch_whose_tokens_do_not_fit_the_gpu_is_refused(capsys, monkeypat
     assert run_cli([*args, "128"], capsys, monkeypatch)[0] == 0
     code, out = run_cli([*args, "100000000"], capsys, monkeypatch)
     assert code == 2 and "tokens' activations take" in out.err and "does not fit" in out.err and out.out == ""
+
+
+def test_a_message_or_stencil_subdomain_no_gpu_holds_is_refused(capsys, monkeypatch):
+    """A 1 PiB message between two H100 nodes, and a stencil subdomain of 100,000 cells per side on an
+    MI250X GCD (two arrays of 10^15 doubles), were priced; a sender holds at least its message and a
+    GPU its subdomain's arrays, so both are refused, and their neighbours (8 B; 1,000 cells) run."""
+    code, out = run_cli(["comm", "schemes", "--system", "dgx-h100", "--size", "1PiB"], capsys, monkeypatch)
+    assert code == 2 and "message's sender holds at least its buffer" in out.err and out.out == ""
+    sent = evaluator("initiation")(
+        pd.DataFrame({"system": "dgx-h100", "scheme": "host-driven", "size_bytes": [8, 2.0**50]})
+    )
+    halo = evaluator("halo")(pd.DataFrame({"system": "frontier-node", "scheme": "host-driven", "n": [1000, 100_000],
+                                           "gpus": 8, "halo": 1}))  # fmt: skip
+    for table in (sent, halo):
+        assert table.valid.tolist() == [True, False] and "does not fit" in table.problem[1]

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from commodel.cli.root import JSON_FLAG, JsonFlag, comm_app, flag, job_options
+from commodel.comm.calls import require_held
 from commodel.comm.initiation import check_scheme, path_of, scheme_table
 from commodel.hardware import cluster
 from commodel.pricing.dispatch import DispatchJob, dispatch_rows, price_dispatch
@@ -36,10 +37,12 @@ def comm_schemes(
     """The GPU-centric taxonomy on one system's node-to-node path: who calls, builds, triggers and
     moves each message; put latency per size, coordination latency, message rate, and where each
     scheme wins over the host-driven baseline."""
-    path = path_of(cluster(system, 2), scope)
+    pair = cluster(system, 2)
+    path, sizes = path_of(pair, scope), parse_sizes(size)
     if scheme:
         check_scheme(scheme, path)
-    records = [r for r in scheme_table(path, parse_sizes(size)) if r["scheme"] == scheme or not scheme]
+    require_held(pair, max(sizes), "a message's sender")
+    records = [r for r in scheme_table(path, sizes) if r["scheme"] == scheme or not scheme]
     typer.echo(json.dumps(records, indent=2) if as_json else scheme_text(f"{system} ({scope})", records))
 
 

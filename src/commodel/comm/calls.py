@@ -118,8 +118,8 @@ def run_columns(
     if channels is not None and not 1 <= channels <= MAX_CHANNELS:
         raise CommodelError(f"--channels must be 1 to {MAX_CHANNELS} (NCCL's MAXCHANNELS), got {channels}")
     sizes = np.asarray(sizes, dtype=float)
-    if sizes.size and unheld(cluster, sizes.max()):
-        raise CommodelError(unheld(cluster, sizes.max()))
+    if sizes.size:
+        require_held(cluster, sizes.max())
     policy = "best" if algo == "best" or library == "all" else "auto"
     if channels is None:
         choice = tune(op, sizes, ranks, domains, fab, pairs, policy)
@@ -129,16 +129,24 @@ def run_columns(
     return results_columns(op, sizes, ranks, nodes, domains, choice, fastest)
 
 
-def unheld(cluster: Cluster, size: float) -> str:
-    """Why a collective of ``size`` bytes cannot run on ``cluster``'s GPUs ("" where it can): in place,
-    every GPU holds at least the buffer (nccl-tests allocates it whole)."""
+def unheld(cluster: Cluster, size: float, holder: str = "every GPU of a collective") -> str:
+    """Why a buffer of ``size`` bytes cannot be sent on ``cluster``'s GPUs ("" where it can): in place,
+    every GPU of a collective holds at least the buffer (nccl-tests allocates it whole), a message's
+    sender at least the message (``holder``)."""
     held = cluster.gpu.memory_capacity.value
     if size <= held:
         return ""
     return (
         f"a {format_bytes(size)} buffer does not fit the {format_bytes(held)} of {cluster.gpu.description}: "
-        "every GPU of a collective holds at least its buffer"
+        f"{holder} holds at least its buffer"
     )
+
+
+def require_held(cluster: Cluster, size: float, holder: str = "every GPU of a collective") -> None:
+    """:func:`unheld`'s reason as an error, where there is one."""
+    why = unheld(cluster, size, holder)
+    if why:
+        raise CommodelError(why)
 
 
 def run(op: str, cluster: Cluster, sizes: ArrayLike, *args: Any, **kwargs: Any) -> pd.DataFrame:

@@ -11,6 +11,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from commodel.comm.calls import require_held
 from commodel.comm.initiation import SCHEMES, coordination_latency, message_rate, path_of, put_latency
 from commodel.hardware import cluster, nodes_for
 from commodel.hardware.cluster import Cluster
@@ -50,7 +51,9 @@ def _cluster_of(system: str, gpus: int) -> Cluster:
 
 
 def _message(row: object) -> dict:
-    path = path_of(cluster(row.system, 2))
+    pair = cluster(row.system, 2)
+    require_held(pair, float(row.size_bytes), "a message's sender")
+    path = path_of(pair)
     return {
         "put_us": 1e6 * float(put_latency(row.scheme, path, float(row.size_bytes))),
         "coordination_us": 1e6 * float(coordination_latency(row.scheme, path)),

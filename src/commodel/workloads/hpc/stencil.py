@@ -98,12 +98,20 @@ def iteration_time(
 ) -> dict[str, float]:
     """Seconds per iteration (``time_s``) on ``gpus`` GPUs of cluster ``c`` with a subdomain of ``n``
     cells per side each, its ``compute_s`` and the communication time it spends (``comm_s``: what
-    is not compute)."""
+    is not compute); a subdomain whose arrays the GPU cannot hold, or too thin for its halo, is an
+    error."""
     if scheme not in SCHEMES:
         raise unknown("halo-exchange scheme", scheme, SCHEMES)
     if kernel.halo < 1 or 2 * kernel.halo >= n:
         raise CommodelError(
             f"a halo of {kernel.halo} cells does not fit a subdomain of {n} cells per side (it needs 2 x halo < n)"
+        )
+    held = (kernel.reads + kernel.writes) * float(n) ** kernel.dims * kernel.cell_bytes
+    if held > c.gpu.memory_capacity.value:
+        raise CommodelError(
+            f"a subdomain of {n} cells per side holds {held / 2**30:,.4g} GiB in its {kernel.reads + kernel.writes} "
+            f"arrays, more than the {c.gpu.memory_capacity.value / 2**30:,.4g} GiB of {c.gpu.description}: it does "
+            "not fit"
         )
     path: Path = path_of(c)
     check_scheme(scheme, path)
