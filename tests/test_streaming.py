@@ -82,6 +82,8 @@ def test_fault_free_overhead_follows_the_snapshot_cost():
         ({"workers": 0}, "workers"),
         ({"restart_s": -1.0}, "non-negative"),
         ({"mttf_s": 0.1}, "faults expected"),
+        # a petabyte of state: the fixed interval's snapshots lengthen the run past its faults' limit
+        ({"state_bytes": 1e15}, r"s of its checkpoints; check the fault rates and the checkpoints' size"),
         ({"workers": 4096, "mttf_s": 4.0}, "fewer trials"),
     ],
 )

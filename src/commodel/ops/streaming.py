@@ -126,9 +126,15 @@ def completion_times(arm: str, s: StreamRun, trials: int = 400, seed: int = 0) -
     crash_rate, anomaly_rate = 1 / s.mttf_s, s.anomalies_per_s
     expected = (crash_rate + anomaly_rate) * work
     if expected > MAX_FAULTS:
+        saving = work - s.work_s  # the run's checkpoints lengthen it too
+        also, check = (
+            (f" and {saving:.4g} s of its checkpoints", " and the checkpoints' size and bandwidth")
+            if saving > 0
+            else ("", "")
+        )
         raise CommodelError(
             f"{expected:.0f} faults expected in one run (over {MAX_FAULTS}): crashes every {s.mttf_s:g} s and "
-            f"{anomaly_rate:g} anomalies per second over {s.work_s:g} s of work; check the fault rates"
+            f"{anomaly_rate:g} anomalies per second over {s.work_s:g} s of work{also}; check the fault rates{check}"
         )
     events = int(3 * expected + 40)
     if trials * s.workers * events > MAX_DRAWS:
