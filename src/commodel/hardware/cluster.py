@@ -10,6 +10,7 @@ from numpy.typing import ArrayLike
 from commodel.errors import CommodelError
 from commodel.hardware.loader import HardwareDB, default_db
 from commodel.hardware.schema import GPU, Link, System, power_limit_problem
+from commodel.units import format_bytes
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,16 @@ def _limited(gpu: GPU, watts: float | None) -> GPU:
         update={"value": float(watts), "source": "the run's power limit (nvidia-smi -pl)"}
     )
     return gpu.model_copy(update={"power_limit": limit})
+
+
+def check_held(gpu: GPU, held: float, what: str) -> None:
+    """An error saying that ``what`` (``held`` bytes, each held once) does not fit ``gpu``'s memory,
+    where it does not: a job that cannot run has no time."""
+    if held > gpu.memory_capacity.value:
+        raise CommodelError(
+            f"{what} take {format_bytes(held)}, more than the {format_bytes(gpu.memory_capacity.value)} of "
+            f"{gpu.description}: it does not fit"
+        )
 
 
 def nodes_for(system: str, gpus: int, db: HardwareDB | None = None) -> int:

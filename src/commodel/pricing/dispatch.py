@@ -21,9 +21,8 @@ from pydantic import Field
 from commodel.comm.initiation import SCHEMES, check_scheme, path_of
 from commodel.hardware import HardwareDB, nodes_for
 from commodel.hardware import cluster as make_cluster
-from commodel.hardware.cluster import Cluster
+from commodel.hardware.cluster import Cluster, check_held
 from commodel.pricing.evaluator import Evaluator
-from commodel.pricing.gemm import check_held
 from commodel.pricing.job import (
     MAX_GPUS,
     MODEL,

@@ -11,12 +11,10 @@ from pydantic import Field
 from commodel.compute.kernels import DTYPE_BYTES
 from commodel.compute.kernels import gemm as gemm_kernel
 from commodel.compute.roofline import gemm_summary
-from commodel.errors import CommodelError
 from commodel.hardware import HardwareDB, default_db
-from commodel.hardware.schema import GPU as GPURecord
+from commodel.hardware.cluster import check_held
 from commodel.pricing.evaluator import Evaluator
 from commodel.pricing.job import GPU, Choices, Job
-from commodel.units import format_bytes
 
 #: The largest GEMM dimension taken (2^31: a 32-bit index, as cuBLAS takes it).
 MAX_DIM = 2**31
@@ -46,16 +44,6 @@ def price_gemm(job: GemmJob, db: HardwareDB | None = None) -> dict[str, object]:
     held = float(gemm_kernel(job.m, job.n, job.k, job.dtype).bytes)
     check_held(gpu, held, f"the operands of a {job.m}x{job.n}x{job.k} {job.dtype} GEMM")
     return gemm_summary(gpu, job.m, job.n, job.k, job.dtype, job.launch)
-
-
-def check_held(gpu: GPURecord, held: float, what: str) -> None:
-    """An error saying that ``what`` (``held`` bytes, each held once) does not fit ``gpu``'s memory,
-    where it does not: a job that cannot run has no time."""
-    if held > gpu.memory_capacity.value:
-        raise CommodelError(
-            f"{what} take {format_bytes(held)}, more than the {format_bytes(gpu.memory_capacity.value)} of "
-            f"{gpu.description}: it does not fit"
-        )
 
 
 OUTPUTS = (

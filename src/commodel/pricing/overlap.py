@@ -23,10 +23,11 @@ from commodel.compute.roofline import hbm_time, kernel_time
 from commodel.errors import CommodelError
 from commodel.hardware import HardwareDB
 from commodel.hardware import cluster as make_cluster
+from commodel.hardware.cluster import check_held
 from commodel.overlap.interference import busbw_load, memory_of
 from commodel.overlap.pair import GEMM_ONLY, PAIR_STRATEGIES, Pair, comm_ctas, pair_times
 from commodel.pricing.evaluator import Evaluator
-from commodel.pricing.gemm import MAX_DIM, check_held
+from commodel.pricing.gemm import MAX_DIM
 from commodel.pricing.job import MAX_GPUS, SYSTEM, Choices, Job
 from commodel.units import format_bytes
 

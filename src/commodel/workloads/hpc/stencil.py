@@ -33,7 +33,7 @@ from commodel.comm.initiation import Path, check_scheme, path_of, put_latency
 from commodel.compute.kernels import DTYPE_BYTES, elementwise
 from commodel.compute.roofline import kernel_time
 from commodel.errors import CommodelError, unknown
-from commodel.hardware.cluster import Cluster
+from commodel.hardware.cluster import Cluster, check_held
 from commodel.overlap.interference import collective_load, corun_end, memory_of, slowdowns
 
 SCHEMES = ("host-driven", "kernel-triggered")
@@ -106,13 +106,9 @@ def iteration_time(
         raise CommodelError(
             f"a halo of {kernel.halo} cells does not fit a subdomain of {n} cells per side (it needs 2 x halo < n)"
         )
-    held = (kernel.reads + kernel.writes) * float(n) ** kernel.dims * kernel.cell_bytes
-    if held > c.gpu.memory_capacity.value:
-        raise CommodelError(
-            f"a subdomain of {n} cells per side holds {held / 2**30:,.4g} GiB in its {kernel.reads + kernel.writes} "
-            f"arrays, more than the {c.gpu.memory_capacity.value / 2**30:,.4g} GiB of {c.gpu.description}: it does "
-            "not fit"
-        )
+    arrays = kernel.reads + kernel.writes
+    held = arrays * float(n) ** kernel.dims * kernel.cell_bytes
+    check_held(c.gpu, held, f"the {arrays} arrays of a subdomain of {n} cells per side")
     path: Path = path_of(c)
     check_scheme(scheme, path)
     per_node = min(c.gpus_per_node, gpus)
