@@ -253,6 +253,16 @@ def test_serving_memory_categories_fill_the_gpu_where_the_weights_fit():
     assert result.memory_per_gpu_bytes[2] > hbm and not result.fits[2]
 
 
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
+def test_a_batch_that_does_not_fit_names_only_fixes_that_would_help(kv_dtype):
+    """More requests than the KV cache holds: the note gives the batch that fits, and suggests an FP8
+    KV cache only where the cache is not FP8 already."""
+    out = serve(model="llama3-8b", system="dgx-h100", prompt=4096, output=4096, batch=2000, kv_dtype=kv_dtype)
+    (note,) = out["notes"]
+    assert not out["fits"] and f"--batch {out['max_batch']}" in note
+    assert ("FP8 KV cache" in note) == (kv_dtype == "bf16")
+
+
 def test_paged_kv_holds_more_requests_the_longer_the_outputs():
     """--kv-reserve paged holds a request's tokens so far (p + o/2 on average), full reserves p + o:
     paged admits more wherever the KV cache bounds the batch, the more so as outputs grow."""

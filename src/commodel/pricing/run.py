@@ -301,8 +301,11 @@ def serve(job: ServingJob | None = None, kernels: bool = False, **values: Any) -
         notes = [f"{row.problem}: not one request's KV cache fits beside the weights and runtime buffers "
                  "(more GPUs per replica, a smaller dtype or a shorter context)"]  # fmt: skip
     elif not row.fits:
-        notes = [f"{row.problem}: {in_flight} requests' KV cache does not fit; at most {largest} do "
-                 f"(--batch {largest} or --batch max, more GPUs per replica, or an FP8 KV cache)"]  # fmt: skip
+        fixes = f"--batch {largest} or --batch max, more GPUs per replica"
+        fixes += "" if kv_dtype_of(job.kv_dtype, recipe) == "fp8" else ", or an FP8 KV cache"
+        notes = [
+            f"{row.problem}: {in_flight} requests' KV cache does not fit; at most {largest} do ({fixes})"
+        ]
     return {
         "model": job.model,
         "system": job.system,
