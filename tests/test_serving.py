@@ -174,6 +174,10 @@ def test_disaggregation_trades_first_token_time_for_steady_decode_and_follows_th
     assert (
         few["ttft_s"] > 0 and few["batch_in_flight"] < together["batch_in_flight"]
     )  # an underfed decode pool
+    # The note says what set the decode pool's batch: the prefill pool's rate, or the pool's own room.
+    assert "2 prefill GPUs send" in few["notes"][0] and "all the KV cache" not in few["notes"][0]
+    fed = serve(**job, prefill_gpus=6)
+    assert fed["batch_in_flight"] == fed["max_batch"] and "its largest batch" in fed["notes"][0]
 
 
 def test_a_wider_spread_of_lengths_costs_throughput_at_the_same_means():

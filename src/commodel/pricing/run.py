@@ -286,7 +286,16 @@ def serve(job: ServingJob | None = None, kernels: bool = False, **values: Any) -
             f"{gpu.description} has no {job.dtype} tensor cores: the weights stay 4-bit in "
             f"memory and the GEMMs compute in {WEIGHT_ONLY[recipe.gemm][1]} (weight-only)"
         )
-    if job.slo_ttft is not None or job.slo_tpot is not None:
+    if job.prefill_gpus:
+        pace = (
+            f"the rate its {job.prefill_gpus} prefill GPUs send requests at"
+            if in_flight < largest
+            else "its largest batch, with prompts to spare from the prefill pool"
+        )
+        notes.append(
+            f"the decode pool holds {in_flight} requests per replica: {pace} (at most {largest} fit)"
+        )
+    elif job.slo_ttft is not None or job.slo_tpot is not None:
         notes.append(f"the SLO allows {in_flight} requests in flight per replica (at most {largest} fit)")
     elif job.batch == "max":
         notes.append(
@@ -314,6 +323,7 @@ def serve(job: ServingJob | None = None, kernels: bool = False, **values: Any) -
         "layout": {"tp": job.tp, "pp": job.pp, "ep": job.ep},
         "attention_dp": job.attention_dp,
         "phase": job.phase,
+        "prefill_gpus": job.prefill_gpus,
         "dtype": job.dtype,
         "kv_dtype": kv_dtype_of(job.kv_dtype, recipe),
         "prompt": job.prompt,

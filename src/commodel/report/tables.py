@@ -248,7 +248,12 @@ def _latency_lines(result: dict) -> list[str]:
     pool gives no per-token time, a decode-only one no first token)."""
     phase, in_flight = result.get("phase", "both"), result["batch_in_flight"]
     lines = []
-    if phase != "decode":
+    if result.get("prefill_gpus"):
+        lines.append(
+            f"  first token      {1e3 * result['ttft_s']:.4g} ms once scheduled: a prefill-pool iteration "
+            "and its KV cache's transfer to the decode pool"
+        )
+    elif phase != "decode":
         rides = phase == "both" and abs(result["ttft_s"] - result["tpot_s"]) <= 1e-9 * result["tpot_s"]
         lines.append(
             f"  first token      {1e3 * result['ttft_s']:.4g} ms once scheduled, at {in_flight} in flight"
