@@ -259,6 +259,23 @@ def test_a_recipe_reduces_gradients_in_bf16_and_splits_its_pipeline_as_megatron_
     assert train(qwen)["stage_layers"] == ",".join(["11"] + ["12"] * 6 + ["11"])
 
 
+def test_a_run_that_reduces_in_fp32_says_so_and_its_reduce_scatters_carry_twice_the_bytes():
+    """A row states ``grad_reduce_in_fp32=true`` where its software reduces in FP32 (torchtitan's
+    FSDP2); the recipe default stays BF16. FP32 gradients put more of ZeRO-3's reduce-scatters past
+    the backward's end, so the step is not shorter; a value that is not a boolean is refused."""
+    text = "train llama3-8b BF16 seq8192 gbs16 mbs2 fsdp dp8 zero=3 recompute_modules=ops"
+    bf16, fp32 = (
+        recipe_run(text + extra, 8, "grand-teton-h100", "tokens_per_s_per_gpu").job
+        for extra in ("", " grad_reduce_in_fp32=true")
+    )
+    assert fp32.grad_reduce_in_fp32 and not bf16.grad_reduce_in_fp32
+    slow, fast = train(fp32), train(bf16)
+    assert slow["breakdown"]["dp_comm"] > fast["breakdown"]["dp_comm"]
+    assert slow["step_time_s"] >= fast["step_time_s"]
+    with pytest.raises(CommodelError, match="grad-reduce-in-fp32"):
+        recipe_run(text + " grad_reduce_in_fp32=maybe", 8, "grand-teton-h100", "tokens_per_s_per_gpu")
+
+
 def test_a_deepseek_v3_recipe_takes_megatron_bridges_pipeline_layout_where_its_recipe_has_one():
     """Megatron-Bridge's DeepSeek-V3 recipe knows a layout for some (pp, vp): pp 4 x vp 4 takes it,
     without the prediction module its performance runs left out; pp 8 x vp 4 (no layout in the

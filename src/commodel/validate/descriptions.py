@@ -83,7 +83,7 @@ RECIPE = Grammar(
     "train MODEL DTYPE SIZES... [fsdp] [full] [NAME=VALUE...]", "train", ("model", "dtype"),
     ("seq", "gbs", "mbs", "tp", "pp", "cp", "vp", "ep", "etp", "dp", "ga"), flags=("fsdp", "full"),
     settings=("dispatcher", "cuda_graphs", "ep_overlap", "recompute_modules", "zero", "elementwise",
-              "pipeline_layout", "ep_sms"),
+              "pipeline_layout", "ep_sms", "grad_reduce_in_fp32"),
 )  # fmt: skip
 #: A serving run: trtllm-bench's offline run unless it states its requests in flight (``batchN``);
 #: ``epN`` and ``attention_dp`` for expert and attention data parallelism, ``kv=DTYPE``; a run of

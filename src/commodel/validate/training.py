@@ -56,7 +56,9 @@ def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
     scripts set it for every MoE model. What ``data/runs.toml`` says the model's recipe sets. The
     distributed optimizer (or FSDP); gradients reduced in BF16 (the benchmark mode of the performance
     recipes sets ``grad_reduce_in_fp32 = False`` with every precision, ``perf_recipes/_common.py`` in
-    0.6.2, which says it mirrors ``scripts/performance``; its training recipes keep FP32);
+    0.6.2, which says it mirrors ``scripts/performance``; its training recipes keep FP32), unless
+    the row states ``grad_reduce_in_fp32=true`` (torchtitan's FSDP2, whose ``mixed_precision_reduce``
+    is float32);
     communication overlapped; sequence parallelism with tensor parallelism and Transformer Engine's
     userbuffers overlap of its communication (the recipes' ``tp_comm_overlap``, with NeMo's per-GPU
     userbuffers configurations); and the recomputation the recipe needs to fit (``auto``: the rows do
@@ -91,11 +93,12 @@ def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
         vpp=vp, pipeline_layout=layout, ep=ep, micro_batch=sizes.get("mbs", 1),
         etp=sizes.get("etp", 1 if moe is not None else None),
         global_batch=sizes.get("gbs", 1024), seq=sizes.get("seq", recipe.seq),
-        sequence_parallel=tp > 1, recompute=_recompute(stated), overlap="sm-partition", grad_reduce_in_fp32=False,
+        sequence_parallel=tp > 1, recompute=_recompute(stated), overlap="sm-partition",
         tp_overlap="userbuffers" if tp > 1 else "none",
         ends_as_layers=recipe.ends_as_layers and pp > 1, bf16_moments=recipe.bf16_moments,
         permute_fusion=moe is not None,
-        **{"zero": 3 if "fsdp" in stated else 1} | {name: stated[name] for name in SOFTWARE if name in stated},
+        **{"zero": 3 if "fsdp" in stated else 1, "grad_reduce_in_fp32": False}
+        | {name: stated[name] for name in SOFTWARE if name in stated},
     )  # fmt: skip
     return Run(job, metric, note="; ".join(notes))
 
@@ -103,7 +106,10 @@ def recipe_run(description: str, gpus: int, system: str, metric: str) -> Run:
 #: The software settings a recipe row may state, passed to the job as they are named
 #: (``recompute_modules`` also sets selective recomputation, as Megatron's
 #: ``--recompute-modules`` runs under ``--recompute-granularity selective``).
-SOFTWARE = ("dispatcher", "cuda_graphs", "ep_overlap", "recompute_modules", "zero", "elementwise", "ep_sms")
+SOFTWARE = (
+    "dispatcher", "cuda_graphs", "ep_overlap", "recompute_modules", "zero", "elementwise", "ep_sms",
+    "grad_reduce_in_fp32",
+)  # fmt: skip
 
 
 def _recompute(stated: dict) -> str:
