@@ -206,11 +206,14 @@ def test_check_prints_each_log_predicted_from_the_others(tmp_path, monkeypatch, 
     assert code == 2 and "two or more logs" in captured.err
 
 
-def _edited(tmp_path, source, old, new, name="bad.log"):
+def _edited(tmp_path, source, old, new, name="bad.log", *more):
+    """``source`` with ``old`` replaced by ``new`` (and each further (old, new) pair of ``more``)."""
     path = tmp_path / name
     text = source.read_text()
-    assert old in text
-    path.write_text(text.replace(old, new))
+    for a, b in ((old, new), *more):
+        assert a in text
+        text = text.replace(a, b)
+    path.write_text(text)
     return path
 
 
@@ -280,6 +283,7 @@ def test_bad_training_logs_are_one_line_errors_and_write_nothing(
     assert not out.exists()
 
 
+GENERATED = "Total generated tokens:                  40960"
 BAD_SERVING = [
     (lambda t: _truncated(t, TRT, "Total Output Throughput"), "no 'total output throughput (tokens/sec)' line"),
     (lambda t: _edited(t, TRT, "FP8_BLOCK_SCALES", "INT4_AWQ"), "Quantization: INT4_AWQ"),
@@ -294,12 +298,29 @@ BAD_SERVING = [
     (lambda t: _edited(t, VLLM, "Output token throughput (tok/s):         1947.66",
                        "Output token throughput (tok/s):         lots"), "is not a number"),
     (lambda t: _edited(t, VLLM, "Output token throughput (tok/s):         1947.66",
-                       "Output token throughput (tok/s):         0.0"), "output_tokens_per_s is 0: not a positive number"),
+                       "Output token throughput (tok/s):         0.0", "bad.log", (GENERATED, "Total generated tokens:  0")),
+     "output_tokens_per_s is 0: not a positive number"),
     (lambda t: _edited(t, TRT, "11489.2671", "-11489.2671"), "-11489.2671' is not a non-negative number"),
     # 1,000x the run's throughput: each output token stands for two (1,024 in, 1,024 out) of at least
     # 9.1 GFLOP (2 x gpt-oss-120b's active matmul parameters), 2.2x the H200's densest peak
     (lambda t: _edited(t, VLLM, "Output token throughput (tok/s):         1947.66",
-                       "Output token throughput (tok/s):         1947660"), "not a run these GPUs can make"),
+                       "Output token throughput (tok/s):         1947660", "bad.log",
+                       (GENERATED, "Total generated tokens:  40960000")), "not a run these GPUs can make"),
+    # A report that contradicts itself: its rate against its own totals, two runs' reports in one log,
+    # a run that completed nothing or took no time
+    (lambda t: _edited(t, VLLM, "Output token throughput (tok/s):         1947.66",
+                       "Output token throughput (tok/s):         0.0001"),
+     "'output token throughput (tok/s)' 0.0001 is not the 1948 its 40,960 generated tokens over 21.03 s give"),
+    (lambda t: _edited(t, TRT, "Request Throughput (req/sec):                     5.6100",
+                       "Request Throughput (req/sec):                     56.1000"),
+     "is not the 114,893 its request throughput and average output length give"),
+    (lambda t: _edited(t, VLLM, "Output token throughput (tok/s):         1947.66",
+                       "Output token throughput (tok/s):         1947.66\nOutput token throughput (tok/s):  9999"),
+     "'output token throughput (tok/s)' reads 1947.66 and then 9999: one run's report per log"),
+    (lambda t: _edited(t, VLLM, "Successful requests:                     40", "Successful requests:  0"),
+     "0 successful requests: the run completed none"),
+    (lambda t: _edited(t, VLLM, "Benchmark duration (s):                  21.03", "Benchmark duration (s):  0"),
+     "'benchmark duration (s): 0': a run takes time"),
     (lambda t: _edited(t, TRT, "Average Input Length (tokens):  1024.0000", "Average Input Length (tokens):  inf"),
      "'average input length (tokens): inf' is not a non-negative number"),
     (lambda t: _edited(t, TRT, "TP Size:                8", "TP Size:                nan"), "'tp size: nan' is not"),

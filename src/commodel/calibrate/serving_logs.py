@@ -19,6 +19,10 @@ throughput (tokens/s over all its GPUs).
 A run of a dataset's lengths (ShareGPT) is read at its mean lengths, the result block's ``Total input
 tokens`` and ``Total generated tokens`` over its ``Successful requests`` (as ``commodel validate`` prices
 such a row): the serving job takes fixed lengths, and the log does not give their spread.
+
+A report must agree with itself: a rate its own totals contradict (a client's generated tokens over
+its duration, trtllm-bench's request throughput times its output length), a line printed twice with
+two values, or a run that completed nothing is refused as an edited or mixed log.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 
 from commodel.calibrate.measured import MeasuredRun, about, fail, model_of, named_model, setting
 from commodel.pricing.serving_job import serving_job
+from commodel.units import readable_number
 
 _KEY = re.compile(r"^\s*([A-Za-z][\w .()/%-]*?)\s*:\s+(\S.*?)\s*$", re.MULTILINE)
 _NAMESPACE = re.compile(r"Namespace\((.*)\)\s*$", re.MULTILINE)
@@ -43,11 +48,22 @@ QUANTIZATION = {"none": "bf16", "fp8": "fp8", "fp8_block_scales": "fp8", "nvfp4"
 FORMATS = ("trtllm-bench", "vllm-serve", "sglang-serving", "sglang-one-batch")
 
 
-def keys(text: str) -> dict[str, str]:
-    """``Key: value`` lines, keys lower-cased (the first of a repeated key)."""
-    found: dict[str, str] = {}
+class Report(dict[str, str]):
+    """A report's ``Key: value`` lines, keys lower-cased, each with its first value; ``twice``: the
+    keys it prints again with another value (two runs' reports in one log)."""
+
+    twice: dict[str, tuple[str, str]]
+
+
+def keys(text: str) -> Report:
+    """The ``Key: value`` lines of ``text`` (:class:`Report`)."""
+    found = Report()
+    found.twice = {}
     for match in _KEY.finditer(text):
-        found.setdefault(match[1].strip().lower(), match[2])
+        key, value = match[1].strip().lower(), match[2]
+        first = found.setdefault(key, value)
+        if first != value:
+            found.twice.setdefault(key, (first, value))
     return found
 
 
@@ -82,10 +98,13 @@ def detect(text: str) -> str | None:
     return None
 
 
-def _number(path: Path, found: dict[str, str], *names: str) -> float:
+def _number(path: Path, found: Report, *names: str) -> float:
     """The first of ``names``' values: a report's lengths, sizes, shares and rates, never negative
-    and never infinite, or one error naming the line."""
+    and never infinite, printed once (or always alike), or one error naming the line."""
     for name in names:
+        if name in found.twice:
+            first, second = found.twice[name]
+            raise fail(path, f"'{name}' reads {first} and then {second}: one run's report per log")
         if name in found:
             text = found[name].rstrip("%").replace(",", "")
             try:
@@ -96,6 +115,21 @@ def _number(path: Path, found: dict[str, str], *names: str) -> float:
                 raise fail(path, f"'{name}: {found[name]}' is not a non-negative number")
             return number
     raise fail(path, f"no '{names[0]}' line: a truncated or different report")
+
+
+#: How far a report's rate may sit from the one its own totals give: their printed rounding.
+AGREEMENT = 0.02
+
+
+def _agrees(path: Path, rate: float, name: str, derived: float, how: str) -> float:
+    """``rate`` (the report's ``name``) where it is the ``derived`` rate the report's own totals give
+    (``how``) within :data:`AGREEMENT`; else an error: an edited log, or two runs' lines in one."""
+    if not math.isclose(rate, derived, rel_tol=AGREEMENT):
+        raise fail(
+            path,
+            f"its '{name}' {readable_number(rate)} is not the {readable_number(derived)} {how} give: an edited or mixed log",
+        )
+    return rate
 
 
 #: trtllm-bench's engine limits -> the serving job's, with the factor on the printed number.
@@ -124,7 +158,12 @@ def _trtllm(path: Path, text: str) -> tuple[dict[str, Any], float]:
         if key in found:
             value = _number(path, found, key) * factor
             settings[name] = value if factor != 1 else int(value)
-    return settings, _number(path, found, "total output throughput (tokens/sec)")
+    rate = _number(path, found, "total output throughput (tokens/sec)")
+    if "request throughput (req/sec)" in found:
+        per_request = _number(path, found, "request throughput (req/sec)") * settings["output"]
+        rate = _agrees(path, rate, "total output throughput (tokens/sec)", per_request,
+                       "its request throughput and average output length")  # fmt: skip
+    return settings, rate
 
 
 def _one_batch(path: Path, text: str) -> tuple[dict[str, Any], float]:
@@ -151,7 +190,25 @@ def _client(path: Path, text: str) -> tuple[dict[str, Any], float]:
         )
     settings = {"model": str(args.get("model", "")), "prompt": prompt, "output": output,
                 "batch": str(setting(path, args, "max_concurrency"))}  # fmt: skip
-    return settings, _number(path, found, "output token throughput (tok/s)")
+    return settings, _client_rate(path, found)
+
+
+def _client_rate(path: Path, found: Report) -> float:
+    """A client's output token throughput, where its run completed requests and, if it prints them,
+    its generated tokens over its duration give that rate."""
+    name = "output token throughput (tok/s)"
+    rate = _number(path, found, name)
+    if "successful requests" in found and _number(path, found, "successful requests") < 1:
+        raise fail(path, "0 successful requests: the run completed none, so it measured no rate")
+    if "total generated tokens" in found and "benchmark duration (s)" in found:
+        seconds = _number(path, found, "benchmark duration (s)")
+        if seconds <= 0:
+            raise fail(path, f"'benchmark duration (s): {found['benchmark duration (s)']}': a run takes time")
+        made = _number(path, found, "total generated tokens")
+        rate = _agrees(
+            path, rate, name, made / seconds, f"its {made:,.0f} generated tokens over {seconds:g} s"
+        )
+    return rate
 
 
 _READERS = {
