@@ -44,6 +44,21 @@ def test_torchtitan_log_gives_its_job_and_steady_tokens():
     assert "first 2 dropped" in run.how  # step 1 and the report to step 10 include warm-up
     assert run.peak_memory_bytes == pytest.approx(61.8 * 2**30)  # the published peak, Table 3
     assert (job.recompute, job.recompute_modules) == ("none", "ops")  # selective, option "op"
+    assert job.grad_reduce_in_fp32  # training.mixed_precision_reduce = 'float32'
+
+
+@pytest.mark.parametrize(("dtype", "fp32"), [("'bfloat16'", False), ("'float32'", True), ("'fp8'", None)])
+def test_torchtitans_reduce_dtype_is_read(tmp_path, dtype, fp32):
+    """FSDP's reduce dtype is the log's ``mixed_precision_reduce``; one commodel does not price is refused."""
+    path = tmp_path / "titan.log"
+    path.write_text(
+        TITAN.read_text().replace("'mixed_precision_reduce': 'float32'", f"'mixed_precision_reduce': {dtype}")
+    )
+    if fp32 is None:
+        with pytest.raises(CommodelError, match="mixed_precision_reduce = fp8"):
+            read_training(path, "dgx-h100")
+    else:
+        assert read_training(path, "dgx-h100").job.grad_reduce_in_fp32 is fp32
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,8 @@ The format (torchtitan ``train.py`` with ``job.print_args``, ``components/metric
     step: 10  loss:  7.1234  grad_norm:  1.2  memory: 58.21GiB(61.28%)  tps: 5,762  tflops: 301.23  mfu: 30.46%
 
 The job: the model by ``name`` and ``flavor`` (``llama3`` ``8B`` is ``llama3-8b``), FSDP over the
-sharded data-parallel ranks (``zero = 3``), the precision its converters set (``float8``: FP8 with
+sharded data-parallel ranks (``zero = 3``) reducing gradients in the dtype ``mixed_precision_reduce``
+names (float32 by default), the precision its converters set (``float8``: FP8 with
 tensor-wise scales; ``mx``: MXFP8), torch.compile's fused elementwise kernels or eager ones, and the
 activation checkpointing mode. The GPUs are the device mesh's. The measured value is the median
 tokens per second per GPU (``tps``) past warm-up. HSDP (replicas of shards) and the pipeline and
@@ -124,7 +125,22 @@ def job_settings(path: Path, cfg: dict[str, dict[str, Any]], gpus: int, layers: 
         "seq": setting(path, train, "seq_len"), **checkpointing(path, cfg, layers),
         "elementwise": "fused" if compiled else "eager", "overlap": "sm-partition",
         "tp_overlap": "async" if setting(path, par, "enable_async_tensor_parallel", bool, False) else "none",
+        "grad_reduce_in_fp32": _reduces_in_fp32(path, train),
     }  # fmt: skip
+
+
+#: torchtitan's FSDP reduce dtypes (``training.mixed_precision_reduce``; float32 its default).
+REDUCE_DTYPES = {"float32": True, "bfloat16": False}
+
+
+def _reduces_in_fp32(path: Path, train: dict[str, Any]) -> bool:
+    """Whether FSDP reduce-scatters the gradients in FP32 (``training.mixed_precision_reduce``)."""
+    dtype = str(train.get("mixed_precision_reduce", "float32"))
+    if dtype not in REDUCE_DTYPES:
+        raise fail(
+            path, f"training.mixed_precision_reduce = {dtype}: commodel prices {', '.join(REDUCE_DTYPES)}"
+        )
+    return REDUCE_DTYPES[dtype]
 
 
 def looks_like_torchtitan(text: str) -> bool:
