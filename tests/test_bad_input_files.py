@@ -124,8 +124,10 @@ def folder(tmp_path_factory):
     lines = good.splitlines()
     row = next(i for i, line in enumerate(lines) if line.strip() and not line.startswith("#"))
     cells = lines[row].split()
+    # and lines that contradict themselves: wrong results (#wrong), an algbw that is not size over time
     for name, (column, value) in {"zero-time": (5, "0.00"), "neg-time": (5, "-5.00"), "nan-bw": (7, "nan"),
-                                  "inf-bw": (7, "inf"), "neg-bw": (6, "-1.00")}.items():  # fmt: skip
+                                  "inf-bw": (7, "inf"), "neg-bw": (6, "-1.00"), "wrong": (8, "12"),
+                                  "algbw-off": (6, f"{2 * float(cells[6]) + 1:.2f}")}.items():  # fmt: skip
         broken = list(lines)
         broken[row] = " ".join([*cells[:column], value, *cells[column + 1 :]])
         (root / f"{name}.log").write_text("\n".join(broken) + "\n")
@@ -158,7 +160,7 @@ CASES = (
     + [["sensitivity", "{" + name + "}", "--samples", "8"] for name in ("spec-0.toml", "spec-6.toml")]
     + [["calibrate", "nccl-tests", "{" + log + "}", "--system", "dgx-h100", "-o", "{out}/c.toml"]
        for log in ("zero-time.log", "neg-time.log", "nan-bw.log", "inf-bw.log", "neg-bw.log", "concat.log",
-                   "a100.log", "words.log", "all_reduce_perf.log")]
+                   "a100.log", "words.log", "all_reduce_perf.log", "wrong.log", "algbw-off.log")]
     + [["calibrate", "nccl-tests", "{good.log}", "--system", "dgx-h100", "-o", "{out}/c.toml", *extra]
        for extra in (["--gpus-per-process", "2"], ["--gpus-per-process", "3"], ["--launch", "pigeon"], ["--op", "alltoall"])]
     + [["calibrate", "nccl-tests", "{graph0.log}", "--system", "dgx-h100", "-o", "{out}/c.toml", "--launch", "graph"]]

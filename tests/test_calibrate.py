@@ -77,6 +77,23 @@ def test_reads_both_nccl_tests_formats(tmp_path):
     )
 
 
+def test_a_run_without_checking_prints_na_for_wrong_and_reads(tmp_path):
+    """nccl-tests run with ``-c 0`` prints ``N/A`` for ``#wrong``: the run reads as the checked one; a
+    line whose algbw is not its size over its time is an edited log (tests/test_bad_input_files.py)."""
+    frame = run("allreduce", cluster("dgx-h100"), SIZES, 8)
+    checked = write_log(tmp_path / "checked.log", frame)
+    unchecked = tmp_path / "unchecked.log"
+    lines = [
+        line if line.startswith("#") or not line.strip() else " ".join(
+            "N/A" if i in (8, 12) else cell for i, cell in enumerate(line.split())
+        )
+        for line in checked.read_text().splitlines()
+    ]  # fmt: skip
+    unchecked.write_text("\n".join(lines) + "\n")
+    assert unchecked.read_text().count("N/A") == 2 * len(SIZES)
+    assert read(unchecked).rows.equals(read(checked).rows)
+
+
 def test_fit_recovers_the_constants_that_made_the_log(tmp_path, truth):
     c, fab = truth
     auto = write_log(tmp_path / "auto.log", run("allreduce", c, SIZES, 8, fab=fab))

@@ -17,6 +17,10 @@ name (``all_reduce_perf.log``); whichever names it must agree with the columns. 
 device names come from the ``Rank`` lines (else the ranks from busbw / algbw); CUDA graph replay and
 GPUs per process from the ``nThread ... nGpus ... graph:`` line; a forced algorithm from NCCL's
 ``NCCL_ALGO set by environment to X`` line (printed with ``NCCL_DEBUG=INFO``).
+
+A line must be a healthy run's and agree with itself: a non-zero ``#wrong`` (the collective's results
+were wrong; ``N/A``, a run without checking, reads) or an algbw that is not its size over its time
+is refused, naming the line.
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ BINARIES = {
     "alltoall": "alltoall",
     "sendrecv": "sendrecv",
 }
+#: How far a line's algbw may sit from its size over its time: the 0.005 GB/s of its two printed
+#: decimals, and the time's own rounding (nccl-tests prints at least four significant digits).
+ALGBW_PRINTED, ALGBW_AGREEMENT = 0.006, 0.002
 _STARTING = re.compile(r"#\s*Collective test starting:\s*(\w+?)_perf")
 _RANK = re.compile(r"#\s*Rank\s+\d+\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^]]*\]\s*(.*)")
 _THREADS = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
@@ -246,6 +253,18 @@ def _row(path: Path, number: int, fields: list[str], has_root: bool) -> dict[str
         raise CommodelError(f"{path}: line {number}: sizes and times must be positive")
     if not all(math.isfinite(v) and v >= 0 for v in numbers):  # 0.00 GB/s: a tiny size, as printed
         raise CommodelError(f"{path}: line {number}: times and bandwidths must be finite and not negative")
+    for wrong in (values[3], values[7]):  # N/A: run without checking (-c 0)
+        if wrong.upper() != "N/A" and wrong != "0":
+            raise CommodelError(
+                f"{path}: line {number}: #wrong {wrong}: the collective's results were wrong, "
+                "so its times are not a healthy run's (fix the run, then time it)"
+            )
+    for time_us, algbw in ((numbers[0], numbers[1]), (numbers[3], numbers[4])):
+        if abs(algbw - size / time_us / 1e3) > ALGBW_PRINTED + ALGBW_AGREEMENT * algbw:
+            raise CommodelError(
+                f"{path}: line {number}: algbw {algbw:g} GB/s is not its {size} B over {time_us:g} us "
+                f"({size / time_us / 1e3:.2f} GB/s): an edited or mixed log"
+            )
     return {
         "size_bytes": size,
         "count": count,
