@@ -178,6 +178,9 @@ SETTINGS = (
                                         ["--offload", "weights,,optimizer"], ["--nics", "16"])]
     + [[*MOE_JOB, *option] for option in (["--expert-load", "9"], ["--ep-sms", "1000"], ["--cuda-graphs", "mlp"])]
     + [["train", "--model", "llama3-8b", "--system", "dgx-h100", "--recompute", "selective", "--recompute-layers", "3"]]
+    # a sequence the ranks cannot split: 2 cp equal chunks, and with sequence parallelism tp equal shares
+    + [[*DENSE, "--gpus", "16", "--tp", "8", "--cp", "2", "--seq", "8190"],
+       [*DENSE, "--gpus", "8", "--tp", "8", "--seq", "8191", "--sequence-parallel"]]
     + [[*MOE_JOB, "--expert-load", "8.5"], [*MOE_JOB, "--ep-sms", "133"], [*DENSE, "--nics", "9"],
        [*DENSE, "--cuda-graphs", "mlp,mlp,attn"]]
     + [[*MOE_JOB, "--recompute-modules", listed] for listed in ("moe_act,moe_act", "moe_act,,layernorm", ",")]

@@ -44,9 +44,24 @@ def _rules(x: Layout, model: Transformer, gpus: ArrayLike) -> list[tuple[np.ndar
             (x.dp >= 1) & (np.mod(x.global_batch, x.dp * x.micro_batch) != 0),
             "global batch must be a multiple of dp x micro batch",
         ),
-        (np.mod(x.seq, x.cp) != 0, "seq must be divisible by cp"),
+        *_sequence_rules(x),
     ]
     return rules + _schedule_rules(x, model) + _expert_rules(x, model) + _memory_rules(x, model)
+
+
+def _sequence_rules(x: Layout) -> list[tuple[np.ndarray, str]]:
+    """How the ranks split a sequence: context parallelism cuts it into ``2 cp`` chunks, each rank
+    taking one from each end to balance causal attention (Megatron-Core's
+    ``get_batch_on_this_cp_rank`` views it as ``2 cp`` equal chunks), and sequence parallelism
+    splits each rank's ``seq / cp`` tokens over the tensor-parallel ranks (``_split_along_first_dim``
+    asserts they divide)."""
+    return [
+        ((x.cp > 1) & (np.mod(x.seq, 2 * x.cp) != 0), "seq must be divisible by 2 x cp (context "
+         "parallelism splits it into 2 cp equal chunks, two per rank)"),
+        (x.sequence_parallel & (x.tp > 1) & (np.mod(x.seq, x.cp * x.tp) != 0),
+         "with sequence parallelism seq / cp must be divisible by tp (each tensor-parallel rank holds "
+         "an equal share of the sequence)"),
+    ]  # fmt: skip
 
 
 def _schedule_rules(x: Layout, model: Transformer) -> list[tuple[np.ndarray, str]]:
