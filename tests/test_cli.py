@@ -556,8 +556,8 @@ def test_compare_names_each_design_by_what_differs():
 
     common = {"model": "llama3-70b", "gpus": 64}
     assert labels({**common, "tp": 8, "pp": 2}, {**common, "tp": 4, "pp": 2}) == {"a": "tp=8", "b": "tp=4"}
-    assert labels({**common, "zero": 1}, common) == {"a": "zero=1", "b": "B (defaults)"}
-    assert labels(common, dict(common)) == {"a": "A", "b": "B"}
+    assert labels({**common, "zero": 1}, common) == {"a": "zero=1", "b": "defaults"}
+    assert labels(common, dict(common)) == {"a": "the same design", "b": "the same design"}
     result = invoke("compare", "--common", "model=llama3-8b,system=dgx-h100,gpus=8", "--a", "zero=1", "--b", "zero=3",
                     "--json")  # fmt: skip
     assert json.loads(result.output)["labels"] == {"a": "zero=1", "b": "zero=3"}

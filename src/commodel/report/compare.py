@@ -85,15 +85,16 @@ def compare(a: dict[str, Any], b: dict[str, Any], common: dict[str, Any]) -> dic
 
 
 def labels(a: dict[str, Any], b: dict[str, Any]) -> dict[str, str]:
-    """Each design named by the fields in which it differs from the other (``tp=8 pp=2``); "A" and
-    "B" where they differ in none."""
+    """Each design named by the fields in which it differs from the other (``tp=8 pp=2``), "defaults"
+    where it leaves out what the other sets, "the same design" where they differ in none (the side,
+    A or B, is the caller's to print)."""
     differ = [k for k in dict.fromkeys([*a, *b]) if str(a.get(k, "")) != str(b.get(k, ""))]
 
-    def named(design: dict[str, Any], fallback: str) -> str:
+    def named(design: dict[str, Any]) -> str:
         text = " ".join(f"{k}={design[k]}" for k in differ if k in design)
-        return text or f"{fallback} (defaults)" if differ else fallback
+        return text or ("defaults" if differ else "the same design")
 
-    return {"a": named(a, "A"), "b": named(b, "B")}
+    return {"a": named(a), "b": named(b)}
 
 
 def compare_text(result: dict[str, Any]) -> str:
