@@ -84,6 +84,18 @@ def test_training_evaluator_job_totals():
     assert r.power_kW.iloc[1] > r.power_kW.iloc[0]
 
 
+def test_a_job_trains_in_whole_steps():
+    """Training takes whole optimizer steps: one token, or one step's tokens, takes one step; one more
+    token takes two (it took a fraction of a second where a step took 112 s)."""
+    per_step = 64 * 2048
+    frame = pd.DataFrame({"model": "llama3-8b", "system": "dgx-h100", "global_batch": 64, "seq": 2048,
+                          "train_tokens": [1, per_step, per_step + 1, 10.5 * per_step]})  # fmt: skip
+    r = evaluator("training")(frame)
+    steps = r.time_to_train_days * 86400 / r.step_time_s
+    assert np.allclose(steps, [1, 1, 2, 11])
+    assert np.allclose(r.gpu_hours, 8 * r.time_to_train_days * 24)
+
+
 def test_invalid_rows_are_marked_not_dropped_by_the_evaluator():
     frame = pd.DataFrame({"model": "llama3-8b", "system": "dgx-h100", "tp": [3, 8], "global_batch": 64})
     r = evaluator("training")(frame)

@@ -351,7 +351,11 @@ class TrainingJob(Job):
     pue: Pue = Field(1.0, description="Facility PUE for energy (1.0: IT energy only).")
     carbon_g_per_kWh: float = Field(0.0, ge=0, description="Grid carbon intensity (g CO2 per kWh).")
     price_per_gpu_hour: float = Field(0.0, ge=0, description="Price per GPU-hour (USD).")
-    train_tokens: float = Field(1e12, gt=0, description="Tokens to train on (time to train, energy, cost).")
+    train_tokens: float = Field(
+        1e12,
+        gt=0,
+        description="Tokens to train on (time to train, energy, cost), in whole steps of the global batch.",
+    )
 
     @model_validator(mode="after")
     def _one_failure_rate(self) -> TrainingJob:
