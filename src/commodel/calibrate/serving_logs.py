@@ -160,7 +160,8 @@ def _trtllm(path: Path, text: str) -> tuple[dict[str, Any], float]:
             settings[name] = value if factor != 1 else int(value)
     rate = _number(path, found, "total output throughput (tokens/sec)")
     if "request throughput (req/sec)" in found:
-        per_request = _number(path, found, "request throughput (req/sec)") * settings["output"]
+        output = _number(path, found, "average output length (tokens)")  # as printed, not rounded
+        per_request = _number(path, found, "request throughput (req/sec)") * output
         rate = _agrees(path, rate, "total output throughput (tokens/sec)", per_request,
                        "its request throughput and average output length")  # fmt: skip
     return settings, rate
