@@ -16,9 +16,10 @@ throughput (tokens/s over all its GPUs).
   ``output throughput: X tok/s`` of one batch run to its end: the batch in flight throughout. The
   model and the server's parallelism are not in its output: give ``--model`` and ``--tp``.
 
-A run of a dataset's lengths (ShareGPT) is read at its mean lengths, the result block's ``Total input
-tokens`` and ``Total generated tokens`` over its ``Successful requests`` (as ``commodel validate`` prices
-such a row): the serving job takes fixed lengths, and the log does not give their spread.
+A client run is read at its mean lengths, the result block's ``Total input tokens`` and ``Total
+generated tokens`` over its ``Successful requests`` (as ``commodel validate`` prices a ShareGPT row;
+a random dataset's stated lengths where the block lacks them): the serving job takes fixed lengths,
+and the log does not give their spread. A run some of whose requests failed is refused.
 
 A report must agree with itself: a rate its own totals contradict (a client's generated tokens over
 its duration, trtllm-bench's request throughput times its output length), a line printed twice with
@@ -180,18 +181,36 @@ def _client(path: Path, text: str) -> tuple[dict[str, Any], float]:
     args, found = namespace(path, text), keys(text)
     if args.get("max_concurrency") is None:
         raise fail(path, "no max_concurrency: requests arrived at a rate, not a fixed number in flight")
-    if args.get("dataset_name", "random") == "random":
-        prompt, output = setting(path, args, "random_input_len"), setting(path, args, "random_output_len")
-    else:  # a dataset's lengths: their means over the run's requests
-        requests = _number(path, found, "successful requests")
-        if requests < 1:
-            raise fail(path, f"{requests:g} successful requests: no lengths to average")
-        prompt, output = (
-            round(_number(path, found, f"total {kind} tokens") / requests) for kind in ("input", "generated")
-        )
+    rate = _client_rate(path, found)
+    prompt, output = _client_lengths(path, args, found)
     settings = {"model": str(args.get("model", "")), "prompt": prompt, "output": output,
                 "batch": str(setting(path, args, "max_concurrency"))}  # fmt: skip
-    return settings, _client_rate(path, found)
+    return settings, rate
+
+
+#: The result lines a client's mean lengths are read from.
+_TOTALS = ("successful requests", "total input tokens", "total generated tokens")
+
+
+def _client_lengths(path: Path, args: dict[str, Any], found: Report) -> tuple[int, int]:
+    """Mean prompt and output tokens of a client's requests: its totals over its successful requests
+    (a dataset's lengths; random ones spread by ``random_range_ratio`` or cut short where the run did
+    not ignore end-of-sequence tokens), every one of the ``num_prompts`` it sent having succeeded;
+    without the totals, the random dataset's stated lengths."""
+    if args.get("dataset_name", "random") == "random" and not all(name in found for name in _TOTALS):
+        return setting(path, args, "random_input_len"), setting(path, args, "random_output_len")
+    requests = _number(path, found, "successful requests")
+    sent = args.get("num_prompts")
+    if isinstance(sent, int) and requests < sent:
+        raise fail(
+            path, f"{requests:g} of its {sent} requests succeeded: the failed ones left the load it states"
+        )
+    prompt, output = (
+        _number(path, found, f"total {kind} tokens") / requests for kind in ("input", "generated")
+    )
+    if round(output) < 1:
+        raise fail(path, f"its requests generated {output * requests:g} tokens: no output to time")
+    return round(prompt), round(output)
 
 
 def _client_rate(path: Path, found: Report) -> float:
@@ -200,7 +219,7 @@ def _client_rate(path: Path, found: Report) -> float:
     name = "output token throughput (tok/s)"
     rate = _number(path, found, name)
     if "successful requests" in found and _number(path, found, "successful requests") < 1:
-        raise fail(path, "0 successful requests: the run completed none, so it measured no rate")
+        raise fail(path, "0 successful requests: the run completed none, so it measured no rate or length")
     if "total generated tokens" in found and "benchmark duration (s)" in found:
         seconds = _number(path, found, "benchmark duration (s)")
         if seconds <= 0:
