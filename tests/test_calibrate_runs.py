@@ -35,6 +35,30 @@ def test_megatron_log_gives_its_job_and_steady_step():
     assert "first 1 dropped as warm-up" in run.how
 
 
+def test_a_megatron_batch_ramp_up_is_left_out_of_the_step(tmp_path):
+    """Iterations run below the job's global batch (``--rampup-batch-size``) are not its steps: they
+    are left out, and said so; a log that never reaches the full batch is refused."""
+    text = DEEPEP.read_text()
+    lines = text.splitlines(keepends=True)
+    reports = [i for i, line in enumerate(lines) if "elapsed time per iteration" in line]
+    for i in reports[:4]:  # the ramp-up: half the batch, in half the time
+        time = float(re.search(r"iteration \(ms\): ([0-9.]+)", lines[i])[1])
+        lines[i] = (
+            lines[i]
+            .replace("global batch size:  2048", "global batch size:  1024")
+            .replace(f"{time:.1f}", f"{time / 2:.1f}")
+        )
+    ramped = tmp_path / "ramped.log"
+    ramped.write_text("".join(lines))
+    run, full = read_training(ramped, "dgx-h100"), read_training(DEEPEP, "dgx-h100")
+    assert "4 report(s) at a smaller, ramped-up global batch left out" in run.how
+    assert run.value == pytest.approx(full.value, rel=0.01)
+    never = tmp_path / "never.log"
+    never.write_text(text.replace("global batch size:  2048", "global batch size:  1024"))
+    with pytest.raises(CommodelError, match="a batch ramp-up"):
+        read_training(never, "dgx-h100")
+
+
 def test_torchtitan_log_gives_its_job_and_steady_tokens():
     run = read_training(TITAN, "dgx-h100")
     job = run.job

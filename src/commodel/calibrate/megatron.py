@@ -14,7 +14,8 @@ allowed before any line)::
 
 The job is the arguments as commodel's training job reads them (:data:`SETTINGS`, :func:`job_settings`);
 the measured step is the median elapsed time per iteration past warm-up
-(:func:`~commodel.calibrate.measured.steady_median`). An argument the job cannot express (FP32
+(:func:`~commodel.calibrate.measured.steady_median`), of the iterations at the job's global batch
+(a ``--rampup-batch-size`` run's smaller ones left out). An argument the job cannot express (FP32
 training, the all-gather dispatcher, CUDA graphs of a whole layer with no scope) is refused in one
 line naming it.
 """
@@ -43,6 +44,7 @@ _ARGS_START = re.compile(_PREFIX + r"-+ arguments -+\s*$", re.MULTILINE)
 _ARGS_END = re.compile(_PREFIX + r"-+ end of arguments -+\s*$", re.MULTILINE)
 _ARG = re.compile(_PREFIX + r"\s*(\w+) \.+ (.*?)\s*$")
 _MEMORY = re.compile(r"memory \(MB\).*?max allocated:\s*([0-9.]+)")
+_BATCH = re.compile(r"global batch size:\s*(\d+)")
 _ITERATION = re.compile(
     r"iteration\s+(\d+)\s*/\s*\d+\s*\|.*?elapsed time per iteration \(ms\):\s*([0-9.eE+-]+)"
 )
@@ -200,15 +202,41 @@ def looks_like_megatron(text: str) -> bool:
     return _ARGS_START.search(text) is not None
 
 
+def _reports(path: Path, text: str, batch: int) -> tuple[list[tuple[int, float]], int]:
+    """The iteration reports (iteration, ms per iteration) at the job's ``batch``, and how many ran a
+    smaller one (``--rampup-batch-size`` grows the batch over the first samples: those iterations are
+    not the job's)."""
+    kept, ramped = [], 0
+    for line in text.splitlines():
+        report = _ITERATION.search(line)
+        if report is None:
+            continue
+        size = _BATCH.search(line)
+        if size is not None and int(size[1]) != batch:
+            ramped += 1
+            continue
+        kept.append((int(report[1]), float(report[2])))
+    if ramped and not kept:
+        raise fail(
+            path,
+            f"every iteration report runs a global batch other than global_batch_size {batch} (a batch "
+            "ramp-up): run past it",
+        )
+    return kept, ramped
+
+
 def parse_megatron(path: Path, text: str, system: str, model: str | None = None) -> MeasuredRun:
     """The run a Megatron log (``text``, read from ``path``) records, on ``system``: its job and
     median steady step time."""
     args = arguments(path, text)
     name = model_of(model, lambda: described_model(path, _shape(path, args)))
-    reports = [(int(m[1]), float(m[2])) for m in _ITERATION.finditer(text)]
+    settings = job_settings(path, args)
+    reports, ramped = _reports(path, text, settings["global_batch"])
     step_ms, how = steady_median(
         path, [i for i, _ in reports], [t for _, t in reports], "elapsed time per iteration"
     )
-    job = training(path, name, system, job_settings(path, args))
+    if ramped:
+        how += f"; {ramped} report(s) at a smaller, ramped-up global batch left out"
+    job = training(path, name, system, settings)
     peak = peak_memory(_MEMORY, text, 2**20)
     return MeasuredRun(path, job, "step_time_s", step_ms / 1e3, how, peak)
