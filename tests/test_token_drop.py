@@ -59,3 +59,20 @@ def test_dropless_is_never_faster_than_an_equal_shape_capacity_factor():
     )
     assert (captured.valid == dropless.valid).all()
     assert (captured.step_time_s[runs] <= padded.step_time_s[runs] * (1 + 1e-12)).all()
+
+
+def test_the_hardware_computes_the_capacity_the_model_flops_count_top_k():
+    """Every expert computes X times the mean (padded or cut to it): the hardware's FLOPs are the
+    dropless ones plus (X - 1) x 8 x the routed experts' weights per token under full recomputation
+    (forward, backward, forward again), where the model FLOPs (MFU) stay top_k copies per token."""
+    net = model("qwen3-30b-a3b")
+    jobs = pd.DataFrame({"model": "qwen3-30b-a3b", "system": "dgx-h100", "gpus": 8, "ep": 8, "global_batch": 64,
+                         "recompute": "full", "offload": "optimizer", "capacity_factor": [np.nan, 0.5, 1.25]})  # fmt: skip
+    r = evaluator("training")(jobs)
+    assert r.valid.all()
+    flops = lambda name: r[name] * r.step_time_s * r.gpus * 1e12  # noqa: E731
+    tokens = 64 * net.seq
+    routed = net.moe_layers * net.moe.top_k * 3 * net.hidden * net.moe.expert_ffn_hidden
+    assert np.allclose(flops("tflops_per_gpu"), flops("tflops_per_gpu")[0])
+    extra = flops("hw_tflops_per_gpu") - flops("hw_tflops_per_gpu")[0]
+    assert np.allclose(extra, [0, -0.5 * 8 * routed * tokens, 0.25 * 8 * routed * tokens])

@@ -104,7 +104,9 @@ def _training_notes(job: TrainingJob, row: SimpleNamespace) -> list[str]:
     if job.capacity_factor is not None:
         notes.append(
             f"capacity factor {job.capacity_factor:g}: every expert padded to it, "
-            f"{100 * float(row.dropped_share):.2g}% of the routed tokens dropped (routing spread as --expert-load says)"
+            f"{100 * float(row.dropped_share):.2g}% of the routed tokens dropped (routing spread as --expert-load says); "
+            "the model TFLOP/s and MFU count every token's top-k experts, as Megatron does, the hardware "
+            f"TFLOP/s the {job.capacity_factor:g} x of them the experts compute"
         )
     if float(row.goodput) == 0:
         notes.append(

@@ -50,7 +50,7 @@ from commodel.workloads.model.transformer import (
     model_flops_per_token,
     recompute_flops_per_token,
 )
-from commodel.workloads.moe.token_drop import dropped_share
+from commodel.workloads.moe.token_drop import capacity_flops_per_token, dropped_share
 from commodel.workloads.parallel.layout import AUTO, Layout, stage_split
 from commodel.workloads.training.activation_fit import fit_activations
 from commodel.workloads.training.memory import by_category, fits, memory_with_microbatches
@@ -223,8 +223,9 @@ def _train_step(
 
     tokens = x.global_batch * x.seq
     model_flops = tokens * model_flops_per_token(model, x.seq, mtp=x.mtp_layers)
-    hw_flops = model_flops + tokens * recompute_flops_per_token(
-        model, x.seq, x.recompute, modules=x.recompute_modules
+    hw_flops = model_flops + tokens * (
+        recompute_flops_per_token(model, x.seq, x.recompute, modules=x.recompute_modules)
+        + capacity_flops_per_token(model, x)
     )
     gpus = x.gpus
     memory = by_category(held, gpu.memory_capacity.value)
