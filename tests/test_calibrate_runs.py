@@ -296,6 +296,9 @@ BAD_TRAINING = [
     (lambda t: _edited(t, TITAN, "'flavor': '8B'", "'flavor': '9B'"), "give --model"),
     (lambda t: _edited(t, TITAN, "'selective_ac_option': 'op'", "'selective_ac_option': 'ops'"),
      "selective_ac_option = ops: 'op' or a positive whole number"),
+    # a time edited, its report's rate not: the FLOPs per iteration are no longer one number
+    (lambda t: _edited(t, DEEPEP, "elapsed time per iteration (ms): 19739.4", "elapsed time per iteration (ms): 9739.4"),
+     "iteration 15's throughput per GPU and elapsed time give 0.493x the FLOPs"),
     (lambda t: _edited(t, DEEPEP, "elapsed time per iteration (ms): 19739.4", "elapsed time per iteration (ms): -19739.4"),
      "the elapsed time per iteration at iteration 15 is -19739.4: not a positive number"),
     (lambda t: _edited(t, DEEPEP, "elapsed time per iteration (ms): 19640.9", "elapsed time per iteration (ms): 0"),

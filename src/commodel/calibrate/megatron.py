@@ -15,7 +15,8 @@ allowed before any line)::
 The job is the arguments as commodel's training job reads them (:data:`SETTINGS`, :func:`job_settings`);
 the measured step is the median elapsed time per iteration past warm-up
 (:func:`~commodel.calibrate.measured.steady_median`), of the iterations at the job's global batch
-(a ``--rampup-batch-size`` run's smaller ones left out). An argument the job cannot express (FP32
+(a ``--rampup-batch-size`` run's smaller ones left out); where the reports print their throughput
+per GPU, its product with their time (the FLOPs of an iteration) must be one number. An argument the job cannot express (FP32
 training, the all-gather dispatcher, CUDA graphs of a whole layer with no scope) is refused in one
 line naming it.
 """
@@ -26,6 +27,8 @@ import ast
 import re
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from commodel.calibrate.measured import (
     MeasuredRun,
@@ -44,6 +47,7 @@ _ARGS_START = re.compile(_PREFIX + r"-+ arguments -+\s*$", re.MULTILINE)
 _ARGS_END = re.compile(_PREFIX + r"-+ end of arguments -+\s*$", re.MULTILINE)
 _ARG = re.compile(_PREFIX + r"\s*(\w+) \.+ (.*?)\s*$")
 _MEMORY = re.compile(r"memory \(MB\).*?max allocated:\s*([0-9.]+)")
+_THROUGHPUT = re.compile(r"throughput per GPU \(TFLOP/s/GPU\):\s*([0-9.eE+-]+)")
 _BATCH = re.compile(r"global batch size:\s*(\d+)")
 _ITERATION = re.compile(
     r"iteration\s+(\d+)\s*/\s*\d+\s*\|.*?elapsed time per iteration \(ms\):\s*([0-9.eE+-]+)"
@@ -206,7 +210,7 @@ def _reports(path: Path, text: str, batch: int) -> tuple[list[tuple[int, float]]
     """The iteration reports (iteration, ms per iteration) at the job's ``batch``, and how many ran a
     smaller one (``--rampup-batch-size`` grows the batch over the first samples: those iterations are
     not the job's)."""
-    kept, ramped = [], 0
+    kept, done, ramped = [], [], 0
     for line in text.splitlines():
         report = _ITERATION.search(line)
         if report is None:
@@ -216,6 +220,10 @@ def _reports(path: Path, text: str, batch: int) -> tuple[list[tuple[int, float]]
             ramped += 1
             continue
         kept.append((int(report[1]), float(report[2])))
+        work = _THROUGHPUT.search(line)
+        if work is not None and float(work[1]) > 0 and float(report[2]) > 0:  # else: refused as not positive
+            done.append((int(report[1]), float(work[1]) * float(report[2])))
+    _same_work(path, done)
     if ramped and not kept:
         raise fail(
             path,
@@ -223,6 +231,26 @@ def _reports(path: Path, text: str, batch: int) -> tuple[list[tuple[int, float]]
             "ramp-up): run past it",
         )
     return kept, ramped
+
+
+#: How far two reports' FLOPs per iteration (their TFLOP/s times their time) may differ: the
+#: printed rounding of both (a tenth of a TFLOP/s, a tenth of a millisecond).
+SAME_WORK = 0.01
+
+
+def _same_work(path: Path, done: list[tuple[int, float]]) -> None:
+    """Every report at one batch does the same FLOPs, so its ``throughput per GPU`` times its
+    ``elapsed time per iteration`` is one number; a report off it has a time or a rate edited."""
+    if not done:
+        return
+    typical = float(np.median([work for _, work in done]))
+    for iteration, work in done:
+        if abs(work - typical) > SAME_WORK * typical:
+            raise fail(
+                path,
+                f"iteration {iteration}'s throughput per GPU and elapsed time give {work / typical:.3g}x the "
+                "FLOPs of the other reports at its batch: an edited or mixed log",
+            )
 
 
 def parse_megatron(path: Path, text: str, system: str, model: str | None = None) -> MeasuredRun:
