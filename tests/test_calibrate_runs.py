@@ -296,9 +296,11 @@ BAD_TRAINING = [
     (lambda t: _edited(t, TITAN, "'flavor': '8B'", "'flavor': '9B'"), "give --model"),
     (lambda t: _edited(t, TITAN, "'selective_ac_option': 'op'", "'selective_ac_option': 'ops'"),
      "selective_ac_option = ops: 'op' or a positive whole number"),
+    (lambda t: _edited(t, TITAN, "tps: 8,388  tflops: 444.57", "tps: 9,388  tflops: 444.57"),
+     "the report at 20 gives 0.894x the tflops over tps (its FLOPs per token) of the others"),
     # a time edited, its report's rate not: the FLOPs per iteration are no longer one number
     (lambda t: _edited(t, DEEPEP, "elapsed time per iteration (ms): 19739.4", "elapsed time per iteration (ms): 9739.4"),
-     "iteration 15's throughput per GPU and elapsed time give 0.493x the FLOPs"),
+     "the report at 15 gives 0.493x the throughput per GPU times elapsed time (its FLOPs) of the others"),
     (lambda t: _edited(t, DEEPEP, "elapsed time per iteration (ms): 19739.4", "elapsed time per iteration (ms): -19739.4"),
      "the elapsed time per iteration at iteration 15 is -19739.4: not a positive number"),
     (lambda t: _edited(t, DEEPEP, "elapsed time per iteration (ms): 19640.9", "elapsed time per iteration (ms): 0"),

@@ -89,6 +89,27 @@ def steady_median(path: Path, iterations: list[int], values: list[float], what: 
     return float(np.median(kept)), how
 
 
+#: How far a figure every report shares may differ between reports: the printed rounding of the
+#: numbers it is made of.
+ONE_NUMBER = 0.01
+
+
+def one_number(path: Path, values: list[tuple[int, float]], what: str) -> None:
+    """Where each report's ``what`` (per step or iteration, the value of ``values``) is one number for
+    the run, such as the FLOPs of an iteration at one batch: a report off their median by more than
+    :data:`ONE_NUMBER` has one of its figures edited, or comes from another run."""
+    if not values:
+        return
+    typical = float(np.median([value for _, value in values]))
+    for step, value in values:
+        if abs(value - typical) > ONE_NUMBER * typical:
+            raise fail(
+                path,
+                f"the report at {step} gives {value / typical:.3g}x the {what} of the others: an edited or "
+                "mixed log",
+            )
+
+
 def peak_memory(pattern: re.Pattern[str], text: str, unit: float) -> float | None:
     """The largest memory the log's reports give (``pattern``'s first group, in ``unit`` bytes), or
     ``None`` where it gives none."""

@@ -28,13 +28,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from commodel.calibrate.measured import (
     MeasuredRun,
     described_model,
     fail,
     model_of,
+    one_number,
     peak_memory,
     setting,
     steady_median,
@@ -223,7 +222,7 @@ def _reports(path: Path, text: str, batch: int) -> tuple[list[tuple[int, float]]
         work = _THROUGHPUT.search(line)
         if work is not None and float(work[1]) > 0 and float(report[2]) > 0:  # else: refused as not positive
             done.append((int(report[1]), float(work[1]) * float(report[2])))
-    _same_work(path, done)
+    one_number(path, done, "throughput per GPU times elapsed time (its FLOPs)")
     if ramped and not kept:
         raise fail(
             path,
@@ -231,26 +230,6 @@ def _reports(path: Path, text: str, batch: int) -> tuple[list[tuple[int, float]]
             "ramp-up): run past it",
         )
     return kept, ramped
-
-
-#: How far two reports' FLOPs per iteration (their TFLOP/s times their time) may differ: the
-#: printed rounding of both (a tenth of a TFLOP/s, a tenth of a millisecond).
-SAME_WORK = 0.01
-
-
-def _same_work(path: Path, done: list[tuple[int, float]]) -> None:
-    """Every report at one batch does the same FLOPs, so its ``throughput per GPU`` times its
-    ``elapsed time per iteration`` is one number; a report off it has a time or a rate edited."""
-    if not done:
-        return
-    typical = float(np.median([work for _, work in done]))
-    for iteration, work in done:
-        if abs(work - typical) > SAME_WORK * typical:
-            raise fail(
-                path,
-                f"iteration {iteration}'s throughput per GPU and elapsed time give {work / typical:.3g}x the "
-                "FLOPs of the other reports at its batch: an edited or mixed log",
-            )
 
 
 def parse_megatron(path: Path, text: str, system: str, model: str | None = None) -> MeasuredRun:

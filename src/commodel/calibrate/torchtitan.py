@@ -15,7 +15,8 @@ sharded data-parallel ranks (``zero = 3``) reducing gradients in the dtype ``mix
 names (float32 by default), the precision its converters set (``float8``: FP8 with
 tensor-wise scales; ``mx``: MXFP8), torch.compile's fused elementwise kernels or eager ones, and the
 activation checkpointing mode. The GPUs are the device mesh's. The measured value is the median
-tokens per second per GPU (``tps``) past warm-up. HSDP (replicas of shards) and the pipeline and
+tokens per second per GPU (``tps``) past warm-up; each report's ``tflops`` over its ``tps`` (the FLOPs
+per token) must be one number. HSDP (replicas of shards) and the pipeline and
 expert parallelism of torchtitan's experimental models are refused in one line.
 """
 
@@ -32,6 +33,7 @@ from commodel.calibrate.measured import (
     fail,
     model_of,
     named_model,
+    one_number,
     peak_memory,
     setting,
     steady_median,
@@ -42,7 +44,7 @@ from commodel.workloads.model.catalog import model as get_model
 _ARGS = re.compile(r"Running with args:\s*(\{.*?)\s*$", re.MULTILINE)
 _MESH = re.compile(r"Building \d+-D device mesh with \[[^\]]*\], \[([\d, ]+)\]")
 _MEMORY = re.compile(r"step:.*?memory:\s*([0-9.]+)GiB")
-_STEP = re.compile(r"step:\s*(\d+)\s.*?tps:\s*([\d,]+(?:\.\d+)?)")
+_STEP = re.compile(r"step:\s*(\d+)\s.*?tps:\s*([\d,]+(?:\.\d+)?)(?:\s+tflops:\s*([0-9.]+))?")
 
 #: torchtitan's activation checkpointing modes (``selective`` by its ``selective_ac_option``:
 #: :func:`checkpointing`).
@@ -154,7 +156,10 @@ def parse_torchtitan(path: Path, text: str, system: str, model: str | None = Non
     cfg = config(path, text)
     spec = cfg.get("model", {})
     name = model_of(model, lambda: named_model(path, f"{spec.get('name', '')}-{spec.get('flavor', '')}"))
-    reports = [(int(m[1]), float(m[2].replace(",", ""))) for m in _STEP.finditer(text)]
+    steps = [(int(m[1]), float(m[2].replace(",", "")), float(m[3] or "nan")) for m in _STEP.finditer(text)]
+    reports = [(step, tps) for step, tps, _ in steps]
+    per_token = [(step, tflops / tps) for step, tps, tflops in steps if tps > 0 and tflops > 0]
+    one_number(path, per_token, "tflops over tps (its FLOPs per token)")
     tps, how = steady_median(path, [i for i, _ in reports], [v for _, v in reports], "tokens/s per GPU")
     job = training(path, name, system, job_settings(path, cfg, _gpus(path, text), get_model(name).layers))
     return MeasuredRun(path, job, "tokens_per_s_per_gpu", tps, how, peak_memory(_MEMORY, text, 2**30))
