@@ -155,6 +155,22 @@ def test_sglang_bench_serving_is_told_from_vllm_by_its_backend(tmp_path):
     assert run.how.startswith("sglang-serving") and (run.job.batch, run.value) == ("8", 1947.66)
 
 
+def test_a_pipelined_server_runs_on_tp_x_pp_gpus(tmp_path):
+    """trtllm-bench's ``PP Size`` (and ``--pp`` for a client log) is read: the run's replica spans tp x
+    pp GPUs, which its per-GPU rate divides the total by (the same run on 16 GPUs, at half the rate
+    per GPU)."""
+    path = tmp_path / "pp2.log"
+    path.write_text(
+        TRT.read_text()
+        .replace("PP Size:                1", "PP Size:                2")
+        .replace("Per GPU Output Throughput (tps/gpu):              1436.1584", "Per GPU Output Throughput (tps/gpu):  718.0792")
+    )  # fmt: skip
+    job = read_serving(path, "hgx-h200", server={"attention_dp": True}).job
+    assert (job.tp, job.pp, job.gpus) == (8, 2, 16)
+    client = read_serving(VLLM, "hgx-h200", server={"tp": 4, "pp": 2, "dtype": "fp4"}).job
+    assert (client.tp, client.pp, client.gpus) == (4, 2, 8)
+
+
 def test_a_server_setting_that_contradicts_the_log_is_an_error():
     with pytest.raises(CommodelError, match="the run had tp 8; --tp 4 says otherwise"):
         read_serving(TRT, "hgx-h200", server={"tp": 4})
@@ -343,7 +359,8 @@ BAD_SERVING = [
                        "Output token throughput (tok/s):         lots"), "is not a number"),
     (lambda t: _edited(t, TRT, "Total Output Throughput (tokens/sec):             11489.2671",
                        "Total Output Throughput (tokens/sec):             0.0", "bad.log",
-                       ("Request Throughput (req/sec):                     5.6100", "Request Throughput (req/sec):  0")),
+                       ("Request Throughput (req/sec):                     5.6100", "Request Throughput (req/sec):  0"),
+                       ("Per GPU Output Throughput (tps/gpu):              1436.1584", "Per GPU Output Throughput (tps/gpu):  0")),
      "output_tokens_per_s is 0: not a positive number"),
     (lambda t: _edited(t, VLLM, "Output token throughput (tok/s):         1947.66",
                        "Output token throughput (tok/s):         0.0", "bad.log", (GENERATED, "Total generated tokens:  0")),
@@ -361,6 +378,8 @@ BAD_SERVING = [
     (lambda t: _edited(t, VLLM, "Output token throughput (tok/s):         1947.66",
                        "Output token throughput (tok/s):         0.0001"),
      "'output token throughput (tok/s)' 0.0001 is not the 1948 its 40,960 generated tokens over 21.03 s give"),
+    (lambda t: _edited(t, TRT, "PP Size:                1", "PP Size:                2"),
+     "is not the 22,979 its per-GPU output throughput on tp x pp = 16 GPUs give"),
     (lambda t: _edited(t, TRT, "Request Throughput (req/sec):                     5.6100",
                        "Request Throughput (req/sec):                     56.1000"),
      "is not the 114,893 its request throughput and average output length give"),

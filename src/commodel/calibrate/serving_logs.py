@@ -153,8 +153,9 @@ def _trtllm(path: Path, text: str) -> tuple[dict[str, Any], float]:
         "dtype": QUANTIZATION[quant], "batch": "max",
         "kv_dtype": "fp8" if "fp8" in found.get("kv cache dtype", "").lower() else "auto",
     }  # fmt: skip
-    if "ep size" in found:
-        settings["ep"] = int(_number(path, found, "ep size"))
+    for size in ("ep", "pp"):
+        if f"{size} size" in found:
+            settings[size] = int(_number(path, found, f"{size} size"))
     for key, (name, factor) in TRTLLM_LIMITS.items():
         if key in found:
             value = _number(path, found, key) * factor
@@ -165,6 +166,11 @@ def _trtllm(path: Path, text: str) -> tuple[dict[str, Any], float]:
         per_request = _number(path, found, "request throughput (req/sec)") * output
         rate = _agrees(path, rate, "total output throughput (tokens/sec)", per_request,
                        "its request throughput and average output length")  # fmt: skip
+    if "per gpu output throughput (tps/gpu)" in found:
+        gpus = settings["tp"] * settings.get("pp", 1)
+        per_gpu = _number(path, found, "per gpu output throughput (tps/gpu)") * gpus
+        rate = _agrees(path, rate, "total output throughput (tokens/sec)", per_gpu,
+                       f"its per-GPU output throughput on tp x pp = {gpus} GPUs")  # fmt: skip
     return settings, rate
 
 
@@ -257,7 +263,7 @@ def parse_serving(
             )
         settings[name] = value
     name = model_of(model, lambda: named_model(path, settings["model"]))
-    ranks = max(settings.get("tp", 1), settings.get("ep", 1))
+    ranks = max(settings.get("tp", 1), settings.get("ep", 1)) * settings.get("pp", 1)
     with about(path):
         job = serving_job(system=system, gpus=ranks, **(settings | {"model": name}))
     return MeasuredRun(path, job, "output_tokens_per_s", measured, f"{kind}'s output throughput")

@@ -129,6 +129,9 @@ def calibrate_serve(
     tp: Annotated[
         int | None, typer.Option(min=1, help="The server's tensor parallelism (client logs).")
     ] = None,
+    pp: Annotated[
+        int | None, typer.Option(min=1, help="The server's pipeline parallelism (client logs).")
+    ] = None,
     ep: Annotated[
         int | None, typer.Option(min=1, help="The server's expert parallelism (client logs).")
     ] = None,
@@ -147,11 +150,12 @@ def calibrate_serve(
     bench serve) or SGLang (bench_serving) outputs, and write a hardware overlay.
 
     Each output gives the run's configuration and its output throughput; what a client's output
-    cannot say (the server's --tp, --ep, --attention-dp, --dtype, --dispatcher) is given here. Fit as
+    cannot say (the server's --tp, --pp, --ep, --attention-dp, --dtype, --dispatcher) is given here. Fit as
     ``calibrate train``."""
     out = output_file(output, "overlay (-o)")
     given = {
         "tp": tp,
+        "pp": pp,
         "ep": ep,
         "attention_dp": attention_dp or None,
         "dtype": dtype,
