@@ -226,8 +226,8 @@ def serving_table(result: dict) -> str:
         head,
         f"  in flight        {result['batch_in_flight']} requests per replica (at most {result['max_batch']})",
         *_latency_lines(result),
-        f"  throughput       {result['output_tokens_per_s']:,.0f} output tokens/s "
-        f"({result['output_tokens_per_s_per_gpu']:,.0f} per GPU), {result['requests_per_s']:.3g} requests/s"
+        f"  throughput       {readable_number(result['output_tokens_per_s'])} output tokens/s "
+        f"({readable_number(result['output_tokens_per_s_per_gpu'])} per GPU), {result['requests_per_s']:.3g} requests/s"
         + (
             f", {result['input_tokens_per_s']:,.0f} prompt tokens/s"
             if result.get("phase") == "prefill"
