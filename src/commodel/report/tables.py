@@ -30,8 +30,13 @@ def _layout_and_fit(result: dict) -> tuple[str, str]:
     if result.get("offloaded_bytes", 0) > 0:
         fits += f"; {result['offloaded_bytes'] / 2**30:.1f} GiB of activations in CPU memory"
     if result.get("offloaded_state_bytes", 0) > 0:
-        fits += f"; {result['offloaded_state_bytes'] / 2**30:.1f} GiB of {result['offload']} in CPU memory"
+        fits += f"; {result['offloaded_state_bytes'] / 2**30:.1f} GiB of {_states(result)} in CPU memory"
     return layout, fits
+
+
+def _states(result: dict) -> str:
+    """The model states a job keeps in CPU memory, as words (``optimizer and weights``)."""
+    return " and ".join(result["offload"].split(","))
 
 
 def _offload_lines(result: dict) -> list[str]:
@@ -40,7 +45,7 @@ def _offload_lines(result: dict) -> list[str]:
         return []
     hide = result["offload_needed_Bps"]
     return [
-        f"  offload          {result['offload']} in CPU memory: {result['breakdown']['offload']:.3g} s per step "
+        f"  offload          {_states(result)} in CPU memory: {result['breakdown']['offload']:.3g} s per step "
         "exposed"
         + (f"; the weights' fetches hide at {format_quantity(hide, 'bandwidth')} per GPU" if hide > 0 else "")
     ]
@@ -102,7 +107,7 @@ def training_table(result: dict) -> str:
     lines = [
         head,
         f"  step time        {result['step_time_s']:.4g} s",
-        f"  throughput       {result['tokens_per_s']:,.0f} tokens/s",
+        f"  throughput       {readable_number(result['tokens_per_s'])} tokens/s",
         f"  model TFLOP/s    {result['tflops_per_gpu']:.1f} per GPU (MFU {100 * result['mfu']:.1f}%)",
         f"  hardware TFLOP/s {result['hw_tflops_per_gpu']:.1f} per GPU (with recomputation)",
         memory,
@@ -229,7 +234,7 @@ def serving_table(result: dict) -> str:
         f"  throughput       {readable_number(result['output_tokens_per_s'])} output tokens/s "
         f"({readable_number(result['output_tokens_per_s_per_gpu'])} per GPU), {result['requests_per_s']:.3g} requests/s"
         + (
-            f", {result['input_tokens_per_s']:,.0f} prompt tokens/s"
+            f", {readable_number(result['input_tokens_per_s'])} prompt tokens/s"
             if result.get("phase") == "prefill"
             else ""
         ),

@@ -178,9 +178,9 @@ def memory_parts(
     model: Transformer, x: Layout, attention_impl: str = "flash", recipe: Precision | None = None
 ) -> dict[str, np.ndarray]:
     """What a GPU of the largest stage holds independently of the number of micro-batches: its
-    parameters (:func:`stage_parameters`), model states in bytes (weights, gradients, optimizer), one
-    layer's activations for one micro-batch, and the logits of one micro-batch (one set per
-    multi-token prediction module more)."""
+    parameters (:func:`stage_parameters`), model states in bytes (weights, gradients, optimizer; of
+    the weights, ``gathered_weights`` are ZeRO-3's unsharded copies), one layer's activations for one
+    micro-batch, and the logits of one micro-batch (one set per multi-token prediction module more)."""
     dense, experts, root = stage_parameters(model, x)
     shard_dense, shard_experts = x.dp * x.cp, x.expert_dp
 
@@ -203,6 +203,7 @@ def memory_parts(
         "expert_parameters": experts,
         "root_parameters": root,
         "weights": sharded(1.0, 3) * weight_bytes(x, recipe) + gathered,
+        "gathered_weights": gathered,
         "gradients": sharded(gradient_bytes(x), 2) + unsharded_grads,
         "optimizer": sharded(optimizer_bytes(x), 1),
         "layer_activations": x.tokens * split,

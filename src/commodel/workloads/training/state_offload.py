@@ -14,7 +14,8 @@ by the GPUs on it: :attr:`commodel.hardware.cluster.Cluster.host_offload_Bps`), 
   ``max(0, W/(L B) - t_fwd) + max(0, W/(L B) - t_bwd)`` per layer (the same hand-off as activation
   offload, :func:`~commodel.workloads.training.activation_fit.offload_exposed`); the gradients stay in HBM and
   the updated weights go back after the optimizer step, ``W / B`` (with the optimizer's outbound
-  stream when both are offloaded). HBM drops by ``W (1 - 2 / L)``.
+  stream when both are offloaded). HBM drops by ``W (1 - 2 / L)``; under ZeRO-3 ``W`` is the shard,
+  and the layers and root tables the all-gathers rebuild stay in HBM beside it.
 
 The bandwidth at which the weights' fetches hide entirely (``offload_needed_Bps``): ``W / (L
 min(t_fwd, t_bwd))``; the optimizer's streams never hide. Not modelled: the HBM bandwidth the copies take from kernels,
@@ -49,7 +50,10 @@ def state_offload(
         offloads(x.offload, "optimizer"),
         offloads(x.offload, "weights"),
     )
-    weights, optimizer = memory["weights"], memory["optimizer"]
+    # ZeRO-3's gathered layers and root tables are working copies the all-gathers rebuild in HBM:
+    # only the shard moves to CPU memory.
+    gathered = memory["gathered_weights"]
+    weights, optimizer = memory["weights"] - gathered, memory["optimizer"]
     layers = np.maximum(stage_layers, 1)
     resident = np.minimum(RESIDENT_LAYERS / layers, 1.0)
     layer_bytes = np.where(weights_out, weights / layers, 0.0)
@@ -58,7 +62,7 @@ def state_offload(
     inbound = np.where(optimizer_out, optimizer, 0.0)
     window = np.minimum(fwd_s, bwd_s)
     return {
-        "weights": np.where(weights_out, weights * resident, weights),
+        "weights": np.where(weights_out, weights * resident, weights) + gathered,
         "optimizer": np.where(optimizer_out, 0.0, optimizer),
         "host_bytes": np.where(weights_out, weights, 0.0) + np.where(optimizer_out, optimizer, 0.0),
         "per_layer_s": np.where(weights_out, offload_exposed(layer_bytes, fwd_s, bwd_s, rate), 0.0),

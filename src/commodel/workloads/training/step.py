@@ -269,7 +269,8 @@ def _offloaded_states(
     first, middle, last = split
     fwd = p["layer_fwd_share"] * p["layer_s"]
     largest = np.maximum(np.maximum(first, middle), last + x.mtp_layers)
-    moved = state_offload(held, x, largest, fwd, p["layer_s"] - fwd, cluster.host_offload_Bps)
+    on_gpu = held | {"gathered_weights": p["gathered_weights"]}
+    moved = state_offload(on_gpu, x, largest, fwd, p["layer_s"] - fwd, cluster.host_offload_Bps)
     freed = held["weights"] + held["optimizer"] - moved["weights"] - moved["optimizer"]
     held.update(weights=moved["weights"], optimizer=moved["optimizer"], total=held["total"] - freed)
     return {
