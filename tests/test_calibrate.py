@@ -75,6 +75,14 @@ def test_reads_both_nccl_tests_formats(tmp_path):
     assert old.op == "allreduce" and old.rows.time_s.tolist() == pytest.approx(
         new.rows.time_s.tolist(), rel=1e-3
     )
+    # the oldest print an ``error`` column, the largest relative error, where newer ones count #wrong
+    path = tmp_path / "all_reduce_perf.log"
+    lines = [
+        line.replace("#wrong", " error") if line.startswith("#") else line.replace("      0", "  2e-07")
+        for line in path.read_text().splitlines()
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    assert "2e-07" in path.read_text() and len(read(path).rows) == len(SIZES)
 
 
 def test_a_run_without_checking_prints_na_for_wrong_and_reads(tmp_path):

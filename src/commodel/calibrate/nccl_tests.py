@@ -197,7 +197,7 @@ def read(path: str | Path, op: str | None = None) -> NcclTestsLog:
             "run all_reduce_perf or another *_perf binary and save its standard output)"
         )
     columns = lines[header].lstrip("#").split()
-    has_root = "root" in columns
+    has_root, counts_wrong = "root" in columns, "#wrong" in columns
     rows = []
     for number, line in enumerate(lines[header + 1 :], start=header + 2):
         stripped = line.strip()
@@ -210,7 +210,7 @@ def read(path: str | Path, op: str | None = None) -> NcclTestsLog:
             if rows:
                 break
             continue  # a warning between the header and the rows
-        rows.append(_row(path, number, fields, has_root))
+        rows.append(_row(path, number, fields, has_root, counts_wrong))
     if not rows:
         raise CommodelError(f"{path}: line {header + 1}: a results header but no result rows under it")
     frame = pd.DataFrame(rows)
@@ -232,8 +232,10 @@ def read(path: str | Path, op: str | None = None) -> NcclTestsLog:
     )
 
 
-def _row(path: Path, number: int, fields: list[str], has_root: bool) -> dict[str, float]:
-    """One result line: size, count, type, redop, [root], then (time, algbw, busbw, #wrong) twice."""
+def _row(path: Path, number: int, fields: list[str], has_root: bool, counts_wrong: bool) -> dict[str, float]:
+    """One result line: size, count, type, redop, [root], then (time, algbw, busbw, #wrong) twice
+    (older versions print an ``error`` column, the largest relative error, where ``#wrong`` counts
+    wrong elements: only a count is checked)."""
     start = 5 if has_root else 4
     values = fields[start : start + 8]
     if len(values) < 8:
@@ -253,7 +255,7 @@ def _row(path: Path, number: int, fields: list[str], has_root: bool) -> dict[str
         raise CommodelError(f"{path}: line {number}: sizes and times must be positive")
     if not all(math.isfinite(v) and v >= 0 for v in numbers):  # 0.00 GB/s: a tiny size, as printed
         raise CommodelError(f"{path}: line {number}: times and bandwidths must be finite and not negative")
-    for wrong in (values[3], values[7]):  # N/A: run without checking (-c 0)
+    for wrong in (values[3], values[7]) if counts_wrong else ():  # N/A: run without checking (-c 0)
         if wrong.upper() != "N/A" and wrong != "0":
             raise CommodelError(
                 f"{path}: line {number}: #wrong {wrong}: the collective's results were wrong, "
