@@ -146,8 +146,8 @@ def calibrate_serve(
     check: Check = False,
     limit: Limit = None,
 ) -> None:
-    """Fit the constants your serving runs depend on to trtllm-bench, vLLM (benchmark_throughput,
-    bench serve) or SGLang (bench_serving) outputs, and write a hardware overlay.
+    """Fit the constants your serving runs depend on to trtllm-bench (throughput), vLLM (bench serve)
+    or SGLang (bench_serving, bench_one_batch_server) outputs, and write a hardware overlay.
 
     Each output gives the run's configuration and its output throughput; what a client's output
     cannot say (the server's --tp, --pp, --ep, --attention-dp, --dtype, --dispatcher) is given here. Fit as
