@@ -25,6 +25,12 @@ def test_collective_table_like_nccl_tests():
     assert "busbw" in result.output and "Avg bus bandwidth" in result.output
 
 
+def test_collective_sizes_are_whole_float_elements_as_nccl_tests_runs_them():
+    """nccl-tests runs ``size / 4`` floats and prints their bytes: -b 5 -e 17 runs 4 and 8 B."""
+    records = json.loads(invoke("collective", "allreduce", "--size", "5B:17B", "--json").output)
+    assert [r["size_bytes"] for r in records] == [4, 8]
+
+
 def test_collective_json_contract():
     result = invoke(
         "collective", "allgather", "--system", "dgx-a100", "--nodes", "2", "--size", "8,1MiB,1GiB", "--json"
@@ -164,6 +170,7 @@ def test_validate_prints_errors_and_gates():
         ),
         (["collective", "allreduce", "--size", "1e99"], "above 2^63 bytes"),
         (["collective", "allreduce", "--size", "8B:1e30"], "above 2^63 bytes"),
+        (["collective", "allreduce", "--size", "3B:17B"], "less than one 4-byte float element"),
         (["collective", "allreduce", "--size", "1MiB", "--json", "--csv"], "choose one"),
         (["sweep", "-o", ""], "needs a name"),
         (["sweep", "--scheduler", "tcp://127.0.0.1:9", "-o", "/tmp/commodel-unused"], "--executor dask"),

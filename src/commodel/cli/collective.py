@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 from typing import Annotated
 
+import numpy as np
 import typer
 
 from commodel.cli.root import JSON_FLAG, app, flag, job_options
@@ -18,6 +19,20 @@ from commodel.report.collective_table import nccl_tests_table
 from commodel.report.frames import to_json
 from commodel.report.tables import band_note
 from commodel.units import parse_sizes
+
+#: Bytes per element of nccl-tests' default type (float), in which a size counts whole elements.
+ELEMENT_BYTES = 4
+
+
+def whole_elements(sizes: np.ndarray) -> np.ndarray:
+    """Sizes in whole elements, as nccl-tests runs them (``count = size / 4``, the size it prints
+    ``4 count``: 7 B runs as 4 B); a size below one element is an error."""
+    small = sizes[sizes < ELEMENT_BYTES]
+    if small.size:
+        raise CommodelError(
+            f"--size {small[0]:g} B is less than one {ELEMENT_BYTES}-byte float element: nccl-tests would run 0"
+        )
+    return np.unique(sizes // ELEMENT_BYTES * ELEMENT_BYTES)
 
 
 def collective(
@@ -31,7 +46,7 @@ def collective(
     """Time, algbw and busbw of a collective over a range of sizes (nccl-tests conventions)."""
     if as_json and as_csv:
         raise CommodelError("--json and --csv are two output formats: choose one")
-    sizes = parse_sizes(size)
+    sizes = whole_elements(parse_sizes(size))
     job = make_job(CollectiveJob, op=op, size_bytes=float(sizes[0]), **values)
 
     def priced() -> dict:
