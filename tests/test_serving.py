@@ -267,6 +267,22 @@ def test_a_batch_that_does_not_fit_names_only_fixes_that_would_help(kv_dtype):
     assert ("FP8 KV cache" in note) == (kv_dtype == "bf16")
 
 
+@pytest.mark.parametrize(("model", "fraction", "named"), [
+    ("llama3-8b", 0.0001, True),  # at the default share three such requests fit
+    ("llama3-70b", 0.0001, False),  # at the default share none does: the share is not the fix
+    ("llama3-70b", 0.9, False),
+])  # fmt: skip
+def test_a_kv_pool_too_small_for_one_request_names_its_share_where_that_was_the_cut(model, fraction, named):
+    """Not one request of 130,000 tokens fits: --kv-fraction is named among the fixes only where the
+    default share would hold one."""
+    out = serve(
+        model=model, system="dgx-h100", tp=2, gpus=2, kv_fraction=fraction, prompt=100000, output=30000
+    )
+    (note,) = out["notes"]
+    assert out["max_batch"] == 0 and "not one request's KV cache fits" in note
+    assert ("--kv-fraction" in note) == named
+
+
 def test_paged_kv_holds_more_requests_the_longer_the_outputs():
     """--kv-reserve paged holds a request's tokens so far (p + o/2 on average), full reserves p + o:
     paged admits more wherever the KV cache bounds the batch, the more so as outputs grow."""

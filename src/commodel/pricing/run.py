@@ -272,6 +272,15 @@ def _iteration_table(job: ServingJob, batch: int) -> list[dict[str, object]]:
     return iteration_table(engine, state, job.prompt)
 
 
+def _pool_was_cut(job: ServingJob) -> bool:
+    """Whether ``job``'s --kv-fraction, below the default, is what keeps one request out: at the
+    default share one would fit."""
+    default = ServingJob.model_fields["kv_fraction"].default
+    if job.kv_fraction >= default:
+        return False
+    return int(_one_row(price_serving, job.model_copy(update={"kv_fraction": default})).max_batch) > 0
+
+
 def serve(job: ServingJob | None = None, kernels: bool = False, **values: Any) -> dict[str, Any]:
     """Price one serving deployment (a :class:`ServingJob`, or its fields as keywords): latency,
     throughput, KV cache, power and cost, the batch in flight and the largest that fits, and
@@ -309,8 +318,9 @@ def serve(job: ServingJob | None = None, kernels: bool = False, **values: Any) -
     outputs = {name: float(getattr(row, name)) for name in SERVING_OUTPUTS if name not in SERVING_APART}
     outputs = {name: v if np.isfinite(v) else None for name, v in outputs.items()}  # empty: not priced
     if largest == 0:  # not one request fits: the pricing leaves latency, throughput and cost empty
+        pool = f"a larger --kv-fraction than {job.kv_fraction:g}, " if _pool_was_cut(job) else ""
         notes = [f"{row.problem}: not one request's KV cache fits beside the weights and runtime buffers "
-                 "(more GPUs per replica, a smaller dtype or a shorter context)"]  # fmt: skip
+                 f"({pool}more GPUs per replica, a smaller dtype or a shorter context)"]  # fmt: skip
     elif not row.fits:
         fixes = f"--batch {largest} or --batch max, more GPUs per replica"
         fixes += "" if kv_dtype_of(job.kv_dtype, recipe) == "fp8" else ", or an FP8 KV cache"
