@@ -69,13 +69,6 @@ def _failures(
     )  # fmt: skip
 
 
-def steps_to_train(tokens: np.ndarray, result: dict[str, np.ndarray]) -> np.ndarray:
-    """Whole steps that train ``tokens``: ``ceil(tokens / (tokens per step))``, at least one where
-    any are asked for (an optimizer step takes its whole global batch; the last one is not cut)."""
-    per_step = result["tokens_per_s"] * result["step_time_s"]
-    return np.ceil(tokens / per_step * (1 - 1e-12))
-
-
 def job_totals(
     columns: Columns,
     rows: np.ndarray,
@@ -84,11 +77,13 @@ def job_totals(
     result: dict[str, np.ndarray],
     fleet: list[tuple[Cluster, np.ndarray]],
     gpus: np.ndarray,
+    tokens_per_step: np.ndarray,
 ) -> dict[str, np.ndarray]:
     """The :data:`JOB_OUTPUTS` of the table's ``rows`` from their step ``result``, over the nodes of
     ``fleet`` ((cluster, nodes) per group): GPUs busy for the step's compute share, the rest of each
     node and the switch ports it uses (:mod:`commodel.ops.energy`); the time to train is whole steps
-    (:func:`steps_to_train`), stretched by 1 / goodput under failures, at the same power."""
+    of ``tokens_per_step`` (an optimizer step takes its whole global batch: ``ceil(tokens / tokens per
+    step)``, at least one), stretched by 1 / goodput under failures, at the same power."""
 
     def col(name: str) -> np.ndarray:
         return numbers(take(columns, name, rows))
@@ -100,7 +95,8 @@ def job_totals(
     it_power = sum(it_power_W(c, busy, n) for c, n in fleet)
     pue = col("pue")
     with np.errstate(divide="ignore"):  # goodput 0: the job never ends
-        seconds = steps_to_train(col("train_tokens"), result) * result["step_time_s"] / failures["goodput"]
+        steps = np.ceil(col("train_tokens") / tokens_per_step)
+        seconds = steps * result["step_time_s"] / failures["goodput"]
     costs = energy_costs(it_power, seconds, gpus, pue, col("carbon_g_per_kWh"), col("price_per_gpu_hour"))
     nodes = sum(n for _, n in fleet)
     return {

@@ -221,7 +221,9 @@ def _price_group(columns: Columns, key: dict, rows: np.ndarray, out: Outputs) ->
         result, messages[ok], powered = _step(net, fleet, sub, key, columns, keep, gpus[ok])
         if result:
             named = recompute_names(sub.recompute, result["recompute_share"], result["offload_share"])
-            totals = job_totals(columns, keep, net, key, result, powered, gpus[ok])
+            totals = job_totals(
+                columns, keep, net, key, result, powered, gpus[ok], sub.global_batch * sub.seq
+            )
             priced = {**result, "recompute_used": named, **totals}
             unfit = ~np.broadcast_to(np.asarray(priced["fits"], dtype=bool), keep.shape) & (
                 messages[ok] == ""
