@@ -16,9 +16,9 @@ The job is the arguments as commodel's training job reads them (:data:`SETTINGS`
 the measured step is the median elapsed time per iteration past warm-up
 (:func:`~commodel.calibrate.measured.steady_median`), of the iterations at the job's global batch
 (a ``--rampup-batch-size`` run's smaller ones left out); where the reports print their throughput
-per GPU, its product with their time (the FLOPs of an iteration) must be one number. An argument the job cannot express (FP32
-training, the all-gather dispatcher, CUDA graphs of a whole layer with no scope) is refused in one
-line naming it.
+per GPU, its product with their time (the FLOPs of an iteration) must be one number. An argument the
+job cannot express (FP32 training, the all-gather dispatcher, CUDA graphs of a whole layer with no
+scope) is refused in one line naming it.
 """
 
 from __future__ import annotations
@@ -218,10 +218,11 @@ def _reports(path: Path, text: str, batch: int) -> tuple[list[tuple[int, float]]
         if size is not None and int(size[1]) != batch:
             ramped += 1
             continue
-        kept.append((int(report[1]), float(report[2])))
-        work = _THROUGHPUT.search(line)
-        if work is not None and float(work[1]) > 0 and float(report[2]) > 0:  # else: refused as not positive
-            done.append((int(report[1]), float(work[1]) * float(report[2])))
+        iteration, ms = int(report[1]), float(report[2])
+        kept.append((iteration, ms))
+        rate = _THROUGHPUT.search(line)
+        if rate is not None and float(rate[1]) > 0 and ms > 0:  # else: refused as not positive
+            done.append((iteration, float(rate[1]) * ms))
     one_number(path, done, "throughput per GPU times elapsed time (its FLOPs)")
     if ramped and not kept:
         raise fail(

@@ -6,9 +6,10 @@ top_k / experts`` its mean, drops the rest (lowest router probability first) and
 expert then computes and exchanges ``C`` tokens: the busiest expert-parallel rank handles ``X`` times
 the mean (:attr:`~commodel.workloads.parallel.layout.Layout.busiest_expert_rank`), and the shapes are static,
 so the all-to-all dispatcher needs no host sync and CUDA graphs may capture the experts
-(:mod:`commodel.workloads.training.host_issue`). Without a capacity factor (0) the experts are dropless. The hardware computes ``X`` times the
-dropless experts' FLOPs (:func:`capacity_flops_per_token`); the model FLOPs (MFU) count ``top_k``
-copies per token, as Megatron counts them, whatever is padded or dropped.
+(:mod:`commodel.workloads.training.host_issue`). Without a capacity factor (0) the experts are
+dropless. The hardware computes ``X`` times the dropless experts' FLOPs
+(:func:`capacity_flops_per_token`); the model FLOPs (MFU) count ``top_k`` copies per token, as
+Megatron counts them, whatever is padded or dropped.
 
 **Dropped share**: an expert's tokens ``n ~ Normal(mu, s^2)`` with ``s = max(sqrt(mu), (L - 1) mu /
 sqrt(2 ln E))``: the spread that puts the busiest of ``E`` experts at ``L`` (``--expert-load``) times
