@@ -80,6 +80,23 @@ def test_a_prompt_longer_than_the_token_limit_prefills_in_chunks():
     assert tiny["max_batch"][0] > 1
 
 
+@pytest.mark.parametrize("phase", ["both", "prefill", "disaggregated"])
+def test_each_chunk_of_a_long_prompt_reads_the_weights_again(phase):
+    """A prompt beyond --max-num-tokens runs as ceil(p / M) iterations of at most M tokens, each
+    streaming every weight from HBM: its first token comes no sooner than that many weight reads, and
+    a smaller budget never brings it sooner (one 32,768-token iteration at M = 64 was priced 1.2 s,
+    where 512 reads of Llama 3 8B's 16 GB take 2.4 s)."""
+    job = dict(model="llama3-8b", system="dgx-h100", prompt=32768, output=2 if phase == "prefill" else 64)
+    job |= {"phase": "prefill"} if phase == "prefill" else {}
+    job |= {"gpus": 2, "prefill_gpus": 1} if phase == "disaggregated" else {"batch": "1"}
+    e = engine()
+    read = weight_bytes_per_gpu(e.model, e.tp, e.pp, e.recipe)[0] / e.cluster.gpu.memory_bandwidth.value
+    ttft = [serve(**job, max_num_tokens=m)["ttft_s"] for m in (32768, 8192, 512, 64)]
+    assert all(later >= sooner * (1 - 1e-9) for sooner, later in itertools.pairwise(ttft))
+    assert ttft[-1] >= 32768 / 64 * read
+    assert ttft[0] < 2 * ttft[1]  # within the budget the compute binds: four chunks cost about one
+
+
 def test_a_bigger_kv_cache_dtype_holds_fewer_requests():
     fp8 = capacity(engine(kv="fp8"), 2048, 2048)["kv_batch"][0]
     bf16 = capacity(engine(kv="bf16"), 2048, 2048)["kv_batch"][0]

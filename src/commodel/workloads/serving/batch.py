@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from commodel.workloads.serving.engine import Engine, iteration_time, steady_state
+from commodel.workloads.serving.engine import Engine, iteration_time, prompt_chunks, steady_state
 from commodel.workloads.serving.memory import capacity, kv_bytes_per_sequence
 
 #: Fixed-point steps that match a disaggregated decode pool's batch to the requests it is sent.
@@ -18,11 +18,35 @@ DECODE_BATCH_STEPS = 8
 PHASES = ("both", "prefill", "decode")
 
 
-def prefill_iteration(engine: Engine, prompt: np.ndarray) -> tuple[np.ndarray, dict]:
-    """A prompt-only iteration of as many whole prompts as the token budget holds (at least one):
-    the prompts and the iteration (:func:`~commodel.workloads.serving.engine.iteration_time`)."""
-    prompts = np.maximum(np.floor(engine.max_num_tokens / prompt), 1.0)
-    return prompts, iteration_time(engine, np.zeros_like(prompt), prompts, prompt, prompt)
+def prompt_pass(engine: Engine, prompts: np.ndarray, prompt: np.ndarray) -> dict[str, np.ndarray]:
+    """The prompt-only iterations that carry ``prompts`` whole prompts of ``prompt`` tokens to their
+    first tokens (:func:`~commodel.workloads.serving.engine.iteration_time`), their seconds and bytes
+    summed. A prompt beyond the token budget ``M`` runs as ``k`` chunks
+    (:func:`~commodel.workloads.serving.engine.prompt_chunks`): ``k - 1`` iterations of ``M`` tokens and
+    one of the rest, each reading the weights and paying the iteration's fixed costs, each with its
+    tokens' share of the prompt's causal attention (the chunks' attention against their prefixes
+    adds up to the whole)."""
+    chunks = prompt_chunks(engine, prompt)
+    full = np.minimum(engine.max_num_tokens, prompt)
+
+    def iteration(tokens: np.ndarray) -> dict:
+        return iteration_time(engine, np.zeros_like(prompts), prompts * tokens / prompt, prompt, prompt)
+
+    last = iteration(prompt - (chunks - 1) * full)
+    if not np.any(chunks > 1):
+        return last
+    before = iteration(full)
+    return {name: (chunks - 1) * before[name] + last[name] for name in ITERATION_SUMS}
+
+
+#: What :func:`prompt_pass` adds up over a prompt's iterations.
+ITERATION_SUMS = ("time_s", "compute_s", "comm_s", "host_s", "compute_bound_s", "hbm_bytes")
+
+
+def prefill_prompts(engine: Engine, prompt: np.ndarray) -> np.ndarray:
+    """Whole prompts a prefill iteration holds: as many as the token budget takes, at least one (a
+    longer one in chunks, :func:`prompt_pass`)."""
+    return np.maximum(np.floor(engine.max_num_tokens / prompt), 1.0)
 
 
 def decode_iteration(engine: Engine, batch: np.ndarray, prompt: np.ndarray, output: np.ndarray) -> dict:
@@ -35,12 +59,13 @@ def one_phase(
 ) -> dict[str, np.ndarray]:
     """One phase alone on every replica, as a prefill/decode-disaggregated pool runs it with the
     other pool never short of work (what a profile of one phase reports): ``prefill``, iterations of
-    ``batch`` whole prompts, each request's first token at its iteration's end; ``decode``, iterations
+    ``batch`` whole prompts (one beyond the token budget in chunks, :func:`prompt_pass`), each
+    request's first token at its last iteration's end; ``decode``, iterations
     of ``batch`` queries (:func:`decode_iteration`), one token each, a request leaving after its
     ``o - 1`` tokens (its first is its prefill's: a decode pool takes ``o >= 2``)."""
     p, o, b = (np.asarray(v, dtype=float) for v in (prompt, output, batch))
     if phase == "prefill":
-        it = iteration_time(engine, np.zeros_like(b), b, p, p)
+        it = prompt_pass(engine, b, p)
         t = it["time_s"]
         rates = {"requests_per_s": b / t, "output_tokens_per_s": b / t, "ttft_s": t,
                  "tpot_s": np.full_like(t, np.nan)}  # fmt: skip
@@ -61,7 +86,8 @@ def disaggregated(
     """Prefill and decode on separate replicas (``prefill`` and ``decode`` of them), the KV cache of
     each prompt sent from one to the other over the network.
 
-    Prefill replicas run prompt-only iterations of as many whole prompts as the token budget holds;
+    Prefill replicas run prompt-only iterations of as many whole prompts as the token budget holds
+    (one beyond it in chunks, :func:`prompt_pass`);
     each request's KV cache (all its GPUs' shards, sent in parallel over their NIC shares) then moves
     to a decode replica, which runs decode-only iterations. Requests flow at the slower pool's rate;
     a decode pool that could take more runs a smaller batch, found by a few fixed-point steps
@@ -70,7 +96,8 @@ def disaggregated(
     """
     p, o = np.asarray(prompt, dtype=float), np.asarray(output, dtype=float)
     prefill, decode = np.asarray(prefill, dtype=float), np.asarray(decode, dtype=float)
-    prompts, first = prefill_iteration(engine, p)
+    prompts = prefill_prompts(engine, p)
+    first = prompt_pass(engine, prompts, p)
     t_prefill = first["time_s"]
     prefill_rate = prefill * prompts / t_prefill
     kv = kv_bytes_per_sequence(engine.model, p, engine.tp, engine.pp, engine.kv_dtype)

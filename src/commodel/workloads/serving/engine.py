@@ -291,6 +291,13 @@ def expert_exchange(engine: Engine, tokens: np.ndarray, prompts: np.ndarray) -> 
     return np.where(prompts, high, latency)
 
 
+def prompt_chunks(engine: Engine, prompt: ArrayLike) -> np.ndarray:
+    """Iterations a prompt of ``p`` tokens takes, ``k = ceil(p / max_num_tokens)``: an engine with
+    chunked context (TensorRT-LLM's, which trtllm-bench enables; vLLM's and SGLang's chunked prefill)
+    runs a longer prompt as chunks that fill the iteration's token budget, the last one the rest."""
+    return np.ceil(np.asarray(prompt, dtype=float) / engine.max_num_tokens)
+
+
 def mean_context(prompt: ArrayLike, output: ArrayLike, output_cv: ArrayLike) -> np.ndarray:
     """A request's length-biased mean length in flight, ``E[p] + E[o^2] / 2 E[o] = p + o (1 + cv_o^2)
     / 2``: long outputs are in flight longer."""
@@ -333,7 +340,7 @@ def steady_state(
     each kind (with prompts, decode only) with its share, decode queries, prompts and its
     :func:`iteration_time`."""
     b, p, o = (np.asarray(v, dtype=float) for v in (batch, prompt, output))
-    chunks = np.ceil(p / engine.max_num_tokens)
+    chunks = prompt_chunks(engine, p)
     life = o + chunks - 1  # iterations a request stays in flight: its prompt's chunks, then decode
     starts = b / life
     own, prompts = np.minimum(starts, 1.0), np.maximum(starts, 1.0)
