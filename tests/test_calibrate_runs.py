@@ -71,6 +71,46 @@ def test_torchtitan_log_gives_its_job_and_steady_tokens():
     assert job.grad_reduce_in_fp32  # training.mixed_precision_reduce = 'float32'
 
 
+#: torchtitan's configuration as it printed it before 2025: degrees in ``training`` and
+#: ``experimental``, Float8 by a switch of its own.
+TITAN_2024_ARGS = (
+    "{'job': {'description': 'Llama 3 8B training', 'print_args': True}, 'model': {'name': 'llama3', "
+    "'flavor': '8B', 'norm_type': 'rmsnorm'}, 'training': {'batch_size': 2, 'seq_len': 8192, 'steps': 100, "
+    "'data_parallel_replicate_degree': 1, 'data_parallel_shard_degree': -1, 'tensor_parallel_degree': "
+    "{tp}, 'mixed_precision_param': 'bfloat16', 'mixed_precision_reduce': 'float32', 'compile': True}, "
+    "'experimental': {'enable_async_tensor_parallel': False, 'pipeline_parallel_degree': 1, "
+    "'context_parallel_degree': 1}, 'activation_checkpoint': {'mode': 'selective', 'selective_ac_option': "
+    "'op'}, 'float8': {'enable_float8_linear': True, 'enable_fsdp_float8_all_gather': False}}"
+)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_a_torchtitan_log_of_2024_reads_as_its_job(tmp_path, tp):
+    """Before 2025 torchtitan printed ``wps`` (no ``tflops``), in colour, and kept the parallel degrees
+    in ``training`` and ``experimental``: the same run reads to the same job and tokens/s, and a
+    tensor-parallel degree kept there is the job's (read from ``parallelism`` alone, it was 1)."""
+    colour = "\x1b[36m"
+    lines = []
+    for line in TITAN.read_text().splitlines():
+        if "Running with args:" in line:
+            line = (
+                line.split("Running with args:")[0]
+                + "Running with args: "
+                + TITAN_2024_ARGS.replace("{tp}", str(tp))
+            )
+        line = re.sub(r"grad_norm:\s*\S+\s+", "", line)
+        line = re.sub(r"tps: ([\d,]+)  tflops: \S+", colour + r"wps: \1  " + colour, line)
+        lines.append(line.replace("step:", colour + "step:"))
+    path = tmp_path / "titan-2024.log"
+    path.write_text("\n".join(lines) + "\n")
+    old, new = read_training(path, "dgx-h100"), read_training(TITAN, "dgx-h100")
+    assert old.value == new.value and old.peak_memory_bytes == new.peak_memory_bytes
+    assert old.job.tp == tp
+    assert old.job.model_dump(exclude={"tp", "sequence_parallel", "global_batch"}) == new.job.model_dump(
+        exclude={"tp", "sequence_parallel", "global_batch"}
+    )
+
+
 @pytest.mark.parametrize(("dtype", "fp32"), [("'bfloat16'", False), ("'float32'", True), ("'fp8'", None)])
 def test_torchtitans_reduce_dtype_is_read(tmp_path, dtype, fp32):
     """FSDP's reduce dtype is the log's ``mixed_precision_reduce``; one commodel does not price is refused."""

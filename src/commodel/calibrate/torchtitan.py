@@ -10,6 +10,12 @@ The format (torchtitan ``train.py`` with ``job.print_args``, ``components/metric
     Building 1-D device mesh with ['dp_shard'], [8]
     step: 10  loss:  7.1234  grad_norm:  1.2  memory: 58.21GiB(61.28%)  tps: 5,762  tflops: 301.23  mfu: 30.46%
 
+Logs of torchtitan before 2025 read too: their step reports give ``wps`` where later ones give
+``tps`` (tokens per second per GPU both), and their configuration keeps the parallel degrees in
+``training`` (``tensor_parallel_degree``, ``data_parallel_replicate_degree``) and ``experimental``
+(``pipeline_parallel_degree``, ``context_parallel_degree``, ``enable_async_tensor_parallel``), and
+Float8 in ``float8.enable_float8_linear``; the terminal colours torchtitan prints are ignored.
+
 The job: the model by ``name`` and ``flavor`` (``llama3`` ``8B`` is ``llama3-8b``), FSDP over the
 sharded data-parallel ranks (``zero = 3``) reducing gradients in the dtype ``mixed_precision_reduce``
 names (float32 by default), the precision its converters set (``float8``: FP8 with
@@ -44,7 +50,12 @@ from commodel.workloads.model.catalog import model as get_model
 _ARGS = re.compile(r"Running with args:\s*(\{.*?)\s*$", re.MULTILINE)
 _MESH = re.compile(r"Building \d+-D device mesh with \[[^\]]*\], \[([\d, ]+)\]")
 _MEMORY = re.compile(r"step:.*?memory:\s*([0-9.]+)GiB")
-_STEP = re.compile(r"step:\s*(\d+)\s.*?tps:\s*([\d,]+(?:\.\d+)?)(?:\s+tflops:\s*([0-9.]+))?")
+_STEP = re.compile(r"step:\s*(\d+)\s.*?[tw]ps:\s*([\d,]+(?:\.\d+)?)(?:\s+tflops:\s*([0-9.]+))?")
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+
+#: Where torchtitan's configuration keeps the parallel degrees: ``parallelism`` since 2025, before it
+#: ``training`` and ``experimental`` (the first section that has a key gives it).
+PARALLELISM_SECTIONS = ("parallelism", "experimental", "training")
 
 #: torchtitan's activation checkpointing modes (``selective`` by its ``selective_ac_option``:
 #: :func:`checkpointing`).
@@ -92,18 +103,25 @@ def _gpus(path: Path, text: str) -> int:
     return math.prod(int(n) for n in match[1].split(","))
 
 
-def _precision(path: Path, model: dict[str, Any]) -> str:
-    converters = [str(c) for c in model.get("converters", [])]
+def _precision(path: Path, cfg: dict[str, dict[str, Any]]) -> str:
+    converters = [str(c) for c in cfg.get("model", {}).get("converters", [])]
     unknown = [c for c in converters if c not in ("float8", "mx")]
     if unknown:
         raise fail(path, f"model.converters {unknown[0]!r}: commodel prices float8 and mx")
+    if setting(path, cfg.get("float8", {}), "enable_float8_linear", bool, False):  # before converters
+        converters.append("float8")
     return "mxfp8" if "mx" in converters else "fp8" if "float8" in converters else "bf16"
+
+
+def _parallelism(cfg: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The parallelism settings, wherever the log's torchtitan keeps them (:data:`PARALLELISM_SECTIONS`)."""
+    return {k: v for section in reversed(PARALLELISM_SECTIONS) for k, v in cfg.get(section, {}).items()}
 
 
 def job_settings(path: Path, cfg: dict[str, dict[str, Any]], gpus: int, layers: int) -> dict[str, Any]:
     """The training job's settings the configuration states, on ``gpus`` GPUs, for a model of
     ``layers`` blocks."""
-    par, train = cfg.get("parallelism", {}), cfg.get("training", {})
+    par, train = _parallelism(cfg), cfg.get("training", {})
     sizes = {k: setting(path, par, f"{k}_degree", int, 1) for k in ("tensor_parallel", "pipeline_parallel",
              "context_parallel", "expert_parallel", "data_parallel_replicate")}  # fmt: skip
     for name in ("pipeline_parallel", "expert_parallel", "data_parallel_replicate"):
@@ -122,7 +140,7 @@ def job_settings(path: Path, cfg: dict[str, dict[str, Any]], gpus: int, layers: 
     )
     return {
         "gpus": gpus, "tp": tp, "cp": cp, "zero": 3 if dp > 1 else 1, "sequence_parallel": tp > 1,
-        "dtype": _precision(path, cfg.get("model", {})), "micro_batch": local,
+        "dtype": _precision(path, cfg), "micro_batch": local,
         "global_batch": setting(path, train, "global_batch_size", int, local * dp * steps),
         "seq": setting(path, train, "seq_len"), **checkpointing(path, cfg, layers),
         "elementwise": "fused" if compiled else "eager", "overlap": "sm-partition",
@@ -153,6 +171,7 @@ def looks_like_torchtitan(text: str) -> bool:
 def parse_torchtitan(path: Path, text: str, system: str, model: str | None = None) -> MeasuredRun:
     """The run a torchtitan log (``text``, read from ``path``) records, on ``system``: its job and
     median steady tokens/s per GPU."""
+    text = _COLOUR.sub("", text)
     cfg = config(path, text)
     spec = cfg.get("model", {})
     name = model_of(model, lambda: named_model(path, f"{spec.get('name', '')}-{spec.get('flavor', '')}"))
