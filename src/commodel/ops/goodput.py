@@ -21,6 +21,9 @@ estimate of the optimum checkpoint interval for restart dumps", FGCS 2006, expon
 ``T_wall / T_work = (M / tau) e^{(R + P) / M} (e^{(tau + C) / M} - 1)``; goodput is its inverse. The
 interval is the given one, or Daly's optimum ``sqrt(2 C M) (1 + sqrt(C / 2M) / 3 + C / 18M) - C``
 (``M`` when ``C >= 2M``), at least ``P``, in whole training steps (checkpoints fall between steps).
+Exact for ``sync``; for ``async``, where a failure in the next segment's first ``P`` seconds loses
+that segment too, the ``P`` charged to every failure approximates it: a seeded event simulation of
+both processes agrees within 1.5% (``tests/test_goodput.py``).
 """
 
 from __future__ import annotations
