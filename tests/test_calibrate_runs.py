@@ -98,6 +98,11 @@ def test_a_torchtitan_log_of_2024_reads_as_its_job(tmp_path, tp):
                 + "Running with args: "
                 + TITAN_2024_ARGS.replace("{tp}", str(tp))
             )
+        if tp > 1:  # torchtitan builds a mesh dimension for each degree above 1
+            line = line.replace(
+                "1-D device mesh with ['dp_shard'], [128]",
+                f"2-D device mesh with ['dp_shard', 'tp'], [{128 // tp}, {tp}]",
+            )
         line = re.sub(r"grad_norm:\s*\S+\s+", "", line)
         line = re.sub(r"tps: ([\d,]+)  tflops: \S+", colour + r"wps: \1  " + colour, line)
         lines.append(line.replace("step:", colour + "step:"))
@@ -109,6 +114,23 @@ def test_a_torchtitan_log_of_2024_reads_as_its_job(tmp_path, tp):
     assert old.job.model_dump(exclude={"tp", "sequence_parallel", "global_batch"}) == new.job.model_dump(
         exclude={"tp", "sequence_parallel", "global_batch"}
     )
+
+
+@pytest.mark.parametrize(
+    ("degrees", "mesh"),
+    [("'tensor_parallel_degree': 1", "2-D device mesh with ['dp_shard', 'tp'], [64, 2]"),
+     ("'tensor_parallel_degree': 4", "2-D device mesh with ['dp_shard', 'tp'], [64, 2]"),
+     ("'context_parallel_degree': 2", "1-D device mesh with ['dp_shard'], [128]")],
+)  # fmt: skip
+def test_a_torchtitan_log_whose_mesh_is_not_its_configuration_is_refused(tmp_path, degrees, mesh):
+    """torchtitan builds a mesh dimension for each degree above 1: a configuration and a mesh that
+    disagree (a tensor-parallel degree without its ``tp`` dimension, or another size) are two runs."""
+    key = degrees.split(":")[0]
+    text = re.sub(key + r": \d+", degrees, TITAN.read_text())
+    path = tmp_path / "mixed.log"
+    path.write_text(text.replace("1-D device mesh with ['dp_shard'], [128]", mesh))
+    with pytest.raises(CommodelError, match="the configuration and the mesh are of two runs"):
+        read_training(path, "dgx-h100")
 
 
 @pytest.mark.parametrize(("dtype", "fp32"), [("'bfloat16'", False), ("'float32'", True), ("'fp8'", None)])

@@ -48,7 +48,7 @@ from commodel.calibrate.measured import (
 from commodel.workloads.model.catalog import model as get_model
 
 _ARGS = re.compile(r"Running with args:\s*(\{.*?)\s*$", re.MULTILINE)
-_MESH = re.compile(r"Building \d+-D device mesh with \[[^\]]*\], \[([\d, ]+)\]")
+_MESH = re.compile(r"Building \d+-D device mesh with \[([^\]]*)\], \[([\d, ]*)\]")
 _MEMORY = re.compile(r"step:.*?memory:\s*([0-9.]+)GiB")
 _STEP = re.compile(r"step:\s*(\d+)\s.*?[tw]ps:\s*([\d,]+(?:\.\d+)?)(?:\s+tflops:\s*([0-9.]+))?")
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")
@@ -96,11 +96,23 @@ def config(path: Path, text: str) -> dict[str, dict[str, Any]]:
     return found
 
 
-def _gpus(path: Path, text: str) -> int:
+#: The device mesh's dimensions that are degrees the configuration states (torchtitan builds a
+#: dimension for each degree above 1, ``pp``, ``dp_replicate``, ``dp_shard``, ``cp``, ``tp``).
+MESH_DEGREES = {"tp": "tensor_parallel", "cp": "context_parallel"}
+
+
+def _mesh(path: Path, text: str) -> dict[str, int]:
+    """The device mesh the log builds: each named dimension's size (none: one GPU)."""
     match = _MESH.search(text)
     if match is None:
         raise fail(path, "no 'Building N-D device mesh' line: the GPUs the run used are not in the log")
-    return math.prod(int(n) for n in match[1].split(","))
+    names = [n.strip().strip("'\"") for n in match[1].split(",") if n.strip()]
+    sizes = [int(n) for n in match[2].split(",") if n.strip()]
+    if len(names) != len(sizes):
+        raise fail(
+            path, f"the device mesh names {len(names)} dimensions and sizes {len(sizes)}: a damaged line"
+        )
+    return dict(zip(names, sizes, strict=True))
 
 
 def _precision(path: Path, cfg: dict[str, dict[str, Any]]) -> str:
@@ -118,12 +130,19 @@ def _parallelism(cfg: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {k: v for section in reversed(PARALLELISM_SECTIONS) for k, v in cfg.get(section, {}).items()}
 
 
-def job_settings(path: Path, cfg: dict[str, dict[str, Any]], gpus: int, layers: int) -> dict[str, Any]:
-    """The training job's settings the configuration states, on ``gpus`` GPUs, for a model of
-    ``layers`` blocks."""
+def job_settings(
+    path: Path, cfg: dict[str, dict[str, Any]], mesh: dict[str, int], layers: int
+) -> dict[str, Any]:
+    """The training job's settings the configuration states, on the GPUs of the device ``mesh`` (whose
+    dimensions must be the degrees it states), for a model of ``layers`` blocks."""
     par, train = _parallelism(cfg), cfg.get("training", {})
     sizes = {k: setting(path, par, f"{k}_degree", int, 1) for k in ("tensor_parallel", "pipeline_parallel",
              "context_parallel", "expert_parallel", "data_parallel_replicate")}  # fmt: skip
+    for name, degree in MESH_DEGREES.items():
+        if mesh.get(name, 1) != sizes[degree]:
+            raise fail(path, f"{degree}_degree = {sizes[degree]} where the device mesh's '{name}' dimension is "
+                             f"{mesh.get(name, 1)}: the configuration and the mesh are of two runs")  # fmt: skip
+    gpus = math.prod(mesh.values())
     for name in ("pipeline_parallel", "expert_parallel", "data_parallel_replicate"):
         if sizes[name] > 1:
             raise fail(
@@ -180,5 +199,5 @@ def parse_torchtitan(path: Path, text: str, system: str, model: str | None = Non
     per_token = [(step, tflops / tps) for step, tps, tflops in steps if tps > 0 and tflops > 0]
     one_number(path, per_token, "tflops over tps (its FLOPs per token)")
     tps, how = steady_median(path, [i for i, _ in reports], [v for _, v in reports], "tokens/s per GPU")
-    job = training(path, name, system, job_settings(path, cfg, _gpus(path, text), get_model(name).layers))
+    job = training(path, name, system, job_settings(path, cfg, _mesh(path, text), get_model(name).layers))
     return MeasuredRun(path, job, "tokens_per_s_per_gpu", tps, how, peak_memory(_MEMORY, text, 2**30))
