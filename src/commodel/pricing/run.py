@@ -334,6 +334,7 @@ def serve(job: ServingJob | None = None, kernels: bool = False, **values: Any) -
         "replicas": int(row.replicas),
         "layout": {"tp": job.tp, "pp": job.pp, "ep": job.ep},
         "attention_dp": job.attention_dp,
+        **({"dispatcher": job.dispatcher, "ep_overlap": job.ep_overlap} if job.ep > 1 else {}),
         "phase": job.phase,
         "prefill_gpus": job.prefill_gpus,
         "dtype": job.dtype,

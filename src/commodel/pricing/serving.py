@@ -77,7 +77,7 @@ OUTPUTS = (
 ENGINE_SIZES = ("tp", "attention_dp", "pp", "ep", "max_batch_size", "max_num_tokens", "kv_fraction")
 
 #: A serving job's software settings of its replica's engine, one per group of designs.
-ENGINE_SOFTWARE = ("kv_dtype", "host_schedule", "dispatcher")
+ENGINE_SOFTWARE = ("kv_dtype", "host_schedule", "dispatcher", "ep_overlap")
 
 
 def replica_engine(
@@ -94,7 +94,7 @@ def replica_engine(
     tp = np.where(s["attention_dp"] > 0, 1.0, s["tp"])
     return Engine(net, c, recipe, kv_dtype_of(software["kv_dtype"], recipe), tp, s["pp"], s["ep"],
                   s["max_batch_size"], s["max_num_tokens"], s["kv_fraction"], software["host_schedule"],
-                  software["dispatcher"])  # fmt: skip
+                  software["dispatcher"], software["ep_overlap"])  # fmt: skip
 
 
 def price_serving(columns: Columns) -> Columns:
@@ -135,6 +135,8 @@ def price_serving(columns: Columns) -> Columns:
             (np.full(len(rows), net.moe is None and key["dispatcher"] != "alltoall"),
              f"the {key['dispatcher']} dispatcher moves a mixture-of-experts model's tokens: {key['model']} has "
              "no experts"),
+            ((key["ep_overlap"] == "two-batch") & ((key["dispatcher"] != "deepep") | (ep < 2)),
+             "two-batch overlap hides DeepEP's dispatch and combine: give --dispatcher deepep and --ep 2 or more"),
         ]  # fmt: skip
         try:  # a setting the GPUs cannot take: a power limit above their TDP, a precision they lack
             c = make_cluster(key["system"], **cluster_shape(key))

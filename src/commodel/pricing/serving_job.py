@@ -23,7 +23,8 @@ from commodel.pricing.job import (
     make_job,
 )
 from commodel.workloads.serving.batch import PHASES
-from commodel.workloads.serving.engine import DISPATCHERS, HOST_SCHEDULES, KV_DTYPES
+from commodel.workloads.serving.engine import HOST_SCHEDULES, KV_DTYPES
+from commodel.workloads.serving.experts import DISPATCHERS, EP_OVERLAPS
 from commodel.workloads.serving.memory import KV_RESERVE
 
 
@@ -69,6 +70,12 @@ class ServingJob(Job):
         description="How a MoE layer's tokens reach their experts' GPUs: alltoall (NCCL's all-to-all of every "
         "routed copy) or deepep (DeepEP: its normal kernels in iterations with prompts, its low-latency ones "
         "in decode-only iterations, as SGLang's --moe-a2a-backend deepep).",
+    )
+    ep_overlap: Annotated[str, Choices("serving expert overlap", EP_OVERLAPS)] = Field(
+        "none",
+        description="What hides a MoE layer's dispatch and combine: none, or two-batch (SGLang's "
+        "--enable-two-batch-overlap, with --dispatcher deepep: each iteration split into two micro-batches, "
+        "one's dispatch and combine beside the other's layer on the SMs DeepEP leaves).",
     )
     dtype: Annotated[str, Choices("serving precision", SERVING_RECIPES)] = Field(
         "bf16", description="Linear layers' weights and activations: bf16, fp8, fp4 (NVFP4)."

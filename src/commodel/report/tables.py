@@ -142,7 +142,7 @@ def _kernel_lines(rows: list[dict], calls: Callable[[dict], str], times: dict[st
     """Kernel rows as table lines (:func:`commodel.workloads.layer.kernel_rows.kernel_row`'s columns,
     ``calls`` per layer as text, then the ``times`` columns, header -> key, in ms) and their total."""
     name_width = max(24, 2 + max((len(r["kernel"]) for r in rows), default=0))
-    widths = (name_width, 34, 7, 10, 9, 9, 10, 8, 8) + (9,) * len(times)
+    widths = (name_width, 34, 7, 10, 10, 10, 10, 8, 8) + (9,) * len(times)
     head = (
         "kernel",
         "shape (m x n x k)",
@@ -209,6 +209,8 @@ def serving_table(result: dict) -> str:
     replicas = f"{result['replicas']} replica{'s' if result['replicas'] != 1 else ''} of {layout}"
     if result.get("attention_dp"):
         replicas = f"{layout} with attention data parallelism: {result['replicas']} attention replicas"
+    if result.get("ep_overlap") == "two-batch":
+        replicas += "; two-batch overlap of the expert exchange"
     head = (
         f"{result['model']} on {result['gpus']} GPU{'s' if result['gpus'] != 1 else ''} of {result['system']} "
         f"({replicas}), {result['dtype']} weights, "

@@ -304,6 +304,7 @@ ENGINE_SETTINGS = {
     "max_num_tokens": int,
     "kv_fraction": float,
     "dispatcher": str,
+    "ep_overlap": str,
 }
 
 #: The serving rows' metrics: the output of :func:`commodel.pricing.run.serve` each reads, and what

@@ -7,7 +7,7 @@ GEMM over the ``G + c p`` tokens (:func:`commodel.workloads.layer.kernels.layer_
 once, so decode alone is bound by the weights and the KV cache, prefill by compute); attention is
 two kernels, causal flash attention over the prompts and :func:`commodel.compute.kernels.decode_attention`
 over each decode query's cached context; tensor parallelism adds two allreduces per layer, expert
-parallelism a dispatch and a combine per MoE layer (:func:`expert_exchange`); the last pipeline stage computes the
+parallelism a dispatch and a combine per MoE layer (:func:`~commodel.workloads.serving.experts.expert_exchange`); the last pipeline stage computes the
 logits of the ``G + c`` tokens that sample. With ``pp`` stages, ``pp`` micro-batches are in flight and
 a round of all of them takes ``pp x`` the slowest stage.
 
@@ -44,19 +44,12 @@ from commodel.compute.precision import Precision
 from commodel.hardware.cluster import Cluster
 from commodel.workloads.layer.kernel_rows import first_design, kernel_row
 from commodel.workloads.layer.kernels import layer_kernels
-from commodel.workloads.layer.timing import timed, timed_all
+from commodel.workloads.layer.timing import Timed, timed, timed_all
 from commodel.workloads.model.schema import Transformer
 from commodel.workloads.model.transformer import attention_dims, bytes_per
-from commodel.workloads.moe.dispatch import (
-    COMBINE_BYTES,
-    DEEPEP_NVL_PEERS,
-    DISPATCH_BYTES,
-    NVFP4_DISPATCH_BYTES,
-    high_throughput_s,
-    low_latency_s,
-)
-from commodel.workloads.parallel.groups import Group, collective, group, shared_nics
+from commodel.workloads.parallel.groups import Group, collective, group
 from commodel.workloads.parallel.layout_rules import heads_problem
+from commodel.workloads.serving.experts import expert_exchange, two_batch_overlap
 
 #: KV-cache dtypes; ``auto`` is FP8 when the linear layers run in FP8 or FP4 (as ModelOpt checkpoints
 #: ship), else BF16.
@@ -71,12 +64,6 @@ HOST_PER_REQUEST_S = 18.32e-6
 #: GPU ends this one: ``GPU + host``) or ``overlapped`` (TensorRT-LLM's overlap scheduler, vLLM's
 #: async scheduling: it prepares iteration i + 1 while the GPU runs i, ``max(GPU, host)``).
 HOST_SCHEDULES = ("serial", "overlapped")
-
-#: How a MoE layer's tokens reach their experts' GPUs and come back: ``alltoall`` (NCCL's all-to-all
-#: of every routed copy, each way) or ``deepep`` (DeepEP's kernels, :mod:`commodel.workloads.moe.dispatch`:
-#: the high-throughput ones in iterations with prompts, the low-latency ones in decode-only iterations,
-#: as SGLang's ``--moe-a2a-backend deepep`` runs them in its auto mode).
-DISPATCHERS = ("alltoall", "deepep")
 
 #: The per-design fields of an :class:`Engine`.
 _SIZES = ("tp", "pp", "ep", "max_batch", "max_num_tokens", "kv_fraction")
@@ -93,8 +80,9 @@ def kv_dtype_of(kv_dtype: str, recipe: Precision) -> str:
 class Engine:
     """One serving replica: a model on ``tp x pp`` GPUs of a cluster (experts over ``ep`` of the tp
     ranks), its precision recipe, KV-cache dtype and engine limits (requests in flight, tokens per
-    iteration, share of free memory for the KV cache), its host loop (:data:`HOST_SCHEDULES`) and
-    how it dispatches MoE tokens (:data:`DISPATCHERS`); sizes are arrays, one entry per design."""
+    iteration, share of free memory for the KV cache), its host loop (:data:`HOST_SCHEDULES`), how
+    it dispatches MoE tokens and what overlaps that (:mod:`commodel.workloads.serving.experts`); sizes
+    are arrays, one entry per design."""
 
     model: Transformer
     cluster: Cluster
@@ -108,6 +96,7 @@ class Engine:
     kv_fraction: np.ndarray
     host_schedule: str = "serial"
     dispatcher: str = "alltoall"
+    ep_overlap: str = "none"
 
     def repeated(self, times: int) -> Engine:
         """Each design repeated ``times`` times in a row (a grid per design)."""
@@ -206,6 +195,30 @@ def _prefill_attention(
     return kernels
 
 
+def _layer(
+    engine: Engine,
+    g: np.ndarray,
+    c: np.ndarray,
+    p: np.ndarray,
+    context: np.ndarray,
+    spread: np.ndarray,
+    units: ArrayLike | None = None,
+) -> list[tuple[Kernel, np.ndarray, Timed]]:
+    """One layer's kernels for ``g`` decode queries and ``c`` prompts of ``p`` tokens, each with its
+    calls per layer and its :func:`~commodel.workloads.layer.timing.timed` seconds on ``units`` SMs."""
+    lk = layer_kernels(
+        engine.model, g + c * p, 1, p, engine.tp, 1, engine.ep, False, engine.recipe, eager_glue=False
+    )
+    kernels = [
+        *((k, np.asarray(count, dtype=float)) for k, count, _ in lk.gemms),
+        *((k, np.asarray(forward, dtype=float)) for k, forward, _ in lk.elementwise if np.any(forward)),
+        *_prefill_attention(engine, c / spread, p * spread),
+        *_decode_attention(engine, g, context),
+    ]
+    times = timed_all(engine.cluster.gpu, [k for k, _ in kernels], units)
+    return [(k, calls, t) for (k, calls), t in zip(kernels, times, strict=True)]
+
+
 def iteration_time(
     engine: Engine,
     queries: ArrayLike,
@@ -230,30 +243,33 @@ def iteration_time(
     c = np.asarray(prompts, dtype=float) / pp
     p = np.asarray(prompt, dtype=float)
     tokens = g + c * p
-    lk = layer_kernels(model, tokens, 1, p, engine.tp, 1, engine.ep, False, engine.recipe, eager_glue=False)
     spread = 1 + np.asarray(prompt_cv, dtype=float) ** 2
-    kernels = [
-        *((k, np.asarray(count, dtype=float)) for k, count, _ in lk.gemms),
-        *((k, np.asarray(forward, dtype=float)) for k, forward, _ in lk.elementwise if np.any(forward)),
-        *_prefill_attention(engine, c / spread, p * spread),
-        *_decode_attention(engine, g, np.asarray(context, dtype=float)),
-    ]
-    logits = named(gemm(g + c, model.vocab / engine.tp, model.hidden, engine.recipe.other), "logits")
-    times = timed_all(gpu, [k for k, _ in kernels], None)
-    priced = [(k, calls, t[0]) for (k, calls), t in zip(kernels, times, strict=True)]
-    layer = sum(calls * seconds for _, calls, seconds in priced)
-    logits_s, logits_memory_s, _ = timed(gpu, logits, None)
-    # Per GPU and iteration: compute-bound seconds and the bytes memory-bound kernels stream (power).
-    bound = sum(calls * (t - memory_s) for (_, calls), (t, memory_s, _) in zip(kernels, times, strict=True))
-    streamed = sum(
-        calls * k.bytes * (memory_s > 0) for (k, calls), (_, memory_s, _) in zip(kernels, times, strict=True)
-    )
+
+    def layer_of(share: float, units: ArrayLike | None = None) -> list:
+        return _layer(engine, share * g, share * c, p, np.asarray(context, dtype=float), spread, units)
+
     act = tokens * model.hidden * bytes_per(engine.recipe.other)
     ar, _ = collective("allreduce", act, engine.tp_group, fab)
     comm = np.where(engine.tp > 1, 2 * ar, 0.0)
-    if model.moe is not None:
-        exchange = expert_exchange(engine, tokens, c > 0)
-        comm = comm + np.where(engine.ep > 1, model.moe_layers / model.layers * exchange, 0.0)
+    if model.moe is None:
+        priced = layer_of(1.0)
+    else:
+        moe = np.where(engine.ep > 1, model.moe_layers / model.layers, 0.0)
+
+        def exchange_of(at: np.ndarray) -> np.ndarray:
+            return moe * expert_exchange(engine, at, c > 0)
+
+        if engine.ep_overlap == "two-batch":
+            priced, exposed = two_batch_overlap(engine, layer_of, exchange_of, tokens)
+        else:
+            priced, exposed = layer_of(1.0), exchange_of(tokens)
+        comm = comm + exposed
+    layer = sum(calls * t[0] for _, calls, t in priced)
+    logits = named(gemm(g + c, model.vocab / engine.tp, model.hidden, engine.recipe.other), "logits")
+    logits_s, logits_memory_s, _ = timed(gpu, logits, None)
+    # Per GPU and iteration: compute-bound seconds and the bytes memory-bound kernels stream (power).
+    bound = sum(calls * (t[0] - t[1]) for _, calls, t in priced)
+    streamed = sum(calls * k.bytes * (t[1] > 0) for k, calls, t in priced)
     stage_layers = np.ceil(model.layers / pp)
     send, _ = collective("sendrecv", act, Group(np.full_like(tokens, 2.0), np.full_like(tokens, 2.0)), fab)
     stage_comm = stage_layers * comm + np.where(pp > 1, send, 0.0)
@@ -268,27 +284,9 @@ def iteration_time(
         "host_s": time_s - gpu_s,  # what the host adds: all of it serial, its excess overlapped
         "compute_bound_s": pp * (stage_layers * bound + logits_s - logits_memory_s),
         "hbm_bytes": pp * (stage_layers * streamed + logits.bytes * (logits_memory_s > 0)),
-        "layer": priced,
+        "layer": [(k, calls, t[0]) for k, calls, t in priced],
         "logits": (logits, logits_s),
     }
-
-
-def expert_exchange(engine: Engine, tokens: np.ndarray, prompts: np.ndarray) -> np.ndarray:
-    """Seconds of one MoE layer's dispatch and combine per GPU for an iteration of ``tokens`` per GPU,
-    by the engine's :data:`DISPATCHERS`: NCCL's all-to-all of the ``top_k`` routed copies (BF16) each
-    way, or DeepEP's kernels (dispatched in FP8, or NVFP4 where the experts compute in it; combined in
-    BF16), high-throughput where the iteration has ``prompts``, low-latency where it decodes alone."""
-    model, fab, domain = engine.model, engine.fabric, engine.cluster.domain_gpus
-    if engine.dispatcher == "alltoall":
-        act = tokens * model.hidden * bytes_per(engine.recipe.other)
-        a2a, _ = collective("alltoall", act * model.moe.top_k, group(engine.ep, 1, domain), fab)
-        return 2 * a2a
-    each_gpu = shared_nics(fab)
-    normal, low = group(engine.ep, 1, min(domain, DEEPEP_NVL_PEERS)), group(engine.ep, 1, domain)
-    sizes = (NVFP4_DISPATCH_BYTES if engine.recipe.gemm == "fp4" else DISPATCH_BYTES, COMBINE_BYTES)
-    high = sum(high_throughput_s(model, engine.cluster, each_gpu, normal, tokens, b) for b in sizes)
-    latency = sum(low_latency_s(model, engine.cluster, each_gpu, low, tokens, b) for b in sizes)
-    return np.where(prompts, high, latency)
 
 
 def prompt_chunks(engine: Engine, prompt: ArrayLike) -> np.ndarray:
