@@ -49,7 +49,8 @@ from commodel.pricing.run import train
 from commodel.workloads.model.catalog import model as get_model
 from commodel.workloads.model.transformer import parameters
 from commodel.workloads.serving.batch import slo_batch
-from commodel.workloads.serving.engine import Engine, steady_state
+from commodel.workloads.serving.continuous import steady_state
+from commodel.workloads.serving.engine import Engine
 from commodel.workloads.serving.memory import capacity
 
 

@@ -29,7 +29,8 @@ from commodel.pricing.training import STEP_OUTPUTS, job_layout, price_training
 from commodel.pricing.training_job import TrainingJob, training_job
 from commodel.workloads.layer.kernel_rows import kernel_table
 from commodel.workloads.model.catalog import model
-from commodel.workloads.serving.engine import iteration_table, kv_dtype_of, steady_state
+from commodel.workloads.serving.continuous import iteration_table, steady_state
+from commodel.workloads.serving.engine import kv_dtype_of
 from commodel.workloads.training.hetero import is_node_groups
 from commodel.workloads.training.step import BREAKDOWN
 
@@ -258,7 +259,7 @@ SERVING_APART = ("batch_in_flight", "max_batch", "fits", "replicas", "problem", 
 
 
 def _iteration_table(job: ServingJob, batch: int) -> list[dict[str, object]]:
-    """:func:`~commodel.workloads.serving.engine.iteration_table` of the job's replica at ``batch`` in flight."""
+    """:func:`~commodel.workloads.serving.continuous.iteration_table` of the job's replica at ``batch`` in flight."""
     if job.prefill_gpus or job.phase != "both":
         raise CommodelError(
             "the kernel table prices colocated serving of both phases; give no --prefill-gpus or --phase"

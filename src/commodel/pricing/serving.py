@@ -40,13 +40,8 @@ from commodel.pricing.table import (
 from commodel.workloads.model.catalog import model as get_model
 from commodel.workloads.model.schema import Transformer
 from commodel.workloads.serving.batch import disaggregated, one_phase, slo_batch
-from commodel.workloads.serving.engine import (
-    Engine,
-    kv_dtype_of,
-    mean_context,
-    replica_problems,
-    steady_state,
-)
+from commodel.workloads.serving.continuous import mean_context, steady_state
+from commodel.workloads.serving.engine import Engine, kv_dtype_of, replica_problems
 from commodel.workloads.serving.memory import SERVING_CATEGORIES, capacity, kv_tokens_held, memory_at
 
 OUTPUTS = (
@@ -173,7 +168,7 @@ def price_serving(columns: Columns) -> Columns:
 def _longest(col: Callable[[str], np.ndarray]) -> np.ndarray:
     """What a deployment's longest request holds at least: its mean prompt and output, and the
     length-biased means its spreads put in flight (a prompt's ``p (1 + cv^2)``,
-    :func:`~commodel.workloads.serving.engine.mean_context`), none of which can exceed the context
+    :func:`~commodel.workloads.serving.continuous.mean_context`), none of which can exceed the context
     if every request fits it."""
     p, o = col("prompt"), col("output")
     return np.maximum.reduce([p + o, p * (1 + col("prompt_cv") ** 2), mean_context(p, o, col("output_cv"))])

@@ -183,7 +183,7 @@ def kernel_text(rows: list[dict]) -> str:
 
 
 def iteration_text(iterations: list[dict]) -> str:
-    """Each kind of serving iteration (:func:`commodel.workloads.serving.engine.iteration_table`): one
+    """Each kind of serving iteration (:func:`commodel.workloads.serving.continuous.iteration_table`): one
     layer's kernels with their rooflines, then the sum that makes the iteration's time."""
     blocks = []
     for it in iterations:

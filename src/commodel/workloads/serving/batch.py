@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from commodel.workloads.serving.engine import Engine, iteration_time, prompt_chunks, steady_state
+from commodel.workloads.serving.continuous import prompt_chunks, steady_state
+from commodel.workloads.serving.engine import Engine, iteration_time
 from commodel.workloads.serving.memory import capacity, kv_bytes_per_sequence
 
 #: Fixed-point steps that match a disaggregated decode pool's batch to the requests it is sent.
@@ -22,7 +23,7 @@ def prompt_pass(engine: Engine, prompts: np.ndarray, prompt: np.ndarray) -> dict
     """The prompt-only iterations that carry ``prompts`` whole prompts of ``prompt`` tokens to their
     first tokens (:func:`~commodel.workloads.serving.engine.iteration_time`), their seconds and bytes
     summed. A prompt beyond the token budget ``M`` runs as ``k`` chunks
-    (:func:`~commodel.workloads.serving.engine.prompt_chunks`): ``k - 1`` iterations of ``M`` tokens and
+    (:func:`~commodel.workloads.serving.continuous.prompt_chunks`): ``k - 1`` iterations of ``M`` tokens and
     one of the rest, each reading the weights and paying the iteration's fixed costs, each with its
     tokens' share of the prompt's causal attention (the chunks' attention against their prefixes
     adds up to the whole)."""

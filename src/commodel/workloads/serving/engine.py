@@ -10,23 +10,7 @@ over each decode query's cached context; tensor parallelism adds two allreduces 
 parallelism a dispatch and a combine per MoE layer (:func:`~commodel.workloads.serving.experts.expert_exchange`); the last pipeline stage computes the
 logits of the ``G + c`` tokens that sample. With ``pp`` stages, ``pp`` micro-batches are in flight and
 a round of all of them takes ``pp x`` the slowest stage.
-
-**Continuous batching in steady state** (every request ``p`` prompt and ``o`` output tokens): a
-request stays in flight ``L = o + k - 1`` iterations, its prompt in ``k = ceil(p / max_num_tokens)``
-chunks (TensorRT-LLM's chunked context, which trtllm-bench enables; ``k = 1`` for a prompt within
-the limit) and then decode. With ``B`` requests in flight, ``B / L`` finish and start per iteration,
-so an iteration carries ``G = B (o - 1) / L`` decode queries and, on a share ``f = min(B / L, 1)``
-of iterations, ``c = max(B / L, 1)`` prompts' work. ``output tokens/s = (B / L) o / t``, ``t = f
-t_mixed + (1 - f) t_decode`` the mean iteration (also the time per output token); the first token
-comes ``t_mixed + (k - 1) t_decode`` after a request is scheduled.
-
-**How many in flight**: as TensorRT-LLM's guaranteed-no-evict scheduler admits them, each request
-reserves KV blocks for its whole ``p + o`` tokens; the KV pool is ``kv_fraction`` of the memory
-left after weights and runtime buffers; at most ``max_batch`` requests, and the prompt tokens of an
-iteration fill at most ``max_num_tokens`` less its decode tokens, ``B <= max_num_tokens o / (p + o -
-1)`` (at least one request; :func:`commodel.workloads.serving.memory.capacity`). ``batch = max`` is
-trtllm-bench's offline scenario: all requests queued, as many in flight as fit; a latency SLO picks
-the largest batch whose first-token and per-token times meet it.
+Continuous batching over such iterations is :mod:`commodel.workloads.serving.continuous`.
 """
 
 from __future__ import annotations
@@ -42,7 +26,6 @@ from commodel.comm.fabric import Fabric, fabric_of
 from commodel.compute.kernels import Kernel, attention, decode_attention, gemm, named
 from commodel.compute.precision import Precision
 from commodel.hardware.cluster import Cluster
-from commodel.workloads.layer.kernel_rows import first_design, kernel_row
 from commodel.workloads.layer.kernels import layer_kernels
 from commodel.workloads.layer.timing import Timed, timed, timed_all
 from commodel.workloads.model.schema import Transformer
@@ -233,7 +216,7 @@ def iteration_time(
     prompts of ``p (1 + cv^2)`` tokens, the same tokens): ``time_s`` (a round of the pipeline), and its
     ``compute_s``, ``comm_s`` and ``host_s``, the ``compute_bound_s`` of the compute and the
     ``hbm_bytes`` its memory-bound kernels stream (for :func:`commodel.ops.energy.gpu_power_W`); and
-    what makes it, for a person (:func:`iteration_table`):
+    what makes it, for a person (:func:`~commodel.workloads.serving.continuous.iteration_table`):
     ``layer``, one layer's kernels for one of the ``pp`` micro-batches with their calls per layer and
     seconds a call, and ``logits``, the last stage's logits GEMM over the tokens that sample and its
     seconds."""
@@ -287,108 +270,3 @@ def iteration_time(
         "layer": [(k, calls, t[0]) for k, calls, t in priced],
         "logits": (logits, logits_s),
     }
-
-
-def prompt_chunks(engine: Engine, prompt: ArrayLike) -> np.ndarray:
-    """Iterations a prompt of ``p`` tokens takes, ``k = ceil(p / max_num_tokens)``: an engine with
-    chunked context (TensorRT-LLM's, which trtllm-bench enables; vLLM's and SGLang's chunked prefill)
-    runs a longer prompt as chunks that fill the iteration's token budget, the last one the rest."""
-    return np.ceil(np.asarray(prompt, dtype=float) / engine.max_num_tokens)
-
-
-def mean_context(prompt: ArrayLike, output: ArrayLike, output_cv: ArrayLike) -> np.ndarray:
-    """A request's length-biased mean length in flight, ``E[p] + E[o^2] / 2 E[o] = p + o (1 + cv_o^2)
-    / 2``: long outputs are in flight longer."""
-    o = np.asarray(output, dtype=float)
-    return np.asarray(prompt, dtype=float) + o * (1 + np.asarray(output_cv, dtype=float) ** 2) / 2
-
-
-def synchronized_replicas(engine: Engine) -> np.ndarray:
-    """Replicas whose iterations run in lockstep: the ``ep / tp`` that share an expert-parallel group
-    (attention data parallelism: each rank a replica of its own attention, the experts over all of
-    them). Every MoE layer's dispatch and combine wait for every rank of the group, so an iteration
-    lasts as long as the slowest replica's; 1 where a replica holds its experts' group itself."""
-    return np.maximum(engine.ep / engine.tp, 1.0)
-
-
-def steady_state(
-    engine: Engine,
-    batch: ArrayLike,
-    prompt: ArrayLike,
-    output: ArrayLike,
-    prompt_cv: ArrayLike = 0.0,
-    output_cv: ArrayLike = 0.0,
-) -> dict[str, Any]:
-    """Continuous batching with ``batch`` requests in flight (module docstring): time to first token
-    once scheduled, time per output token, and output tokens and requests per second per replica;
-    the time shares of communication, host and compute-bound kernels, and the mean HBM traffic of
-    the memory-bound ones (``hbm_Bps``).
-
-    A request mix enters by its mean lengths and their coefficients of variation: a decode step sees
-    the length-biased mean context ``E[p] + E[o^2] / 2 E[o] = p + o (1 + cv_o^2) / 2`` (long outputs
-    are in flight longer), prompts' attention ``E[p^2]`` (:func:`iteration_time`).
-
-    Replicas in lockstep (:func:`synchronized_replicas`, ``R`` of them: attention data parallelism)
-    wait for each other at every MoE layer: each carries prompts on its own share ``f`` of
-    iterations, independently of the others, so some replica of the group does on ``1 - (1 - f)^R``
-    of them, and those iterations take every replica the time of one with prompts. (On 8 H200s
-    serving DeepSeek-R1 at 128 requests per rank, f = 1/16 gives 40% such iterations: 88 ms per output
-    token, where the run reports 11.35 tokens/s per user, 88.1 ms; each replica alone would be 51 ms.)
-    ``iterations``:
-    each kind (with prompts, decode only) with its share, decode queries, prompts and its
-    :func:`iteration_time`."""
-    b, p, o = (np.asarray(v, dtype=float) for v in (batch, prompt, output))
-    chunks = prompt_chunks(engine, p)
-    life = o + chunks - 1  # iterations a request stays in flight: its prompt's chunks, then decode
-    starts = b / life
-    own, prompts = np.minimum(starts, 1.0), np.maximum(starts, 1.0)
-    share = 1 - (1 - own) ** synchronized_replicas(engine)  # some replica of the group carries prompts
-    queries = b * (o - 1) / life
-    context = mean_context(p, o, output_cv)
-    mixed = iteration_time(engine, queries, prompts, p, context, prompt_cv)
-    # Decode-only iterations occur where requests decode (o > 1); with one output token (no queries)
-    # their share is 0 and one query keeps their kernels defined.
-    decode = iteration_time(engine, np.maximum(queries, 1.0), np.zeros_like(b), p, context)
-    mean = share * mixed["time_s"] + (1 - share) * decode["time_s"]
-
-    def per_second(name: str) -> np.ndarray:
-        return (share * mixed[name] + (1 - share) * decode[name]) / mean
-
-    return {
-        "ttft_s": mixed["time_s"] + (chunks - 1) * decode["time_s"],
-        "tpot_s": mean,
-        "output_tokens_per_s": starts * o / mean,
-        "requests_per_s": starts / mean,
-        "comm_share": per_second("comm_s"),
-        "host_share": per_second("host_s"),
-        "compute_bound_share": per_second("compute_bound_s"),
-        "hbm_Bps": per_second("hbm_bytes"),
-        "iterations": (
-            ("with prompts", share, queries, prompts, mixed),
-            ("decode only", 1 - share, queries, 0 * b, decode),
-        ),
-    }
-
-
-def iteration_table(engine: Engine, state: dict[str, Any], prompt: ArrayLike) -> list[dict[str, object]]:
-    """The first design's steady-state iterations (:func:`steady_state`'s ``state`` of prompts of
-    ``prompt`` tokens), each kind that occurs (with prompts, a ``share`` f of them; decode only,
-    1 - f): its decode ``queries`` and ``prompts``, one layer's kernels for one micro-batch
-    (:func:`~commodel.workloads.layer.kernel_rows.kernel_row`, ``calls`` per layer, ``ms`` per layer), the
-    last stage's ``logits``, and what :func:`iteration_time` adds up from them: ``stage_layers``,
-    ``pp``, ``comm_ms``, ``host_ms``, ``time_ms``."""
-    gpu, first = engine.cluster.gpu, first_design
-    out = []
-    for kind, share, queries, prompts, timing in state["iterations"]:
-        if not first(share) > 0:
-            continue
-        (logits, logits_s), layer = timing["logits"], timing["layer"]
-        priced = [(k, n, first(seconds)) for k, calls, seconds in layer if (n := first(calls)) > 0]
-        out.append({
-            "iteration": kind, "share": first(share), "queries": first(queries), "prompts": first(prompts),
-            "prompt": first(prompt), "pp": int(first(engine.pp)), "stage_layers": int(np.ceil(engine.model.layers / first(engine.pp))),
-            "kernels": [{**kernel_row(gpu, k, t), "calls": calls, "ms": 1e3 * calls * t} for k, calls, t in priced],
-            "logits": {**kernel_row(gpu, logits, logits_s), "calls": 1.0, "ms": 1e3 * first(logits_s)},
-            **{f"{name}_ms": 1e3 * first(timing[f"{name}_s"]) for name in ("comm", "host", "time")},
-        })  # fmt: skip
-    return out

@@ -11,7 +11,8 @@ from numpy.typing import ArrayLike
 from commodel.compute.precision import Precision, dense_gemm
 from commodel.workloads.model.schema import Transformer
 from commodel.workloads.model.transformer import bytes_per, layer_weights
-from commodel.workloads.serving.engine import Engine, mean_context
+from commodel.workloads.serving.continuous import mean_context
+from commodel.workloads.serving.engine import Engine
 
 #: TensorRT-LLM's KV-cache block (``tokens_per_block``); the engine limits ``max_batch_size``,
 #: ``max_num_tokens`` and ``free_gpu_memory_fraction`` are the job's inputs (:class:`commodel.pricing.serving_job.ServingJob`)
@@ -164,7 +165,7 @@ def kv_tokens_held(
     prompt: ArrayLike, output: ArrayLike, output_cv: ArrayLike, paged: ArrayLike
 ) -> np.ndarray:
     """Tokens a request's KV blocks hold on average in flight: ``p + o`` reserved in full; paged, its
-    length-biased mean length (:func:`~commodel.workloads.serving.engine.mean_context`)."""
+    length-biased mean length (:func:`~commodel.workloads.serving.continuous.mean_context`)."""
     whole = np.asarray(prompt, dtype=float) + np.asarray(output, dtype=float)
     return np.where(
         np.asarray(paged, dtype=bool), np.minimum(mean_context(prompt, output, output_cv), whole), whole
