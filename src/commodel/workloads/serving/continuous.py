@@ -48,15 +48,21 @@ def mean_context(prompt: ArrayLike, output: ArrayLike, output_cv: ArrayLike) -> 
     return np.asarray(prompt, dtype=float) + o * (1 + np.asarray(output_cv, dtype=float) ** 2) / 2
 
 
-def slowest_replica_starts(starts: ArrayLike, replicas: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+def slowest_replica_starts(
+    starts: ArrayLike, replicas: ArrayLike, room: ArrayLike = np.inf
+) -> tuple[np.ndarray, np.ndarray]:
     """(The share of iterations with prompts, the prompts the slowest replica starts in one) for
-    ``starts`` requests started per replica and iteration on average, ``λ = B / L``. One replica:
-    ``f = min(λ, 1)`` iterations of ``max(λ, 1)`` whole prompts, whose mean is exact however its starts
-    fall (an iteration's time is affine in its prompts). ``R`` replicas in lockstep: the slowest sets
-    every iteration's time, so how the starts spread counts: each replica's ``B`` slots end in an
-    iteration with probability ``1 / L`` each, about Poisson(``λ``) starts, independently of the other
-    replicas; some replica starts prompts on ``1 - e^{-R λ}`` of the iterations, and the slowest starts
-    ``E[max] = sum_c (1 - F_λ(c)^R)`` in all (``F_λ`` Poisson's distribution function). A seeded event
+    ``starts`` requests started per replica and iteration on average, ``λ = B / L``, at most ``room``
+    in a replica's iteration (its token budget's whole prompts). One replica: ``f = min(λ, 1)``
+    iterations of ``max(λ, 1)`` whole prompts, whose mean is exact however its starts fall (an
+    iteration's time is affine in its prompts). ``R`` replicas in lockstep: the slowest sets every
+    iteration's time, so how the starts spread counts. A replica's ``B`` slots end in an iteration
+    with probability ``1 / L`` each, independently of the other replicas': Poisson(``λ``) endings, of
+    which an iteration starts at most ``n = max(room, ceil(λ))``, the rest in the next ones; so its
+    starts are Poisson's below ``n``, its tail at ``n``, and the tail's delayed starts put back as
+    iterations moved from none to ``n`` (the mean stays ``λ``; with room for one, each iteration
+    starts one with probability ``λ``). Some replica starts prompts on ``1 - P(0)^R`` of the
+    iterations, and the slowest starts ``E[max] = sum_{c < n} (1 - F(c)^R)`` in all. A seeded event
     simulation of the slots checks both (``tests/test_serving.py``)."""
     lam = np.asarray(starts, dtype=float)
     R = np.broadcast_to(np.asarray(replicas, dtype=float), lam.shape)
@@ -64,13 +70,21 @@ def slowest_replica_starts(starts: ArrayLike, replicas: ArrayLike) -> tuple[np.n
     lock = (R > 1) & (lam > 0)
     if not np.any(lock):
         return share, prompts
-    c = np.arange(int(np.ceil(np.max(lam[lock] + 10 * np.sqrt(lam[lock]) + 10))))
+    lam, R = lam[lock], R[lock]
+    roomy = np.ceil(lam + 10 * np.sqrt(lam) + 10)  # beyond it a Poisson count has no mass left
+    n = np.maximum(np.minimum(np.broadcast_to(room, lock.shape)[lock], roomy), np.ceil(lam))[:, None]
+    c = np.arange(int(n.max()) + 1)
     log_factorial = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, c.size)))])
-    at = lam[lock][:, None]
-    cdf = np.minimum(np.cumsum(np.exp(c * np.log(at) - at - log_factorial), axis=1), 1.0)
-    some = -np.expm1(-R[lock] * lam[lock])
+    poisson = np.exp(c * np.log(lam[:, None]) - lam[:, None] - log_factorial)
+    below = np.where(c < n, poisson, 0.0)
+    pmf = below + (c == n) * (1 - below.sum(axis=1, keepdims=True))  # the tail waits for room
+    delayed = (lam - np.sum(c * pmf, axis=1)) / n[:, 0]  # iterations its delayed starts fill
+    pmf[:, 0] -= delayed
+    pmf += (c == n) * delayed[:, None]
+    cdf = np.minimum(np.cumsum(pmf, axis=1), 1.0)
+    some = 1 - pmf[:, 0] ** R
     share[lock] = some
-    prompts[lock] = np.sum(1 - cdf ** R[lock][:, None], axis=1) / some
+    prompts[lock] = np.sum(np.where(c < n, 1 - cdf ** R[:, None], 0.0), axis=1) / some
     return share, prompts
 
 
@@ -102,7 +116,7 @@ def steady_state(
     Replicas in lockstep (:func:`synchronized_replicas`, ``R`` of them: attention data parallelism)
     wait for each other at every MoE layer, so an iteration takes the time of the replica that starts
     the most prompts (:func:`slowest_replica_starts`). (On 8 H200s serving DeepSeek-R1 at 128 requests
-    per rank, 1/16 of a start per replica and iteration gives 39% such iterations: 89 ms per output
+    per rank, 1/16 of a start per replica and iteration gives 40% such iterations: 88 ms per output
     token, where the run reports 11.35 tokens/s per user, 88.1 ms; each replica alone would be 51 ms.)
     ``iterations``: each kind (with prompts, with a prompt more, decode only) with its share, decode
     queries, prompts and its :func:`iteration_time`."""
@@ -110,8 +124,9 @@ def steady_state(
     chunks = prompt_chunks(engine, p)
     life = o + chunks - 1  # iterations a request stays in flight: its prompt's chunks, then decode
     starts = b / life
-    share, prompts = slowest_replica_starts(starts, synchronized_replicas(engine))
     queries = b * (o - 1) / life
+    room = np.floor((engine.max_num_tokens - queries) / p)  # whole prompts beside the decode tokens
+    share, prompts = slowest_replica_starts(starts, synchronized_replicas(engine), room)
     context = mean_context(p, o, output_cv)
     # Decode-only iterations occur where requests decode (o > 1); with one output token (no queries)
     # their share is 0 and one query keeps their kernels defined.
