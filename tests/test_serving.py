@@ -496,6 +496,18 @@ def test_replicas_in_lockstep_wait_for_the_one_starting_the_most_prompts_as_a_si
     assert sum(kind[1][0] for kind in closed["iterations"][:-1]) == pytest.approx(share, abs=0.02)
 
 
+@pytest.mark.parametrize(("cv", "output"), [(0.0, 256), (1.0, 128)])
+def test_one_replicas_steady_state_is_its_simulated_mean_iteration(cv, output):
+    """Continuous batching on one replica (Llama 3 8B on an H100, 1,024-token prompts, 365 in flight):
+    however its starts fall, the mean iteration is within 3% of the event simulation's (its
+    iterations start 0, 1, 2, ... whole prompts; the form prices the two whole counts around the mean)."""
+    e = engine().repeated(1)
+    slots, room = 365, int((8192 - 365 * (output - 1) / output) // 1024)
+    closed = steady_state(e, np.array([float(slots)]), 1024, output, 0.0, cv)
+    mean, _ = simulated_lockstep(e, 1, slots, 1024, output, cv, room, 6000, 1)
+    assert closed["tpot_s"][0] == pytest.approx(mean, rel=0.03)
+
+
 def test_deepeps_kernels_dispatch_each_phase_and_beat_nccls_all_to_all_across_nodes():
     """--dispatcher deepep: a prefill iteration's tokens go by DeepEP's high-throughput kernels (once
     per remote node, forwarded over NVLink), a decode iteration's by its low-latency ones (a write per
