@@ -572,6 +572,28 @@ def test_two_batch_overlap_hides_the_exchange_behind_the_other_half_and_pays_for
         serve(**dict(prefill, dispatcher="alltoall"), ep_overlap="two-batch")
 
 
+@pytest.mark.parametrize(
+    "job",
+    [dict(model="llama3-8b", system="dgx-h100", gpus=8, tp=1, prefill_gpus=1, prompt=2048, output=512),
+     dict(model="deepseek-v3", system="gb200-nvl72", gpus=72, tp=8, ep=8, prefill_gpus=24, prompt=2048,
+          output=1024, dtype="fp4")],
+)  # fmt: skip
+def test_a_decode_pool_holds_what_its_feed_and_its_token_time_make(job):
+    """Little's law on the decode pool: the requests a replica holds are the rate it is fed times a
+    request's stay there (its o - 1 tokens at the time per token its batch makes). DeepSeek-V3 in FP4
+    on a GB200 rack, whose time per token grows almost as fast as its batch, was left 3 requests off
+    (105 held where its feed and token time make 102) by eight plain fixed-point steps."""
+    import pandas as pd
+
+    from commodel.pricing.evaluator import evaluator
+
+    r = evaluator("serving")(pd.DataFrame([job])).iloc[0]  # the batch unrounded
+    decode_replicas = (job["gpus"] - job["prefill_gpus"]) / job["tp"]
+    little = r.requests_per_s / decode_replicas * (job["output"] - 1) * r.tpot_s
+    assert 1 < r.batch_in_flight < r.max_batch
+    assert r.batch_in_flight == pytest.approx(little, rel=1e-3)
+
+
 def test_one_phase_alone_is_the_pool_of_a_disaggregated_deployment():
     """--phase decode: every iteration carries the batch's queries and nothing else, so the output
     rate is batch / time per token, each request leaving after its output less the first token, and never below continuous batching's at the same batch (whose

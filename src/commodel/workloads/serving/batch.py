@@ -5,6 +5,8 @@ one of those pools alone (:func:`one_phase`), and the largest batch a latency SL
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -81,6 +83,32 @@ def one_phase(
     }  # fmt: skip
 
 
+def fed_batch(
+    held: Callable[[np.ndarray], np.ndarray], largest: np.ndarray, held_at_largest: np.ndarray
+) -> np.ndarray:
+    """The batch ``b`` a decode pool runs when fed a steady rate of requests: Little's law,
+    ``b = held(b)`` (the rate times a request's time in the pool, which grows with ``b``), between one
+    request and the ``largest`` (which holds what it is fed: ``held(largest) <= largest``). Solved by
+    regula falsi with the Illinois step, :data:`DECODE_BATCH_STEPS` evaluations, where the plain
+    fixed-point iteration crawls when a request's time grows almost as fast as the batch."""
+    lo, hi = np.ones_like(largest), np.asarray(largest, dtype=float)
+    g_lo, g_hi = lo - held(lo), hi - held_at_largest  # g(b) = b - held(b), from < 0 at lo to >= 0 at hi
+    if np.all(g_lo >= 0):
+        return lo
+    b, last = hi, np.zeros_like(hi)
+    for _ in range(DECODE_BATCH_STEPS):
+        span = g_hi - g_lo
+        b = np.where(span > 0, (lo * g_hi - hi * g_lo) / np.where(span > 0, span, 1.0), hi)
+        g = b - held(b)
+        low = g < 0
+        lo, g_lo = np.where(low, b, lo), np.where(low, g, g_lo)
+        hi, g_hi = np.where(low, hi, b), np.where(low, g_hi, g)
+        g_hi = np.where(low & (last < 0), g_hi / 2, g_hi)  # Illinois: the end kept twice weighs half
+        g_lo = np.where(~low & (last > 0), g_lo / 2, g_lo)
+        last = np.where(low, -1.0, 1.0)
+    return np.where(lo - held(lo) >= 0, lo, np.clip(b, 1.0, largest))
+
+
 def disaggregated(
     engine: Engine, prefill: ArrayLike, decode: ArrayLike, prompt: ArrayLike, output: ArrayLike
 ) -> dict[str, np.ndarray]:
@@ -109,10 +137,10 @@ def disaggregated(
     t_full = decode_iteration(engine, largest, p, o)["time_s"]
     decode_rate = decode * largest / (np.maximum(o - 1, 1) * t_full)
     rate = np.minimum(prefill_rate, decode_rate)
-    batch = largest
-    for _ in range(DECODE_BATCH_STEPS):
-        t_batch = decode_iteration(engine, batch, p, o)["time_s"]
-        batch = np.clip(rate / decode * np.maximum(o - 1, 1) * t_batch, 1.0, largest)
+    per_replica = rate / decode * np.maximum(o - 1, 1)  # requests in flight per second of a token
+    batch = fed_batch(
+        lambda b: per_replica * decode_iteration(engine, b, p, o)["time_s"], largest, t_full * per_replica
+    )
     final = decode_iteration(engine, batch, p, o)
     tpot = final["time_s"]
     busy_prefill = rate / prefill_rate  # the prefill pool idles between prompts when decode bounds
