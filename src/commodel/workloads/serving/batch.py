@@ -14,7 +14,7 @@ from commodel.workloads.serving.continuous import prompt_chunks, steady_state
 from commodel.workloads.serving.engine import Engine, iteration_time
 from commodel.workloads.serving.memory import capacity, kv_bytes_per_sequence
 
-#: Fixed-point steps that match a disaggregated decode pool's batch to the requests it is sent.
+#: Regula falsi steps that match a disaggregated decode pool's batch to the requests it is sent.
 DECODE_BATCH_STEPS = 8
 
 #: What a replica runs: both phases (continuous batching), or one of them alone.
@@ -119,9 +119,9 @@ def disaggregated(
     (one beyond it in chunks, :func:`prompt_pass`);
     each request's KV cache (all its GPUs' shards, sent in parallel over their NIC shares) then moves
     to a decode replica, which runs decode-only iterations. Requests flow at the slower pool's rate;
-    a decode pool that could take more runs a smaller batch, found by a few fixed-point steps
-    (batch = rate x per-token time x output tokens). Time to first token = prefill iteration + KV
-    transfer; time per output token = the decode iteration.
+    a decode pool that could take more runs a smaller batch, rate x per-token time x output tokens
+    (:func:`fed_batch`). Time to first token = the prefill pool's iterations + KV transfer; time per
+    output token = the decode iteration.
     """
     p, o = np.asarray(prompt, dtype=float), np.asarray(output, dtype=float)
     prefill, decode = np.asarray(prefill, dtype=float), np.asarray(decode, dtype=float)
