@@ -118,7 +118,7 @@ def steady_state(
     the most prompts (:func:`slowest_replica_starts`). (On 8 H200s serving DeepSeek-R1 at 128 requests
     per rank, 1/16 of a start per replica and iteration gives 40% such iterations: 88 ms per output
     token, where the run reports 11.35 tokens/s per user, 88.1 ms; each replica alone would be 51 ms.)
-    ``iterations``: each kind (with prompts, with a prompt more, decode only) with its share, decode
+    ``iterations``: each kind (with prompts, with one more prompt, decode only) with its share, decode
     queries, prompts and its :func:`iteration_time`."""
     b, p, o = (np.asarray(v, dtype=float) for v in (batch, prompt, output))
     chunks = prompt_chunks(engine, p)
@@ -140,7 +140,7 @@ def steady_state(
     kinds = [("with prompts", share * (1 - more), whole, lower)]
     if np.any(more > 0):
         upper = iteration_time(engine, queries, whole + 1, p, context, prompt_cv)
-        kinds.append(("with a prompt more", share * more, whole + 1, upper))
+        kinds.append(("with one more prompt", share * more, whole + 1, upper))
     kinds.append(("decode only", 1 - share, 0 * b, decode))
 
     def mixed(name: str) -> np.ndarray:
@@ -171,7 +171,7 @@ SHARES = {
 
 def iteration_table(engine: Engine, state: dict[str, Any], prompt: ArrayLike) -> list[dict[str, object]]:
     """The first design's steady-state iterations (:func:`steady_state`'s ``state`` of prompts of
-    ``prompt`` tokens), each kind that occurs (with prompts, and with a prompt more, a ``share`` f of
+    ``prompt`` tokens), each kind that occurs (with prompts, and with one more prompt, a ``share`` f of
     them in all; decode only, 1 - f): its decode ``queries`` and ``prompts``, one layer's kernels for one micro-batch
     (:func:`~commodel.workloads.layer.kernel_rows.kernel_row`, ``calls`` per layer, ``ms`` per layer), the
     last stage's ``logits``, and what :func:`iteration_time` adds up from them: ``stage_layers``,
