@@ -426,6 +426,25 @@ def test_attention_dp_ranks_wait_for_the_slowest_at_every_moe_layer(monkeypatch)
     assert serve(**no_dp)["tpot_s"] == pytest.approx(whole["tpot_s"], rel=1e-12)
 
 
+def test_the_slowest_replica_starts_at_least_the_mean_and_at_most_what_the_group_and_its_budget_hold():
+    """Over 20,000 random groups (1e-7 to 60 starts per replica and iteration, 2 to 72 replicas, room for
+    1 to 64 prompts or unbounded): the share of iterations with prompts is in (0, 1], each such
+    iteration starts at least one, and the slowest replica starts, per iteration, at least a replica's
+    mean (where its budget holds that rate) and at most all the group's starts or its room."""
+    from commodel.workloads.serving.continuous import slowest_replica_starts
+
+    rng = np.random.default_rng(0)
+    lam = np.exp(rng.uniform(np.log(1e-7), np.log(60), 20_000))
+    replicas = rng.integers(2, 73, lam.size).astype(float)
+    room = np.where(rng.uniform(size=lam.size) < 0.2, np.inf, rng.integers(1, 65, lam.size).astype(float))
+    share, prompts = slowest_replica_starts(lam, replicas, room)
+    per_iteration = share * prompts
+    most = np.maximum(np.minimum(room, np.ceil(lam + 10 * np.sqrt(lam) + 10)), np.ceil(lam))
+    assert np.all((share > 0) & (share <= 1) & (prompts >= 1))
+    assert np.all(per_iteration[room >= lam] >= lam[room >= lam] * (1 - 1e-6))
+    assert np.all(per_iteration <= np.minimum(replicas * lam, most) * (1 + 1e-6))
+
+
 def simulated_lockstep(engine, replicas, slots, prompt, output, cv, room, iterations, seed):
     """(Mean iteration, share of iterations with prompts) by a seeded event simulation of continuous
     batching on ``replicas`` replicas in lockstep, ``slots`` requests in flight on each: a request holds

@@ -78,13 +78,14 @@ def slowest_replica_starts(
     poisson = np.exp(c * np.log(lam[:, None]) - lam[:, None] - log_factorial)
     below = np.where(c < n, poisson, 0.0)
     pmf = below + (c == n) * (1 - below.sum(axis=1, keepdims=True))  # the tail waits for room
-    delayed = (lam - np.sum(c * pmf, axis=1)) / n[:, 0]  # iterations its delayed starts fill
+    # iterations its delayed starts fill (no more than start none: a rate its budget barely holds)
+    delayed = np.minimum((lam - np.sum(c * pmf, axis=1)) / n[:, 0], pmf[:, 0])
     pmf[:, 0] -= delayed
     pmf += (c == n) * delayed[:, None]
     cdf = np.minimum(np.cumsum(pmf, axis=1), 1.0)
-    some = 1 - pmf[:, 0] ** R
+    some = np.clip(1 - pmf[:, 0] ** R, np.finfo(float).tiny, 1.0)
     share[lock] = some
-    prompts[lock] = np.sum(np.where(c < n, 1 - cdf ** R[:, None], 0.0), axis=1) / some
+    prompts[lock] = np.maximum(np.sum(np.where(c < n, 1 - cdf ** R[:, None], 0.0), axis=1) / some, 1.0)
     return share, prompts
 
 
