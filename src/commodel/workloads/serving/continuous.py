@@ -59,9 +59,9 @@ def slowest_replica_starts(
     iteration's time, so how the starts spread counts. A replica's ``B`` slots end in an iteration
     with probability ``1 / L`` each, independently of the other replicas': Poisson(``λ``) endings, of
     which an iteration starts at most ``n = max(room, ceil(λ))``, the rest in the next ones; so its
-    starts are Poisson's below ``n``, its tail at ``n``, and the tail's delayed starts put back as
-    iterations moved from none to ``n`` (the mean stays ``λ``; with room for one, each iteration
-    starts one with probability ``λ``). Some replica starts prompts on ``1 - P(0)^R`` of the
+    starts follow Poisson's law capped at ``n``, mixed with ``n`` itself in the proportion that keeps
+    the mean at ``λ`` (the waiting endings; with room for one, each iteration starts one with
+    probability ``λ``). Some replica starts prompts on ``1 - P(0)^R`` of the
     iterations, and the slowest starts ``E[max] = sum_{c < n} (1 - F(c)^R)`` in all. A seeded event
     simulation of the slots checks both (``tests/test_serving.py``)."""
     lam = np.asarray(starts, dtype=float)
@@ -77,11 +77,12 @@ def slowest_replica_starts(
     log_factorial = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, c.size)))])
     poisson = np.exp(c * np.log(lam[:, None]) - lam[:, None] - log_factorial)
     below = np.where(c < n, poisson, 0.0)
-    pmf = below + (c == n) * (1 - below.sum(axis=1, keepdims=True))  # the tail waits for room
-    # iterations its delayed starts fill (no more than start none: a rate its budget barely holds)
-    delayed = np.minimum((lam - np.sum(c * pmf, axis=1)) / n[:, 0], pmf[:, 0])
-    pmf[:, 0] -= delayed
-    pmf += (c == n) * delayed[:, None]
+    capped = below + (c == n) * (1 - below.sum(axis=1, keepdims=True))  # at most n start
+    # The endings beyond n wait, so a replica starts n more often than its endings alone say: its
+    # iterations mix the capped law and n itself in the proportion that keeps the mean at λ.
+    kept = np.sum(c * capped, axis=1)
+    waiting = np.clip((lam - kept) / np.maximum(n[:, 0] - kept, np.finfo(float).tiny), 0.0, 1.0)[:, None]
+    pmf = (1 - waiting) * capped + waiting * (c == n)
     cdf = np.minimum(np.cumsum(pmf, axis=1), 1.0)
     some = np.clip(1 - pmf[:, 0] ** R, np.finfo(float).tiny, 1.0)
     share[lock] = some
