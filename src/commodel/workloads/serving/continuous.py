@@ -61,9 +61,9 @@ def slowest_replica_starts(
     which an iteration starts at most ``n = max(room, ceil(λ))``, the rest in the next ones; so its
     starts follow Poisson's law capped at ``n``, mixed with ``n`` itself in the proportion that keeps
     the mean at ``λ`` (the waiting endings; with room for one, each iteration starts one with
-    probability ``λ``). Some replica starts prompts on ``1 - P(0)^R`` of the
-    iterations, and the slowest starts ``E[max] = sum_{c < n} (1 - F(c)^R)`` in all. A seeded event
-    simulation of the slots checks both (``tests/test_serving.py``)."""
+    probability ``λ``). Some replica starts prompts on ``1 - P(0)^R`` of the iterations, and the
+    slowest starts ``E[max] = sum_{c < n} (1 - F(c)^R)`` in all. A seeded event simulation of the
+    slots checks both (``tests/test_serving.py``)."""
     lam = np.asarray(starts, dtype=float)
     R = np.broadcast_to(np.asarray(replicas, dtype=float), lam.shape)
     share, prompts = np.minimum(lam, 1.0), np.maximum(lam, 1.0)
