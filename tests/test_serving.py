@@ -231,10 +231,10 @@ def test_the_iteration_table_adds_up_to_the_steady_state(name, system, tp, pp, p
                    for row in it["kernels"])  # fmt: skip
     mean = sum(it["share"] * it["time_ms"] for it in iterations)
     assert mean == pytest.approx(1e3 * result["tpot_s"], rel=1e-9)
-    # a prompt lands in an iteration in proportion to the prompts it starts
-    starting = sum(it["share"] * it["prompts"] for it in iterations)
-    first = sum(it["share"] * it["prompts"] * it["time_ms"] for it in iterations) / starting
-    assert first == pytest.approx(1e3 * result["ttft_s"], rel=1e-9)
+    # a prompt rides an iteration with prompts: longer than one that only decodes (the law of how
+    # many it starts, not these two whole counts, sets which; the slots' simulation checks it)
+    decoding = [it["time_ms"] for it in iterations if it["prompts"] == 0]
+    assert all(1e3 * result["ttft_s"] > t for t in decoding)
     assert {row["kernel"] for row in iterations[0]["kernels"]} >= {
         "qkv",
         "prefill attention",
@@ -427,26 +427,31 @@ def test_attention_dp_ranks_wait_for_the_slowest_at_every_moe_layer(monkeypatch)
 
 
 def test_the_slowest_replica_starts_at_least_the_mean_and_at_most_what_the_group_and_its_budget_hold():
-    """Over 20,000 random groups (1e-7 to 60 starts per replica and iteration, 2 to 72 replicas, room for
+    """Over 20,000 random groups (1 to 4,096 requests of 1 to 8,192 iterations, 2 to 72 replicas, room for
     1 to 64 prompts or unbounded): the share of iterations with prompts is in (0, 1], each such
     iteration starts at least one, and the slowest replica starts, per iteration, at least a replica's
     mean (where its budget holds that rate) and at most all the group's starts or its room."""
     from commodel.workloads.serving.continuous import slowest_replica_starts
 
     rng = np.random.default_rng(0)
-    lam = np.exp(rng.uniform(np.log(1e-7), np.log(60), 20_000))
+    slots = rng.integers(1, 4097, 20_000).astype(float)
+    life = np.round(np.exp(rng.uniform(0, np.log(8192), slots.size)))
+    lam = slots / life
     replicas = rng.integers(2, 73, lam.size).astype(float)
     room = np.where(rng.uniform(size=lam.size) < 0.2, np.inf, rng.integers(1, 65, lam.size).astype(float))
-    share, prompts = slowest_replica_starts(lam, replicas, room)
+    share, prompts = slowest_replica_starts(slots, life, replicas, room)
     per_iteration = share * prompts
-    most = np.maximum(np.minimum(room, np.ceil(lam + 10 * np.sqrt(lam) + 10)), np.ceil(lam))
+    most = np.maximum(
+        np.minimum(room, np.minimum(np.ceil(lam + 10 * np.sqrt(lam) + 10), slots)), np.ceil(lam)
+    )
     assert np.all((share > 0) & (share <= 1) & (prompts >= 1))
     assert np.all(per_iteration[room >= lam] >= lam[room >= lam] * (1 - 1e-6))
     assert np.all(per_iteration <= np.minimum(replicas * lam, most) * (1 + 1e-6))
 
 
 def simulated_lockstep(engine, replicas, slots, prompt, output, cv, room, iterations, seed):
-    """(Mean iteration, share of iterations with prompts) by a seeded event simulation of continuous
+    """(Mean iteration, share of iterations with prompts, mean first-token iteration) by a seeded event
+    simulation of continuous
     batching on ``replicas`` replicas in lockstep, ``slots`` requests in flight on each: a request holds
     its slot for its prefill iteration and ``o - 1`` decode ones (``o`` drawn from a gamma law of mean
     ``output`` and coefficient of variation ``cv``, or ``output`` itself at 0), a freed slot starts the
@@ -465,19 +470,20 @@ def simulated_lockstep(engine, replicas, slots, prompt, output, cv, room, iterat
         return np.maximum(np.round(rng.gamma(shape, output / shape, n)), 1.0)
 
     left = np.ceil(rng.uniform(0, 1, (replicas, slots)) * lengths(replicas * slots).reshape(replicas, slots))
-    most = np.empty(iterations, dtype=int)
+    most, started = np.empty(iterations, dtype=int), np.empty(iterations, dtype=int)
     for i in range(iterations):
         free = left <= 0  # ended, or waiting for room
         rank = np.cumsum(free, axis=1)
         start = free & (rank <= room)
-        most[i] = start.sum(axis=1).max()
+        most[i], started[i] = start.sum(axis=1).max(), start.sum()
         left[start] = lengths(int(start.sum()))
         left[~free] -= 1
-    most = most[iterations // 5 :]  # past the start
+    most, started = most[iterations // 5 :], started[iterations // 5 :]  # past the start
     c = np.arange(most.max() + 1, dtype=float)
     context = np.full_like(c, mean_context(prompt, output, cv))
     times = iteration_time(engine.repeated(c.size), slots - c, c, np.full_like(c, prompt), context)["time_s"]
-    return times[most].mean(), (most > 0).mean()
+    first_token = np.sum(started * times[most]) / started.sum()  # each request's prefill iteration
+    return times[most].mean(), (most > 0).mean(), first_token
 
 
 @pytest.mark.parametrize(
@@ -495,13 +501,13 @@ def test_replicas_in_lockstep_wait_for_the_one_starting_the_most_prompts_as_a_si
     output, slots, cv, tokens
 ):
     """Attention data parallelism: 8 replicas of DeepSeek-R1's attention on 8 H200s wait for each other
-    at every MoE layer. The closed form (each replica's starts Binomial(n, B / L n), n the prompts its
-    token budget holds beside its decode tokens; the slowest's the largest of 8) agrees with an event
-    simulation of the slots within 3% on the mean iteration and 2 points on the share of iterations
-    with prompts, from 1/16 of a start per replica and iteration (the TensorRT-LLM run, one prompt
-    in its budget) to 1.9 with room for two (the waiting endings keeping the mean); counting one
-    prompt per such iteration whatever the budget, as the form did before, put the busier cases with
-    a roomy budget 35-51% fast."""
+    at every MoE layer. The closed form (each replica's endings Binomial(B, 1 / L), at most the
+    prompts its token budget holds started per iteration, the rest waiting; the slowest's the largest
+    of 8) agrees with an event simulation of the slots within 3% on the mean iteration and on a
+    request's first-token iteration, and 2 points on the share of iterations with prompts, from 1/16
+    of a start per replica and iteration (the TensorRT-LLM run, one prompt in its budget) to 1.9 with
+    room for two; counting one prompt per such iteration whatever the budget, as the form did before,
+    put the busier cases with a roomy budget 35-51% fast."""
     from commodel.pricing.serving import ENGINE_SIZES, ENGINE_SOFTWARE, replica_engine
     from commodel.pricing.serving_job import serving_job
 
@@ -513,8 +519,9 @@ def test_replicas_in_lockstep_wait_for_the_one_starting_the_most_prompts_as_a_si
     closed = steady_state(engine, np.array([float(slots)]), 1024, output, 0.0, cv)
     queries = slots * (output - 1) / output
     room = max(int((tokens - queries) // 1024), 1)
-    mean, share = simulated_lockstep(engine, 8, slots, 1024, output, cv, room, 8000, 0)
+    mean, share, first_token = simulated_lockstep(engine, 8, slots, 1024, output, cv, room, 8000, 0)
     assert closed["tpot_s"][0] == pytest.approx(mean, rel=0.03)
+    assert closed["ttft_s"][0] == pytest.approx(first_token, rel=0.03)
     assert sum(kind[1][0] for kind in closed["iterations"][:-1]) == pytest.approx(share, abs=0.02)
 
 
@@ -522,12 +529,17 @@ def test_replicas_in_lockstep_wait_for_the_one_starting_the_most_prompts_as_a_si
 def test_one_replicas_steady_state_is_its_simulated_mean_iteration(cv, output):
     """Continuous batching on one replica (Llama 3 8B on an H100, 1,024-token prompts, 365 in flight):
     however its starts fall, the mean iteration is within 3% of the event simulation's (its
-    iterations start 0, 1, 2, ... whole prompts; the form prices the two whole counts around the mean)."""
+    iterations start 0, 1, 2, ... whole prompts; the form prices the two whole counts around the
+    mean), and so is a request's first-token iteration, which starts more prompts than the mean (1 +
+    1.43 here; the form that priced it at the mean was 16% early). Fixed lengths keep the slots'
+    first phases for ever, so the simulation averages four of them."""
     e = engine().repeated(1)
     slots, room = 365, int((8192 - 365 * (output - 1) / output) // 1024)
     closed = steady_state(e, np.array([float(slots)]), 1024, output, 0.0, cv)
-    mean, _ = simulated_lockstep(e, 1, slots, 1024, output, cv, room, 6000, 1)
+    runs = [simulated_lockstep(e, 1, slots, 1024, output, cv, room, 3000, seed) for seed in range(4)]
+    mean, _, first_token = np.mean(runs, axis=0)
     assert closed["tpot_s"][0] == pytest.approx(mean, rel=0.03)
+    assert closed["ttft_s"][0] == pytest.approx(first_token, rel=0.03)
 
 
 def test_deepeps_kernels_dispatch_each_phase_and_beat_nccls_all_to_all_across_nodes():

@@ -11,8 +11,8 @@ of iterations, ``c = max(B / L, 1)`` prompts on average (replicas in lockstep: t
 prompts of the replica starting the most, :func:`slowest_replica_starts`), priced as iterations of the
 two whole numbers of prompts around ``c``, mixed to it. ``output tokens/s = (B / L) o / t``, ``t`` the
 mean iteration, with prompts or decode only (also the time per output token); the first token comes
-an iteration with prompts (weighed by the prompts each starts) and ``k - 1`` decode ones after a
-request is scheduled.
+the iteration its prompt starts in (:func:`first_token_iteration`: a request lands in iterations in
+proportion to their starts) and ``k - 1`` decode ones after a request is scheduled.
 
 **How many in flight**: as TensorRT-LLM's guaranteed-no-evict scheduler admits them, each request
 reserves KV blocks for its whole ``p + o`` tokens; the KV pool is ``kv_fraction`` of the memory
@@ -48,46 +48,95 @@ def mean_context(prompt: ArrayLike, output: ArrayLike, output_cv: ArrayLike) -> 
     return np.asarray(prompt, dtype=float) + o * (1 + np.asarray(output_cv, dtype=float) ** 2) / 2
 
 
-def slowest_replica_starts(
-    starts: ArrayLike, replicas: ArrayLike, room: ArrayLike = np.inf
-) -> tuple[np.ndarray, np.ndarray]:
-    """(The share of iterations with prompts, the prompts the slowest replica starts in one) for
-    ``starts`` requests started per replica and iteration on average, ``λ = B / L``, at most ``room``
-    in a replica's iteration (its token budget's whole prompts). One replica: ``f = min(λ, 1)``
-    iterations of ``max(λ, 1)`` whole prompts, whose mean is exact however its starts fall (an
-    iteration's time is affine in its prompts). ``R`` replicas in lockstep: the slowest sets every
-    iteration's time, so how the starts spread counts. A replica's ``B`` slots end in an iteration
-    with probability ``1 / L`` each, independently of the other replicas': Poisson(``λ``) endings, of
-    which an iteration starts at most ``n = max(room, ceil(λ))``, the rest in the next ones; so its
-    starts follow Poisson's law capped at ``n``, mixed with ``n`` itself in the proportion that keeps
-    the mean at ``λ`` (the waiting endings; with room for one, each iteration starts one with
-    probability ``λ``). Some replica starts prompts on ``1 - P(0)^R`` of the iterations, and the
-    slowest starts ``E[max] = sum_{c < n} (1 - F(c)^R)`` in all. A seeded event simulation of the
-    slots checks both (``tests/test_serving.py``)."""
-    lam = np.asarray(starts, dtype=float)
-    R = np.broadcast_to(np.asarray(replicas, dtype=float), lam.shape)
-    share, prompts = np.minimum(lam, 1.0), np.maximum(lam, 1.0)
-    lock = (R > 1) & (lam > 0)
-    if not np.any(lock):
-        return share, prompts
-    lam, R = lam[lock], R[lock]
-    roomy = np.ceil(lam + 10 * np.sqrt(lam) + 10)  # beyond it a Poisson count has no mass left
-    n = np.maximum(np.minimum(np.broadcast_to(room, lock.shape)[lock], roomy), np.ceil(lam))[:, None]
+def start_law(
+    slots: ArrayLike, life: ArrayLike, replicas: ArrayLike, room: ArrayLike = np.inf
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """How many prompts an iteration starts, for ``B = slots`` requests in flight on each of ``R =
+    replicas`` replicas in lockstep (1: alone), each request ``L = life`` iterations, at most ``room``
+    started by a replica's iteration (its token budget's whole prompts): ``(c, P(the replica starting
+    the most starts c), the starts such an iteration holds over the group)``, one row per design.
+
+    A replica's slots end in an iteration with probability ``1 / L`` each, independently of the
+    other replicas': Binomial(``B``, ``1 / L``) endings (``λ = B / L`` on average; Poisson's for long
+    requests, all ``B`` at once for one-iteration ones), of which an iteration starts at most ``n =
+    max(room, ceil(λ))``, the rest in the next ones; so its starts follow the endings' law capped at
+    ``n``, mixed with ``n`` itself in the proportion that keeps the mean at ``λ`` (the waiting
+    endings; with room for one, each iteration starts one with probability ``λ``). The replica
+    starting the most starts at most ``c`` with probability ``F(c)^R``; the others then start ``E[N
+    | N <= c]`` each. A seeded event simulation of the slots checks the law (``tests/test_serving.py``)."""
+    B, L = np.broadcast_arrays(
+        np.maximum(np.round(np.asarray(slots, dtype=float)), 0.0), np.asarray(life, dtype=float)
+    )
+    lam = B / L
+    R = np.broadcast_to(np.asarray(replicas, dtype=float), lam.shape)[:, None]
+    likely = np.minimum(np.ceil(lam + 10 * np.sqrt(lam) + 10), B)  # beyond it no mass is left
+    n = np.maximum(np.minimum(np.broadcast_to(room, lam.shape), likely), np.ceil(lam))[:, None]
     c = np.arange(int(n.max()) + 1)
-    log_factorial = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, c.size)))])
-    poisson = np.exp(c * np.log(lam[:, None]) - lam[:, None] - log_factorial)
-    below = np.where(c < n, poisson, 0.0)
+    log_factorial = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, int(B.max()) + 1)))])
+    B, L, gone = B[:, None], L[:, None], np.maximum(B[:, None] - c, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):  # no slots, or all ending at once
+        log_pmf = log_factorial[B.astype(int)] - log_factorial[c] - log_factorial[gone.astype(int)]
+        log_pmf += np.where(c > 0, c * np.log(1 / L), 0.0) + np.where(gone > 0, gone * np.log1p(-1 / L), 0.0)
+    below = np.where((c < n) & (c <= B), np.exp(log_pmf), 0.0)
     capped = below + (c == n) * (1 - below.sum(axis=1, keepdims=True))  # at most n start
-    # The endings beyond n wait, so a replica starts n more often than its endings alone say: its
-    # iterations mix the capped law and n itself in the proportion that keeps the mean at λ.
-    kept = np.sum(c * capped, axis=1)
-    waiting = np.clip((lam - kept) / np.maximum(n[:, 0] - kept, np.finfo(float).tiny), 0.0, 1.0)[:, None]
+    kept = np.sum(c * capped, axis=1, keepdims=True)
+    waiting = np.clip((lam[:, None] - kept) / np.maximum(n - kept, np.finfo(float).tiny), 0.0, 1.0)
     pmf = (1 - waiting) * capped + waiting * (c == n)
     cdf = np.minimum(np.cumsum(pmf, axis=1), 1.0)
-    some = np.clip(1 - pmf[:, 0] ** R, np.finfo(float).tiny, 1.0)
-    share[lock] = some
-    prompts[lock] = np.maximum(np.sum(np.where(c < n, 1 - cdf ** R[:, None], 0.0), axis=1) / some, 1.0)
+    slowest = np.diff(cdf**R, axis=1, prepend=0.0)
+    others = np.cumsum(c * pmf, axis=1) / np.maximum(cdf, np.finfo(float).tiny)
+    return c, slowest, c + (R - 1) * others
+
+
+def slowest_replica_starts(
+    slots: ArrayLike, life: ArrayLike, replicas: ArrayLike, room: ArrayLike = np.inf
+) -> tuple[np.ndarray, np.ndarray]:
+    """(The share of iterations with prompts, the prompts the slowest replica starts in one), as
+    :func:`start_law` gives them. One replica: ``f = min(λ, 1)`` iterations of ``max(λ, 1)`` whole
+    prompts, whose mean is exact however its starts fall (an iteration's time is affine in its
+    prompts). Replicas in lockstep: the slowest sets every iteration's time, so how the starts spread
+    counts: some replica starts prompts on ``1 - P(0)^R`` of the iterations, and the slowest starts
+    ``E[max]`` in all."""
+    lam = np.broadcast_arrays(
+        np.asarray(slots, dtype=float) / np.asarray(life, dtype=float), np.asarray(replicas)
+    )[0]
+    share, prompts = np.minimum(lam, 1.0), np.maximum(lam, 1.0)
+    lock = (np.broadcast_to(replicas, lam.shape) > 1) & (lam > 0)
+    if not np.any(lock):
+        return share, prompts
+    pick = (
+        np.broadcast_to(np.asarray(v, dtype=float), lam.shape)[lock] for v in (slots, life, replicas, room)
+    )
+    c, slowest, _ = start_law(*pick)
+    share[lock] = np.clip(1 - slowest[:, 0], np.finfo(float).tiny, 1.0)
+    prompts[lock] = np.maximum(np.sum(c * slowest, axis=1) / share[lock], 1.0)
     return share, prompts
+
+
+def first_token_iteration(
+    engine: Engine,
+    law: tuple[np.ndarray, np.ndarray, np.ndarray],
+    queries: np.ndarray,
+    p: np.ndarray,
+    context: np.ndarray,
+    prompt_cv: ArrayLike,
+) -> np.ndarray:
+    """Seconds of the iteration a request's prompt rides (its last chunk's), one per design: a
+    request lands in an iteration in proportion to the starts it holds (:func:`start_law`), so its
+    own starts more prompts than the mean (``λ + 1`` on one replica with Poisson starts), each count
+    priced as whole prompts."""
+    c, slowest, held = law
+    weight = slowest * held * (c > 0)
+    weight /= np.maximum(weight.sum(axis=1, keepdims=True), np.finfo(float).tiny)
+    counts = c[np.any(weight > 1e-6, axis=0)]
+    rows = weight.shape[0]
+
+    def each(v: ArrayLike) -> np.ndarray:
+        return np.repeat(np.broadcast_to(np.asarray(v, dtype=float), (rows,)), counts.size)
+
+    times = iteration_time(engine.repeated(counts.size), each(queries), np.tile(counts.astype(float), rows),
+                           each(p), each(context), each(prompt_cv))["time_s"]  # fmt: skip
+    return np.sum(weight[:, counts] * times.reshape(rows, counts.size), axis=1)
 
 
 def synchronized_replicas(engine: Engine) -> np.ndarray:
@@ -128,7 +177,8 @@ def steady_state(
     starts = b / life
     queries = b * (o - 1) / life
     room = np.floor((engine.max_num_tokens - queries) / p)  # whole prompts beside the decode tokens
-    share, prompts = slowest_replica_starts(starts, synchronized_replicas(engine), room)
+    replicas = synchronized_replicas(engine)
+    share, prompts = slowest_replica_starts(b, life, replicas, room)
     context = mean_context(p, o, output_cv)
     # Decode-only iterations occur where requests decode (o > 1); with one output token (no queries)
     # their share is 0 and one query keeps their kernels defined.
@@ -148,9 +198,7 @@ def steady_state(
     def mixed(name: str) -> np.ndarray:
         return sum(weight * timing[name] for _, weight, _, timing in kinds)
 
-    # a request's prompt lands in an iteration in proportion to the prompts it starts
-    starting = sum(weight * count for _, weight, count, _ in kinds)
-    first = sum(weight * count * timing["time_s"] for _, weight, count, timing in kinds) / starting
+    first = first_token_iteration(engine, start_law(b, life, replicas, room), queries, p, context, prompt_cv)
     mean = mixed("time_s")
     return {
         "ttft_s": first + (chunks - 1) * decode["time_s"],
