@@ -93,7 +93,8 @@ def fed_batch(
     fixed-point iteration crawls when a request's time grows almost as fast as the batch."""
     lo, hi = np.ones_like(largest), np.asarray(largest, dtype=float)
     g_lo, g_hi = lo - held(lo), hi - held_at_largest  # g(b) = b - held(b), from < 0 at lo to >= 0 at hi
-    if np.all(g_lo >= 0):
+    enough = g_lo >= 0  # one request holds what the pool is fed
+    if np.all(enough):
         return lo
     b, last = hi, np.zeros_like(hi)
     for _ in range(DECODE_BATCH_STEPS):
@@ -106,7 +107,7 @@ def fed_batch(
         g_hi = np.where(low & (last < 0), g_hi / 2, g_hi)  # Illinois: the end kept twice weighs half
         g_lo = np.where(~low & (last > 0), g_lo / 2, g_lo)
         last = np.where(low, -1.0, 1.0)
-    return np.where(lo - held(lo) >= 0, lo, np.clip(b, 1.0, largest))
+    return np.where(enough, 1.0, np.clip(b, 1.0, largest))
 
 
 def disaggregated(

@@ -91,25 +91,27 @@ def start_law(
 def slowest_replica_starts(
     slots: ArrayLike, life: ArrayLike, replicas: ArrayLike, room: ArrayLike = np.inf
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(The share of iterations with prompts, the prompts the slowest replica starts in one), as
-    :func:`start_law` gives them. One replica: ``f = min(λ, 1)`` iterations of ``max(λ, 1)`` whole
-    prompts, whose mean is exact however its starts fall (an iteration's time is affine in its
-    prompts). Replicas in lockstep: the slowest sets every iteration's time, so how the starts spread
-    counts: some replica starts prompts on ``1 - P(0)^R`` of the iterations, and the slowest starts
-    ``E[max]`` in all."""
-    lam = np.broadcast_arrays(
-        np.asarray(slots, dtype=float) / np.asarray(life, dtype=float), np.asarray(replicas)
-    )[0]
-    share, prompts = np.minimum(lam, 1.0), np.maximum(lam, 1.0)
+    """(The share of iterations with prompts, the prompts the slowest replica starts in one) for
+    ``slots`` requests of ``life`` iterations on each of ``replicas`` (:func:`start_law`)."""
+    lam = np.asarray(slots, dtype=float) / np.asarray(life, dtype=float)
+    return _slowest_of(start_law(slots, life, replicas, room), lam, replicas)
+
+
+def _slowest_of(
+    law: tuple[np.ndarray, np.ndarray, np.ndarray], starts: ArrayLike, replicas: ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
+    """(The share of iterations with prompts, the prompts the slowest replica starts in one) from the
+    ``law`` of :func:`start_law`, ``starts`` per replica and iteration on average. One replica: ``f =
+    min(λ, 1)`` iterations of ``max(λ, 1)`` whole prompts, whose mean is exact however its starts
+    fall (an iteration's time is affine in its prompts). Replicas in lockstep: the slowest sets every
+    iteration's time, so how the starts spread counts: some replica starts prompts on ``1 - P(0)^R``
+    of the iterations, and the slowest starts ``E[max]`` in all."""
+    c, slowest, _ = law
+    lam = np.broadcast_arrays(np.asarray(starts, dtype=float), np.asarray(replicas))[0]
     lock = (np.broadcast_to(replicas, lam.shape) > 1) & (lam > 0)
-    if not np.any(lock):
-        return share, prompts
-    pick = (
-        np.broadcast_to(np.asarray(v, dtype=float), lam.shape)[lock] for v in (slots, life, replicas, room)
-    )
-    c, slowest, _ = start_law(*pick)
-    share[lock] = np.clip(1 - slowest[:, 0], np.finfo(float).tiny, 1.0)
-    prompts[lock] = np.maximum(np.sum(c * slowest, axis=1) / share[lock], 1.0)
+    some = np.clip(1 - slowest[:, 0], np.finfo(float).tiny, 1.0)
+    share = np.where(lock, some, np.minimum(lam, 1.0))
+    prompts = np.where(lock, np.maximum(np.sum(c * slowest, axis=1) / some, 1.0), np.maximum(lam, 1.0))
     return share, prompts
 
 
@@ -178,7 +180,8 @@ def steady_state(
     queries = b * (o - 1) / life
     room = np.floor((engine.max_num_tokens - queries) / p)  # whole prompts beside the decode tokens
     replicas = synchronized_replicas(engine)
-    share, prompts = slowest_replica_starts(b, life, replicas, room)
+    law = start_law(b, life, replicas, room)
+    share, prompts = _slowest_of(law, starts, replicas)
     context = mean_context(p, o, output_cv)
     # Decode-only iterations occur where requests decode (o > 1); with one output token (no queries)
     # their share is 0 and one query keeps their kernels defined.
@@ -198,7 +201,7 @@ def steady_state(
     def mixed(name: str) -> np.ndarray:
         return sum(weight * timing[name] for _, weight, _, timing in kinds)
 
-    first = first_token_iteration(engine, start_law(b, life, replicas, room), queries, p, context, prompt_cv)
+    first = first_token_iteration(engine, law, queries, p, context, prompt_cv)
     mean = mixed("time_s")
     return {
         "ttft_s": first + (chunks - 1) * decode["time_s"],
