@@ -239,10 +239,11 @@ def simulate_rollout(
 class Setup:
     """An RL job beside a serving cluster: the priced pieces :func:`rl_hour` combines.
 
-    ``rl_iteration`` and ``rl_slots``: an RL-cluster replica's seconds per token at a batch and its
+    ``rl_iteration`` and ``rl_slots``: an RL-cluster replica's mean iteration at a batch and its
     slots (KV for a prompt and the longest response); ``rl_replicas``; ``serve_replicas``;
-    ``serve_iteration``, ``slo_batch``: a serving replica's seconds per token at a batch (online request
-    shapes) and its largest batch under the SLO; ``spare_kv_slots``: rollout requests one idle serving
+    ``serve_iteration``, ``serve_tpot``, ``slo_batch``: a serving replica's mean iteration and an online
+    request's time per output token at a batch (online request shapes), and its largest batch under
+    the SLO; ``spare_kv_slots``: rollout requests one idle serving
     replica's KV cache holds;
     ``train_s``: the policy update; ``dense_s``, ``sparse_s``: weight transfers to the serving cluster;
     ``activation_s``: ROSE's lending activation, ``cold_start_s``: an elastic replica's engine start."""
@@ -254,6 +255,7 @@ class Setup:
     cold_start_s: float
     serve_replicas: int
     serve_iteration: Callable[[np.ndarray], np.ndarray]
+    serve_tpot: Callable[[np.ndarray], np.ndarray]
     slo_batch: float
     spare_kv_slots: float
     train_s: float
@@ -308,14 +310,14 @@ def lent_replicas(setup: Setup, load: float) -> int:
 def peak_tpot(
     policy: str, setup: Setup, load: float, peak: float, rollouts_per_replica: float = 0.0
 ) -> float:
-    """Seconds per token of a serving replica that serves online requests at a burst of ``peak`` times
+    """An online request's seconds per output token on a serving replica at a burst of ``peak`` times
     the hour's load: the online share of the SLO batch on the replicas left to them (``elastic``: the
     ones not lent), beside half the rollouts a replica held (``rose``: it cuts the rollouts' KV budget
     by half at once on a burst)."""
     kept = setup.serve_replicas - (lent_replicas(setup, load) if policy == "elastic" else 0)
     online = peak * load * setup.serve_replicas / max(kept, 1) * setup.slo_batch
     rollouts = rollouts_per_replica / 2 if policy == "rose" else 0.0
-    return float(setup.serve_iteration(np.array([online + rollouts]))[0])
+    return float(setup.serve_tpot(np.array([online + rollouts]))[0])
 
 
 def rollout_phase(

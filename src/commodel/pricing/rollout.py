@@ -195,10 +195,11 @@ def rl_setup(
     if concurrency:
         rl_slots = min(rl_slots, concurrency * tp)
 
-    def iteration(prompt_len: int, output_len: float, slots: int) -> Callable[[np.ndarray], np.ndarray]:
+    def per_batch(prompt_len: int, output_len: float, slots: int) -> list[Callable[[np.ndarray], np.ndarray]]:
+        """(The mean iteration, a request's time per output token) at a batch of up to ``slots``."""
         grid = np.arange(1, max(slots, 1) + 1, dtype=float)
-        tpot = steady_state(engine(grid.size), grid, prompt_len, output_len)["tpot_s"]
-        return lambda b: np.interp(b, grid, tpot)
+        state = steady_state(engine(grid.size), grid, prompt_len, output_len)
+        return [lambda b, v=state[name]: np.interp(b, grid, v) for name in ("iteration_s", "tpot_s")]
 
     online = capacity(engine(), online_prompt, online_output)
     batch = slo_batch(engine(), online["max_batch"], online_prompt, online_output, np.inf, slo_tpot)[0]
@@ -210,14 +211,16 @@ def rl_setup(
             f"{job['memory_per_gpu_bytes'] / 2**30:.0f} GiB per GPU"
         )
     weights = parameters(net)["total"]
+    serve_iteration, serve_tpot = per_batch(online_prompt, online_output, int(online["max_batch"][0]))
     return Setup(
-        rl_iteration=iteration(prompt, mean_len, rl_slots),
+        rl_iteration=per_batch(prompt, mean_len, rl_slots)[0],
         rl_slots=rl_slots,
         rl_replicas=rl_gpus // tp,
         activation_s=activation_s,
         cold_start_s=cold_start_s,
         serve_replicas=serve_gpus // tp,
-        serve_iteration=iteration(online_prompt, online_output, int(online["max_batch"][0])),
+        serve_iteration=serve_iteration,
+        serve_tpot=serve_tpot,
         slo_batch=float(batch),
         spare_kv_slots=float(rollout["kv_batch"][0]),
         train_s=TRAIN_PASSES * job["step_time_s"],

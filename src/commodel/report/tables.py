@@ -57,6 +57,11 @@ def _runs(listed: str) -> str:
     return ", ".join(value if count == 1 else f"{count} x {value}" for value, count in runs)
 
 
+def counted(n: float, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is one: ``1 GPU``, ``8 GPUs``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def training_table(result: dict) -> str:
     """A training-step result for a person: headline metrics, then where the step's time goes."""
     layout, fits = _layout_and_fit(result)
@@ -64,7 +69,7 @@ def training_table(result: dict) -> str:
     where = (
         f"node groups {result['system']}"
         if ":" in result["system"]
-        else f"{nodes} {result['system']} node{'s' if nodes != 1 else ''} of {result['gpus_per_node']}"
+        else f"{counted(nodes, result['system'] + ' node')} of {result['gpus_per_node']}"
     )
     mechanisms = [
         f"{kind} {result[key]}"
@@ -85,7 +90,7 @@ def training_table(result: dict) -> str:
         software.append("eager elementwise")
     extra = "".join(f", {name}" for name in software)
     head = (
-        f"{result['model']} on {result['gpus']} GPUs ({where}), {layout}, {result['dtype']}{extra}, "
+        f"{result['model']} on {counted(result['gpus'], 'GPU')} ({where}), {layout}, {result['dtype']}{extra}, "
         f"recompute {recompute}, overlap {overlap}"
     )
     memory = (
@@ -206,13 +211,13 @@ def iteration_text(iterations: list[dict]) -> str:
 def serving_table(result: dict) -> str:
     """A serving result for a person: the deployment, latency, throughput, memory, power and cost."""
     layout, fits = _layout_and_fit(result)
-    replicas = f"{result['replicas']} replica{'s' if result['replicas'] != 1 else ''} of {layout}"
+    replicas = f"{counted(result['replicas'], 'replica')} of {layout}"
     if result.get("attention_dp"):
         replicas = f"{layout} with attention data parallelism: {result['replicas']} attention replicas"
     if result.get("ep_overlap") == "two-batch":
         replicas += "; two-batch overlap of the expert exchange"
     head = (
-        f"{result['model']} on {result['gpus']} GPU{'s' if result['gpus'] != 1 else ''} of {result['system']} "
+        f"{result['model']} on {counted(result['gpus'], 'GPU')} of {result['system']} "
         f"({replicas}), {result['dtype']} weights, "
         f"{result['kv_dtype']} KV cache, {result['prompt']} prompt + {result['output']} output tokens"
     )
@@ -367,10 +372,10 @@ def record_lines(record: object, prefix: str = "") -> Iterator[str]:
 def gemm_text(gpu: str, record: dict) -> str:
     """One GEMM's roofline (:func:`commodel.compute.roofline.gemm_summary`) in a line."""
     split = f", split-K {record['split_k']}" if record["split_k"] > 1 else ""
-    waves = f"{record['waves']} wave{'s' if record['waves'] > 1 else ''}"
+    waves = counted(record["waves"], "wave")
     return (
         f"GEMM {record['m']}x{record['n']}x{record['k']} {record['dtype']} on {gpu}: {record['time_s'] * 1e6:.1f} us, "
         f"{record['tflops']:.1f} TFLOP/s, {record['bound']}-bound "
-        f"(intensity {record['intensity_flop_per_byte']:.0f} FLOP/B{split}; {record['tiles']} tile{'s' if record['tiles'] > 1 else ''} of "
+        f"(intensity {record['intensity_flop_per_byte']:.0f} FLOP/B{split}; {counted(record['tiles'], 'tile')} of "
         f"{record['tile']}, {waves})"
     )

@@ -10,9 +10,12 @@ so an iteration carries ``G = B (o - 1) / L`` decode queries and, on a share ``f
 of iterations, ``c = max(B / L, 1)`` prompts on average (replicas in lockstep: the share and the
 prompts of the replica starting the most, :func:`slowest_replica_starts`), priced as iterations of the
 two whole numbers of prompts around ``c``, mixed to it. ``output tokens/s = (B / L) o / t``, ``t`` the
-mean iteration, with prompts or decode only (also the time per output token); the first token comes
-the iteration its prompt starts in (:func:`first_token_iteration`: a request lands in iterations in
-proportion to their starts) and ``k - 1`` decode ones after a request is scheduled.
+mean iteration, with prompts or decode only. A request sees other iterations than the mean
+(:func:`request_iterations`): its first token comes the iteration its prompt starts in, which starts
+more prompts than the mean, and ``k - 1`` decode ones after it is scheduled; its time per output
+token is the mean of the iterations it decodes in, which start the other slots' prompts only (vLLM's
+and trtllm-bench's TPOT, ``(latency - TTFT) / (o - 1)``: at one request in flight a decode-only
+iteration, however long its prompt).
 
 **How many in flight**: as TensorRT-LLM's guaranteed-no-evict scheduler admits them, each request
 reserves KV blocks for its whole ``p + o`` tokens; the KV pool is ``kv_fraction`` of the memory
@@ -115,30 +118,48 @@ def _slowest_of(
     return share, prompts
 
 
-def first_token_iteration(
+def over_starts(
     engine: Engine,
     law: tuple[np.ndarray, np.ndarray, np.ndarray],
-    queries: np.ndarray,
+    weightings: list[tuple[np.ndarray, ArrayLike]],
     p: np.ndarray,
     context: np.ndarray,
     prompt_cv: ArrayLike,
-) -> np.ndarray:
-    """Seconds of the iteration a request's prompt rides (its last chunk's), one per design: a
-    request lands in an iteration in proportion to the starts it holds (:func:`start_law`), so its
-    own starts more prompts than the mean (``λ + 1`` on one replica with Poisson starts), each count
-    priced as whole prompts."""
-    c, slowest, held = law
-    weight = slowest * held * (c > 0)
-    weight /= np.maximum(weight.sum(axis=1, keepdims=True), np.finfo(float).tiny)
-    counts = c[np.any(weight > 1e-6, axis=0)]
-    rows = weight.shape[0]
+) -> list[np.ndarray]:
+    """Each weighting's mean iteration, in seconds, one per design: ``(weight, queries)``, a weight
+    over the ``law``'s counts of whole prompts (:func:`start_law`; normalized here) and the decode
+    queries beside them, each count with mass priced as an iteration of that many whole prompts (one
+    :func:`iteration_time` call for all weightings)."""
+    c = law[0]
+    tiny = np.finfo(float).tiny
+    normed = [w / np.maximum(w.sum(axis=1, keepdims=True), tiny) for w, _ in weightings]
+    counts = c[np.any([np.any(w > 1e-6, axis=0) for w in normed], axis=0)]
+    rows, k = normed[0].shape[0], len(normed)
+    at = np.tile(np.repeat(np.arange(rows), counts.size), k)
 
     def each(v: ArrayLike) -> np.ndarray:
-        return np.repeat(np.broadcast_to(np.asarray(v, dtype=float), (rows,)), counts.size)
+        return np.broadcast_to(np.asarray(v, dtype=float), (rows,))[at]
 
-    times = iteration_time(engine.repeated(counts.size), each(queries), np.tile(counts.astype(float), rows),
-                           each(p), each(context), each(prompt_cv))["time_s"]  # fmt: skip
-    return np.sum(weight[:, counts] * times.reshape(rows, counts.size), axis=1)
+    prompts = np.tile(counts.astype(float), rows * k)
+    queries = np.concatenate([np.repeat(np.broadcast_to(q, (rows,)), counts.size) for _, q in weightings])
+    queries = np.where(prompts > 0, queries, np.maximum(queries, 1.0))  # an iteration runs some token
+    times = iteration_time(engine.select(at), queries, prompts, each(p), each(context), each(prompt_cv))
+    times = times["time_s"].reshape(k, rows, counts.size)
+    return [np.sum(w[:, counts] * t, axis=1) for w, t in zip(normed, times, strict=True)]
+
+
+def request_iterations(
+    law: tuple[np.ndarray, np.ndarray, np.ndarray], slots: np.ndarray, replicas: ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
+    """(The weight of each count of starts in the iteration a request's prompt rides, in those it
+    decodes in), from the ``law`` of :func:`start_law` for ``B = slots`` on each of ``R =
+    replicas``: a request lands in an iteration in proportion to the starts it holds, so its own
+    starts more prompts than the mean (``λ + 1`` on one replica with Poisson starts); it decodes in
+    proportion to the slots that do not start, ``R B -`` those starts, so at one request in flight
+    it never decodes beside a prompt, its own included."""
+    c, slowest, held = law
+    group = np.broadcast_to(np.asarray(replicas, dtype=float) * slots, slowest.shape[:1])[:, None]
+    return slowest * held * (c > 0), slowest * np.maximum(group - held, 0.0)
 
 
 def synchronized_replicas(engine: Engine) -> np.ndarray:
@@ -158,7 +179,7 @@ def steady_state(
     output_cv: ArrayLike = 0.0,
 ) -> dict[str, Any]:
     """Continuous batching with ``batch`` requests in flight (module docstring): time to first token
-    once scheduled, time per output token, and output tokens and requests per second per replica;
+    once scheduled, time per output token, the mean iteration, and output tokens and requests per second per replica;
     the time shares of communication, host and compute-bound kernels, and the mean HBM traffic of
     the memory-bound ones (``hbm_Bps``).
 
@@ -171,6 +192,8 @@ def steady_state(
     the most prompts (:func:`slowest_replica_starts`). (On 8 H200s serving DeepSeek-R1 at 128 requests
     per rank, 1/16 of a start per replica and iteration gives 40% such iterations: 88 ms per output
     token, where the run reports 11.35 tokens/s per user, 88.1 ms; each replica alone would be 51 ms.)
+    ``iteration_s`` is the mean iteration, ``tpot_s`` the mean of those a request decodes in
+    (:func:`request_iterations`; with one output token, which no request decodes, the mean iteration).
     ``iterations``: each kind (with prompts, with one more prompt, decode only) with its share, decode
     queries, prompts and its :func:`iteration_time`."""
     b, p, o = (np.asarray(v, dtype=float) for v in (batch, prompt, output))
@@ -201,11 +224,15 @@ def steady_state(
     def mixed(name: str) -> np.ndarray:
         return sum(weight * timing[name] for _, weight, _, timing in kinds)
 
-    first = first_token_iteration(engine, law, queries, p, context, prompt_cv)
+    # A request's own decode iterations: it is one query, the other slots decode as the mean's do.
+    own = 1 + (b - 1) * (o - 1) / life
+    riding, decoding = request_iterations(law, b, replicas)
+    first, between = over_starts(engine, law, [(riding, queries), (decoding, own)], p, context, prompt_cv)
     mean = mixed("time_s")
     return {
         "ttft_s": first + (chunks - 1) * decode["time_s"],
-        "tpot_s": mean,
+        "tpot_s": np.where(o > 1, between, mean),  # one output token: no decoding, its iteration
+        "iteration_s": mean,
         "output_tokens_per_s": starts * o / mean,
         "requests_per_s": starts / mean,
         **{share_of: mixed(name) / mean for share_of, name in SHARES.items()},
