@@ -991,9 +991,11 @@ def test_physical_sanity_over_random_valid_configurations(seed, name, system):
         (pp == 1) & (recompute == 0) & (modules == 0) & (rng.random(n) < 0.3)
     )  # as Megatron-Core allows
     ends_as_layers = (pp > 1) & ~dualpipe & ~lighter_last & places & (rng.random(n) < 0.3)
+    steps = rng.choice([1, 4, 16], n)  # micro-batches per step: interleaving runs at least pp
+    steps = np.where(vpp > 1, np.maximum(steps, pp), steps)
     x = layouts(
         name, system, tp=tp, pp=pp, cp=cp, ep=ep, dp=gpus // (tp * pp * cp), vpp=vpp, micro_batch=mb,
-        global_batch=gpus // (tp * pp * cp) * mb * rng.choice([1, 4, 16], n), seq=rng.choice([2048, 8192, 131072], n),
+        global_batch=gpus // (tp * pp * cp) * mb * steps, seq=rng.choice([2048, 8192, 131072], n),
         recompute=np.array(RECOMPUTE_CHOICES)[recompute], sequence_parallel=sp, zero=rng.integers(0, 4, n),
         expert_load=np.where(moe, np.minimum(rng.choice([1.0, 1.3, 2.0], n), ep), 1.0),
         schedule=np.where(dualpipe, "dualpipe", "1f1b"),

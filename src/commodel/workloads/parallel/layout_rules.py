@@ -41,6 +41,11 @@ def _rules(x: Layout, model: Transformer, gpus: ArrayLike) -> list[tuple[np.ndar
         ),
         ((x.vpp > 1) & (x.pp < 2), "virtual stages (vpp > 1) need pipeline parallelism (pp > 1)"),
         (
+            (x.vpp > 1) & (x.dp >= 1) & (x.microbatches < x.pp),
+            "virtual stages (vpp > 1) need at least pp micro-batches per step (Megatron-Core's "
+            "interleaved schedule runs them in groups of pp)",
+        ),
+        (
             (x.dp >= 1) & (np.mod(x.global_batch, x.dp * x.micro_batch) != 0),
             "global batch must be a multiple of dp x micro batch",
         ),
