@@ -15,9 +15,10 @@ reductions too run on the host. Groups of one system (``dgx-h100:1,dgx-h100:1``)
 are a homogeneous cluster with speed-balanced stages: the best a homogeneous counterpart reaches.
 
 1F1B with per-stage times ``t_s`` (a micro-batch's forward and backward) and ``m`` micro-batches:
-``step = (m - 1) max_s t_s + sum_s t_s`` (fill and drain, then the slowest stage), plus the slowest
-group's exposed gradient reduction and optimizer, scaled by its largest stage's share of the layers.
-Uniform stages give the homogeneous model's ``(m + pp - 1) t``.
+the largest of the bounds each stage sets (:func:`~commodel.workloads.training.schedule.stages_1f1b`;
+``(m - 1) max_s t_s + sum_s t_s`` where the last stage is the slowest), plus the slowest group's
+exposed gradient reduction and optimizer, scaled by its largest stage's share of the layers. Uniform
+stages give the homogeneous model's ``(m + pp - 1) t``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from commodel.workloads.training.memory import (
     stage_parameters,
 )
 from commodel.workloads.training.microbatch import per_microbatch
+from commodel.workloads.training.schedule import stages_1f1b
 
 _GROUP = re.compile(r"\s*([A-Za-z0-9._-]+)\s*:\s*(\d+)\s*")
 
@@ -244,7 +246,9 @@ def hetero_train_step(
     )
     dp_s = _gradient_reduction_s(model, groups, x, parts, share, transport)
     optimizer_s = max(float(parts[g]["optimizer_s"][0]) * share[g] for g in range(len(groups)))
-    step = (m - 1) * stage.max() + stage.sum() + dp_s + optimizer_s
+    forward = np.array([float(parts[g]["layer_fwd_share"][0]) for g in plan])
+    span = stages_1f1b(stage, forward, m)
+    step = span + dp_s + optimizer_s
     g_slow = plan[slowest]
     p = parts[g_slow]
     n_layers = layers[slowest]
@@ -278,7 +282,7 @@ def hetero_train_step(
         "pp_comm_s": m * sends[slowest],
         "dp_comm_s": m * other[slowest] + dp_s,
         "offload_s": 0.0,
-        "bubble_s": stage.sum() - stage.max(),
+        "bubble_s": span - m * stage.max(),
         "optimizer_s": optimizer_s,
         "cross_vendor_s": cross,
         "stage_layers": ",".join(str(int(v)) for v in layers),

@@ -10,8 +10,9 @@ model; it derives nothing of its own but the schedule:
   of K and V, each exposed according to the overlap strategy.
 - **Pipeline** (1F1B, optionally interleaved with ``vpp`` virtual stages, Narayanan et al. 2021):
   ``m x t_slowest + (pp - 1) / vpp x t_mean`` interleaved, and without interleaving the largest of
-  the bounds each stage sets (:func:`one_f_one_b`: ``(m - 1) t_last + sum t`` where the last stage
-  is the slowest); bubble fraction ``(pp - 1) / (vpp m + pp - 1)`` when balanced; activations and gradients cross stage boundaries as point-to-point sends; the first and
+  the bounds each stage sets (:func:`~commodel.workloads.training.schedule.one_f_one_b`: ``(m - 1)
+  t_last + sum t`` where the last stage is the slowest); bubble fraction ``(pp - 1) / (vpp m + pp -
+  1)`` when balanced; activations and gradients cross stage boundaries as point-to-point sends; the first and
   last stages' layers as stated (:func:`commodel.workloads.parallel.layout.stage_split`), the last with the
   logits and any multi-token prediction modules. **DualPipe** (DeepSeek-AI 2024): each GPU holds
   stage i and stage pp - 1 - i, two pipelines run in opposite directions with half the micro-batches
@@ -56,6 +57,7 @@ from commodel.workloads.parallel.layout import AUTO, Layout, stage_split
 from commodel.workloads.training.activation_fit import fit_activations
 from commodel.workloads.training.memory import by_category, fits, memory_with_microbatches
 from commodel.workloads.training.microbatch import per_microbatch
+from commodel.workloads.training.schedule import one_f_one_b
 from commodel.workloads.training.state_offload import state_offload
 
 BREAKDOWN = (
@@ -175,64 +177,6 @@ def _schedule(
         mean,
         bubble,
     )
-
-
-def one_f_one_b(
-    first: ArrayLike,
-    middle: ArrayLike,
-    last: ArrayLike,
-    forward_share: ArrayLike,
-    pp: ArrayLike,
-    m: ArrayLike,
-    vpp: ArrayLike = 1,
-) -> np.ndarray:
-    """Seconds of ``m`` micro-batches through a 1F1B pipeline of ``pp`` stages (Narayanan et al.
-    2021) whose first, ``pp - 2`` middle and last stages take ``first``, ``middle`` and ``last`` per
-    micro-batch, ``forward_share`` of it forward.
-
-    Interleaved over ``vpp > 1`` chunks per stage: ``m t_max + (pp - 1) / vpp t_mean``, exact with
-    equal stages; with the logits on the last chunk, or the embedding and the loss counted as layers,
-    above an event simulation of Megatron's interleaved schedule (``tests/test_pipeline_schedule.py``)
-    by at most 5% at ``2 pp`` micro-batches (a middle stage the slowest, the ends lighter) and 1.4%
-    from ``4 pp``.
-
-    Without interleaving: the largest of two bounds no schedule beats, from each stage ``k`` (``t_k``
-    per micro-batch, ``f_k`` forward, ``b_k`` backward, ``w = min(pp - k - 1, m)`` warm-up
-    forwards):
-
-    - its work: the first micro-batch's forwards reach it, it runs its ``m``, and its last backward
-      goes on through the stages before it, ``sum_{j<k} t_j + m t_k``, plus the wait for its first
-      backward to come back from the stages after it, less the forwards it runs meanwhile, ``i_k =
-      max(0, sum_{j>k} t_j - min(w, m - 1) f_k)``;
-    - its last micro-batch: that forward comes after all of its ``m`` forwards and the ``n = max(m -
-      1 - w, 0)`` backwards before it (and ``i_k`` where ``n >= 1``), then goes through every later
-      stage and back, ``sum_{j<k} t_j + m f_k + (n + 1) b_k + sum_{j>k} t_j``.
-
-    Among the middle stages both rise with ``k``, so the first, the last middle and the last stage
-    give the largest. With equal stages it is ``(m + pp - 1) t``; with the last the slowest, ``(m -
-    1) t_last + sum t``, which the interleaved form at ``vpp = 1`` overstated by ``t_max - t_mean``.
-    The simulation (stages up to 2.5x apart, a quarter to half of their time forward, 1-40
-    micro-batches) puts it at most 2.5% below the makespan, 0.02% on average, where that form was up
-    to 35% above."""
-    t_f, t_m, t_l, share, pp, m, vpp = np.broadcast_arrays(
-        *(np.asarray(v, dtype=float) for v in (first, middle, last, forward_share, pp, m, vpp))
-    )
-    inner = np.maximum(pp - 2, 0.0)  # middle stages
-    total = t_f + inner * t_m + t_l
-    interleaved = m * np.maximum(np.maximum(t_f, t_m), t_l) + (pp - 1) / vpp * total / pp
-
-    def stage(before: np.ndarray, t: np.ndarray, after: np.ndarray, warm: np.ndarray) -> np.ndarray:
-        forward, backward = share * t, (1 - share) * t
-        ahead = np.minimum(warm, m - 1)  # forwards it runs before its first backward can come back
-        waits = np.maximum(after - ahead * forward, 0.0)
-        backwards = np.maximum(m - 1 - np.minimum(warm, m), 0.0)  # before its last forward
-        work = before + m * t + waits
-        last_one = before + m * forward + (backwards + 1) * backward + after
-        return np.maximum(work, last_one + np.where(backwards >= 1, waits, 0.0))
-
-    ends = np.maximum(stage(0 * t_f, t_f, total - t_f, pp - 1), stage(total - t_l, t_l, 0 * t_l, 0 * pp))
-    plain = np.maximum(ends, np.where(pp >= 3, stage(t_f + (inner - 1) * t_m, t_m, t_l, 1 + 0 * pp), 0.0))
-    return np.where(pp > 1, np.where(vpp > 1, interleaved, plain), m * t_l)
 
 
 def _train_step(
