@@ -231,6 +231,7 @@ def test_the_iteration_table_adds_up_to_the_steady_state(name, system, tp, pp, p
         assert all(row["gbps"] <= hbm.memory_bandwidth.value * hbm.memory_efficiency.value / 1e9 * (1 + 1e-9)
                    for row in it["kernels"])  # fmt: skip
     mean = sum(it["share"] * it["time_ms"] for it in iterations)  # B / o requests finish in each
+    assert mean == pytest.approx(1e3 * result["iteration_s"], rel=1e-9)
     assert mean == pytest.approx(
         1e3 * result["batch_in_flight"] / (output * result["requests_per_s"]), rel=1e-9
     )
@@ -570,6 +571,19 @@ def test_a_requests_time_per_output_token_is_the_mean_of_the_iterations_it_decod
     assert closed["tpot_s"][0] == pytest.approx(per_token, rel=0.02)
     assert closed["iteration_s"][0] == pytest.approx(mean, rel=0.02)
     assert closed["tpot_s"][0] < closed["iteration_s"][0] / 1.05
+
+
+def test_serve_prints_the_mean_iteration_that_sets_the_rates_where_it_is_not_the_token_time():
+    args = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--output", "10", "--batch", "1"]
+    long = CliRunner().invoke(app, [*args, "--prompt", "100000"])
+    assert long.exit_code == 0, long.output
+    r = serve(model="llama3-8b", system="dgx-h100", prompt=100_000, output=10, batch="1")
+    assert r["iteration_s"] > 20 * r["tpot_s"]  # its own prompt's iteration, spread over its tokens
+    assert f"per output token {1e3 * r['tpot_s']:.4g} ms" in long.output
+    assert f"at a mean iteration of {1e3 * r['iteration_s']:.4g} ms" in long.output
+    short = CliRunner().invoke(app, ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--prompt",
+                                     "128", "--output", "2048", "--phase", "decode"])  # fmt: skip
+    assert short.exit_code == 0 and "mean iteration" not in short.output
 
 
 def test_one_request_in_flight_decodes_at_the_decode_only_iteration_however_long_its_prompt():

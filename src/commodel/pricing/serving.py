@@ -44,9 +44,21 @@ from commodel.workloads.serving.continuous import mean_context, steady_state
 from commodel.workloads.serving.engine import Engine, kv_dtype_of, replica_problems
 from commodel.workloads.serving.memory import SERVING_CATEGORIES, capacity, kv_tokens_held, memory_at
 
+#: What a disaggregated deployment's pools set in place of one replica's steady state.
+DISAGGREGATED = (
+    "ttft_s",
+    "tpot_s",
+    "iteration_s",
+    "comm_share",
+    "host_share",
+    "compute_bound_share",
+    "hbm_Bps",
+)
+
 OUTPUTS = (
     "ttft_s",
     "tpot_s",
+    "iteration_s",
     "output_tokens_per_s",
     "output_tokens_per_s_per_gpu",
     "input_tokens_per_s",
@@ -229,7 +241,7 @@ def _price(
     if split.any():  # prefill/decode disaggregation: the pools' own steady state, totals over both
         prefill = request["prefill_gpus"][split] / (engine.tp * engine.pp)[split]
         d = disaggregated(engine.select(split), prefill, replicas[split] - prefill, p[split], o[split])
-        for name in ("ttft_s", "tpot_s", "comm_share", "host_share", "compute_bound_share", "hbm_Bps"):
+        for name in DISAGGREGATED:
             r[name] = np.where(split, _spread(d[name], split), r[name])
         chosen = np.where(split, _spread(d["decode_batch"], split), chosen)
         total = np.where(split, _spread(d["output_tokens_per_s"], split), total)
@@ -241,6 +253,7 @@ def _price(
     fields = {
         "ttft_s": r["ttft_s"],
         "tpot_s": r["tpot_s"],
+        "iteration_s": r["iteration_s"],
         "output_tokens_per_s": total,
         "output_tokens_per_s_per_gpu": total / gpus,
         "input_tokens_per_s": replicas * r["requests_per_s"] * p * (phase != "decode"),

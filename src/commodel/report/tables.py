@@ -4,6 +4,7 @@ band and hardware-record lines they share; collectives print as nccl-tests does
 
 from __future__ import annotations
 
+import math
 from itertools import groupby
 from typing import TYPE_CHECKING
 
@@ -244,7 +245,8 @@ def serving_table(result: dict) -> str:
             f", {readable_number(result['input_tokens_per_s'])} prompt tokens/s"
             if result.get("phase") == "prefill"
             else ""
-        ),
+        )
+        + _mean_iteration(result),
         memory,
         f"  time shares      {100 * result['comm_share']:.1f}% communication, {100 * result['host_share']:.1f}% host",
         *_offload_lines(result),
@@ -253,6 +255,16 @@ def serving_table(result: dict) -> str:
     ]
     lines += [f"  note: {note}" for note in result.get("notes", [])]
     return "\n".join(lines)
+
+
+def _mean_iteration(result: dict) -> str:
+    """Where continuous batching mixes prompts into the iterations, the mean one that sets the rates
+    (a request's own token time is the iterations it decodes in, never its prompt's)."""
+    both = result.get("phase", "both") == "both" and not result.get("prefill_gpus")
+    iteration = result.get("iteration_s", math.nan)
+    if not both or not math.isfinite(iteration) or iteration <= result["tpot_s"] * (1 + 1e-3):
+        return ""
+    return f", at a mean iteration of {1e3 * iteration:.4g} ms"
 
 
 def _latency_lines(result: dict) -> list[str]:

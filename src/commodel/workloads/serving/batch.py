@@ -78,7 +78,7 @@ def one_phase(
         rates = {"requests_per_s": b / ((o - 1) * t), "output_tokens_per_s": b / t, "ttft_s": np.full_like(t, np.nan),
                  "tpot_s": t}  # fmt: skip
     return rates | {
-        "comm_share": it["comm_s"] / t, "host_share": it["host_s"] / t,
+        "iteration_s": t, "comm_share": it["comm_s"] / t, "host_share": it["host_s"] / t,
         "compute_bound_share": it["compute_bound_s"] / t, "hbm_Bps": it["hbm_bytes"] / t,
     }  # fmt: skip
 
@@ -153,6 +153,7 @@ def disaggregated(
     return {
         "ttft_s": t_prefill + transfer,
         "tpot_s": tpot,
+        "iteration_s": tpot,  # the decode pool's
         "comm_share": final["comm_s"] / tpot,
         "host_share": final["host_s"] / tpot,
         "compute_bound_share": per_second("compute_bound_s"),
