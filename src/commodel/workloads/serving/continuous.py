@@ -70,11 +70,27 @@ def start_law(
     B, L = np.broadcast_arrays(
         np.maximum(np.round(np.asarray(slots, dtype=float)), 0.0), np.asarray(life, dtype=float)
     )
-    lam = B / L
-    R = np.broadcast_to(np.asarray(replicas, dtype=float), lam.shape)[:, None]
-    likely = np.minimum(np.ceil(lam + 10 * np.sqrt(lam) + 10), B)  # beyond it no mass is left
-    n = np.maximum(np.minimum(np.broadcast_to(room, lam.shape), likely), np.ceil(lam))[:, None]
+    R = np.broadcast_to(np.asarray(replicas, dtype=float), B.shape)
+    likely = np.minimum(np.ceil(B / L + 10 * np.sqrt(B / L) + 10), B)  # beyond it no mass is left
+    n = np.maximum(np.minimum(np.broadcast_to(room, B.shape), likely), np.ceil(B / L))
     c = np.arange(int(n.max()) + 1)
+    slowest, held = np.zeros((B.size, c.size)), np.tile(c.astype(float), (B.size, 1))
+    # Rows priced in groups of like widths (powers of two): one long-lived replica of thousands of
+    # slots would otherwise widen every row's law to its own.
+    width = np.ceil(np.log2(n + 1))
+    for each in np.unique(width):
+        at = width == each
+        cols = int(n[at].max()) + 1
+        slowest[at, :cols], held[at, :cols] = _law(B[at], L[at], R[at], n[at], np.arange(cols))
+    return c, slowest, held
+
+
+def _law(
+    B: np.ndarray, L: np.ndarray, R: np.ndarray, n: np.ndarray, c: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`start_law`'s ``(P(the slowest starts c), the group's starts then)`` for rows whose
+    counts ``c`` reach their ``n``."""
+    lam, R, n = B / L, R[:, None], n[:, None]
     log_factorial = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, int(B.max()) + 1)))])
     B, L, gone = B[:, None], L[:, None], np.maximum(B[:, None] - c, 0)
     with np.errstate(divide="ignore", invalid="ignore"):  # no slots, or all ending at once
@@ -88,7 +104,7 @@ def start_law(
     cdf = np.minimum(np.cumsum(pmf, axis=1), 1.0)
     slowest = np.diff(cdf**R, axis=1, prepend=0.0)
     others = np.cumsum(c * pmf, axis=1) / np.maximum(cdf, np.finfo(float).tiny)
-    return c, slowest, c + (R - 1) * others
+    return slowest, c + (R - 1) * others
 
 
 def slowest_replica_starts(
