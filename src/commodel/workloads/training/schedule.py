@@ -30,7 +30,7 @@ def stage_bound(
 def stages_1f1b(stages: ArrayLike, forward_share: ArrayLike, m: float) -> float:
     """Seconds of ``m`` micro-batches through non-interleaved 1F1B over ``stages``, each stage's time
     per micro-batch in pipeline order (node groups: each stage its own size), ``forward_share`` of
-    each forward: the largest of every stage's :func:`stage_bound`."""
+    each stage's time its forward: the largest of every stage's :func:`stage_bound`."""
     t = np.asarray(stages, dtype=float)
     done = np.cumsum(t)
     warm = t.size - 1 - np.arange(t.size)
