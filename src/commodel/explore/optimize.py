@@ -139,7 +139,7 @@ def _refine(spec: SweepSpec, problem: object, seen: list, encoded: list, budget:
         if left <= 0 or feasible.empty:
             return
         front = done[pareto_front(feasible, spec.objectives)["point"].to_numpy()]
-        tried = {row.tobytes() for row in snap(spec, done)}
+        tried = {row.tobytes() for row in done}  # pymoo evaluates repaired (snapped) rows
         fresh = [row for row in neighbours(spec, front) if row.tobytes() not in tried]
         fresh = list({row.tobytes(): row for row in fresh}.values())[:left]
         if not fresh:

@@ -81,9 +81,8 @@ def one_f_one_b(
     total = t_f + inner * t_m + t_l
     interleaved = m * np.maximum(np.maximum(t_f, t_m), t_l) + (pp - 1) / vpp * total / pp
 
-    def stage(before: np.ndarray, t: np.ndarray, after: np.ndarray, warm: np.ndarray) -> np.ndarray:
-        return stage_bound(before, t, after, warm, share, m)
-
-    ends = np.maximum(stage(0 * t_f, t_f, total - t_f, pp - 1), stage(total - t_l, t_l, 0 * t_l, 0 * pp))
-    plain = np.maximum(ends, np.where(pp >= 3, stage(t_f + (inner - 1) * t_m, t_m, t_l, 1 + 0 * pp), 0.0))
+    first_bound = stage_bound(0.0, t_f, total - t_f, pp - 1, share, m)
+    middle_bound = stage_bound(t_f + (inner - 1) * t_m, t_m, t_l, 1.0, share, m)  # the last middle one
+    last_bound = stage_bound(total - t_l, t_l, 0.0, 0.0, share, m)
+    plain = np.maximum(np.maximum(first_bound, last_bound), np.where(pp >= 3, middle_bound, 0.0))
     return np.where(pp > 1, np.where(vpp > 1, interleaved, plain), m * t_l)
