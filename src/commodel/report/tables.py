@@ -193,9 +193,13 @@ def iteration_text(iterations: list[dict]) -> str:
     layer's kernels with their rooflines, then the sum that makes the iteration's time."""
     blocks = []
     for it in iterations:
-        carried = f"{it['queries']:.4g} decode queries" + (
-            f" and {it['prompts']:.3g} prompts of {it['prompt']:.0f} tokens" if it["prompts"] else ""
+        chunked = it["chunk"] < it["prompt"]
+        prompts = (
+            f"{it['prompts']:.3g} prompt chunks of {it['chunk']:.0f} tokens (of {it['prompt']:.0f}-token prompts)"
+            if chunked
+            else f"{it['prompts']:.3g} prompts of {it['prompt']:.0f} tokens"
         )
+        carried = f"{it['queries']:.4g} decode queries" + (f" and {prompts}" if it["prompts"] else "")
         layer_ms = sum(r["ms"] for r in it["kernels"])
         stage = f"{it['stage_layers']} layers x {layer_ms:.4g} ms + logits {it['logits']['ms']:.4g} ms"
         stage = f"{it['pp']} stages x ({stage})" if it["pp"] > 1 else stage

@@ -3,19 +3,22 @@ requests start per iteration, the share of iterations that carry prompts, the me
 time per output token), the first token's wait, and the iterations a person reads.
 
 **Continuous batching in steady state** (every request ``p`` prompt and ``o`` output tokens): a
-request stays in flight ``L = o + k - 1`` iterations, its prompt in ``k = ceil(p / max_num_tokens)``
-chunks (TensorRT-LLM's chunked context, which trtllm-bench enables; ``k = 1`` for a prompt within
-the limit) and then decode. With ``B`` requests in flight, ``B / L`` finish and start per iteration,
-so an iteration carries ``G = B (o - 1) / L`` decode queries and, on a share ``f = min(B / L, 1)``
-of iterations, ``c = max(B / L, 1)`` prompts on average (replicas in lockstep: the share and the
-prompts of the replica starting the most, :func:`slowest_replica_starts`), priced as iterations of the
-two whole numbers of prompts around ``c``, mixed to it. ``output tokens/s = (B / L) o / t``, ``t`` the
-mean iteration, with prompts or decode only. A request sees other iterations than the mean
-(:func:`request_iterations`): its first token comes the iteration its prompt starts in, which starts
-more prompts than the mean, and ``k - 1`` decode ones after it is scheduled; its time per output
-token is the mean of the iterations it decodes in, which start the other slots' prompts only (vLLM's
-and trtllm-bench's TPOT, ``(latency - TTFT) / (o - 1)``: at one request in flight a decode-only
-iteration, however long its prompt).
+request stays in flight ``L = o + k - 1`` iterations, its prompt in ``k`` chunks, one an iteration,
+and then decode: ``k = 1`` where the prompt fits the token budget beside the other requests' decode
+queries, else the fewest chunks that do (TensorRT-LLM's chunked context, which trtllm-bench enables:
+:func:`chunks_beside_decode`). With ``B`` requests in flight, ``B / L`` finish and start per
+iteration, so an iteration carries ``G = B (o - 1) / L`` decode queries and, on a share ``f =
+min(B k / L, 1)`` of iterations, ``c = max(B k / L, 1)`` chunks of ``p / k`` tokens on average
+(replicas in lockstep: the share and the chunks of the replica starting the most,
+:func:`slowest_replica_starts`), priced as iterations of the two whole numbers of chunks around
+``c``, mixed to it; a chunk carries its tokens' share of the prompt's causal attention (the chunks'
+attention against their prefixes adds up to the whole). ``output tokens/s = (B / L) o / t``, ``t``
+the mean iteration, with prompts or decode only. A request sees other iterations than the mean
+(:func:`request_iterations`): its first token comes at the end of the ``k`` iterations its chunks
+ride, which start more chunks than the mean (each chunk but the last fills the budget the queries
+leave, the last the rest); its time per output token is the mean of the iterations it decodes in,
+which start the other slots' chunks only (vLLM's and trtllm-bench's TPOT, ``(latency - TTFT) / (o -
+1)``: at one request in flight a decode-only iteration, however long its prompt).
 
 **How many in flight**: as TensorRT-LLM's guaranteed-no-evict scheduler admits them, each request
 reserves KV blocks for its whole ``p + o`` tokens; the KV pool is ``kv_fraction`` of the memory
@@ -42,6 +45,24 @@ def prompt_chunks(engine: Engine, prompt: ArrayLike) -> np.ndarray:
     chunked context (TensorRT-LLM's, which trtllm-bench enables; vLLM's and SGLang's chunked prefill)
     runs a longer prompt as chunks that fill the iteration's token budget, the last one the rest."""
     return np.ceil(np.asarray(prompt, dtype=float) / engine.max_num_tokens)
+
+
+def chunks_beside_decode(
+    engine: Engine, batch: ArrayLike, prompt: ArrayLike, output: ArrayLike
+) -> np.ndarray:
+    """Iterations a prompt of ``p`` tokens takes when the decode queries of the other ``B - 1`` requests
+    in flight (``B = batch``), ``(B - 1)(o - 1) / (o + k - 1)``, take their tokens of the budget ``M``
+    first (TensorRT-LLM's scheduler admits the generation requests, then fills the rest with context
+    chunks; vLLM's chunked prefill alike): the least whole ``k`` with ``p / k + (B - 1)(o - 1) / (o + k
+    - 1) <= M``, the positive root of ``M k^2 + (M a - p - (B - 1) a) k - p a = 0`` (``a = o - 1``)
+    rounded up; :func:`prompt_chunks` alone, or without queries (``o = 1``). Queries that fill the
+    budget alone leave no room: :func:`commodel.workloads.serving.memory.capacity` keeps ``B`` below
+    ``M o / (p + o - 1)``."""
+    b, p, o = (np.asarray(v, dtype=float) for v in (batch, prompt, output))
+    M, a = engine.max_num_tokens, o - 1
+    linear = M * a - p - np.maximum(b - 1, 0.0) * a
+    k = (np.sqrt(linear**2 + 4 * M * p * a) - linear) / (2 * M)
+    return np.maximum(np.ceil(k - 1e-9), 1.0)
 
 
 def mean_context(prompt: ArrayLike, output: ArrayLike, output_cv: ArrayLike) -> np.ndarray:
@@ -137,18 +158,21 @@ def _slowest_of(
 def over_starts(
     engine: Engine,
     law: tuple[np.ndarray, np.ndarray, np.ndarray],
-    weightings: list[tuple[np.ndarray, ArrayLike]],
+    weightings: list[tuple[np.ndarray, ArrayLike, ArrayLike]],
     p: np.ndarray,
     context: np.ndarray,
     prompt_cv: ArrayLike,
+    chunks: ArrayLike = 1.0,
 ) -> list[np.ndarray]:
-    """Each weighting's mean iteration, in seconds, one per design: ``(weight, queries)``, a weight
-    over the ``law``'s counts of whole prompts (:func:`start_law`; normalized here) and the decode
-    queries beside them, each count with mass priced as an iteration of that many whole prompts (one
-    :func:`iteration_time` call for all weightings)."""
+    """Each weighting's mean iteration, in seconds, one per design: ``(weight, queries, own)``, a weight
+    over the ``law``'s counts of prompt chunks (:func:`start_law`; ``1 / chunks`` of a prompt each, a
+    whole prompt where it fits the budget; normalized here), the decode queries beside them, and the
+    share of the prompt one of them carries (a request's own chunk, :func:`chunk_pieces`), each count
+    with mass priced as an iteration of that many chunks (one :func:`iteration_time` call for all
+    weightings)."""
     c = law[0]
     tiny = np.finfo(float).tiny
-    normed = [w / np.maximum(w.sum(axis=1, keepdims=True), tiny) for w, _ in weightings]
+    normed = [w / np.maximum(w.sum(axis=1, keepdims=True), tiny) for w, _, _ in weightings]
     counts = c[np.any([np.any(w > 1e-6, axis=0) for w in normed], axis=0)]
     rows, k = normed[0].shape[0], len(normed)
     at = np.tile(np.repeat(np.arange(rows), counts.size), k)
@@ -156,9 +180,15 @@ def over_starts(
     def each(v: ArrayLike) -> np.ndarray:
         return np.broadcast_to(np.asarray(v, dtype=float), (rows,))[at]
 
-    prompts = np.tile(counts.astype(float), rows * k)
-    queries = np.concatenate([np.repeat(np.broadcast_to(q, (rows,)), counts.size) for _, q in weightings])
-    queries = np.where(prompts > 0, queries, np.maximum(queries, 1.0))  # an iteration runs some token
+    def per_row(v: ArrayLike) -> np.ndarray:
+        return np.repeat(np.broadcast_to(np.asarray(v, dtype=float), (rows,)), counts.size)
+
+    unit = 1 / each(chunks)
+    units = np.tile(counts.astype(float), rows * k)
+    own = np.concatenate([per_row(piece) for _, _, piece in weightings])
+    prompts = units * unit + np.where(units > 0, own - unit, 0.0)
+    queries = np.concatenate([per_row(q) for _, q, _ in weightings])
+    queries = np.where(units > 0, queries, np.maximum(queries, 1.0))  # an iteration runs some token
     times = iteration_time(engine.select(at), queries, prompts, each(p), each(context), each(prompt_cv))
     times = times["time_s"].reshape(k, rows, counts.size)
     return [np.sum(w[:, counts] * t, axis=1) for w, t in zip(normed, times, strict=True)]
@@ -211,49 +241,80 @@ def steady_state(
     ``iteration_s`` is the mean iteration, ``tpot_s`` the mean of those a request decodes in
     (:func:`request_iterations`; with one output token, which no request decodes, the mean iteration).
     ``iterations``: each kind (with prompts, with one more prompt, decode only) with its share, decode
-    queries, prompts and its :func:`iteration_time`."""
+    queries, prompt chunks, the tokens of the one it is named by (a full chunk, or the last: the
+    whole prompt where it fits the budget) and its :func:`iteration_time`."""
     b, p, o = (np.asarray(v, dtype=float) for v in (batch, prompt, output))
-    chunks = prompt_chunks(engine, p)
+    chunks = chunks_beside_decode(engine, b, p, o)
     life = o + chunks - 1  # iterations a request stays in flight: its prompt's chunks, then decode
     starts = b / life
     queries = b * (o - 1) / life
-    room = np.floor((engine.max_num_tokens - queries) / p)  # whole prompts beside the decode tokens
+    # What an iteration carries of the prompts is chunks, k per request (one, a whole prompt, within
+    # the budget): each but the last fills the budget the decode queries leave, the last the rest.
+    room = np.floor((engine.max_num_tokens - queries) / (p / chunks))  # whole chunks beside the decode tokens
     replicas = synchronized_replicas(engine)
-    law = start_law(b, life, replicas, room)
-    share, prompts = _slowest_of(law, starts, replicas)
+    law = start_law(b, life / chunks, replicas, room)
+    share, prompts = _slowest_of(law, starts * chunks, replicas)
     context = mean_context(p, o, output_cv)
+    pieces = chunk_pieces(engine, b, p, o, chunks)
     # Decode-only iterations occur where requests decode (o > 1); with one output token (no queries)
     # their share is 0 and one query keeps their kernels defined.
     decode = iteration_time(engine, np.maximum(queries, 1.0), np.zeros_like(b), p, context)
-    # The prompts an iteration with prompts starts are a mean over iterations that start whole ones:
-    # the iterations of the two whole numbers around it, mixed to that mean (a fraction of a prompt
-    # would cut the GEMMs' tiles at a token count no iteration has).
+    # The chunks an iteration with prompts starts are a mean over iterations that start whole ones:
+    # the iterations of the two whole numbers around it, mixed to that mean (a fraction of a chunk
+    # would cut the GEMMs' tiles at a token count no iteration has), one of them a full chunk or a last.
     whole = np.floor(prompts)
     more = prompts - whole
-    lower = iteration_time(engine, queries, whole, p, context, prompt_cv)
-    kinds = [("with prompts", share * (1 - more), whole, lower)]
+    counts = [("with prompts", share * (1 - more), whole)]
     if np.any(more > 0):
-        upper = iteration_time(engine, queries, whole + 1, p, context, prompt_cv)
-        kinds.append(("with one more prompt", share * more, whole + 1, upper))
-    kinds.append(("decode only", 1 - share, 0 * b, decode))
+        counts.append(("with one more prompt", share * more, whole + 1))
+    kinds = [
+        (kind + piece, weight * odds, count, own * p,
+         iteration_time(engine, queries, (count - 1) / chunks + own, p, context, prompt_cv))
+        for kind, weight, count in counts
+        for piece, own, odds in pieces
+    ]  # fmt: skip
+    kinds.append(("decode only", 1 - share, 0 * b, 0 * b, decode))
 
     def mixed(name: str) -> np.ndarray:
-        return sum(weight * timing[name] for _, weight, _, timing in kinds)
+        return sum(weight * timing[name] for _, weight, _, _, timing in kinds)
 
     # A request's own decode iterations: it is one query, the other slots decode as the mean's do.
     own = 1 + (b - 1) * (o - 1) / life
     riding, decoding = request_iterations(law, b, replicas)
-    first, between = over_starts(engine, law, [(riding, queries), (decoding, own)], p, context, prompt_cv)
+    weightings = [(w, q, piece) for w, q in ((riding, queries), (decoding, own)) for _, piece, _ in pieces]
+    times = over_starts(engine, law, weightings, p, context, prompt_cv, chunks)
+    first, between = times[: len(pieces)], times[len(pieces) :]
     mean = mixed("time_s")
     return {
-        "ttft_s": first + (chunks - 1) * decode["time_s"],
-        "tpot_s": np.where(o > 1, between, mean),  # one output token: no decoding, its iteration
+        "ttft_s": sum(t * odds * chunks for t, (_, _, odds) in zip(first, pieces, strict=True)),
+        "tpot_s": np.where(
+            o > 1, sum(t * odds for t, (_, _, odds) in zip(between, pieces, strict=True)), mean
+        ),
         "iteration_s": mean,
         "output_tokens_per_s": starts * o / mean,
         "requests_per_s": starts / mean,
         **{share_of: mixed(name) / mean for share_of, name in SHARES.items()},
-        "iterations": tuple((kind, weight, queries, count, timing) for kind, weight, count, timing in kinds),
+        "iterations": tuple((kind, weight, queries, *rest) for kind, weight, *rest in kinds),
     }
+
+
+def chunk_pieces(
+    engine: Engine, batch: np.ndarray, prompt: np.ndarray, output: np.ndarray, chunks: np.ndarray
+) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """The chunks of a prompt of ``p`` tokens as TensorRT-LLM cuts it (:func:`chunks_beside_decode`):
+    ``(name, share of the prompt, odds)``, each but the last filling the budget ``M`` an iteration's
+    ``B (o - 1) / L`` decode queries leave, ``k - 1`` in ``k``, and the last the rest,
+    one in ``k`` (equal shares where full ones would leave none); one piece, the whole prompt, where no
+    design cuts its prompt."""
+    if not np.any(chunks > 1):
+        return [("", np.ones_like(chunks), np.ones_like(chunks))]
+    queries = batch * (output - 1) / (output + chunks - 1)
+    full = np.minimum(engine.max_num_tokens - queries, prompt)
+    full = np.where((chunks - 1) * full < prompt, full, prompt / chunks) / prompt
+    return [
+        (", a full chunk", full, (chunks - 1) / chunks),
+        (", the last chunk", 1 - (chunks - 1) * full, 1 / chunks),
+    ]
 
 
 #: The mean iteration's shares of its time, and its HBM bytes per second, from what each iteration adds up.
@@ -274,14 +335,14 @@ def iteration_table(engine: Engine, state: dict[str, Any], prompt: ArrayLike) ->
     ``pp``, ``comm_ms``, ``host_ms``, ``time_ms``."""
     gpu, first = engine.cluster.gpu, first_design
     out = []
-    for kind, share, queries, prompts, timing in state["iterations"]:
+    for kind, share, queries, prompts, chunk, timing in state["iterations"]:
         if not first(share) > 0:
             continue
         (logits, logits_s), layer = timing["logits"], timing["layer"]
         priced = [(k, n, first(seconds)) for k, calls, seconds in layer if (n := first(calls)) > 0]
         out.append({
             "iteration": kind, "share": first(share), "queries": first(queries), "prompts": first(prompts),
-            "prompt": first(prompt), "pp": int(first(engine.pp)), "stage_layers": int(np.ceil(engine.model.layers / first(engine.pp))),
+            "prompt": first(prompt), "chunk": first(chunk), "pp": int(first(engine.pp)), "stage_layers": int(np.ceil(engine.model.layers / first(engine.pp))),
             "kernels": [{**kernel_row(gpu, k, t), "calls": calls, "ms": 1e3 * calls * t} for k, calls, t in priced],
             "logits": {**kernel_row(gpu, logits, logits_s), "calls": 1.0, "ms": 1e3 * first(logits_s)},
             **{f"{name}_ms": 1e3 * first(timing[f"{name}_s"]) for name in ("comm", "host", "time")},
