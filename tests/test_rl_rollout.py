@@ -141,11 +141,17 @@ def test_roses_32b_gain_follows_the_rollouts_share_of_the_step():
 
 def test_the_rollouts_time_and_share_follow_the_tokens_each_trajectory_generates():
     """The driving input of the rollout-time and rollout-share claims: the tokens a trajectory
-    generates (the study's median response). Twice as long, ROSE's rollout takes about twice as long
-    (decode-bound, the same slots) and the rollout's share of the fixed baseline's step rises, the
-    update being unchanged: the direction the paper's longer, multi-turn episodes need."""
-    base, longer = _day(), _day(median_response=4096)
-    assert 1.7 < longer.rollout_s["rose"] / base.rollout_s["rose"] < 2.3
+    generates (the study's median response). Twice as long, the fixed baseline's rollout takes about
+    twice as long (decode-bound, the same slots), ROSE's somewhat less (the RL cluster takes back a
+    longer tail), and the rollout's share of the fixed baseline's step rises, the update being
+    unchanged: the direction the paper's longer, multi-turn episodes need. Where the longest responses
+    end moves one day's ROSE rollout by 5-10% (a 1% slower serving iteration can move it either way),
+    so the ratios are means over four days' draws (ROSE 1.58-1.78 each, fixed 1.90-2.11)."""
+    days = [(_day(seed=seed), _day(seed=seed, median_response=4096)) for seed in range(4)]
+    for policy, (low, high) in {"fixed": (1.8, 2.2), "rose": (1.5, 2.2)}.items():
+        ratio = np.mean([longer.rollout_s[policy] / base.rollout_s[policy] for base, longer in days])
+        assert low < ratio < high, policy
+    base, longer = days[0]
     share = [day.rollout_s["fixed"] / day.step_s["fixed"] for day in (base, longer)]
     assert share[1] > share[0] + 0.05
 

@@ -660,19 +660,18 @@ def test_a_long_prompts_chunks_fill_the_budget_the_decode_queries_leave_as_a_sim
     requests' decode queries runs in the fewest chunks that fit it, one an iteration, each of those
     iterations under the budget (it once priced a 20,000-token prompt in one iteration of a 2,048-token
     engine), the first token after the last chunk. The closed form holds within 3% of the scheduler's
-    simulation on the mean iteration, within 3.5% on the iterations a request decodes in (+3.0% at 12
-    in flight: the form's iterations with a chunk carry the mean's decode queries, the scheduler's
-    the other requests'), and within 6% on the first token: the scheduler starts a prompt in what
-    another's last chunk leaves of the budget, a first chunk beside it, where the form starts it alone
-    (-5.7% at 4 in flight)."""
+    simulation on the mean iteration and on the iterations a request decodes in (within 0.6% and
+    2.2% here), and within 7% on the first token: the scheduler starts a prompt in what another's last
+    chunk leaves of the budget, a first chunk beside it, where the form starts it alone (-6.0% at 4 in
+    flight, -3.2% at 12, within 0.2% elsewhere)."""
     e = engine().repeated(1)
     e = dataclasses.replace(e, max_num_tokens=np.array([float(tokens)]))
     closed = steady_state(e, np.array([float(slots)]), prompt, output)
     runs = [simulated_chunks(e, slots, prompt, output, 1500, seed) for seed in range(3)]
     mean, first_token, per_token = np.mean(runs, axis=0)
     assert closed["iteration_s"][0] == pytest.approx(mean, rel=0.03)
-    assert closed["ttft_s"][0] == pytest.approx(first_token, rel=0.06)
-    assert closed["tpot_s"][0] == pytest.approx(per_token, rel=0.035)
+    assert closed["ttft_s"][0] == pytest.approx(first_token, rel=0.07)
+    assert closed["tpot_s"][0] == pytest.approx(per_token, rel=0.03)
     for _, share, queries, chunks, chunk, _ in closed["iterations"]:
         if share[0] > 0:
             assert queries[0] + chunks[0] * chunk[0] <= tokens

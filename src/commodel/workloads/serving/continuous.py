@@ -7,11 +7,11 @@ request stays in flight ``L = o + k - 1`` iterations, its prompt in ``k`` chunks
 and then decode: ``k = 1`` where the prompt fits the token budget beside the other requests' decode
 queries, else the fewest chunks that do (TensorRT-LLM's chunked context, which trtllm-bench enables:
 :func:`chunks_beside_decode`). With ``B`` requests in flight, ``B / L`` finish and start per
-iteration, so an iteration carries ``G = B (o - 1) / L`` decode queries and, on a share ``f =
-min(B k / L, 1)`` of iterations, ``c = max(B k / L, 1)`` chunks of ``p / k`` tokens on average
-(replicas in lockstep: the share and the chunks of the replica starting the most,
-:func:`slowest_replica_starts`), priced as iterations of the two whole numbers of chunks around
-``c``, mixed to it; a chunk carries its tokens' share of the prompt's causal attention (the chunks'
+iteration, and on a share ``f = min(B k / L, 1)`` of iterations ``c = max(B k / L, 1)`` chunks of
+``p / k`` tokens on average run (replicas in lockstep: the share and the chunks of the replica
+starting the most, :func:`slowest_replica_starts`), priced as iterations of the two whole numbers of
+chunks around ``c``, mixed to it, beside the ``B - c`` slots that decode (``B`` in an iteration
+without prompts; ``B (o - 1) / L`` on average); a chunk carries its tokens' share of the prompt's causal attention (the chunks'
 attention against their prefixes adds up to the whole). ``output tokens/s = (B / L) o / t``, ``t``
 the mean iteration, with prompts or decode only. A request sees other iterations than the mean
 (:func:`request_iterations`): its first token comes at the end of the ``k`` iterations its chunks
@@ -47,22 +47,16 @@ def prompt_chunks(engine: Engine, prompt: ArrayLike) -> np.ndarray:
     return np.ceil(np.asarray(prompt, dtype=float) / engine.max_num_tokens)
 
 
-def chunks_beside_decode(
-    engine: Engine, batch: ArrayLike, prompt: ArrayLike, output: ArrayLike
-) -> np.ndarray:
-    """Iterations a prompt of ``p`` tokens takes when the decode queries of the other ``B - 1`` requests
-    in flight (``B = batch``), ``(B - 1)(o - 1) / (o + k - 1)``, take their tokens of the budget ``M``
-    first (TensorRT-LLM's scheduler admits the generation requests, then fills the rest with context
-    chunks; vLLM's chunked prefill alike): the least whole ``k`` with ``p / k + (B - 1)(o - 1) / (o + k
-    - 1) <= M``, the positive root of ``M k^2 + (M a - p - (B - 1) a) k - p a = 0`` (``a = o - 1``)
-    rounded up; :func:`prompt_chunks` alone, or without queries (``o = 1``). Queries that fill the
-    budget alone leave no room: :func:`commodel.workloads.serving.memory.capacity` keeps ``B`` below
-    ``M o / (p + o - 1)``."""
-    b, p, o = (np.asarray(v, dtype=float) for v in (batch, prompt, output))
-    M, a = engine.max_num_tokens, o - 1
-    linear = M * a - p - np.maximum(b - 1, 0.0) * a
-    k = (np.sqrt(linear**2 + 4 * M * p * a) - linear) / (2 * M)
-    return np.maximum(np.ceil(k - 1e-9), 1.0)
+def chunks_beside_decode(engine: Engine, batch: ArrayLike, prompt: ArrayLike) -> np.ndarray:
+    """Iterations a prompt of ``p`` tokens takes beside the other ``B - 1`` requests in flight (``B =
+    batch``), which decode while it runs: TensorRT-LLM's scheduler admits the generation requests
+    first, a token each, and fills the rest of the budget ``M`` with context chunks (vLLM's chunked
+    prefill alike), so ``k = ceil(p / (M - B + 1))``; :func:`prompt_chunks` at one request in flight.
+    :func:`commodel.workloads.serving.memory.capacity` keeps ``B`` below ``M o / (p + o - 1)``, so
+    some budget is left."""
+    p = np.asarray(prompt, dtype=float)
+    left = engine.max_num_tokens - np.maximum(np.asarray(batch, dtype=float) - 1, 0.0)
+    return np.maximum(np.ceil(p / np.maximum(left, 1.0)), 1.0)
 
 
 def mean_context(prompt: ArrayLike, output: ArrayLike, output_cv: ArrayLike) -> np.ndarray:
@@ -158,7 +152,8 @@ def _slowest_of(
 def over_starts(
     engine: Engine,
     law: tuple[np.ndarray, np.ndarray, np.ndarray],
-    weightings: list[tuple[np.ndarray, ArrayLike, ArrayLike]],
+    weightings: list[tuple[np.ndarray, ArrayLike]],
+    slots: np.ndarray,
     p: np.ndarray,
     context: np.ndarray,
     prompt_cv: ArrayLike,
@@ -172,7 +167,7 @@ def over_starts(
     weightings)."""
     c = law[0]
     tiny = np.finfo(float).tiny
-    normed = [w / np.maximum(w.sum(axis=1, keepdims=True), tiny) for w, _, _ in weightings]
+    normed = [w / np.maximum(w.sum(axis=1, keepdims=True), tiny) for w, _ in weightings]
     counts = c[np.any([np.any(w > 1e-6, axis=0) for w in normed], axis=0)]
     rows, k = normed[0].shape[0], len(normed)
     at = np.tile(np.repeat(np.arange(rows), counts.size), k)
@@ -185,10 +180,9 @@ def over_starts(
 
     unit = 1 / each(chunks)
     units = np.tile(counts.astype(float), rows * k)
-    own = np.concatenate([per_row(piece) for _, _, piece in weightings])
+    own = np.concatenate([per_row(piece) for _, piece in weightings])
     prompts = units * unit + np.where(units > 0, own - unit, 0.0)
-    queries = np.concatenate([per_row(q) for _, q, _ in weightings])
-    queries = np.where(units > 0, queries, np.maximum(queries, 1.0))  # an iteration runs some token
+    queries = np.maximum(each(slots) - units, np.where(units > 0, 0.0, 1.0))  # the slots running no chunk
     times = iteration_time(engine.select(at), queries, prompts, each(p), each(context), each(prompt_cv))
     times = times["time_s"].reshape(k, rows, counts.size)
     return [np.sum(w[:, counts] * t, axis=1) for w, t in zip(normed, times, strict=True)]
@@ -244,21 +238,23 @@ def steady_state(
     queries, prompt chunks, the tokens of the one it is named by (a full chunk, or the last: the
     whole prompt where it fits the budget) and its :func:`iteration_time`."""
     b, p, o = (np.asarray(v, dtype=float) for v in (batch, prompt, output))
-    chunks = chunks_beside_decode(engine, b, p, o)
+    chunks = chunks_beside_decode(engine, b, p)
     life = o + chunks - 1  # iterations a request stays in flight: its prompt's chunks, then decode
     starts = b / life
-    queries = b * (o - 1) / life
     # What an iteration carries of the prompts is chunks, k per request (one, a whole prompt, within
-    # the budget): each but the last fills the budget the decode queries leave, the last the rest.
-    room = np.floor((engine.max_num_tokens - queries) / (p / chunks))  # whole chunks beside the decode tokens
+    # the budget): each but the last fills the budget the decode queries leave, the last the rest. An
+    # iteration holds c whole chunks of p / k tokens beside the B - c slots that decode.
+    beyond = p / chunks - 1  # a chunk's tokens beyond the query its slot would decode
+    left = np.maximum(engine.max_num_tokens - b, 0.0)
+    room = np.where(beyond > 0, np.floor(left / np.where(beyond > 0, beyond, 1.0)), np.inf)
     replicas = synchronized_replicas(engine)
     law = start_law(b, life / chunks, replicas, room)
     share, prompts = _slowest_of(law, starts * chunks, replicas)
     context = mean_context(p, o, output_cv)
-    pieces = chunk_pieces(engine, b, p, o, chunks)
-    # Decode-only iterations occur where requests decode (o > 1); with one output token (no queries)
-    # their share is 0 and one query keeps their kernels defined.
-    decode = iteration_time(engine, np.maximum(queries, 1.0), np.zeros_like(b), p, context)
+    pieces = chunk_pieces(engine, b, p, chunks)
+    # Every slot not running a chunk decodes: B queries beside no chunk (their share 0 with one output
+    # token, where no slot decodes), B - c beside c.
+    decode = iteration_time(engine, np.maximum(b, 1.0), np.zeros_like(b), p, context)
     # The chunks an iteration with prompts starts are a mean over iterations that start whole ones:
     # the iterations of the two whole numbers around it, mixed to that mean (a fraction of a chunk
     # would cut the GEMMs' tiles at a token count no iteration has), one of them a full chunk or a last.
@@ -268,21 +264,19 @@ def steady_state(
     if np.any(more > 0):
         counts.append(("with one more prompt", share * more, whole + 1))
     kinds = [
-        (kind + piece, weight * odds, count, own * p,
-         iteration_time(engine, queries, (count - 1) / chunks + own, p, context, prompt_cv))
+        (kind + piece, weight * odds, np.maximum(b - count, 0.0), count, own * p,
+         iteration_time(engine, np.maximum(b - count, 0.0), (count - 1) / chunks + own, p, context, prompt_cv))
         for kind, weight, count in counts
         for piece, own, odds in pieces
     ]  # fmt: skip
-    kinds.append(("decode only", 1 - share, 0 * b, 0 * b, decode))
+    kinds.append(("decode only", 1 - share, b, 0 * b, 0 * b, decode))
 
     def mixed(name: str) -> np.ndarray:
-        return sum(weight * timing[name] for _, weight, _, _, timing in kinds)
+        return sum(weight * timing[name] for _, weight, *_, timing in kinds)
 
-    # A request's own decode iterations: it is one query, the other slots decode as the mean's do.
-    own = 1 + (b - 1) * (o - 1) / life
     riding, decoding = request_iterations(law, b, replicas)
-    weightings = [(w, q, piece) for w, q in ((riding, queries), (decoding, own)) for _, piece, _ in pieces]
-    times = over_starts(engine, law, weightings, p, context, prompt_cv, chunks)
+    weightings = [(w, piece) for w in (riding, decoding) for _, piece, _ in pieces]
+    times = over_starts(engine, law, weightings, b, p, context, prompt_cv, chunks)
     first, between = times[: len(pieces)], times[len(pieces) :]
     mean = mixed("time_s")
     return {
@@ -294,22 +288,21 @@ def steady_state(
         "output_tokens_per_s": starts * o / mean,
         "requests_per_s": starts / mean,
         **{share_of: mixed(name) / mean for share_of, name in SHARES.items()},
-        "iterations": tuple((kind, weight, queries, *rest) for kind, weight, *rest in kinds),
+        "iterations": tuple(kinds),
     }
 
 
 def chunk_pieces(
-    engine: Engine, batch: np.ndarray, prompt: np.ndarray, output: np.ndarray, chunks: np.ndarray
+    engine: Engine, batch: np.ndarray, prompt: np.ndarray, chunks: np.ndarray
 ) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """The chunks of a prompt of ``p`` tokens as TensorRT-LLM cuts it (:func:`chunks_beside_decode`):
-    ``(name, share of the prompt, odds)``, each but the last filling the budget ``M`` an iteration's
-    ``B (o - 1) / L`` decode queries leave, ``k - 1`` in ``k``, and the last the rest,
-    one in ``k`` (equal shares where full ones would leave none); one piece, the whole prompt, where no
-    design cuts its prompt."""
+    ``(name, share of the prompt, odds)``, each but the last filling the budget ``M`` the other ``B - 1``
+    requests' decode tokens leave, ``k - 1`` in ``k``, and the last the rest, one in ``k`` (equal
+    shares where full ones would leave none); one piece, the whole prompt, where no design cuts its
+    prompt."""
     if not np.any(chunks > 1):
         return [("", np.ones_like(chunks), np.ones_like(chunks))]
-    queries = batch * (output - 1) / (output + chunks - 1)
-    full = np.minimum(engine.max_num_tokens - queries, prompt)
+    full = np.minimum(engine.max_num_tokens - np.maximum(batch - 1, 0.0), prompt)
     full = np.where((chunks - 1) * full < prompt, full, prompt / chunks) / prompt
     return [
         (", a full chunk", full, (chunks - 1) / chunks),
