@@ -455,6 +455,11 @@ BAD_SERVING = [
     (lambda t: _edited(t, TRT, "Average Input Length (tokens):  1024.0000", "Average Input Length (tokens):  inf"),
      "'average input length (tokens): inf' is not a non-negative number"),
     (lambda t: _edited(t, TRT, "TP Size:                8", "TP Size:                nan"), "'tp size: nan' is not"),
+    # A group of no GPUs, or of part of one, once read as 0 and 2
+    (lambda t: _edited(t, TRT, "TP Size:                8", "TP Size:                0"),
+     "'tp size: 0' is not a whole number of at least 1"),
+    (lambda t: _edited(t, TRT, "PP Size:                1", "PP Size:                2.5"),
+     "'pp size: 2.5' is not a whole number of at least 1"),
 ]  # fmt: skip
 
 

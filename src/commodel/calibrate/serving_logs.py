@@ -118,6 +118,15 @@ def _number(path: Path, found: Report, *names: str) -> float:
     raise fail(path, f"no '{names[0]}' line: a truncated or different report")
 
 
+def _size(path: Path, found: Report, name: str) -> int:
+    """A report's count (GPUs of a parallel group, requests, tokens): a whole number of at least 1,
+    or one error naming the line."""
+    number = _number(path, found, name)
+    if number < 1 or number != int(number):
+        raise fail(path, f"'{name}: {found[name]}' is not a whole number of at least 1")
+    return int(number)
+
+
 #: How far a report's rate may sit from the one its own totals give: their printed rounding.
 AGREEMENT = 0.02
 
@@ -147,7 +156,7 @@ def _trtllm(path: Path, text: str) -> tuple[dict[str, Any], float]:
     if quant not in QUANTIZATION:
         raise fail(path, f"Quantization: {found['quantization']}: commodel prices {', '.join(QUANTIZATION)}")
     settings: dict[str, Any] = {
-        "model": found.get("model", ""), "tp": int(_number(path, found, "tp size")),
+        "model": found.get("model", ""), "tp": _size(path, found, "tp size"),
         "prompt": round(_number(path, found, "average input length (tokens)")),
         "output": round(_number(path, found, "average output length (tokens)")),
         "dtype": QUANTIZATION[quant], "batch": "max",
@@ -155,11 +164,10 @@ def _trtllm(path: Path, text: str) -> tuple[dict[str, Any], float]:
     }  # fmt: skip
     for size in ("ep", "pp"):
         if f"{size} size" in found:
-            settings[size] = int(_number(path, found, f"{size} size"))
+            settings[size] = _size(path, found, f"{size} size")
     for key, (name, factor) in TRTLLM_LIMITS.items():
         if key in found:
-            value = _number(path, found, key) * factor
-            settings[name] = value if factor != 1 else int(value)
+            settings[name] = _size(path, found, key) if factor == 1 else _number(path, found, key) * factor
     rate = _number(path, found, "total output throughput (tokens/sec)")
     if "request throughput (req/sec)" in found:
         output = _number(path, found, "average output length (tokens)")  # as printed, not rounded
@@ -177,8 +185,8 @@ def _trtllm(path: Path, text: str) -> tuple[dict[str, Any], float]:
 def _one_batch(path: Path, text: str) -> tuple[dict[str, Any], float]:
     found = keys(text)
     settings = {
-        "prompt": int(_number(path, found, "input_len")), "output": int(_number(path, found, "output_len")),
-        "batch": str(int(_number(path, found, "batch size"))), "model": "",
+        "prompt": _size(path, found, "input_len"), "output": _size(path, found, "output_len"),
+        "batch": str(_size(path, found, "batch size")), "model": "",
     }  # fmt: skip
     return settings, float(_ONE_BATCH.findall(text)[-1])
 
