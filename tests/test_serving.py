@@ -101,21 +101,15 @@ def test_each_chunk_of_a_long_prompt_reads_the_weights_again(phase):
 
 def test_serve_shows_a_long_prompts_chunks_each_iteration_within_the_token_budget():
     """``serve --kernels`` on a 20,000-token prompt at --max-num-tokens 2048: every kind of iteration
-    it shows carries at most 2,048 tokens (it showed one of 20,007), its chunks named as such."""
-    args = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--prompt", "20000", "--output", "100",
-            "--max-num-tokens", "2048", "--batch", "8", "--kernels"]  # fmt: skip
-    shown = CliRunner().invoke(app, args)
+    it shows carries at most 2,048 tokens (it showed one of 20,007), its chunks named as such, and the
+    first token says how many iterations the prompt takes."""
+    job = dict(model="llama3-8b", system="dgx-h100", prompt=20000, output=100, max_num_tokens=2048, batch="8")
+    options = itertools.chain.from_iterable((f"--{k.replace('_', '-')}", str(v)) for k, v in job.items())
+    shown = CliRunner().invoke(app, ["serve", *options, "--kernels"])
     assert shown.exit_code == 0, shown.output
     assert "prompt chunks of" in shown.output and "prompts of 20000 tokens" not in shown.output
-    r = serve(
-        model="llama3-8b",
-        system="dgx-h100",
-        prompt=20000,
-        output=100,
-        max_num_tokens=2048,
-        batch="8",
-        kernels=True,
-    )
+    r = serve(**job, kernels=True)
+    assert r["prompt_chunks"] == 10 and "its prompt in 10 chunks" in shown.output
     assert [it["iteration"] for it in r["kernels"]] == [
         "with prompts, a full chunk",
         "with prompts, the last chunk",

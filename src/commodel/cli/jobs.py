@@ -17,7 +17,8 @@ from commodel.pricing.run import serve as run_serve
 from commodel.pricing.run import train as run_train
 from commodel.pricing.serving_job import ServingJob
 from commodel.pricing.training_job import TrainingJob
-from commodel.report.tables import band_lines, iteration_text, kernel_text, serving_table, training_table
+from commodel.report.serving_table import iteration_text, serving_table
+from commodel.report.tables import band_lines, kernel_text, training_table
 
 
 def _job_result(kind: str, run: Callable[..., dict], tables: tuple[Callable, Callable], options: dict,

@@ -1,10 +1,9 @@
-"""Text tables of results, one per job kind (training, serving, kernels, initiation schemes), and the
-band and hardware-record lines they share; collectives print as nccl-tests does
-(:mod:`commodel.report.collective_table`)."""
+"""Text tables of results, one per job kind (training, kernels, initiation schemes), and the band and
+hardware-record lines they share; serving prints in :mod:`commodel.report.serving_table`, collectives
+as nccl-tests does (:mod:`commodel.report.collective_table`)."""
 
 from __future__ import annotations
 
-import math
 from itertools import groupby
 from typing import TYPE_CHECKING
 
@@ -21,7 +20,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def _layout_and_fit(result: dict) -> tuple[str, str]:
+def layout_and_fit(result: dict) -> tuple[str, str]:
     """A result's parallel layout (with its pipeline schedule unless 1F1B) and whether it fits (with
     the activations it keeps in CPU memory), as the tables print them."""
     layout = " ".join(f"{k}={v}" for k, v in result["layout"].items())
@@ -40,7 +39,7 @@ def _states(result: dict) -> str:
     return " and ".join(result["offload"].split(","))
 
 
-def _offload_lines(result: dict) -> list[str]:
+def offload_lines(result: dict) -> list[str]:
     """What keeping model states in CPU memory costs per step, and the host bandwidth that would hide it."""
     if not result.get("offload"):
         return []
@@ -65,7 +64,7 @@ def counted(n: float, noun: str) -> str:
 
 def training_table(result: dict) -> str:
     """A training-step result for a person: headline metrics, then where the step's time goes."""
-    layout, fits = _layout_and_fit(result)
+    layout, fits = layout_and_fit(result)
     nodes = result["nodes"]
     where = (
         f"node groups {result['system']}"
@@ -118,7 +117,7 @@ def training_table(result: dict) -> str:
         f"  hardware TFLOP/s {result['hw_tflops_per_gpu']:.1f} per GPU (with recomputation)",
         memory,
         *stages,
-        *_offload_lines(result),
+        *offload_lines(result),
         f"  power            {result['gpu_power_W']:.0f} W per GPU, {format_quantity(1e3 * result['it_power_kW'], 'power')} IT",
         f"  energy           {result['energy_per_step_J'] / 1e6:.3g} MJ per step, {result['energy_per_token_J']:.3g} J per token",
         *(
@@ -144,7 +143,7 @@ def training_table(result: dict) -> str:
     return "\n".join(lines + notes)
 
 
-def _kernel_lines(rows: list[dict], calls: Callable[[dict], str], times: dict[str, str]) -> list[str]:
+def kernel_lines(rows: list[dict], calls: Callable[[dict], str], times: dict[str, str]) -> list[str]:
     """Kernel rows as table lines (:func:`commodel.workloads.layer.kernel_rows.kernel_row`'s columns,
     ``calls`` per layer as text, then the ``times`` columns, header -> key, in ms) and their total."""
     name_width = max(24, 2 + max((len(r["kernel"]) for r in rows), default=0))
@@ -184,127 +183,8 @@ def kernel_text(rows: list[dict]) -> str:
     calls per layer, the forward call's work and roofline, and milliseconds per layer."""
     return "\n".join([
         "one layer, one micro-batch on one GPU (recomputation aside; calls: forward/backward per layer):",
-        *_kernel_lines(rows, lambda r: f"{r['forward']:.3g}/{r['backward']:.3g}", {"fwd ms": "fwd_ms", "bwd ms": "bwd_ms"}),
+        *kernel_lines(rows, lambda r: f"{r['forward']:.3g}/{r['backward']:.3g}", {"fwd ms": "fwd_ms", "bwd ms": "bwd_ms"}),
     ])  # fmt: skip
-
-
-def iteration_text(iterations: list[dict]) -> str:
-    """Each kind of serving iteration (:func:`commodel.workloads.serving.continuous.iteration_table`): one
-    layer's kernels with their rooflines, then the sum that makes the iteration's time."""
-    blocks = []
-    for it in iterations:
-        chunked = it["chunk"] < it["prompt"]
-        prompts = (
-            f"{it['prompts']:.3g} prompt chunks of {it['chunk']:.0f} tokens (of {it['prompt']:.0f}-token prompts)"
-            if chunked
-            else f"{it['prompts']:.3g} prompts of {it['prompt']:.0f} tokens"
-        )
-        carried = f"{it['queries']:.4g} decode queries" + (f" and {prompts}" if it["prompts"] else "")
-        layer_ms = sum(r["ms"] for r in it["kernels"])
-        stage = f"{it['stage_layers']} layers x {layer_ms:.4g} ms + logits {it['logits']['ms']:.4g} ms"
-        stage = f"{it['pp']} stages x ({stage})" if it["pp"] > 1 else stage
-        blocks.append("\n".join([
-            f"an iteration {it['iteration']} ({100 * it['share']:.0f}% of them: {carried}); one layer of one "
-            "micro-batch on one GPU (calls per layer):",
-            *_kernel_lines(it["kernels"], lambda r: f"{r['calls']:.3g}", {"ms": "ms"}),
-            f"  iteration: {stage} + communication {it['comm_ms']:.4g} ms + host {it['host_ms']:.4g} ms "
-            f"= {it['time_ms']:.4g} ms",
-        ]))  # fmt: skip
-    return "\n\n".join(blocks)
-
-
-def serving_table(result: dict) -> str:
-    """A serving result for a person: the deployment, latency, throughput, memory, power and cost."""
-    layout, fits = _layout_and_fit(result)
-    replicas = f"{counted(result['replicas'], 'replica')} of {layout}"
-    if result.get("attention_dp"):
-        replicas = f"{layout} with attention data parallelism: {result['replicas']} attention replicas"
-    if result.get("ep_overlap") == "two-batch":
-        replicas += "; two-batch overlap of the expert exchange"
-    head = (
-        f"{result['model']} on {counted(result['gpus'], 'GPU')} of {result['system']} "
-        f"({replicas}), {result['dtype']} weights, "
-        f"{result['kv_dtype']} KV cache, {result['prompt']} prompt + {result['output']} output tokens"
-    )
-    memory = f"  memory per GPU   {result['memory_per_gpu_bytes'] / 2**30:.1f} GiB ({fits}): " + ", ".join(
-        f"{name.replace('_', ' ')} {result[f'memory_{name}_bytes'] / 2**30:.1f}"
-        for name in ("weights", "activations", "kv_cache", "reserved")
-    )
-    if not result["fits"]:  # it cannot run: nothing to time, rate or charge
-        in_flight = f"  in flight        {result['batch_in_flight']} requests per replica (at most {result['max_batch']} fit)"
-        lines = [
-            head,
-            in_flight,
-            memory,
-            "  no latency or throughput: the deployment does not fit the GPUs' memory",
-        ]
-        return "\n".join(lines + [f"  note: {note}" for note in result.get("notes", [])])
-    lines = [
-        head,
-        f"  in flight        {result['batch_in_flight']} requests per replica (at most {result['max_batch']})",
-        *_latency_lines(result),
-        f"  throughput       {readable_number(result['output_tokens_per_s'])} output tokens/s "
-        f"({readable_number(result['output_tokens_per_s_per_gpu'])} per GPU), {result['requests_per_s']:.3g} requests/s"
-        + (
-            f", {readable_number(result['input_tokens_per_s'])} prompt tokens/s"
-            if result.get("phase") == "prefill"
-            else ""
-        )
-        + _mean_iteration(result),
-        memory,
-        f"  time shares      {100 * result['comm_share']:.1f}% communication, {100 * result['host_share']:.1f}% host",
-        *_offload_lines(result),
-        f"  power            {result['gpu_power_W']:.0f} W per GPU, {format_quantity(1e3 * result['power_kW'], 'power')} facility",
-        f"  energy, cost     {result['energy_per_token_J']:.3g} J per output token, " + _cost(result),
-    ]
-    lines += [f"  note: {note}" for note in result.get("notes", [])]
-    return "\n".join(lines)
-
-
-def _mean_iteration(result: dict) -> str:
-    """Where continuous batching mixes prompts into the iterations, the mean one that sets the rates
-    (a request's own token time is the iterations it decodes in, never its prompt's)."""
-    both = result.get("phase", "both") == "both" and not result.get("prefill_gpus")
-    iteration = result.get("iteration_s", math.nan)
-    if not both or not math.isfinite(iteration) or iteration <= result["tpot_s"] * (1 + 1e-3):
-        return ""
-    return f", at a mean iteration of {1e3 * iteration:.4g} ms"
-
-
-def _latency_lines(result: dict) -> list[str]:
-    """First-token and per-token times, each where the phase the replicas run has it (a prefill-only
-    pool gives no per-token time, a decode-only one no first token)."""
-    phase, in_flight = result.get("phase", "both"), result["batch_in_flight"]
-    lines = []
-    if result.get("prefill_gpus"):
-        lines.append(
-            f"  first token      {1e3 * result['ttft_s']:.4g} ms once scheduled: a prefill-pool iteration "
-            "and its KV cache's transfer to the decode pool"
-        )
-    elif phase != "decode":
-        rides = phase == "both" and abs(result["ttft_s"] - result["tpot_s"]) <= 1e-9 * result["tpot_s"]
-        lines.append(
-            f"  first token      {1e3 * result['ttft_s']:.4g} ms once scheduled, at {in_flight} in flight"
-            + (" (its prefill rides one mixed iteration, as each decode step does)" if rides else "")
-        )
-    if phase != "prefill":
-        lines.append(
-            "  per output token none: a request's one output token is its first"
-            if result["output"] == 1
-            else f"  per output token {1e3 * result['tpot_s']:.4g} ms at {in_flight} in flight"
-        )
-    if phase != "both":
-        lines.append(
-            f"  phase            {phase} only, as a disaggregated pool whose other pool never falls behind"
-        )
-    return lines
-
-
-def _cost(result: dict) -> str:
-    """Cost per million output tokens, or how to get it where no GPU-hour price was given."""
-    if result.get("price_per_gpu_hour", 0) > 0:
-        return f"${result['cost_per_million_tokens_usd']:.3g} per million output tokens"
-    return "cost per token: give --price-per-gpu-hour"
 
 
 def scheme_text(system: str, records: list[dict]) -> str:

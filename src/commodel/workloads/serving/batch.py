@@ -78,6 +78,7 @@ def one_phase(
         rates = {"requests_per_s": b / ((o - 1) * t), "output_tokens_per_s": b / t, "ttft_s": np.full_like(t, np.nan),
                  "tpot_s": t}  # fmt: skip
     return rates | {
+        "prompt_chunks": prompt_chunks(engine, p) if phase == "prefill" else np.zeros_like(t),
         "iteration_s": t, "comm_share": it["comm_s"] / t, "host_share": it["host_s"] / t,
         "compute_bound_share": it["compute_bound_s"] / t, "hbm_Bps": it["hbm_bytes"] / t,
     }  # fmt: skip
@@ -154,6 +155,7 @@ def disaggregated(
         "ttft_s": t_prefill + transfer,
         "tpot_s": tpot,
         "iteration_s": tpot,  # the decode pool's
+        "prompt_chunks": prompt_chunks(engine, p),  # the prefill pool's
         "comm_share": final["comm_s"] / tpot,
         "host_share": final["host_s"] / tpot,
         "compute_bound_share": per_second("compute_bound_s"),

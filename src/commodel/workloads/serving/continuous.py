@@ -236,19 +236,16 @@ def steady_state(
     (:func:`request_iterations`; with one output token, which no request decodes, the mean iteration).
     ``iterations``: each kind (with prompts, with one more prompt, decode only) with its share, decode
     queries, prompt chunks, the tokens of the one it is named by (a full chunk, or the last: the
-    whole prompt where it fits the budget) and its :func:`iteration_time`."""
+    whole prompt where it fits the budget) and its :func:`iteration_time`; ``prompt_chunks``, the
+    iterations a prompt takes (:func:`chunks_beside_decode`)."""
     b, p, o = (np.asarray(v, dtype=float) for v in (batch, prompt, output))
     chunks = chunks_beside_decode(engine, b, p)
     life = o + chunks - 1  # iterations a request stays in flight: its prompt's chunks, then decode
     starts = b / life
     # What an iteration carries of the prompts is chunks, k per request (one, a whole prompt, within
-    # the budget): each but the last fills the budget the decode queries leave, the last the rest. An
-    # iteration holds c whole chunks of p / k tokens beside the B - c slots that decode.
-    beyond = p / chunks - 1  # a chunk's tokens beyond the query its slot would decode
-    left = np.maximum(engine.max_num_tokens - b, 0.0)
-    room = np.where(beyond > 0, np.floor(left / np.where(beyond > 0, beyond, 1.0)), np.inf)
+    # the budget): each but the last fills the budget the decode queries leave, the last the rest.
     replicas = synchronized_replicas(engine)
-    law = start_law(b, life / chunks, replicas, room)
+    law = start_law(b, life / chunks, replicas, chunk_room(engine, b, p, chunks))
     share, prompts = _slowest_of(law, starts * chunks, replicas)
     context = mean_context(p, o, output_cv)
     pieces = chunk_pieces(engine, b, p, chunks)
@@ -289,7 +286,16 @@ def steady_state(
         "requests_per_s": starts / mean,
         **{share_of: mixed(name) / mean for share_of, name in SHARES.items()},
         "iterations": tuple(kinds),
+        "prompt_chunks": chunks,
     }
+
+
+def chunk_room(engine: Engine, batch: np.ndarray, prompt: np.ndarray, chunks: np.ndarray) -> np.ndarray:
+    """Whole chunks of ``p / k`` tokens an iteration's budget ``M`` holds beside the ``B - c`` slots
+    that decode, the largest ``c`` with ``c p / k + B - c <= M`` (no bound for one-token chunks)."""
+    beyond = prompt / chunks - 1  # a chunk's tokens beyond the query its slot would decode
+    left = np.maximum(engine.max_num_tokens - batch, 0.0)
+    return np.where(beyond > 0, np.floor(left / np.where(beyond > 0, beyond, 1.0)), np.inf)
 
 
 def chunk_pieces(

@@ -1,0 +1,135 @@
+"""A serving result for a person (:func:`serving_table`): the deployment, its latency and
+throughput, memory, power and cost; and each kind of iteration its steady state runs
+(:func:`iteration_text`)."""
+
+from __future__ import annotations
+
+import math
+
+from commodel.report.tables import counted, kernel_lines, layout_and_fit, offload_lines
+from commodel.units import format_quantity, readable_number
+
+
+def serving_table(result: dict) -> str:
+    """A serving result for a person: the deployment, latency, throughput, memory, power and cost."""
+    layout, fits = layout_and_fit(result)
+    replicas = f"{counted(result['replicas'], 'replica')} of {layout}"
+    if result.get("attention_dp"):
+        replicas = f"{layout} with attention data parallelism: {result['replicas']} attention replicas"
+    if result.get("ep_overlap") == "two-batch":
+        replicas += "; two-batch overlap of the expert exchange"
+    head = (
+        f"{result['model']} on {counted(result['gpus'], 'GPU')} of {result['system']} "
+        f"({replicas}), {result['dtype']} weights, "
+        f"{result['kv_dtype']} KV cache, {result['prompt']} prompt + {result['output']} output tokens"
+    )
+    memory = f"  memory per GPU   {result['memory_per_gpu_bytes'] / 2**30:.1f} GiB ({fits}): " + ", ".join(
+        f"{name.replace('_', ' ')} {result[f'memory_{name}_bytes'] / 2**30:.1f}"
+        for name in ("weights", "activations", "kv_cache", "reserved")
+    )
+    if not result["fits"]:  # it cannot run: nothing to time, rate or charge
+        in_flight = f"  in flight        {result['batch_in_flight']} requests per replica (at most {result['max_batch']} fit)"
+        lines = [
+            head,
+            in_flight,
+            memory,
+            "  no latency or throughput: the deployment does not fit the GPUs' memory",
+        ]
+        return "\n".join(lines + [f"  note: {note}" for note in result.get("notes", [])])
+    lines = [
+        head,
+        f"  in flight        {result['batch_in_flight']} requests per replica (at most {result['max_batch']})",
+        *_latency_lines(result),
+        f"  throughput       {readable_number(result['output_tokens_per_s'])} output tokens/s "
+        f"({readable_number(result['output_tokens_per_s_per_gpu'])} per GPU), {result['requests_per_s']:.3g} requests/s"
+        + (
+            f", {readable_number(result['input_tokens_per_s'])} prompt tokens/s"
+            if result.get("phase") == "prefill"
+            else ""
+        )
+        + _mean_iteration(result),
+        memory,
+        f"  time shares      {100 * result['comm_share']:.1f}% communication, {100 * result['host_share']:.1f}% host",
+        *offload_lines(result),
+        f"  power            {result['gpu_power_W']:.0f} W per GPU, {format_quantity(1e3 * result['power_kW'], 'power')} facility",
+        f"  energy, cost     {result['energy_per_token_J']:.3g} J per output token, " + _cost(result),
+    ]
+    lines += [f"  note: {note}" for note in result.get("notes", [])]
+    return "\n".join(lines)
+
+
+def _mean_iteration(result: dict) -> str:
+    """Where continuous batching mixes prompts into the iterations, the mean one that sets the rates
+    (a request's own token time is the iterations it decodes in, never its prompt's)."""
+    both = result.get("phase", "both") == "both" and not result.get("prefill_gpus")
+    iteration = result.get("iteration_s", math.nan)
+    if not both or not math.isfinite(iteration) or iteration <= result["tpot_s"] * (1 + 1e-3):
+        return ""
+    return f", at a mean iteration of {1e3 * iteration:.4g} ms"
+
+
+def _latency_lines(result: dict) -> list[str]:
+    """First-token and per-token times, each where the phase the replicas run has it (a prefill-only
+    pool gives no per-token time, a decode-only one no first token)."""
+    phase, in_flight = result.get("phase", "both"), result["batch_in_flight"]
+    lines = []
+    if result.get("prefill_gpus"):
+        lines.append(
+            f"  first token      {1e3 * result['ttft_s']:.4g} ms once scheduled: a prefill-pool iteration "
+            "and its KV cache's transfer to the decode pool"
+        )
+    elif phase != "decode":
+        rides = phase == "both" and abs(result["ttft_s"] - result["tpot_s"]) <= 1e-9 * result["tpot_s"]
+        chunks = result.get("prompt_chunks") or 1
+        lines.append(
+            f"  first token      {1e3 * result['ttft_s']:.4g} ms once scheduled, at {in_flight} in flight"
+            + (" (its prefill rides one mixed iteration, as each decode step does)" if rides else "")
+            + (
+                f", its prompt in {chunks:.0f} chunks, one an iteration within --max-num-tokens"
+                if chunks > 1
+                else ""
+            )
+        )
+    if phase != "prefill":
+        lines.append(
+            "  per output token none: a request's one output token is its first"
+            if result["output"] == 1
+            else f"  per output token {1e3 * result['tpot_s']:.4g} ms at {in_flight} in flight"
+        )
+    if phase != "both":
+        lines.append(
+            f"  phase            {phase} only, as a disaggregated pool whose other pool never falls behind"
+        )
+    return lines
+
+
+def _cost(result: dict) -> str:
+    """Cost per million output tokens, or how to get it where no GPU-hour price was given."""
+    if result.get("price_per_gpu_hour", 0) > 0:
+        return f"${result['cost_per_million_tokens_usd']:.3g} per million output tokens"
+    return "cost per token: give --price-per-gpu-hour"
+
+
+def iteration_text(iterations: list[dict]) -> str:
+    """Each kind of serving iteration (:func:`commodel.workloads.serving.continuous.iteration_table`): one
+    layer's kernels with their rooflines, then the sum that makes the iteration's time."""
+    blocks = []
+    for it in iterations:
+        chunked = it["chunk"] < it["prompt"]
+        prompts = (
+            f"{it['prompts']:.3g} prompt chunks of {it['chunk']:.0f} tokens (of {it['prompt']:.0f}-token prompts)"
+            if chunked
+            else f"{it['prompts']:.3g} prompts of {it['prompt']:.0f} tokens"
+        )
+        carried = f"{it['queries']:.4g} decode queries" + (f" and {prompts}" if it["prompts"] else "")
+        layer_ms = sum(r["ms"] for r in it["kernels"])
+        stage = f"{it['stage_layers']} layers x {layer_ms:.4g} ms + logits {it['logits']['ms']:.4g} ms"
+        stage = f"{it['pp']} stages x ({stage})" if it["pp"] > 1 else stage
+        blocks.append("\n".join([
+            f"an iteration {it['iteration']} ({100 * it['share']:.0f}% of them: {carried}); one layer of one "
+            "micro-batch on one GPU (calls per layer):",
+            *kernel_lines(it["kernels"], lambda r: f"{r['calls']:.3g}", {"ms": "ms"}),
+            f"  iteration: {stage} + communication {it['comm_ms']:.4g} ms + host {it['host_ms']:.4g} ms "
+            f"= {it['time_ms']:.4g} ms",
+        ]))  # fmt: skip
+    return "\n\n".join(blocks)
