@@ -33,7 +33,7 @@ def test_collective_sizes_are_whole_float_elements_as_nccl_tests_runs_them():
 
 def test_collective_json_contract():
     result = invoke(
-        "collective", "allgather", "--system", "dgx-a100", "--nodes", "2", "--size", "8,1MiB,1GiB", "--json"
+        "collective", "allgather", "--system", "dgx-a100", "--nodes", "2", "--size", "64,1MiB,1GiB", "--json"
     )
     assert result.exit_code == 0, result.output
     records = json.loads(result.output)
@@ -41,6 +41,16 @@ def test_collective_json_contract():
     assert list(records[0]) == COLUMNS
     assert records[0]["gpus"] == 16 and records[0]["nodes"] == 2
     assert records[2]["busbw_GBps"] == pytest.approx(records[2]["algbw_GBps"] * 15 / 16)
+
+
+def test_a_sliced_collective_leaves_out_the_sizes_below_one_element_per_rank():
+    """nccl-tests' all-gather on 16 GPUs runs ``count / 16`` elements a rank: 8 B is none, so it is left
+    out, the table saying so (it had been priced as an 8-byte run), and the sizes from 64 B on are priced."""
+    args = ["collective", "allgather", "--system", "dgx-a100", "--nodes", "2", "--size", "8:256"]
+    table = invoke(*args)
+    assert table.exit_code == 0, table.output
+    assert "# 8 B, 16 B, 32 B left out: less than one 4-byte element per rank of 16" in table.output
+    assert [r["size_bytes"] for r in json.loads(invoke(*args, "--json").output)] == [64, 128, 256]
 
 
 def test_collective_csv_and_forced_algorithm():
@@ -171,6 +181,11 @@ def test_validate_prints_errors_and_gates():
         (["collective", "allreduce", "--size", "1e99"], "above 2^63 bytes"),
         (["collective", "allreduce", "--size", "8B:1e30"], "above 2^63 bytes"),
         (["collective", "allreduce", "--size", "3B:17B"], "less than one 4-byte float element"),
+        # an all-to-all slices its buffer over its ranks: 7 B over 72 GPUs is no element each, not 10 us
+        (
+            ["collective", "alltoall", "--system", "gb200-nvl72", "--nodes", "18", "--size", "7"],
+            "--size 7 B is less than one 4-byte float element per rank of 72",
+        ),
         (["collective", "allreduce", "--size", "1MiB", "--json", "--csv"], "choose one"),
         (["sweep", "-o", ""], "needs a name"),
         (["sweep", "--scheduler", "tcp://127.0.0.1:9", "-o", "/tmp/commodel-unused"], "--executor dask"),

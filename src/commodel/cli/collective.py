@@ -11,7 +11,7 @@ import numpy as np
 import typer
 
 from commodel.cli.root import JSON_FLAG, app, flag, job_options
-from commodel.comm.calls import COLUMNS, run_columns
+from commodel.comm.calls import COLUMNS, resolve_layout, run_columns
 from commodel.errors import CommodelError
 from commodel.pricing.collective import CollectiveJob, cluster_and_fabric
 from commodel.pricing.job import make_job
@@ -24,15 +24,29 @@ from commodel.units import parse_sizes
 ELEMENT_BYTES = 4
 
 
-def whole_elements(sizes: np.ndarray) -> np.ndarray:
-    """Sizes in whole elements, as nccl-tests runs them (``count = size / 4``, the size it prints
-    ``4 count``: 7 B runs as 4 B); a size below one element is an error."""
+#: Collectives whose every rank holds a slice of the buffer: nccl-tests runs ``count / ranks`` elements
+#: a rank (``AllGatherGetCollByteCount`` and its kin), none below one element per rank.
+SLICED = ("allgather", "reducescatter", "alltoall")
+
+
+def whole_elements(sizes: np.ndarray, op: str = "allreduce", ranks: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(The sizes in whole elements, as nccl-tests runs them (``count = size / 4``, the size it prints
+    ``4 count``: 7 B runs as 4 B), the sizes left out): a size below one element is an error; for a
+    collective that slices the buffer over its ``ranks`` (:data:`SLICED`), a size below one element
+    per rank is a run of no bytes, left out (an error where it is every size asked for)."""
     small = sizes[sizes < ELEMENT_BYTES]
     if small.size:
         raise CommodelError(
             f"--size {small[0]:g} B is less than one {ELEMENT_BYTES}-byte float element: nccl-tests would run 0"
         )
-    return np.unique(sizes // ELEMENT_BYTES * ELEMENT_BYTES)
+    sliced = op in SLICED and ranks > 1
+    empty = sizes < ELEMENT_BYTES * ranks if sliced else np.zeros(sizes.shape, dtype=bool)
+    if empty.all():
+        raise CommodelError(
+            f"--size {sizes[0]:g} B is less than one {ELEMENT_BYTES}-byte float element per rank of {ranks}: "
+            "nccl-tests would run 0"
+        )
+    return np.unique(sizes[~empty] // ELEMENT_BYTES * ELEMENT_BYTES), np.unique(sizes[empty])
 
 
 def collective(
@@ -46,8 +60,10 @@ def collective(
     """Time, algbw and busbw of a collective over a range of sizes (nccl-tests conventions)."""
     if as_json and as_csv:
         raise CommodelError("--json and --csv are two output formats: choose one")
-    sizes = whole_elements(parse_sizes(size))
+    sizes = parse_sizes(size)
     job = make_job(CollectiveJob, op=op, size_bytes=float(sizes[0]), **values)
+    ranks, _, _ = resolve_layout(cluster_and_fabric(job.model_dump())[0], job.gpus)
+    sizes, left_out = whole_elements(sizes, job.op, ranks)
 
     def priced() -> dict:
         """The collective on the hardware database in use (a Monte Carlo draw's, for the bands)."""
@@ -59,6 +75,11 @@ def collective(
     columns = priced()
     if not (uncertainty or as_json or as_csv):  # the table needs no DataFrame (pandas: 0.2 s to import)
         typer.echo(nccl_tests_table(columns, job.system))
+        if left_out.size:
+            typer.echo(
+                f"# {', '.join(f'{n:g} B' for n in left_out)} left out: less than one {ELEMENT_BYTES}-byte "
+                f"element per rank of {ranks}, which nccl-tests runs as 0 bytes"
+            )
         return
     import pandas as pd  # slow: pandas (0.2 s), for the outputs that are a DataFrame
 
