@@ -181,6 +181,27 @@ def test_validate_prints_errors_and_gates():
         (["collective", "allreduce", "--size", "1e99"], "above 2^63 bytes"),
         (["collective", "allreduce", "--size", "8B:1e30"], "above 2^63 bytes"),
         (["collective", "allreduce", "--size", "3B:17B"], "less than one 4-byte float element"),
+        # NCCL's NVLS all-gather stops at 32 GPUs of a domain: the reason says so, not that NVLS is missing
+        (
+            [
+                "collective",
+                "allgather",
+                "--system",
+                "gb200-nvl72",
+                "--nodes",
+                "18",
+                "--size",
+                "1GiB",
+                "--algo",
+                "nvls",
+            ],
+            "NCCL runs NVLS allgathers on at most 32 GPUs of a domain (NCCL_MAX_NVLS_ARITY), and this one has 72",
+        ),
+        # a GEMM beside an all-gather of 1 B over 8 GPUs: a run of no bytes, not a 14 us collective
+        (
+            ["overlap", "--system", "dgx-h100", "--gpus", "8", "--size", "1"],
+            "less than one 4-byte float element per rank of 8",
+        ),
         # an all-to-all slices its buffer over its ranks: 7 B over 72 GPUs is no element each, not 10 us
         (
             ["collective", "alltoall", "--system", "gb200-nvl72", "--nodes", "18", "--size", "7"],

@@ -11,7 +11,7 @@ import numpy as np
 import typer
 
 from commodel.cli.root import JSON_FLAG, app, flag, job_options
-from commodel.comm.calls import COLUMNS, resolve_layout, run_columns
+from commodel.comm.calls import COLUMNS, ELEMENT_BYTES, least_size, resolve_layout, run_columns, too_small
 from commodel.errors import CommodelError
 from commodel.pricing.collective import CollectiveJob, cluster_and_fabric
 from commodel.pricing.job import make_job
@@ -20,32 +20,19 @@ from commodel.report.frames import to_json
 from commodel.report.tables import band_note
 from commodel.units import parse_sizes
 
-#: Bytes per element of nccl-tests' default type (float), in which a size counts whole elements.
-ELEMENT_BYTES = 4
-
-
-#: Collectives whose every rank holds a slice of the buffer: nccl-tests runs ``count / ranks`` elements
-#: a rank (``AllGatherGetCollByteCount`` and its kin), none below one element per rank.
-SLICED = ("allgather", "reducescatter", "alltoall")
-
 
 def whole_elements(sizes: np.ndarray, op: str = "allreduce", ranks: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """(The sizes in whole elements, as nccl-tests runs them (``count = size / 4``, the size it prints
     ``4 count``: 7 B runs as 4 B), the sizes left out): a size below one element is an error; for a
-    collective that slices the buffer over its ``ranks`` (:data:`SLICED`), a size below one element
-    per rank is a run of no bytes, left out (an error where it is every size asked for)."""
+    collective that slices the buffer over its ``ranks``, a size below one element per rank
+    (:func:`~commodel.comm.calls.least_size`) is a run of no bytes, left out (an error where it is
+    every size asked for)."""
     small = sizes[sizes < ELEMENT_BYTES]
     if small.size:
-        raise CommodelError(
-            f"--size {small[0]:g} B is less than one {ELEMENT_BYTES}-byte float element: nccl-tests would run 0"
-        )
-    sliced = op in SLICED and ranks > 1
-    empty = sizes < ELEMENT_BYTES * ranks if sliced else np.zeros(sizes.shape, dtype=bool)
+        raise CommodelError(too_small("allreduce", small[0], 1))
+    empty = sizes < least_size(op, ranks)
     if empty.all():
-        raise CommodelError(
-            f"--size {sizes[0]:g} B is less than one {ELEMENT_BYTES}-byte float element per rank of {ranks}: "
-            "nccl-tests would run 0"
-        )
+        raise CommodelError(too_small(op, sizes[0], ranks))
     return np.unique(sizes[~empty] // ELEMENT_BYTES * ELEMENT_BYTES), np.unique(sizes[empty])
 
 

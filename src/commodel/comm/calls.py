@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from commodel.comm import nccl
 from commodel.comm.collectives import (
     ALGORITHMS,
     POLICIES,
@@ -52,6 +53,29 @@ COLUMNS = [
     "fastest",
     "fastest_time_s",
 ]
+
+
+#: Bytes per element of nccl-tests' default type (float), in which a size counts whole elements.
+ELEMENT_BYTES = 4
+
+#: Collectives whose every rank holds a slice of the buffer: nccl-tests runs ``count / ranks`` elements
+#: a rank (``AllGatherGetCollByteCount`` and its kin), none below one element per rank.
+SLICED = ("allgather", "reducescatter", "alltoall")
+
+
+def least_size(op: str, ranks: int) -> int:
+    """The smallest size in bytes nccl-tests runs ``op`` at over ``ranks`` GPUs: one float element, one
+    per rank for a collective that slices its buffer (:data:`SLICED`)."""
+    return ELEMENT_BYTES * (ranks if op in SLICED and ranks > 1 else 1)
+
+
+def too_small(op: str, size: float, ranks: int, named: str = "--size") -> str:
+    """Why nccl-tests would run ``op`` of ``size`` bytes over ``ranks`` GPUs as no bytes ("" where it
+    would not): below :func:`least_size`."""
+    if size >= least_size(op, ranks):
+        return ""
+    each = f" per rank of {ranks}" if op in SLICED and ranks > 1 else ""
+    return f"{named} {size:g} B is less than one {ELEMENT_BYTES}-byte float element{each}: nccl-tests would run 0"
 
 
 def resolve_layout(cluster: Cluster, gpus: int | None) -> tuple[int, int, int]:
@@ -213,13 +237,19 @@ def _requested_algos(
     time = collective_time(op, algo, protocols_for(algo, fab)[-1], 2**20, ranks, domains, fab)
     if not np.all(np.isfinite(time)):
         raise CommodelError(
-            f"'{algo}' cannot run {op} on {ranks} GPUs of {cluster.name} here: {_why(algo, fab, domains)}"
+            f"'{algo}' cannot run {op} on {ranks} GPUs of {cluster.name} here: {_why(op, algo, fab, ranks, domains)}"
         )
     return (algo,)
 
 
-def _why(algo: str, fab: Fabric, domains: int) -> str:
+def _why(op: str, algo: str, fab: Fabric, ranks: int, domains: int) -> str:
     """Why an algorithm is unavailable, in the user's terms."""
+    nvls_ok = fab.nvls_Bps is not None and fab.nvidia and domains == 1
+    if algo == "nvls" and nvls_ok and op != "allreduce" and ranks / domains > nccl.MAX_NVLS_ARITY:
+        return (
+            f"NCCL runs NVLS {op}s on at most {nccl.MAX_NVLS_ARITY} GPUs of a domain (NCCL_MAX_NVLS_ARITY), "
+            f"and this one has {ranks / domains:.0f}"
+        )
     reasons = {
         "nvls": "NVLS needs an NVLink switch that reduces (NVLink SHARP) and one scale-up domain"
         + ("; across domains use nvls-tree" if domains > 1 else ""),

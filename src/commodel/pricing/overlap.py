@@ -17,7 +17,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from commodel.comm.calls import run_columns
+from commodel.comm.calls import run_columns, too_small
 from commodel.compute.kernels import DTYPE_BYTES, Kernel, elementwise, gemm
 from commodel.compute.roofline import hbm_time, kernel_time
 from commodel.errors import CommodelError
@@ -100,6 +100,8 @@ def price_overlap(job: OverlapJob, db: HardwareDB | None = None) -> dict[str, fl
     kernel = compute_kernel(job.kernel, job.m, job.n, job.k, job.dtype)
     what = f"the {job.kernel}'s operands and the {job.op}'s {format_bytes(job.size_bytes)} buffer"
     check_held(gpu, float(kernel.bytes) + job.size_bytes, what)
+    if why := too_small(job.op, job.size_bytes, job.gpus):
+        raise CommodelError(why)
     in_network = job.strategy == "in-network"
     choice = run_columns(job.op, where, [job.size_bytes], job.gpus, algo="auto")
     call = run_columns(job.op, where, [job.size_bytes], job.gpus, algo="nvls") if in_network else choice
