@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from test_bad_input import assert_one_line_exit_2
 
+from commodel.cli import main
 from commodel.hardware.loader import OVERLAY_ENV
 
 ROOT = Path(__file__).parents[1]
@@ -101,6 +102,10 @@ SPECS = {
         ('constraints=["fits == true", "step_time_s <= 0.000001"]', "", "tp={choice=[1,2]}", 'step_time_s="min"'),
         ("", "", "tp={choice=[1]}", 'step_time_s="min"'), ("", "pue=nan", "tp={choice=[1,2]}", 'step_time_s="min"'),
         ("", "", "recompute_used={choice=['none']}", 'step_time_s="min"'),
+        # values an input cannot take, caught with the file and the field before any design is priced
+        ("", "", "tp={choice=[1, 0]}", 'step_time_s="min"'), ("", "", "nodes={int=[1, 1000000000]}", 'step_time_s="min"'),
+        ("", "", "tp={choice=[1, 2.5]}", 'step_time_s="min"'), ("", "", "overlap={choice=['serial', 'sometimes']}", 'step_time_s="min"'),
+        ("", "zero=7", "tp={choice=[1,2]}", 'step_time_s="min"'),
     ])
 }  # fmt: skip
 
@@ -191,6 +196,26 @@ SETTINGS = (
        for option in (["--batch", "3000"], ["--batch", "64", "--max-num-tokens", "32"], ["--batch", "65", "--max-batch-size", "64"],
                       ["--power-limit", "800"], ["--power-limit", "-1"], ["--dispatcher", "nccl"])]
 )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "field"),
+    [("spec-9.toml", "'variables.tp': 0"), ("spec-10.toml", "'variables.nodes': 1000000000"),
+     ("spec-11.toml", "'variables.tp': 2.5"), ("spec-12.toml", "'variables.overlap': 'sometimes'"),
+     ("spec-13.toml", "'fixed.zero': 7")],
+)  # fmt: skip
+def test_a_sweep_value_an_input_cannot_take_names_the_file_and_the_field(
+    name, field, folder, tmp_path, capsys, monkeypatch
+):
+    """It had failed at pricing with the CLI option's words (``--tp: ...``), after a blank progress line."""
+    monkeypatch.setattr(
+        "sys.argv", ["commodel", "sweep", str(folder / name), "-o", str(tmp_path / "out"), "--quiet"]
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 2
+    assert f"{name}: field {field}: " in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_round_four_has_at_least_150_cases():

@@ -415,7 +415,7 @@ def test_a_sweep_never_replaces_another_specs_results_nor_writes_into_a_file(tmp
     ("variables", "fixed", "message"),
     [
         (
-            "nodes = { int = [1, 1000000] }\nglobal_batch = { int = [1, 1000000] }",
+            "nodes = { int = [1, 100000] }\nglobal_batch = { int = [1, 10000000] }",
             "",
             "1,000,000,000,000 points",
         ),

@@ -54,6 +54,7 @@ from pydantic import Discriminator, Field, JsonValue, Tag, field_validator, mode
 from commodel.errors import CommodelError, suggest
 from commodel.explore.expressions import constraint_parts, expression_names
 from commodel.pricing.evaluator import evaluator
+from commodel.pricing.job import field_problem
 from commodel.records import Strict, load_record
 
 METHODS = ("grid", "sobol", "lhs", "nsga2", "nsga3")
@@ -278,7 +279,29 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise CommodelError(f"no sweep specification at {path}")
     spec: SweepSpec = load_record(path, SweepSpec)  # type: ignore[assignment]
     check_names(spec, path)
+    check_values(spec, path)
     return spec
+
+
+def _ends(variable: Choice | IntRange | RealRange) -> list[Scalar]:
+    """The values a variable reaches at its ends: every choice, a range's two bounds."""
+    if isinstance(variable, Choice):
+        return variable.choice
+    return list(variable.int if isinstance(variable, IntRange) else variable.real)
+
+
+def check_values(spec: SweepSpec, path: Path | str) -> None:
+    """Every [fixed] value, and every value a variable reaches at its ends, by its input's own rules
+    (:func:`~commodel.pricing.job.field_problem`), as the CLI checks an option: a broken one names
+    the file, the field and the value before any design is priced. The rules that read several
+    inputs together are each design's: a design that breaks them is an invalid row, not an error."""
+    schema = evaluator(spec.study.evaluate).job
+    given = [("fixed", name, [value]) for name, value in spec.fixed.items()]
+    given += [("variables", name, _ends(variable)) for name, variable in spec.variables.items()]
+    for section, name, values in given:
+        for value in values:
+            if why := field_problem(schema, name, value):
+                raise CommodelError(f"{path}: field '{section}.{name}': {value!r}: {why}")
 
 
 def check_names(spec: SweepSpec, path: Path | str) -> None:

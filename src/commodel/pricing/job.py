@@ -16,7 +16,15 @@ from functools import cache
 from typing import Annotated, Any, ClassVar, TypeVar
 
 import numpy as np
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
 
 from commodel.errors import CommodelError, suggest
 from commodel.hardware import default_db
@@ -261,14 +269,22 @@ def _distinct(values: np.ndarray) -> np.ndarray:
 _BOUNDS = {"ge": np.greater_equal, "gt": np.greater, "le": np.less_equal, "lt": np.less}
 
 
+def _own_validator(schema: type[Job], name: str) -> bool:
+    """Whether the declaration validates field ``name`` with a function of its own."""
+    return any(name in d.info.fields for d in schema.__pydantic_decorators__.field_validators.values())
+
+
 @cache
 def _bounds_only(schema: type[Job], name: str) -> bool:
     """Whether a field's rules are a number's: finite, whole for an int, within its stated bounds
     (and no validator of its own): then they are checked on a column at once."""
     field = schema.model_fields[name]
-    own = any(name in d.info.fields for d in schema.__pydantic_decorators__.field_validators.values())
     numeric = field.annotation in (int, float, int | None, float | None)
-    return numeric and not own and all(any(hasattr(m, k) for k in _BOUNDS) for m in field.metadata)
+    return (
+        numeric
+        and not _own_validator(schema, name)
+        and all(any(hasattr(m, k) for k in _BOUNDS) for m in field.metadata)
+    )
 
 
 def _first_broken(schema: type[Job], name: str, values: np.ndarray) -> Any | None:
@@ -286,6 +302,33 @@ def _first_broken(schema: type[Job], name: str, values: np.ndarray) -> Any | Non
             if hasattr(bound, key):
                 broken |= given & ~within(numbers, getattr(bound, key))
     return values[np.argmax(broken)].item() if broken.any() else None
+
+
+@cache
+def _adapter(schema: type[Job], name: str) -> TypeAdapter:
+    """A validator of input ``name``'s own type and bounds."""
+    field = schema.model_fields[name]
+    return TypeAdapter(Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation)
+
+
+def field_problem(schema: type[Job], name: str, value: Any) -> str:
+    """Why ``value`` breaks input ``name``'s own rules, in the declaration's words ("" where it does
+    not): its type and bounds, or its names for a categorical input. A field with a validator of its
+    own (which may read the value another way: ``batch = 8`` as "8"), and the rules that read several
+    inputs together, are a whole job's (:func:`make_job`)."""
+    field = schema.model_fields[name]
+    choices = next((m for m in field.metadata if isinstance(m, Choices)), None)
+    if _own_validator(schema, name):
+        return ""
+    try:
+        if choices is not None and isinstance(value, str):
+            choices.check(value)
+        else:
+            _adapter(schema, name).validate_python(value)
+    except ValueError as exc:  # pydantic's ValidationError is one
+        errors = exc.errors() if isinstance(exc, ValidationError) else [{"msg": str(exc)}]
+        return str(errors[0]["msg"]).removeprefix("Value error, ")
+    return ""
 
 
 def check_columns(schema: type[Job], columns: Mapping[str, np.ndarray]) -> None:
