@@ -93,6 +93,23 @@ def test_a_studys_dominant_variable_ranks_first_and_a_study_without_variables_is
     assert exit_info.value.code == 2 and "no variables" in capsys.readouterr().err
 
 
+def test_a_space_no_design_of_which_runs_says_why(tmp_path, capsys, monkeypatch):
+    """Llama 3 8B on 8 H100 without recomputation does not fit: the sensitivity says so, as the sweep
+    does, where it said only that no design gave a value."""
+    from commodel.cli import main
+
+    spec = tmp_path / "unfit.toml"
+    spec.write_text('[study]\nname = "unfit"\nevaluate = "training"\n[fixed]\nmodel = "llama3-8b"\n'
+                    'system = "dgx-h100"\ngpus = 8\n[variables]\npue = { real = [1.1, 1.5] }\n'
+                    '[objectives]\nstep_time_s = "min"\n')  # fmt: skip
+    monkeypatch.setattr("sys.argv", ["commodel", "sensitivity", str(spec), "--samples", "8"])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "no design of the space gives a value for step_time_s" in err
+    assert "the commonest reason" in err and "does not fit" in err
+
+
 def test_a_studys_sensitivity_is_the_same_chunked_or_whole_and_on_dask():
     from commodel.explore.sensitivity import study_sensitivity
     from commodel.explore.spec import load_spec

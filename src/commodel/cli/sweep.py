@@ -9,7 +9,7 @@ import typer
 
 from commodel.cli.root import ExecutorOption, SchedulerOption, app, check_scheduler
 from commodel.errors import CommodelError
-from commodel.explore.evaluation import commonest_problem, emptying_constraint
+from commodel.explore.evaluation import commonest_reason, emptying_constraint
 from commodel.explore.spec import load_spec
 from commodel.explore.sweep import MAX_POINTS, run_sweep
 from commodel.report.sweep_report import write_reports
@@ -69,8 +69,8 @@ def sweep(
         f"{summary['pareto']:,} Pareto-optimal, hypervolume {summary['hypervolume']:.4f}, {summary['elapsed_s']:.1f} s -> {out}/"
     )
     if summary["valid"] == 0:  # the space is the user's to fix: say why, and exit 2 (its outputs stay)
-        found = commonest_problem(loaded)
-        raise CommodelError(f"no design is valid{f'; {_commonest(found)}' if found else ''}")
+        reason = commonest_reason(loaded)
+        raise CommodelError(f"no design is valid{f'; {reason}' if reason else ''}")
     if summary["feasible"] == 0:  # the constraints' fault: name the one that empties the space
         import pandas as pd  # slow: pandas (0.2 s), for the results this case reads
 
@@ -78,10 +78,9 @@ def sweep(
         which = f": '{found[0]}' removes the last {found[1]:,} valid designs" if found else ""
         raise CommodelError(f"no design meets the constraints{which} (the results stay in {out}/)")
     if not quiet:
-        if summary["valid"] < summary["points"]:  # some designs cannot run: say the commonest why
-            found = commonest_problem(loaded)
-            if found:
-                typer.echo(f"  not valid: {summary['points'] - summary['valid']:,}; {_commonest(found)}")
+        # some designs cannot run: say the commonest why
+        if summary["valid"] < summary["points"] and (found := commonest_reason(loaded)):
+            typer.echo(f"  not valid: {summary['points'] - summary['valid']:,}; {found}")
         for name, row in summary["best"].items():
             typer.echo(
                 f"  best {name}: {row[name]:.4g}  ({', '.join(f'{k}={row[k]}' for k in loaded.variables)})"
@@ -89,9 +88,3 @@ def sweep(
         if "robust_pareto" in summary:
             typer.echo(f"  robust ({loaded.uncertainty.robust}) front: {summary['robust_pareto']} designs; "
                        f"{summary['off_robust_front']} of the nominal front drop off it under uncertainty")  # fmt: skip
-
-
-def _commonest(found: tuple[str, int, int]) -> str:
-    """The commonest kind of problem (:func:`~commodel.explore.evaluation.commonest_problem`) in words."""
-    text, count, rows = found
-    return f"the commonest reason ({count} of the first {rows}), as one of them says it: {text}"

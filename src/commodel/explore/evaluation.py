@@ -75,6 +75,15 @@ def commonest_problem(spec: SweepSpec, rows: int = 1000) -> tuple[str, int, int]
     return str(problems[kinds == counts.index[0]].iloc[0]), int(counts.iloc[0]), len(frame)
 
 
+def commonest_reason(spec: SweepSpec) -> str:
+    """Why designs of the space are invalid, in words (:func:`commonest_problem`); "" if none is."""
+    found = commonest_problem(spec)
+    if found is None:
+        return ""
+    text, count, rows = found
+    return f"the commonest reason ({count} of the first {rows}), as one of them says it: {text}"
+
+
 def emptying_constraint(spec: SweepSpec, results: pd.DataFrame) -> tuple[str, int] | None:
     """The constraint that removes the last of the valid designs ``results``, applied in the order
     the specification gives them, and how many designs were left before it (``None`` if some design

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from commodel.errors import CommodelError, unknown
+from commodel.explore.evaluation import commonest_reason
 from commodel.explore.executors import execute
 from commodel.explore.space import complete, decode, grid_index
 from commodel.explore.spec import Choice, RealRange, SweepSpec
@@ -167,6 +168,12 @@ def study_function(
         chunks = list(range(-(-len(x) // spec.study.chunk_size)))
         parts = dict(execute(executor, _chunk_objectives, payload, chunks, scheduler))
         frame = pd.concat([parts[i] for i in chunks], ignore_index=True)
+        if frame.isna().all().any():  # an objective no design gives: say why, as a sweep does
+            reason = commonest_reason(spec)
+            raise CommodelError(
+                f"no design of the space gives a value for {frame.columns[frame.isna().all()][0]}"
+                + (f"; {reason}" if reason else "")
+            )
         return {name: frame[name].to_numpy() for name in spec.objectives}
 
     return objectives
