@@ -54,7 +54,7 @@ from pydantic import Discriminator, Field, JsonValue, Tag, field_validator, mode
 from commodel.errors import CommodelError, suggest
 from commodel.explore.expressions import constraint_parts, expression_names
 from commodel.pricing.evaluator import evaluator
-from commodel.pricing.job import field_problem
+from commodel.pricing.job_checks import field_problem
 from commodel.records import Strict, load_record
 
 METHODS = ("grid", "sobol", "lhs", "nsga2", "nsga3")
@@ -292,7 +292,7 @@ def _ends(variable: Choice | IntRange | RealRange) -> list[Scalar]:
 
 def check_values(spec: SweepSpec, path: Path | str) -> None:
     """Every [fixed] value, and every value a variable reaches at its ends, by its input's own rules
-    (:func:`~commodel.pricing.job.field_problem`), as the CLI checks an option: a broken one names
+    (:func:`~commodel.pricing.job_checks.field_problem`), as the CLI checks an option: a broken one names
     the file, the field and the value before any design is priced. The rules that read several
     inputs together are each design's: a design that breaks them is an invalid row, not an error."""
     schema = evaluator(spec.study.evaluate).job

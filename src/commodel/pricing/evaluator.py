@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from commodel.errors import pick
-from commodel.pricing.job import Job, check_columns
+from commodel.pricing.job import Job
+from commodel.pricing.job_checks import check_columns
 from commodel.pricing.table import Columns, columns_of, price_rows, with_outputs
 
 if TYPE_CHECKING:

@@ -20,7 +20,8 @@ from commodel.errors import CommodelError
 from commodel.hardware import cluster as make_cluster
 from commodel.hardware.cluster import Cluster, job_size
 from commodel.pricing.evaluator import Evaluator
-from commodel.pricing.job import CLUSTER_SHAPE, check_columns, choices_of, cluster_shape
+from commodel.pricing.job import CLUSTER_SHAPE, choices_of, cluster_shape
+from commodel.pricing.job_checks import check_columns
 from commodel.pricing.table import (
     Columns,
     Outputs,

@@ -1,0 +1,141 @@
+"""A table of jobs checked by its declaration's own rules (:func:`check_columns`), and one input's value
+by its field's (:func:`field_problem`): a sweep gets the CLI's bounds and messages, on each column's
+distinct values at once."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from typing import Annotated, Any
+
+import numpy as np
+from pydantic import TypeAdapter, ValidationError
+
+from commodel.pricing.job import Choices, Job, make_job, missing
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values of a column (one for a value broadcast: a default)."""
+    array = np.asarray(values)
+    if array.ndim == 1 and len(array) and array.strides == (0,):
+        return array[:1]
+    import pandas as pd  # slow: pandas (0.2 s), which one job does not need
+
+    return pd.unique(array.ravel())
+
+
+#: The bounds a number's field may state, vectorized.
+_BOUNDS = {"ge": np.greater_equal, "gt": np.greater, "le": np.less_equal, "lt": np.less}
+
+
+def _own_validator(schema: type[Job], name: str) -> bool:
+    """Whether the declaration validates field ``name`` with a function of its own."""
+    return any(name in d.info.fields for d in schema.__pydantic_decorators__.field_validators.values())
+
+
+@cache
+def _bounds_only(schema: type[Job], name: str) -> bool:
+    """Whether a field's rules are a number's: finite, whole for an int, within its stated bounds
+    (and no validator of its own): then they are checked on a column at once."""
+    field = schema.model_fields[name]
+    numeric = field.annotation in (int, float, int | None, float | None)
+    return (
+        numeric
+        and not _own_validator(schema, name)
+        and all(any(hasattr(m, k) for k in _BOUNDS) for m in field.metadata)
+    )
+
+
+def _first_broken(schema: type[Job], name: str, values: np.ndarray) -> Any | None:
+    """The first of a numeric column's distinct ``values`` that breaks its field's rules, or None."""
+    field = schema.model_fields[name]
+    numbers = values.astype(float)
+    given = (
+        ~np.isnan(numbers) if field.annotation in (int | None, float | None) else np.ones(len(values), bool)
+    )
+    broken = given & ~np.isfinite(numbers)
+    if field.annotation in (int, int | None):
+        broken |= given & np.isfinite(numbers) & (numbers != np.round(numbers))
+    for bound in field.metadata:
+        for key, within in _BOUNDS.items():
+            if hasattr(bound, key):
+                broken |= given & ~within(numbers, getattr(bound, key))
+    return values[np.argmax(broken)].item() if broken.any() else None
+
+
+@cache
+def _adapter(schema: type[Job], name: str) -> TypeAdapter:
+    """A validator of input ``name``'s own type and bounds."""
+    field = schema.model_fields[name]
+    return TypeAdapter(Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation)
+
+
+def field_problem(schema: type[Job], name: str, value: Any) -> str:
+    """Why ``value`` breaks input ``name``'s own rules, in the declaration's words ("" where it does
+    not): its type and bounds, or its names for a categorical input. A field with a validator of its
+    own (which may read the value another way: ``batch = 8`` as "8"), and the rules that read several
+    inputs together, are a whole job's (:func:`make_job`)."""
+    field = schema.model_fields[name]
+    choices = next((m for m in field.metadata if isinstance(m, Choices)), None)
+    if _own_validator(schema, name):
+        return ""
+    try:
+        if choices is not None and isinstance(value, str):
+            choices.check(value)
+        else:
+            _adapter(schema, name).validate_python(value)
+    except ValueError as exc:  # pydantic's ValidationError is one
+        errors = exc.errors() if isinstance(exc, ValidationError) else [{"msg": str(exc)}]
+        return str(errors[0]["msg"]).removeprefix("Value error, ")
+    return ""
+
+
+def check_columns(schema: type[Job], columns: Mapping[str, np.ndarray]) -> None:
+    """Every distinct value of every input of a table of jobs, by the declaration's own rules: a sweep
+    gets the CLI's bounds and messages. A number whose field states only bounds is checked against them
+    at once; any other value in a job that varies that one field of the first row's required fields;
+    the fields a cross-field rule reads (``together``), only by their distinct combinations. A broken value
+    is reported as the declaration words it."""
+    base = {name: np.asarray(columns[name]).flat[0] for name in schema.required()}
+    defaults = schema.inputs()
+    distinct = {name: _distinct(columns[name]) for name in schema.model_fields}
+    for name, values in distinct.items():
+        if (len(values) == 1 and _same(values[0], defaults[name])) or name in schema.together:
+            continue  # the declaration's own default, or a field checked with those it goes with
+        if values.dtype.kind in "fiu" and _bounds_only(schema, name):
+            broken = _first_broken(schema, name, values)
+            values = [] if broken is None else [broken]
+        for value in values:
+            if not missing(value):
+                make_job(schema, **{**base, name: value.item() if isinstance(value, np.generic) else value})
+    if schema.together:
+        _check_together(schema, columns, base, distinct)
+
+
+def _check_together(
+    schema: type[Job],
+    columns: Mapping[str, np.ndarray],
+    base: dict[str, Any],
+    distinct: dict[str, np.ndarray],
+) -> None:
+    """The distinct combinations of the fields a cross-field rule reads, each as a whole job."""
+    varying = [name for name in schema.together if len(distinct[name]) > 1]
+    held = {name: distinct[name][0] for name in schema.together if name not in varying}
+    if len(varying) > 1:
+        import pandas as pd  # slow: pandas (0.2 s), which one job does not need
+
+        frame = pd.DataFrame({name: columns[name] for name in varying}).drop_duplicates()
+        combinations = frame.astype(object).to_dict("records")
+    else:
+        combinations = [{name: value} for name in varying for value in distinct[name]] or [{}]
+    for values in combinations:
+        together = {k: v.item() if isinstance(v, np.generic) else v for k, v in {**held, **values}.items()}
+        make_job(schema, **{**base, **{k: v for k, v in together.items() if not missing(v)}})
+
+
+def _same(value: Any, default: Any) -> bool:
+    return (
+        value is default
+        or (value is None and default is None)
+        or (type(value) is type(default) and value == default)
+    )
