@@ -29,7 +29,7 @@ def whole_elements(sizes: np.ndarray, op: str = "allreduce", ranks: int = 1) -> 
     every size asked for)."""
     small = sizes[sizes < ELEMENT_BYTES]
     if small.size:
-        raise CommodelError(too_small("allreduce", small[0], 1))
+        raise CommodelError(too_small(op, small[0], 1))  # below one element whatever the ranks
     empty = sizes < least_size(op, ranks)
     if empty.all():
         raise CommodelError(too_small(op, sizes[0], ranks))

@@ -59,29 +59,23 @@ def evaluate_chunk(spec_json: str, index: int) -> pd.DataFrame:
     return finish(spec, chunk_inputs(spec, index))
 
 
-def commonest_problem(spec: SweepSpec, rows: int = 1000) -> tuple[str, int, int] | None:
-    """Why designs are invalid: the commonest kind of problem among the first ``rows`` designs of the
-    space (a problem's words before its first colon: "does not fit" whatever memory each row needs),
-    one problem of that kind in full, and how many of how many have it (``None`` if none has one)."""
+def commonest_reason(spec: SweepSpec, rows: int = 1000) -> str:
+    """Why designs are invalid, in words ("" if none is): the commonest kind of problem among the first
+    ``rows`` designs of the space (a problem's words before its first colon: "does not fit" whatever
+    memory each row needs), how many of how many have it, and one problem of that kind in full."""
     frame = chunk_inputs(
         spec.model_copy(update={"study": spec.study.model_copy(update={"chunk_size": rows})}), 0
     )
     result = evaluator(spec.study.evaluate)(frame)
     problems = result.loc[~result["valid"].to_numpy(dtype=bool), "problem"] if "problem" in result else None
     if problems is None or problems.empty:
-        return None
+        return ""
     kinds = problems.str.split(":", n=1).str[0]
     counts = kinds.value_counts()
-    return str(problems[kinds == counts.index[0]].iloc[0]), int(counts.iloc[0]), len(frame)
-
-
-def commonest_reason(spec: SweepSpec) -> str:
-    """Why designs of the space are invalid, in words (:func:`commonest_problem`); "" if none is."""
-    found = commonest_problem(spec)
-    if found is None:
-        return ""
-    text, count, rows = found
-    return f"the commonest reason ({count} of the first {rows}), as one of them says it: {text}"
+    text = problems[kinds == counts.index[0]].iloc[0]
+    return (
+        f"the commonest reason ({counts.iloc[0]} of the first {len(frame)}), as one of them says it: {text}"
+    )
 
 
 def emptying_constraint(spec: SweepSpec, results: pd.DataFrame) -> tuple[str, int] | None:

@@ -168,10 +168,11 @@ def study_function(
         chunks = list(range(-(-len(x) // spec.study.chunk_size)))
         parts = dict(execute(executor, _chunk_objectives, payload, chunks, scheduler))
         frame = pd.concat([parts[i] for i in chunks], ignore_index=True)
-        if frame.isna().all().any():  # an objective no design gives: say why, as a sweep does
+        given_by_none = frame.columns[frame.isna().all()]
+        if len(given_by_none):  # an objective no design gives: say why, as a sweep does
             reason = commonest_reason(spec)
             raise CommodelError(
-                f"no design of the space gives a value for {frame.columns[frame.isna().all()][0]}"
+                f"no design of the space gives a value for {given_by_none[0]}"
                 + (f"; {reason}" if reason else "")
             )
         return {name: frame[name].to_numpy() for name in spec.objectives}

@@ -55,8 +55,13 @@ def chunks_beside_decode(engine: Engine, batch: ArrayLike, prompt: ArrayLike) ->
     :func:`commodel.workloads.serving.memory.capacity` keeps ``B`` below ``M o / (p + o - 1)``, so
     some budget is left."""
     p = np.asarray(prompt, dtype=float)
-    left = engine.max_num_tokens - np.maximum(np.asarray(batch, dtype=float) - 1, 0.0)
-    return np.maximum(np.ceil(p / np.maximum(left, 1.0)), 1.0)
+    return np.maximum(np.ceil(p / np.maximum(context_budget(engine, batch), 1.0)), 1.0)
+
+
+def context_budget(engine: Engine, batch: ArrayLike) -> np.ndarray:
+    """Tokens of an iteration's budget ``M`` left for a prompt's chunk beside the other ``B - 1``
+    requests' decode tokens, ``M - B + 1`` (``M`` at one request in flight)."""
+    return engine.max_num_tokens - np.maximum(np.asarray(batch, dtype=float) - 1, 0.0)
 
 
 def mean_context(prompt: ArrayLike, output: ArrayLike, output_cv: ArrayLike) -> np.ndarray:
@@ -159,11 +164,11 @@ def over_starts(
     prompt_cv: ArrayLike,
     chunks: ArrayLike = 1.0,
 ) -> list[np.ndarray]:
-    """Each weighting's mean iteration, in seconds, one per design: ``(weight, queries, own)``, a weight
-    over the ``law``'s counts of prompt chunks (:func:`start_law`; ``1 / chunks`` of a prompt each, a
-    whole prompt where it fits the budget; normalized here), the decode queries beside them, and the
-    share of the prompt one of them carries (a request's own chunk, :func:`chunk_pieces`), each count
-    with mass priced as an iteration of that many chunks (one :func:`iteration_time` call for all
+    """Each weighting's mean iteration, in seconds, one per design: ``(weight, own)``, a weight over the
+    ``law``'s counts ``c`` of prompt chunks (:func:`start_law`; ``1 / chunks`` of a prompt each, a whole
+    prompt where it fits the budget; normalized here) and the share of the prompt one of them carries
+    (a request's own chunk, :func:`chunk_pieces`), each count with mass priced as an iteration of that
+    many chunks beside the ``slots - c`` that decode (one :func:`iteration_time` call for all
     weightings)."""
     c = law[0]
     tiny = np.finfo(float).tiny
@@ -260,10 +265,11 @@ def steady_state(
     counts = [("with prompts", share * (1 - more), whole)]
     if np.any(more > 0):
         counts.append(("with one more prompt", share * more, whole + 1))
+    counts = [(kind, weight, count, np.maximum(b - count, 0.0)) for kind, weight, count in counts]
     kinds = [
-        (kind + piece, weight * odds, np.maximum(b - count, 0.0), count, own * p,
-         iteration_time(engine, np.maximum(b - count, 0.0), (count - 1) / chunks + own, p, context, prompt_cv))
-        for kind, weight, count in counts
+        (kind + piece, weight * odds, queries, count, own * p,
+         iteration_time(engine, queries, (count - 1) / chunks + own, p, context, prompt_cv))
+        for kind, weight, count, queries in counts
         for piece, own, odds in pieces
     ]  # fmt: skip
     kinds.append(("decode only", 1 - share, b, 0 * b, 0 * b, decode))
@@ -308,7 +314,7 @@ def chunk_pieces(
     prompt."""
     if not np.any(chunks > 1):
         return [("", np.ones_like(chunks), np.ones_like(chunks))]
-    full = np.minimum(engine.max_num_tokens - np.maximum(batch - 1, 0.0), prompt)
+    full = np.minimum(context_budget(engine, batch), prompt)
     full = np.where((chunks - 1) * full < prompt, full, prompt / chunks) / prompt
     return [
         (", a full chunk", full, (chunks - 1) / chunks),
