@@ -12,6 +12,7 @@ import pandas as pd
 
 from commodel.comm.cross_vendor import HOST_STREAM_BPS
 from commodel.compute.roofline import peak_flops
+from commodel.explore.spec import SweepSpec
 from commodel.hardware import default_db
 from commodel.pricing.evaluator import evaluator
 from commodel.studies.base import Claim, StudyResult, study_spec, study_table
@@ -36,10 +37,20 @@ def arms(p: dict) -> pd.DataFrame:
             *({"arm": arm_name(transport, nics), **mixed, "transport": transport, "nics": nics}
               for _, _, transport, nics in gloo_arms(p["reference_nics"])),
         ]  # fmt: skip
-    table = evaluator("training")(pd.DataFrame(rows))
-    return table[
-        ["arm", "model", "system", "stage_layers", "tflops_per_gpu", "step_time_s", "cross_vendor_s", "valid"]
-    ]
+    return evaluator("training")(pd.DataFrame(rows)).reindex(columns=COLUMNS)
+
+
+#: The columns of the study's table: each arm's (and each design of the sweep's) settings and figures.
+COLUMNS = ["arm", "model", "system", "transport", "nics", "micro_batch", "stage_layers", "tflops_per_gpu",
+           "step_time_s", "cross_vendor_s", "valid"]  # fmt: skip
+
+
+def mixed_sweep(spec: SweepSpec, mixed: str) -> pd.DataFrame:
+    """The study file's space on the mixed cluster (its single-vendor nodes have no transport or NICs
+    to vary): one row per transport, NIC count and micro-batch, in the arms' columns."""
+    table = study_table(spec)
+    table = table[table.system == mixed].assign(arm="sweep", valid=lambda t: t.feasible)
+    return table[COLUMNS]
 
 
 def gloo_arms(nics: int) -> tuple[tuple[str, str, str, int], ...]:
@@ -137,5 +148,6 @@ def run() -> StudyResult:
         f"{p['reference_micro_batch']}, global batch 512 (assumed: the paper gives none)",
         "the sweep (study table) runs the mixed cluster over transports, 1 or 8 NICs and micro-batches 1-4",
     ]
-    sweep = study_table(spec).assign(arm="sweep")
-    return StudyResult.of(spec, claims, pd.concat([table, sweep], ignore_index=True), notes)
+    return StudyResult.of(
+        spec, claims, pd.concat([table, mixed_sweep(spec, p["mixed"])], ignore_index=True), notes
+    )
