@@ -230,3 +230,26 @@ def test_the_contention_constants_are_the_gpus_and_an_overlay_moves_them(tmp_pat
     )
     monkeypatch.setenv(OVERLAY_ENV, str(tmp_path))
     assert price_overlap(job)["compute_slowdown"] < base
+
+
+@pytest.mark.parametrize("strategy", ["serial", "ideal", "sm-partition", "occupancy-shaped", "copy-engine"])
+def test_a_collective_runs_on_while_the_gpu_waits_for_the_host(strategy):
+    """A window's idle time (the GPU waits for the host to issue the next kernel) carries what it can of
+    a collective on its own stream, undisturbed; compute hides the rest (serial: none of it)."""
+    from commodel.overlap import Window, exposed
+
+    compute, idle, comm = 1e-3, 4e-4, 1.5e-3
+    busy = Window(compute, 1.2e-3, 3e-4, 1e-4)
+    waiting = Window(compute, 1.2e-3, 3e-4, 1e-4, idle)
+    kw = {"memory": HBM, "traffic_Bps": 4e11}
+    alone = float(exposed(strategy, busy, comm, **kw))
+    if strategy == "serial":
+        assert float(exposed(strategy, waiting, comm, **kw)) == pytest.approx(alone)
+    else:
+        assert float(exposed(strategy, waiting, comm, **kw)) == pytest.approx(
+            float(exposed(strategy, busy, comm - idle, **kw))
+        )
+        assert float(exposed(strategy, waiting, comm, **kw)) < alone
+    assert float(exposed(strategy, waiting, 0.5 * idle, **kw)) == pytest.approx(
+        0.5 * idle if strategy == "serial" else 0.0
+    )

@@ -6,7 +6,10 @@ runs at full speed; while both run, compute progresses ``slow`` times slower, so
 
     T = d + max(M, (C - d) + M (1 - 1 / slow))          (0 <= d <= C)
 
-which is never more than ``C + M`` (serial) and never less than ``max(C, M)`` (ideal).
+which is never more than ``C + M`` (serial) and never less than ``max(C, M)`` (ideal). A window may
+also hold ``I`` seconds in which the GPU runs no kernel (it waits for the host to issue the next): a
+collective on its own stream runs on meanwhile at its own rate, so ``T = I + T(C, max(M - I, 0))``
+under every strategy that overlaps (``serial`` runs the collective after the window: ``C + I + M``).
 
 Strategies (the compute's slowdown ``f_c``, the collective's ``f_m`` and its start ``d``; the pair's
 time is :func:`commodel.overlap.interference.corun_end`):
@@ -65,13 +68,15 @@ class Window:
 
     ``compute_s``: time on all SMs; ``partitioned_s``: the same kernels on ``S - k`` SMs; ``hbm_s``:
     the part of ``compute_s`` its kernels spend moving HBM bytes (their roofline memory terms, each at
-    most its kernel's time); ``kernel_s``: mean duration of one of these kernels.
+    most its kernel's time); ``kernel_s``: mean duration of one of these kernels; ``idle_s``: time
+    beside the compute in which the GPU runs no kernel (waiting for the host).
     """
 
     compute_s: np.ndarray
     partitioned_s: np.ndarray
     hbm_s: np.ndarray
     kernel_s: np.ndarray
+    idle_s: np.ndarray | float = 0.0
 
     @property
     def load(self) -> np.ndarray:
@@ -89,8 +94,8 @@ def window_time(
     calls: ArrayLike = 1,
     in_network: ArrayLike = False,
 ) -> np.ndarray:
-    """Time of ``window`` overlapped with a collective of ``comm_s`` seconds under ``strategy`` (one
-    name, or one per point).
+    """Time of ``window`` (its compute and its idle time) overlapped with a collective of ``comm_s``
+    seconds under ``strategy`` (one name, or one per point).
 
     ``traffic_Bps``: bytes/s the collective sends and receives per GPU while it runs;
     ``calls``: how many collective launches the window holds (each may wait for a running kernel);
@@ -117,15 +122,34 @@ def _window_time(
     calls: ArrayLike,
     in_network: ArrayLike,
 ) -> np.ndarray:
-    """:func:`window_time` under one strategy."""
+    """:func:`window_time` under one strategy: the idle time carries what it can of the collective,
+    the compute the rest."""
+    idle = np.asarray(window.idle_s, dtype=float)
+    if strategy == "serial":
+        return np.asarray(window.compute_s, dtype=float) + idle + np.asarray(comm_s, dtype=float)
     C, M, partitioned, hbm, kernel = np.broadcast_arrays(
         *(
             np.asarray(v, dtype=float)
-            for v in (window.compute_s, comm_s, window.partitioned_s, window.hbm_s, window.kernel_s)
+            for v in (window.compute_s, np.maximum(comm_s - idle, 0.0), window.partitioned_s, window.hbm_s,
+                      window.kernel_s)
         )
-    )
-    if strategy == "serial":
-        return C + M
+    )  # fmt: skip
+    return idle + _busy_time(strategy, C, M, partitioned, hbm, kernel, traffic_Bps, memory, calls, in_network)
+
+
+def _busy_time(
+    strategy: str,
+    C: np.ndarray,
+    M: np.ndarray,
+    partitioned: np.ndarray,
+    hbm: np.ndarray,
+    kernel: np.ndarray,
+    traffic_Bps: ArrayLike,
+    memory: Memory,
+    calls: ArrayLike,
+    in_network: ArrayLike,
+) -> np.ndarray:
+    """Time of compute ``C`` beside a collective of ``M`` under one overlapping strategy."""
     if strategy == "ideal":
         return np.maximum(C, M)
     switch = np.asarray(in_network, dtype=bool) & (strategy == "in-network")
@@ -141,13 +165,14 @@ def _window_time(
 
 
 def exposed(strategy: str | ArrayLike, window: Window, comm_s: ArrayLike, **kwargs: object) -> np.ndarray:
-    """Time the collective adds to its window: ``window_time - compute_s`` (>= 0). A window without
+    """Time the collective adds to its window: ``window_time - compute_s - idle_s`` (>= 0). A window without
     a collective (``comm_s`` 0: no data parallelism, no context, no pipeline) exposes nothing under
     every strategy, so only the windows that hold one are priced."""
     M = np.asarray(comm_s, dtype=float)
     held = M != 0
     if M.ndim == 0 or held.all():
-        return np.maximum(window_time(strategy, window, comm_s, **kwargs) - window.compute_s, 0.0)  # type: ignore[arg-type]
+        time = window_time(strategy, window, comm_s, **kwargs)  # type: ignore[arg-type]
+        return np.maximum(time - window.compute_s - window.idle_s, 0.0)
     out = np.zeros(np.broadcast_shapes(M.shape, *(np.shape(v) for v in vars(window).values())))
     if held.any():
         pick = np.broadcast_to(held, out.shape)

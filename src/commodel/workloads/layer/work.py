@@ -256,19 +256,22 @@ def layer_work(
     )
 
 
-def window(full: Work, part: Work, which: str) -> Window:
-    """Overlap window over the forward (``fwd``), backward (``bwd``) or ``both`` passes of one layer."""
+def window(full: Work, part: Work, which: str, idle: tuple[ArrayLike, ArrayLike] = (0.0, 0.0)) -> Window:
+    """Overlap window over the forward (``fwd``), backward (``bwd``) or ``both`` passes of one layer,
+    with the seconds ``idle`` (forward, backward) its GPU waits for the host in each pass."""
     pick = {"fwd": lambda w: w.fwd_s, "bwd": lambda w: w.bwd_s, "both": lambda w: w.total_s}[which]
     compute = pick(full)
     share = np.divide(compute, full.total_s, out=np.zeros_like(compute), where=full.total_s > 0)
     kernel = np.divide(full.total_s, full.launches, out=np.zeros_like(compute), where=full.launches > 0)
-    return Window(compute, pick(part), full.hbm_s * share, kernel)
+    waits = {"fwd": idle[0], "bwd": idle[1], "both": np.add(*idle)}[which]
+    return Window(compute, pick(part), full.hbm_s * share, kernel, waits)
 
 
 def repeat(window: Window, factor: ArrayLike) -> Window:
     """The same window repeated ``factor`` times (a stage of several layers)."""
     f = np.asarray(factor, dtype=float)
-    return Window(window.compute_s * f, window.partitioned_s * f, window.hbm_s * f, window.kernel_s)
+    w = window
+    return Window(w.compute_s * f, w.partitioned_s * f, w.hbm_s * f, w.kernel_s, w.idle_s * f)
 
 
 def layer_work_of(

@@ -92,7 +92,12 @@ def chunked_exposed(
 
 
 def data_parallel(
-    m: MicroBatch, stage_layers: np.ndarray, dense: np.ndarray, experts: np.ndarray, root: np.ndarray
+    m: MicroBatch,
+    stage_layers: np.ndarray,
+    dense: np.ndarray,
+    experts: np.ndarray,
+    root: np.ndarray,
+    idle: tuple[np.ndarray, np.ndarray] = (0.0, 0.0),
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Data parallelism and ZeRO: the seconds ZeRO-3's gathers and reduce-scatters expose per
     micro-batch, the seconds the end-of-step gradient reduction and parameter gather expose, and the
@@ -106,7 +111,8 @@ def data_parallel(
     whatever the overlap: the ``root`` module's parameters (the embedding and output tables, which
     FSDP2 gathers once at the forward's start and reduce-scatters once at the backward's end, the
     embedding's gradient coming last) and the first layer's, ``(G + R) (root + layer) / params`` of
-    the stage's ``G + R``."""
+    the stage's ``G + R``. Each layer's ``idle`` seconds (forward, backward), in which its GPU waits for
+    the host, carry the collectives too."""
     x, fab = m.x, m.fab
     dp_part = m.partitioned(m.dp_ctas)
     zero3, sharded = x.zero == 3, x.zero >= 1
@@ -121,7 +127,7 @@ def data_parallel(
     z3_comm = np.where(zero3, gathers * gather_s + reduce_s, 0.0)
     z3_bytes = gathers * gather_s * ag_bw + reduce_s * reduce_bw  # per GPU: the HBM traffic is twice these
     z3_traffic = 2 * np.divide(z3_bytes, z3_comm, out=np.zeros_like(z3_comm), where=z3_comm > 0)
-    z3_window = repeat(window(m.full, dp_part, "both"), stage_layers)
+    z3_window = repeat(window(m.full, dp_part, "both", idle), stage_layers)
     layer_dense, layer_experts = layer_parameters(m.model, x)
     ends = (root + layer_dense + layer_experts) / np.maximum(dense + experts, 1.0)
     fill = np.where(zero3, (gather_s + reduce_s) * np.minimum(ends, 1.0), 0.0)  # the prefetch pipeline's ends
@@ -137,7 +143,7 @@ def data_parallel(
     end_reduce = np.where(zero3, 0.0, reduce_s)
     dp_exposed = chunked_exposed(
         m.strategy,
-        window(m.full, dp_part, "bwd"),
+        window(m.full, dp_part, "bwd", idle),
         stage_layers,
         x,
         end_reduce,
@@ -148,7 +154,14 @@ def data_parallel(
     # ... and with ZeRO 1-2 gather the updated parameters behind the next step's first forwards.
     param_gather = np.where(sharded & ~zero3, gather_s, 0.0)
     dp_exposed = dp_exposed + chunked_exposed(
-        m.strategy, window(m.full, dp_part, "fwd"), stage_layers, x, param_gather, 2 * ag_bw, buckets, **dp_kw
+        m.strategy,
+        window(m.full, dp_part, "fwd", idle),
+        stage_layers,
+        x,
+        param_gather,
+        2 * ag_bw,
+        buckets,
+        **dp_kw,
     )
     local = dense / np.where(sharded, x.dp * x.cp, 1) + experts / np.where(sharded, x.expert_dp, 1)
     moments_saved = OPTIMIZER_BYTES - optimizer_bytes(x)  # BF16 moments: each read and written once

@@ -32,6 +32,13 @@ with CUDA graph"). A capacity factor's padded experts have static shapes and no 
 takes ``max(G, H)`` plus the refill, the GPU idle while the host sees the stream end
 (``initiation.host_sync``), copies the counts and issues the next kernel (two operators' issue).
 
+**Recomputation** runs forward code again in the backward, so the host issues it again: full
+recomputation the layer's whole forward (a captured scope one replay more), a whole-module
+checkpoint (``--recompute-modules mlp``, ``shared_experts``, ``moe``) its scopes' forward operators,
+and a recomputed MoE layer's dispatcher waits for its counts again. The output-discarding
+checkpoints (the norms, the experts' activation, MLA's up-projections) and selective recomputation
+(the attention core) re-run one or two kernels each, which this leaves out.
+
 **CUDA graphs** (``--cuda-graphs``, Megatron's ``--cuda-graph-scope`` names,
 :data:`GRAPH_SCOPES`): a
 captured scope costs one graph replay (``initiation.graph_replay``) per pass instead of its
@@ -47,6 +54,7 @@ from numpy.typing import ArrayLike
 from commodel.choice_bits import bits_of, has_bit
 from commodel.errors import unknown
 from commodel.hardware.cluster import Cluster
+from commodel.workloads.model.recompute import has_module
 from commodel.workloads.model.schema import Transformer
 from commodel.workloads.moe.token_drop import dropless
 from commodel.workloads.parallel.layout import Layout
@@ -185,25 +193,54 @@ def module_host_s(cluster: Cluster, module: str) -> float:
     return module_ops(cluster, module) * _op_s(cluster)
 
 
+def remade_scopes(model: Transformer, x: Layout) -> dict[str, np.ndarray]:
+    """Per scope, the share of the layers whose backward runs that scope's forward again: all of them
+    under full recomputation; a whole-module checkpoint's scopes in the layers that have them (``mlp``
+    the dense layers' MLP, ``shared_experts`` the MoE layers' shared experts, ``moe`` the whole MoE
+    layer: router, preprocessing, experts and its shared experts)."""
+    full = np.asarray(x.recompute) == 2
+    moe = model.moe_layers / model.layers if model.moe is not None else 0.0
+    shared = moe if model.moe is not None and model.moe.shared_experts else 0.0
+    whole_moe = has_module(x.recompute_modules, "moe")
+    shared_again = has_module(x.recompute_modules, "shared_experts") | whole_moe
+    mlp = (1 - moe) * has_module(x.recompute_modules, "mlp") + shared * shared_again
+    shares = scope_shares(model)
+    return {
+        scope: np.where(full, shares[scope], again)
+        for scope, again in (("attn", 0.0), ("mlp", mlp), ("moe_router", moe * whole_moe),
+                             ("moe_preprocess", moe * whole_moe), ("moe", moe * whole_moe))
+    }  # fmt: skip
+
+
 def host_issue_s(model: Transformer, cluster: Cluster, x: Layout, fp8: bool) -> tuple[np.ndarray, np.ndarray]:
     """Host seconds to issue one layer's forward and backward for one micro-batch, averaged over the
-    layers: a captured scope at one graph replay per pass, nothing per layer under ``full_iteration``."""
+    layers: a captured scope at one graph replay per pass, nothing per layer under ``full_iteration``;
+    the backward issues what recomputation runs again of the forward (:func:`remade_scopes`)."""
     host, op = cluster.system.initiation, _op_s(cluster)
     fwd = bwd = np.zeros(np.shape(x.cuda_graphs))
+    again = remade_scopes(model, x)
     for name, (ops, share) in scope_ops(model, x, fp8, host.te_module_ops.value).items():
         captured = captures(x.cuda_graphs, name)
-        fwd = fwd + share * np.where(captured, host.graph_replay.value, ops * op)
+        forward = np.where(captured, host.graph_replay.value, ops * op)  # in a layer that runs it
+        fwd = fwd + share * forward
         bwd = bwd + share * np.where(captured, host.graph_replay.value, BACKWARD_OPS * ops * op)
+        bwd = bwd + again[name] * forward
     whole = captures(x.cuda_graphs, "full_iteration")
     return np.where(whole, 0.0, fwd), np.where(whole, 0.0, bwd)
 
 
 def host_wait_s(
     model: Transformer, cluster: Cluster, x: Layout, fp8: bool, gpu_fwd_s: np.ndarray, gpu_bwd_s: np.ndarray
-) -> np.ndarray:
-    """Seconds per layer and micro-batch the GPU waits for the host: ``max(0, H - G)`` per pass, plus
-    the refill after the all-to-all dispatcher's synchronization in MoE layers (module docstring)."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds per layer and micro-batch the GPU waits for the host in the forward and in the
+    backward: ``max(0, H - G)`` per pass, plus the refill after the dispatcher's synchronization in
+    MoE layers (module docstring), in the backward too where recomputation runs the MoE layer again.
+    The GPU is idle meanwhile: a collective on its own stream runs on undisturbed."""
     fwd, bwd = host_issue_s(model, cluster, x, fp8)
-    syncs = (model.moe_layers / model.layers if model.moe is not None else 0.0) * dropless(x)
-    refill = syncs * (cluster.system.initiation.host_sync.value + 2 * _op_s(cluster))
-    return np.maximum(fwd - gpu_fwd_s, 0.0) + np.maximum(bwd - gpu_bwd_s, 0.0) + refill
+    moe = model.moe_layers / model.layers if model.moe is not None else 0.0
+    refill = dropless(x) * (cluster.system.initiation.host_sync.value + 2 * _op_s(cluster))
+    again = remade_scopes(model, x)["moe"]
+    return (
+        np.maximum(fwd - gpu_fwd_s, 0.0) + moe * refill,
+        np.maximum(bwd - gpu_bwd_s, 0.0) + again * refill,
+    )

@@ -139,11 +139,14 @@ def _last_stage_extra(m: MicroBatch) -> np.ndarray:
     return on_unique(extra, x.tokens, x.tp, x.mtp_layers)
 
 
-def _pipeline_comm(m: MicroBatch, stage_layers: np.ndarray) -> np.ndarray:
+def _pipeline_comm(
+    m: MicroBatch, stage_layers: np.ndarray, idle: tuple[np.ndarray, np.ndarray]
+) -> np.ndarray:
     """Seconds the pipeline's point-to-point sends expose per micro-batch: one activation forward, one
     gradient backward per micro-batch and chunk; each tensor-parallel rank sends its 1/tp slice
-    (sequence parallelism, or Megatron's scatter-gather), beside the stage's layers; across pods at
-    the core's share (:meth:`~commodel.comm.fabric.Fabric.pipeline_share`)."""
+    (sequence parallelism, or Megatron's scatter-gather), beside the stage's layers and the time
+    their GPU waits for the host (``idle`` per layer, forward and backward); across pods at the
+    core's share (:meth:`~commodel.comm.fabric.Fabric.pipeline_share`)."""
     x = m.x
     act = x.tokens * m.model.hidden * m.size
     p2p, p2p_bw = collective("sendrecv", np.where(x.pp > 1, act / x.tp, 0.0), m.pp, m.fab)
@@ -153,7 +156,7 @@ def _pipeline_comm(m: MicroBatch, stage_layers: np.ndarray) -> np.ndarray:
     p2p, p2p_bw = p2p / core, p2p_bw * core
     p2p_comm = np.where(x.pp > 1, 2 * x.vpp * p2p, 0.0)
     p2p_part = m.partitioned(m.p2p_ctas)
-    mb_window = repeat(window(m.full, p2p_part, "both"), stage_layers)
+    mb_window = repeat(window(m.full, p2p_part, "both", idle), stage_layers)
     return m.exposed(mb_window, p2p_comm, traffic_Bps=2 * p2p_bw, calls=2 * x.vpp)
 
 
@@ -186,14 +189,15 @@ def per_microbatch(
     gpu_time = full.total_s + tp_exposed + paired + cp_exposed
     fwd_share = np.divide(full.fwd_s, full.total_s, out=np.zeros_like(full.total_s), where=full.total_s > 0)
     fp8 = recipe.cast_bytes > 0
-    host_wait = host_wait_s(model, cluster, x, fp8, fwd_share * gpu_time, (1 - fwd_share) * gpu_time)
+    idle = host_wait_s(model, cluster, x, fp8, fwd_share * gpu_time, (1 - fwd_share) * gpu_time)
+    host_wait = idle[0] + idle[1]
     layer_time = gpu_time + host_wait
     first, middle, last = stage_split(model, x)
     stage_layers = np.maximum(np.maximum(first, middle), last + x.mtp_layers)  # the largest stage's
     memory = memory_parts(model, x, attention_impl, recipe)
     dense, experts = memory.pop("dense_parameters"), memory.pop("expert_parameters")
     root = memory.pop("root_parameters")
-    z3_exposed, dp_exposed, optimizer = data_parallel(m, stage_layers, dense, experts, root)
+    z3_exposed, dp_exposed, optimizer = data_parallel(m, stage_layers, dense, experts, root, idle)
     # Offloading this layer's activations to CPU memory (what --recompute auto may choose instead).
     offload = offload_exposed(
         memory["layer_activations"],
@@ -214,7 +218,7 @@ def per_microbatch(
         "ep_exposed_s": paired,
         "ep_unpaired_s": unpaired - paired,
         "end_s": _last_stage_extra(m),
-        "pp_exposed_s": _pipeline_comm(m, stage_layers),
+        "pp_exposed_s": _pipeline_comm(m, stage_layers, idle),
         "z3_exposed_s": z3_exposed,
         "dp_exposed_s": dp_exposed,
         "optimizer_s": optimizer,
