@@ -107,7 +107,7 @@ def test_serve_shows_a_long_prompts_chunks_each_iteration_within_the_token_budge
     options = itertools.chain.from_iterable((f"--{k.replace('_', '-')}", str(v)) for k, v in job.items())
     shown = CliRunner().invoke(app, ["serve", *options, "--kernels"])
     assert shown.exit_code == 0, shown.output
-    assert "prompt chunks of" in shown.output and "prompts of 20000 tokens" not in shown.output
+    assert "prompt chunk of" in shown.output and "prompt of 20000 tokens" not in shown.output
     r = serve(**job, kernels=True)
     assert r["prompt_chunks"] == 10 and "its prompt in 10 chunks" in shown.output
     assert [it["iteration"] for it in r["kernels"]] == [

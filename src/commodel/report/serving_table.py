@@ -116,20 +116,27 @@ def iteration_text(iterations: list[dict]) -> str:
     blocks = []
     for it in iterations:
         chunked = it["chunk"] < it["prompt"]
+        plural = "" if it["prompts"] == 1 else "s"
         prompts = (
-            f"{it['prompts']:.3g} prompt chunks of {it['chunk']:.0f} tokens (of {it['prompt']:.0f}-token prompts)"
+            f"{it['prompts']:.3g} prompt chunk{plural} of {it['chunk']:.0f} tokens (of {it['prompt']:.0f}-token prompts)"
             if chunked
-            else f"{it['prompts']:.3g} prompts of {it['prompt']:.0f} tokens"
+            else f"{it['prompts']:.3g} prompt{plural} of {it['prompt']:.0f} tokens"
         )
         carried = f"{it['queries']:.4g} decode queries" + (f" and {prompts}" if it["prompts"] else "")
         layer_ms = sum(r["ms"] for r in it["kernels"])
         stage = f"{it['stage_layers']} layers x {layer_ms:.4g} ms + logits {it['logits']['ms']:.4g} ms"
         stage = f"{it['pp']} stages x ({stage})" if it["pp"] > 1 else stage
         blocks.append("\n".join([
-            f"an iteration {it['iteration']} ({100 * it['share']:.0f}% of them: {carried}); one layer of one "
+            f"an iteration {it['iteration']} ({_share(it['share'])} of them: {carried}); one layer of one "
             "micro-batch on one GPU (calls per layer):",
             *kernel_lines(it["kernels"], lambda r: f"{r['calls']:.3g}", {"ms": "ms"}),
             f"  iteration: {stage} + communication {it['comm_ms']:.4g} ms + host {it['host_ms']:.4g} ms "
             f"= {it['time_ms']:.4g} ms",
         ]))  # fmt: skip
     return "\n\n".join(blocks)
+
+
+def _share(share: float) -> str:
+    """A share of the iterations as a percentage: whole ones, or two significant figures below 1% (a
+    prompt every thousand decode iterations is 0.1%, not 0%)."""
+    return f"{100 * share:.0f}%" if share >= 0.01 or share == 0 else f"{100 * share:.2g}%"
