@@ -218,6 +218,46 @@ def test_a_sweep_value_an_input_cannot_take_names_the_file_and_the_field(
     assert not (tmp_path / "out").exists()
 
 
+ROLLOUT_SPEC = (
+    '[study]\nname="r"\nevaluate="rollout"\nmethod="grid"\n[fixed]\npolicy="fixed"\nmedian_response={median}\n'
+    '[variables]\ngroup={{choice=[8, 16]}}\n[objectives]\nstep_s="min"\n'
+)
+
+
+@pytest.mark.parametrize("median", ['"0.5"', "0.5", "1e-9"])
+def test_a_rollout_of_less_than_a_token_is_refused_however_it_is_written(
+    median, tmp_path, capsys, monkeypatch
+):
+    """A median response under one token, as a number or as text, crashed the rollout model (its
+    lengths are whole tokens); it is refused with the file and the field."""
+    spec = tmp_path / "rollout.toml"
+    spec.write_text(ROLLOUT_SPEC.format(median=median))
+    monkeypatch.setattr("sys.argv", ["commodel", "sweep", str(spec), "-o", str(tmp_path / "out"), "--quiet"])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 2
+    assert "field 'fixed.median_response': " in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_number_written_as_text_in_a_sweep_file_is_read_as_the_number(tmp_path, monkeypatch):
+    """``size_bytes = "16777216"`` (text) crashed the overlap model; it prices as the number does."""
+    import pandas as pd
+
+    results = []
+    for size in ('"16777216"', "16777216"):
+        spec = tmp_path / "overlap.toml"
+        spec.write_text(
+            f'[study]\nname="o"\nevaluate="overlap"\nmethod="grid"\n[fixed]\nsize_bytes={size}\n'
+            '[variables]\nm={choice=[1024, 2048]}\n[objectives]\ntime_s="min"\n'
+        )
+        out = tmp_path / f"out-{len(results)}"
+        monkeypatch.setattr("sys.argv", ["commodel", "sweep", str(spec), "-o", str(out), "--quiet"])
+        main()
+        results.append(pd.read_parquet(out / "results.parquet").time_s.tolist())
+    assert results[0] == results[1] and all(t > 0 for t in results[0])
+
+
 def test_round_four_has_at_least_150_cases():
     assert len(CASES) + len(SETTINGS) >= 150
 

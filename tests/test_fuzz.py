@@ -341,3 +341,42 @@ def test_any_partition_with_power_saving_prices_or_is_one_commodel_error(
         return
     assert out.mean_wait_min >= 0 and out.boots_per_job >= 0
     assert np.isnan(out.energy_kWh_per_job) or out.energy_kWh_per_job > 0
+
+
+#: A valid job of each built-in evaluator, which a test changes one input of.
+EVALUATOR_JOBS = {
+    "training": {"model": "llama3-8b", "system": "dgx-h100", "gpus": 8}, "serving": {"model": "llama3-8b",
+    "system": "dgx-h100"}, "collective": {"size_bytes": 2**20}, "disaggregation": {"pool_servers": 4},
+    "rollout": {"policy": "fixed"}, "scheduling": {"load": 0.5, "policy": "exclusive"}, "stream": {"arm": "fixed"},
+    "initiation": {"scheme": "host-driven"}, "halo": {"scheme": "host-driven", "gpus": 8}, "moe_dispatch": {},
+    "gemm": {}, "overlap": {},
+}  # fmt: skip
+#: What a table's cell may hold, typed by hand or read from a spreadsheet: numbers (huge, tiny, negative,
+#: not finite), flags, text (numbers written as text, names, units), nothing, and containers.
+CELLS = st.one_of(
+    st.sampled_from([0, 1, 2, 3, 8, 64, -1, 2**40, 2**60, 1e-9, 0.5, 1e300, float("nan"), float("inf"), True,
+                     False, None, "", "x", "8", "0.5", "-3", "1 GiB", "auto", "none", [1], {"a": 1}]),
+    st.integers(-(2**20), 2**20), st.floats(-1e6, 1e6),
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(EVALUATOR_JOBS)), st.data())
+def test_any_cell_of_any_evaluators_table_prices_or_is_one_commodel_error(name, data):
+    """A table handed to any evaluator (a script's DataFrame, a sweep file's values) with one input
+    changed to anything a cell can hold is priced, or refused with one CommodelError: a number written
+    as text is read as the declaration reads it (once a crash in the overlap and rollout models), a
+    count beyond 2^53 and a container in a cell are named (once a crash)."""
+    import pandas as pd
+
+    from commodel.pricing.evaluator import evaluator
+
+    price = evaluator(name)
+    field = data.draw(st.sampled_from(sorted(price.job.model_fields)))
+    row = {**EVALUATOR_JOBS[name], field: data.draw(CELLS)}
+    try:
+        out = price(pd.DataFrame([row]))
+    except CommodelError as exc:
+        assert str(exc).strip()
+        return
+    assert len(out) == 1

@@ -38,7 +38,9 @@ class PoolingJob(Job):
     chassis_fabric: Annotated[str, LINK] = Field("pcie5", description="Link inside a chassis.")
     rack_fabric: Annotated[str, LINK] = Field("pcie6", description="Link inside a rack.")
     cluster_fabric: Annotated[str, LINK] = Field("roce-400g", description="Link across racks.")
-    local_memory_GBps: float = Field(614.0, gt=0, description="A server's own memory bandwidth, GB/s.")
+    local_memory_GBps: float = Field(
+        614.0, gt=0, le=1e5, description="A server's own memory bandwidth, GB/s."
+    )
     sensitivity: float = Field(0.01, ge=0, description="Slowdown per unit of remote-access deficit.")
     scan_us: float = Field(20.0, ge=0, description="Scheduler time per candidate device, us.")
     attach_s: float = Field(2.0, ge=0, description="Seconds to attach pooled devices to a job.")

@@ -69,9 +69,7 @@ class Evaluator:
     def columns(self, frame: pd.DataFrame) -> Columns:
         """A DataFrame of jobs as checked columns, every input it lacks at its default."""
         columns = columns_of(frame, self.inputs, self.needs)
-        if len(frame):
-            check_columns(self.job, columns)
-        return columns
+        return check_columns(self.job, columns) if len(frame) else columns
 
     def __call__(self, frame: pd.DataFrame) -> pd.DataFrame:
         """Price a DataFrame of jobs: ``frame`` with the output columns and ``valid``."""

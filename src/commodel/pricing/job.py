@@ -145,6 +145,11 @@ Oversubscription = Annotated[
 ]
 
 
+#: The largest whole number an input may hold: a count beyond 2^53 has no exact float, and a table's
+#: counts are floats and 64-bit integers.
+LARGEST_COUNT = 2**53
+
+
 class Job(BaseModel):
     """What every job declaration shares: no unknown fields, categorical inputs checked against their
     names (:class:`Choices` in a field's annotation), finite numbers."""
@@ -165,6 +170,8 @@ class Job(BaseModel):
             choices.check(value)
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"must be a finite number, got {value}")
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > LARGEST_COUNT:
+            raise ValueError(f"must be at most 2^53 ({LARGEST_COUNT:.3g}), got {value:.3g}")
         return value
 
     @classmethod

@@ -4,24 +4,33 @@ distinct values at once."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from functools import cache
 from typing import Annotated, Any
 
 import numpy as np
 from pydantic import TypeAdapter, ValidationError
 
-from commodel.pricing.job import Choices, Job, make_job, missing
+from commodel.errors import CommodelError
+from commodel.pricing.job import LARGEST_COUNT, Choices, Job, make_job, missing
 
 
-def _distinct(values: np.ndarray) -> np.ndarray:
-    """The distinct values of a column (one for a value broadcast: a default)."""
+def _distinct(values: np.ndarray, name: str) -> np.ndarray:
+    """The distinct values of input ``name``'s column (one for a value broadcast: a default); a cell
+    holding a container (a list, a dict), which no input takes, is an error naming it."""
     array = np.asarray(values)
     if array.ndim == 1 and len(array) and array.strides == (0,):
         return array[:1]
     import pandas as pd  # slow: pandas (0.2 s), which one job does not need
 
-    return pd.unique(array.ravel())
+    try:
+        return pd.unique(array.ravel())
+    except TypeError:  # unhashable: a container in a cell
+        row, cell = next((i, v) for i, v in enumerate(array.ravel()) if not isinstance(v, Hashable))
+        raise CommodelError(
+            f"input '{name}' holds a {type(cell).__name__} in row {row} ({cell!r:.40}): each row takes one "
+            "number, flag or name"
+        ) from None
 
 
 #: The bounds a number's field may state, vectorized.
@@ -55,7 +64,11 @@ def _first_broken(schema: type[Job], name: str, values: np.ndarray) -> Any | Non
     )
     broken = given & ~np.isfinite(numbers)
     if field.annotation in (int, int | None):
-        broken |= given & np.isfinite(numbers) & (numbers != np.round(numbers))
+        broken |= (
+            given
+            & np.isfinite(numbers)
+            & ((numbers != np.round(numbers)) | (np.abs(numbers) > LARGEST_COUNT))
+        )
     for bound in field.metadata:
         for key, within in _BOUNDS.items():
             if hasattr(bound, key):
@@ -90,15 +103,43 @@ def field_problem(schema: type[Job], name: str, value: Any) -> str:
     return ""
 
 
-def check_columns(schema: type[Job], columns: Mapping[str, np.ndarray]) -> None:
+#: A number's field types.
+_NUMBERS = (int, float, int | None, float | None)
+
+
+def _numbers_read(schema: type[Job], columns: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``columns`` with each number written as text in a number's input (``"8"``: a spreadsheet's
+    cell, a sweep file's string) read as the declaration reads it, through the field's own type; text
+    that is no number stays, for :func:`check_columns` to name."""
+    read = dict(columns)
+    for name, field in schema.model_fields.items():
+        column = np.asarray(columns[name])
+        if field.annotation not in _NUMBERS or column.dtype != object:
+            continue
+        texts = {v for v in column.ravel().tolist() if isinstance(v, str)}
+        parsed = {}
+        for text in texts:
+            try:
+                parsed[text] = _adapter(schema, name).validate_python(text)
+            except ValidationError:
+                continue
+        if parsed:
+            read[name] = np.array([parsed.get(v, v) if isinstance(v, str) else v for v in column.ravel().tolist()],
+                                  dtype=object).reshape(column.shape)  # fmt: skip
+    return read
+
+
+def check_columns(schema: type[Job], columns: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every distinct value of every input of a table of jobs, by the declaration's own rules: a sweep
     gets the CLI's bounds and messages. A number whose field states only bounds is checked against them
     at once; any other value in a job that varies that one field of the first row's required fields;
     the fields a cross-field rule reads (``together``), only by their distinct combinations. A broken value
-    is reported as the declaration words it."""
+    is reported as the declaration words it. Returns the columns as checked: a number written as text
+    read as one (:func:`_numbers_read`)."""
+    columns = _numbers_read(schema, columns)
     base = {name: np.asarray(columns[name]).flat[0] for name in schema.required()}
     defaults = schema.inputs()
-    distinct = {name: _distinct(columns[name]) for name in schema.model_fields}
+    distinct = {name: _distinct(columns[name], name) for name in schema.model_fields}
     for name, values in distinct.items():
         if (len(values) == 1 and _same(values[0], defaults[name])) or name in schema.together:
             continue  # the declaration's own default, or a field checked with those it goes with
@@ -110,6 +151,7 @@ def check_columns(schema: type[Job], columns: Mapping[str, np.ndarray]) -> None:
                 make_job(schema, **{**base, name: value.item() if isinstance(value, np.generic) else value})
     if schema.together:
         _check_together(schema, columns, base, distinct)
+    return columns
 
 
 def _check_together(

@@ -16,8 +16,8 @@ def with_pipeline_layout(data: Any) -> Any:
     (:func:`commodel.workloads.parallel.pipeline_layout.stage_split`); Megatron-Core refuses it beside its
     first and last stage flags or the embedding and loss counted as layers, and so does this."""
     text = data.get("pipeline_layout") if isinstance(data, dict) else None
-    if not text:
-        return data
+    if not text or not isinstance(text, str):
+        return data  # none stated; or not text, which the field's own check names
     config, pp = known_model(data.get("model")), data.get("pp") or 1
     if config is None or not isinstance(pp, numbers.Integral) or pp < 1:
         return data  # the model's and pp's own checks name them

@@ -80,7 +80,7 @@ class RolloutJob(Job):
         description="DAPO: share of groups whose rewards differ (kept); the rest are generated again.",
     )
     prompt: int = Field(512, ge=1, description="Prompt tokens per rollout.")
-    median_response: float = Field(1024, gt=0, description="Median response tokens.")
+    median_response: float = Field(1024, ge=1, description="Median response tokens.")
     tail_sigma: float = Field(1.0, gt=0, description="Lognormal spread of response lengths.")
     longest: int = Field(16384, ge=1, description="Longest response, tokens.")
     turn_tokens: int = Field(
