@@ -236,7 +236,7 @@ def hetero_train_step(
         layers = balanced_layers(model.layers, layer_s, extra_s)
     # Per micro-batch and stage: its layers, its extra work, and its pipeline sends.
     sends, cross = _sends(model, groups, plan, x, parts, transport, nics)
-    other = np.array([float(parts[g]["z3_exposed_s"][0]) for g in plan])
+    other = layers * np.array([float(parts[g]["z3_layer_s"][0]) for g in plan])
     stage = layers * layer_s + extra_s + sends + other
     m = float(x.microbatches[0])
     slowest = int(np.argmax(stage))

@@ -219,7 +219,9 @@ def per_microbatch(
         "ep_unpaired_s": unpaired - paired,
         "end_s": _last_stage_extra(m),
         "pp_exposed_s": _pipeline_comm(m, stage_layers, idle),
-        "z3_exposed_s": z3_exposed,
+        # ZeRO-3's per layer: a stage's gathers and reduce-scatters, and the compute they hide behind,
+        # scale with its layers (priced on the largest stage's).
+        "z3_layer_s": z3_exposed / np.maximum(stage_layers, 1),
         "dp_exposed_s": dp_exposed,
         "optimizer_s": optimizer,
         "tp_domains": m.tp.nodes,

@@ -149,7 +149,12 @@ def _schedule(
     under 1F1B the makespan of the stages (:func:`one_f_one_b`) less the slowest's ``m`` micro-batches.
     """
     first, middle, last = split
-    end_s, per_mb = p["end_s"], p["pp_exposed_s"] + p["z3_exposed_s"]
+    end_s = p["end_s"]
+
+    def per_mb(stage_layers: ArrayLike) -> np.ndarray:
+        """A stage's communication per micro-batch: its pipeline sends, ZeRO-3's for its layers."""
+        return p["pp_exposed_s"] + p["z3_layer_s"] * stage_layers
+
     layers = model.layers + x.mtp_layers
     lead_layers, end_layers, end_extra = np.maximum(first, middle), last + x.mtp_layers, end_s
     idle, chunk_extra = (x.pp - 1) / x.vpp, 0.0
@@ -159,14 +164,14 @@ def _schedule(
         end_layers, end_extra = np.where(x.dualpipe, ends, end_layers), np.where(x.dualpipe, end_s / 2, end_s)
         idle = np.where(x.dualpipe, x.pp / 2 - 1, idle)
         chunk_extra = np.where(x.dualpipe, p["dualpipe_extra_s"], 0.0)
-    stage_a = lead_layers * p["layer_s"] + per_mb
-    stage_b = end_layers * p["layer_s"] + end_extra + per_mb
+    stage_a = lead_layers * p["layer_s"] + per_mb(lead_layers)
+    stage_b = end_layers * p["layer_s"] + end_extra + per_mb(end_layers)
     last_is_slowest = (x.pp == 1) | (stage_b >= stage_a)
-    mean = (layers * p["layer_s"] + end_s) / x.pp + per_mb
+    mean = (layers * p["layer_s"] + end_s) / x.pp + per_mb(layers / x.pp)
     bubble = idle * mean
     one_f = ~np.asarray(x.dualpipe, dtype=bool)
     if np.any(one_f):  # 1F1B's makespan on stages of their own sizes, less the slowest's m micro-batches
-        stages = (first * p["layer_s"] + per_mb, middle * p["layer_s"] + per_mb, stage_b)
+        stages = (first * p["layer_s"] + per_mb(first), middle * p["layer_s"] + per_mb(middle), stage_b)
         span = one_f_one_b(*stages, p["layer_fwd_share"], x.pp, x.microbatches, x.vpp)
         bubble = np.where(one_f, span - x.microbatches * np.maximum(stage_a, stage_b), bubble)
     bubble = bubble + idle * layers / x.pp * (chunk_extra + p["ep_unpaired_s"])
@@ -203,7 +208,7 @@ def _train_step(
     codes = per_distinct(STRATEGIES.index, strategy, int)
     p = on_unique(priced, *(getattr(x, name) for name in MICROBATCH_FIELDS), codes)
     gpu = cluster.gpu
-    pp_exposed, z3_exposed = p["pp_exposed_s"], p["z3_exposed_s"]
+    pp_exposed = p["pp_exposed_s"]
     dp_exposed, optimizer = p["dp_exposed_s"], p["optimizer_s"]
     split = stage_split(model, x)
     slow_layers, slow_extra, slowest, mean, bubble = _schedule(model, x, p, split)
@@ -219,7 +224,7 @@ def _train_step(
         "cp_comm": m * slow_layers * p["cp_exposed_s"],
         "ep_comm": m * slow_layers * p["ep_exposed_s"] + unpaired,
         "pp_comm": m * pp_exposed,
-        "dp_comm": m * z3_exposed + dp_exposed,
+        "dp_comm": m * slow_layers * p["z3_layer_s"] + dp_exposed,
         "offload": np.zeros_like(bubble),
         "bubble": bubble,
         "optimizer": optimizer,
