@@ -7,9 +7,11 @@ runs at full speed; while both run, compute progresses ``slow`` times slower, so
     T = d + max(M, (C - d) + M (1 - 1 / slow))          (0 <= d <= C)
 
 which is never more than ``C + M`` (serial) and never less than ``max(C, M)`` (ideal). A window may
-also hold ``I`` seconds in which the GPU runs no kernel (it waits for the host to issue the next): a
-collective on its own stream runs on meanwhile at its own rate, so ``T = I + T(C, max(M - I, 0))``
-under every strategy that overlaps (``serial`` runs the collective after the window: ``C + I + M``).
+also hold ``I`` seconds in which the GPU runs no compute kernel (it waits for the host to issue the
+next, or runs a collective of the layer's own that nothing hides): a collective on its own stream
+runs on meanwhile at its own rate, so ``T = I + T(C, max(M - I, 0))`` under every strategy that
+overlaps (``serial`` runs the collective after the window: ``C + I + M``). Two collectives on the
+same link would share it then; that is not priced.
 
 Strategies (the compute's slowdown ``f_c``, the collective's ``f_m`` and its start ``d``; the pair's
 time is :func:`commodel.overlap.interference.corun_end`):
@@ -69,7 +71,8 @@ class Window:
     ``compute_s``: time on all SMs; ``partitioned_s``: the same kernels on ``S - k`` SMs; ``hbm_s``:
     the part of ``compute_s`` its kernels spend moving HBM bytes (their roofline memory terms, each at
     most its kernel's time); ``kernel_s``: mean duration of one of these kernels; ``idle_s``: time
-    beside the compute in which the GPU runs no kernel (waiting for the host).
+    beside the compute in which the GPU runs no compute kernel (waiting for the host, or running a
+    collective nothing hides).
     """
 
     compute_s: np.ndarray

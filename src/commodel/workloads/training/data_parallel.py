@@ -111,8 +111,8 @@ def data_parallel(
     whatever the overlap: the ``root`` module's parameters (the embedding and output tables, which
     FSDP2 gathers once at the forward's start and reduce-scatters once at the backward's end, the
     embedding's gradient coming last) and the first layer's, ``(G + R) (root + layer) / params`` of
-    the stage's ``G + R``. Each layer's ``idle`` seconds (forward, backward), in which its GPU waits for
-    the host, carry the collectives too."""
+    the stage's ``G + R``. Each layer's ``idle`` seconds (forward, backward), in which its GPU computes
+    nothing (it waits for the host, or runs the layer's exposed collectives), carry them too."""
     x, fab = m.x, m.fab
     dp_part = m.partitioned(m.dp_ctas)
     zero3, sharded = x.zero == 3, x.zero >= 1

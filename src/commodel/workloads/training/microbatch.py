@@ -189,8 +189,10 @@ def per_microbatch(
     gpu_time = full.total_s + tp_exposed + paired + cp_exposed
     fwd_share = np.divide(full.fwd_s, full.total_s, out=np.zeros_like(full.total_s), where=full.total_s > 0)
     fp8 = recipe.cast_bytes > 0
-    idle = host_wait_s(model, cluster, x, fp8, fwd_share * gpu_time, (1 - fwd_share) * gpu_time)
-    host_wait = idle[0] + idle[1]
+    waits = host_wait_s(model, cluster, x, fp8, fwd_share * gpu_time, (1 - fwd_share) * gpu_time)
+    host_wait = waits[0] + waits[1]
+    comm = tp_exposed + paired + cp_exposed  # the layer's own collectives, no compute beside them
+    idle = (waits[0] + fwd_share * comm, waits[1] + (1 - fwd_share) * comm)
     layer_time = gpu_time + host_wait
     first, middle, last = stage_split(model, x)
     stage_layers = np.maximum(np.maximum(first, middle), last + x.mtp_layers)  # the largest stage's

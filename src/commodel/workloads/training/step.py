@@ -208,28 +208,10 @@ def _train_step(
     codes = per_distinct(STRATEGIES.index, strategy, int)
     p = on_unique(priced, *(getattr(x, name) for name in MICROBATCH_FIELDS), codes)
     gpu = cluster.gpu
-    pp_exposed = p["pp_exposed_s"]
-    dp_exposed, optimizer = p["dp_exposed_s"], p["optimizer_s"]
     split = stage_split(model, x)
     slow_layers, slow_extra, slowest, mean, bubble = _schedule(model, x, p, split)
-    m = x.microbatches
-    # Expert all-to-alls overlapped 1F1B-style hide only where a forward and a backward pair up: not
-    # in the pipeline's warm-up and cool-down (its bubble, and pp - 1 of the stage's own micro-batches;
-    # without pipelining the first forward and the last backward).
-    unpaired = np.minimum(np.maximum(x.pp - 1, 1), m) * slow_layers * p["ep_unpaired_s"]
-    parts = {
-        "compute": m * (slow_layers * p["layer_compute_s"] + slow_extra),
-        "host": m * slow_layers * p["host_exposed_s"],
-        "tp_comm": m * slow_layers * p["tp_exposed_s"],
-        "cp_comm": m * slow_layers * p["cp_exposed_s"],
-        "ep_comm": m * slow_layers * p["ep_exposed_s"] + unpaired,
-        "pp_comm": m * pp_exposed,
-        "dp_comm": m * slow_layers * p["z3_layer_s"] + dp_exposed,
-        "offload": np.zeros_like(bubble),
-        "bubble": bubble,
-        "optimizer": optimizer,
-    }
-    step = m * slowest + bubble + dp_exposed + optimizer + unpaired
+    parts, extra = _breakdown(x, p, slow_layers, slow_extra, bubble)
+    step = x.microbatches * slowest + bubble + parts["optimizer"] + extra
     held = memory_with_microbatches(p, model, x, split)
     states = _offloaded_states(held, x, split, p, slow_layers, cluster)
     parts["offload"] = states.pop("offload_s")
@@ -256,13 +238,47 @@ def _train_step(
         "recompute_share": np.where(x.recompute == 2, 1.0, 0.0),
         "offload_share": np.zeros_like(step),
         "offloaded_bytes": np.zeros_like(step),
-        "offload_all_s": m * slow_layers * p["offload_layer_s"],
+        "offload_all_s": x.microbatches * slow_layers * p["offload_layer_s"],
         "stage_imbalance": slowest / mean - 1,
         "dropped_share": dropped_share(model, x),
         "tp_domains": p["tp_domains"],
     }
     result.update({f"{name}_s": value for name, value in parts.items()})
     return {k: np.broadcast_to(v, np.shape(step)) for k, v in result.items()}
+
+
+def _breakdown(
+    x: Layout, p: dict[str, np.ndarray], slow_layers: np.ndarray, slow_extra: np.ndarray, bubble: np.ndarray
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Seconds per step of each part on the slowest stage (:func:`train_step`'s breakdown), and what
+    the step adds beyond its slowest stage's micro-batches, the bubble and the optimizer.
+
+    Expert all-to-alls overlapped 1F1B-style hide only where a forward and a backward pair up: not in
+    the pipeline's warm-up and cool-down (its bubble, and ``pp - 1`` of the stage's own micro-batches;
+    without pipelining the first forward and the last backward). Those expose their all-to-alls whole,
+    leaving the GPU computing nothing: the collectives those micro-batches exposed (ZeRO-3's, the
+    pipeline's sends) and the end-of-step reduction behind the last ones run on beside them, up to
+    their length (each window was priced with a paired micro-batch's idle time)."""
+    m, pp_exposed, dp_exposed = x.microbatches, p["pp_exposed_s"], p["dp_exposed_s"]
+    lone = np.minimum(np.maximum(x.pp - 1, 1), m)
+    unpaired = lone * slow_layers * p["ep_unpaired_s"]
+    own = lone * (pp_exposed + slow_layers * p["z3_layer_s"])
+    carried = np.minimum(own, unpaired)
+    carried_dp = np.minimum(dp_exposed, unpaired - carried)
+    parts = {
+        "compute": m * (slow_layers * p["layer_compute_s"] + slow_extra),
+        "host": m * slow_layers * p["host_exposed_s"],
+        "tp_comm": m * slow_layers * p["tp_exposed_s"],
+        "cp_comm": m * slow_layers * p["cp_exposed_s"],
+        "ep_comm": m * slow_layers * p["ep_exposed_s"] + unpaired,
+        "pp_comm": m * pp_exposed - carried * _share(lone * pp_exposed, own),
+        "dp_comm": m * slow_layers * p["z3_layer_s"] + dp_exposed - carried * _share(own - lone * pp_exposed, own)
+        - carried_dp,
+        "offload": np.zeros_like(bubble),
+        "bubble": bubble,
+        "optimizer": p["optimizer_s"],
+    }  # fmt: skip
+    return parts, dp_exposed + unpaired - carried - carried_dp
 
 
 def _offloaded_states(
@@ -292,3 +308,10 @@ def _offloaded_states(
         "offloaded_state_bytes": moved["host_bytes"],
         "offload_needed_Bps": moved["needed_Bps"],
     }
+
+
+def _share(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
+    """``part / whole``, 0 where ``whole`` is."""
+    return np.divide(
+        part, whole, out=np.zeros(np.broadcast_shapes(np.shape(part), np.shape(whole))), where=whole > 0
+    )
