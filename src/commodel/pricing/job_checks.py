@@ -107,16 +107,18 @@ def field_problem(schema: type[Job], name: str, value: Any) -> str:
 _NUMBERS = (int, float, int | None, float | None)
 
 
-def _numbers_read(schema: type[Job], columns: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _numbers_read(
+    schema: type[Job], columns: Mapping[str, np.ndarray], distinct: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
     """``columns`` with each number written as text in a number's input (``"8"``: a spreadsheet's
-    cell, a sweep file's string) read as the declaration reads it, through the field's own type; text
-    that is no number stays, for :func:`check_columns` to name."""
+    cell, a sweep file's string) read as the declaration reads it, through the field's own type;
+    ``distinct`` (each column's distinct values) updated alike. Text that is no number stays, for
+    :func:`check_columns` to name."""
     read = dict(columns)
     for name, field in schema.model_fields.items():
-        column = np.asarray(columns[name])
-        if field.annotation not in _NUMBERS or column.dtype != object:
-            continue
-        texts = {v for v in column.ravel().tolist() if isinstance(v, str)}
+        texts = (
+            [v for v in distinct[name].tolist() if isinstance(v, str)] if field.annotation in _NUMBERS else []
+        )
         parsed = {}
         for text in texts:
             try:
@@ -124,8 +126,10 @@ def _numbers_read(schema: type[Job], columns: Mapping[str, np.ndarray]) -> dict[
             except ValidationError:
                 continue
         if parsed:
+            column = np.asarray(columns[name])
             read[name] = np.array([parsed.get(v, v) if isinstance(v, str) else v for v in column.ravel().tolist()],
                                   dtype=object).reshape(column.shape)  # fmt: skip
+            distinct[name] = _distinct(read[name], name)
     return read
 
 
@@ -136,10 +140,10 @@ def check_columns(schema: type[Job], columns: Mapping[str, np.ndarray]) -> dict[
     the fields a cross-field rule reads (``together``), only by their distinct combinations. A broken value
     is reported as the declaration words it. Returns the columns as checked: a number written as text
     read as one (:func:`_numbers_read`)."""
-    columns = _numbers_read(schema, columns)
+    distinct = {name: _distinct(columns[name], name) for name in schema.model_fields}
+    columns = _numbers_read(schema, columns, distinct)
     base = {name: np.asarray(columns[name]).flat[0] for name in schema.required()}
     defaults = schema.inputs()
-    distinct = {name: _distinct(columns[name], name) for name in schema.model_fields}
     for name, values in distinct.items():
         if (len(values) == 1 and _same(values[0], defaults[name])) or name in schema.together:
             continue  # the declaration's own default, or a field checked with those it goes with
