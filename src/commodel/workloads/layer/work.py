@@ -258,7 +258,8 @@ def layer_work(
 
 def window(full: Work, part: Work, which: str, idle: tuple[ArrayLike, ArrayLike] = (0.0, 0.0)) -> Window:
     """Overlap window over the forward (``fwd``), backward (``bwd``) or ``both`` passes of one layer,
-    with the seconds ``idle`` (forward, backward) its GPU waits for the host in each pass."""
+    with the seconds ``idle`` (forward, backward) in which its GPU computes nothing in each pass (it
+    waits for the host, or runs the layer's exposed collectives)."""
     pick = {"fwd": lambda w: w.fwd_s, "bwd": lambda w: w.bwd_s, "both": lambda w: w.total_s}[which]
     compute = pick(full)
     share = np.divide(compute, full.total_s, out=np.zeros_like(compute), where=full.total_s > 0)

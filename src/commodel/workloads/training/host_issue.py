@@ -199,12 +199,12 @@ def remade_scopes(model: Transformer, x: Layout) -> dict[str, np.ndarray]:
     the dense layers' MLP, ``shared_experts`` the MoE layers' shared experts, ``moe`` the whole MoE
     layer: router, preprocessing, experts and its shared experts)."""
     full = np.asarray(x.recompute) == 2
-    moe = model.moe_layers / model.layers if model.moe is not None else 0.0
+    shares = scope_shares(model)
+    moe = shares["moe"]
     shared = moe if model.moe is not None and model.moe.shared_experts else 0.0
     whole_moe = has_module(x.recompute_modules, "moe")
     shared_again = has_module(x.recompute_modules, "shared_experts") | whole_moe
     mlp = (1 - moe) * has_module(x.recompute_modules, "mlp") + shared * shared_again
-    shares = scope_shares(model)
     return {
         scope: np.where(full, shares[scope], again)
         for scope, again in (("attn", 0.0), ("mlp", mlp), ("moe_router", moe * whole_moe),
@@ -237,10 +237,9 @@ def host_wait_s(
     MoE layers (module docstring), in the backward too where recomputation runs the MoE layer again.
     The GPU is idle meanwhile: a collective on its own stream runs on undisturbed."""
     fwd, bwd = host_issue_s(model, cluster, x, fp8)
-    moe = model.moe_layers / model.layers if model.moe is not None else 0.0
     refill = dropless(x) * (cluster.system.initiation.host_sync.value + 2 * _op_s(cluster))
     again = remade_scopes(model, x)["moe"]
     return (
-        np.maximum(fwd - gpu_fwd_s, 0.0) + moe * refill,
+        np.maximum(fwd - gpu_fwd_s, 0.0) + scope_shares(model)["moe"] * refill,
         np.maximum(bwd - gpu_bwd_s, 0.0) + again * refill,
     )

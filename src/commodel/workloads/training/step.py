@@ -262,8 +262,9 @@ def _breakdown(
     m, pp_exposed, dp_exposed = x.microbatches, p["pp_exposed_s"], p["dp_exposed_s"]
     lone = np.minimum(np.maximum(x.pp - 1, 1), m)
     unpaired = lone * slow_layers * p["ep_unpaired_s"]
-    own = lone * (pp_exposed + slow_layers * p["z3_layer_s"])
-    carried = np.minimum(own, unpaired)
+    sends, zero3 = lone * pp_exposed, lone * slow_layers * p["z3_layer_s"]
+    carried = np.minimum(sends + zero3, unpaired)
+    share = np.divide(carried, sends + zero3, out=np.zeros_like(carried), where=carried > 0)  # of each alike
     carried_dp = np.minimum(dp_exposed, unpaired - carried)
     parts = {
         "compute": m * (slow_layers * p["layer_compute_s"] + slow_extra),
@@ -271,9 +272,8 @@ def _breakdown(
         "tp_comm": m * slow_layers * p["tp_exposed_s"],
         "cp_comm": m * slow_layers * p["cp_exposed_s"],
         "ep_comm": m * slow_layers * p["ep_exposed_s"] + unpaired,
-        "pp_comm": m * pp_exposed - carried * _share(lone * pp_exposed, own),
-        "dp_comm": m * slow_layers * p["z3_layer_s"] + dp_exposed - carried * _share(own - lone * pp_exposed, own)
-        - carried_dp,
+        "pp_comm": m * pp_exposed - share * sends,
+        "dp_comm": m * slow_layers * p["z3_layer_s"] - share * zero3 + dp_exposed - carried_dp,
         "offload": np.zeros_like(bubble),
         "bubble": bubble,
         "optimizer": p["optimizer_s"],
@@ -308,10 +308,3 @@ def _offloaded_states(
         "offloaded_state_bytes": moved["host_bytes"],
         "offload_needed_Bps": moved["needed_Bps"],
     }
-
-
-def _share(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
-    """``part / whole``, 0 where ``whole`` is."""
-    return np.divide(
-        part, whole, out=np.zeros(np.broadcast_shapes(np.shape(part), np.shape(whole))), where=whole > 0
-    )
