@@ -51,8 +51,9 @@ def test_a_scheme_the_nic_lacks_is_an_error():
 
 def test_gicc_hides_the_exchange_behind_the_interior_and_a_deeper_halo_shrinks_its_gain():
     """Kernel-triggered, the exchange runs beside the interior sweep: never a slower iteration than
-    host-driven MPI's; once the interior outlasts the exchange only the poll stays exposed; a deeper
-    halo (more bytes per face) leaves less to gain at the same subdomain."""
+    host-driven MPI's; once the interior outlasts the exchange only the poll and the sweep's slowdown
+    beside it stay exposed (a fifth of host-driven MPI's exposure at 512^3); a deeper halo (more bytes
+    per face) leaves less to gain at the same subdomain."""
     c = cluster("frontier-node", 8)
 
     def times(n, halo=1):
@@ -63,8 +64,8 @@ def test_gicc_hides_the_exchange_behind_the_interior_and_a_deeper_halo_shrinks_i
         for halo in (1, 4):
             t = times(n, halo)
             assert t["kernel-triggered"]["time_s"] < t["host-driven"]["time_s"]
-    hidden = times(512)["kernel-triggered"]
-    assert hidden["comm_s"] < 0.05 * hidden["compute_s"]
+    at_512 = times(512)
+    assert at_512["kernel-triggered"]["comm_s"] < 0.2 * at_512["host-driven"]["comm_s"]
 
     def gain(n, halo):
         kernel = Stencil(halo=halo)

@@ -30,8 +30,8 @@ J_PER_KWH = 3.6e6
 
 #: Share of its rated power the rest of a node draws under a training load. Calibrated on measurement
 #: h100-node-power (8.4 kW for an 8 x H100 node in training, rated 10.2 kW): with the GPUs at the
-#: power the model gives them for a single-node training job (571 W), the rest draws 0.833 x 4.6 kW.
-NODE_OTHER_LOAD = 0.833
+#: power the model gives them for a single-node training job (561 W), the rest draws 0.851 x 4.6 kW.
+NODE_OTHER_LOAD = 0.851
 
 
 def gpu_power_W(cluster: Cluster, busy: ArrayLike, hbm_Bps: ArrayLike = 0.0) -> np.ndarray:

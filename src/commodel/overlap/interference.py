@@ -13,9 +13,15 @@ Memory latency rises with the load on the memory controllers, as a queue's wait 
 A side spends ``s`` of its time alone waiting on memory; with the other side's load added, that
 part stretches by the latency's rise or the bandwidth lost, whichever is larger::
 
-    stretch = (1 - s) + s max((1 - min(u_own, R)) / (1 - min(u_own + u_other, R)), u_own + u_other)
+    stretch = (1 - s) + s max((1 - u_own r) / (1 - min(u_own + u_other, R)), u_own + u_other)
 
-with the load capped at the GPU record's ``load_ceiling`` ``R`` (the controllers' queues are finite). A compute
+with the load capped at the GPU record's ``load_ceiling`` ``R`` (the controllers' queues are finite),
+``r = min(1, R / (u_own + u_other))``: where the two together reach the ceiling, each side's own load
+counts at its share of it, the rise the same pair feels on an HBM just fast enough for their sum to
+reach the ceiling. It is the least rise that never falls as the HBM slows (both loads scaled up
+alike); capping the own load alone made it fall (with the sum at the ceiling, a side's latency
+alone rose with its load), and a step ran 5% slower on an H100 given H200's bandwidth. Without the
+other side, ``r u_own`` is the own load capped at ``R``. A compute
 window waits on memory as much as it loads it (``s = u``): compute-bound kernels feel the collective
 in proportion to the bytes they move, memory-bound kernels fully. A collective's CTAs are load and
 store loops of few requests in flight each, paced by latency (``s = 1``; NCCL gives a channel one
@@ -101,7 +107,9 @@ def stretch(
     s = np.minimum(np.asarray(stall, dtype=float), 1.0)
     u, v = np.asarray(own, dtype=float), np.asarray(other, dtype=float)
     both = u + v
-    latency = (1 - np.minimum(u, ceiling)) / (1 - np.minimum(both, ceiling))
+    full = np.minimum(both, ceiling)
+    alone = u * np.divide(full, both, out=np.ones_like(both), where=both > 0)
+    latency = (1 - alone) / (1 - full)
     return (1 - s) / np.asarray(clock, dtype=float) + s * np.maximum(latency, both)
 
 

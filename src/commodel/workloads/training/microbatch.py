@@ -189,7 +189,12 @@ def per_microbatch(
     gpu_time = full.total_s + tp_exposed + paired + cp_exposed
     fwd_share = np.divide(full.fwd_s, full.total_s, out=np.zeros_like(full.total_s), where=full.total_s > 0)
     fp8 = recipe.cast_bytes > 0
-    waits = host_wait_s(model, cluster, x, fp8, fwd_share * gpu_time, (1 - fwd_share) * gpu_time)
+    # A micro-batch no other pairs with runs its all-to-alls whole: its GPU works that much longer per
+    # layer, the host runs further ahead and the GPU waits for it less (both priced in one call).
+    gpu = [np.stack(np.broadcast_arrays(share * gpu_time, share * (gpu_time + unpaired - paired)))
+           for share in (fwd_share, 1 - fwd_share)]  # fmt: skip
+    fwd_waits, bwd_waits = host_wait_s(model, cluster, x, fp8, *gpu)
+    waits = (fwd_waits[0], bwd_waits[0])
     host_wait = waits[0] + waits[1]
     comm = tp_exposed + paired + cp_exposed  # the layer's own collectives, no compute beside them
     idle = (waits[0] + fwd_share * comm, waits[1] + (1 - fwd_share) * comm)
@@ -217,6 +222,7 @@ def per_microbatch(
         "tp_exposed_s": tp_exposed,
         "cp_exposed_s": cp_exposed,
         "host_exposed_s": host_wait,
+        "host_lone_s": fwd_waits[1] + bwd_waits[1],
         "ep_exposed_s": paired,
         "ep_unpaired_s": unpaired - paired,
         "end_s": _last_stage_extra(m),

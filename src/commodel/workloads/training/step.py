@@ -258,17 +258,21 @@ def _breakdown(
     without pipelining the first forward and the last backward). Those expose their all-to-alls whole,
     leaving the GPU computing nothing: the collectives those micro-batches exposed (ZeRO-3's, the
     pipeline's sends) and the end-of-step reduction behind the last ones run on beside them, up to
-    their length (each window was priced with a paired micro-batch's idle time)."""
+    their length, and the GPU, busy longer, waits less for the host (``host_lone_s``): the windows
+    were priced with a paired micro-batch's host waits as idle time, so what the all-to-alls add to
+    it is their length less the waits they remove."""
     m, pp_exposed, dp_exposed = x.microbatches, p["pp_exposed_s"], p["dp_exposed_s"]
     lone = np.minimum(np.maximum(x.pp - 1, 1), m)
     unpaired = lone * slow_layers * p["ep_unpaired_s"]
+    host_carried = lone * slow_layers * (p["host_exposed_s"] - p["host_lone_s"])
+    cover = unpaired - host_carried  # beyond the host waits the windows were priced with
     sends, zero3 = lone * pp_exposed, lone * slow_layers * p["z3_layer_s"]
-    carried = np.minimum(sends + zero3, unpaired)
+    carried = np.minimum(sends + zero3, cover)
     share = np.divide(carried, sends + zero3, out=np.zeros_like(carried), where=carried > 0)  # of each alike
-    carried_dp = np.minimum(dp_exposed, unpaired - carried)
+    carried_dp = np.minimum(dp_exposed, cover - carried)
     parts = {
         "compute": m * (slow_layers * p["layer_compute_s"] + slow_extra),
-        "host": m * slow_layers * p["host_exposed_s"],
+        "host": m * slow_layers * p["host_exposed_s"] - host_carried,
         "tp_comm": m * slow_layers * p["tp_exposed_s"],
         "cp_comm": m * slow_layers * p["cp_exposed_s"],
         "ep_comm": m * slow_layers * p["ep_exposed_s"] + unpaired,
@@ -278,7 +282,7 @@ def _breakdown(
         "bubble": bubble,
         "optimizer": p["optimizer_s"],
     }  # fmt: skip
-    return parts, dp_exposed + unpaired - carried - carried_dp
+    return parts, dp_exposed + unpaired - carried - carried_dp - host_carried
 
 
 def _offloaded_states(
