@@ -74,13 +74,13 @@ def test_recomputation_never_speeds_a_host_bound_step_whose_collectives_ran_in_t
     assert none < block < full
 
 
-def test_recomputation_never_makes_a_step_much_faster():
+def test_recomputation_never_makes_a_step_faster():
     """Over 1,500 random jobs (dense and MoE models, five systems, every overlap strategy, ZeRO 0-3,
-    CUDA graphs, userbuffers): recomputing every layer never shortens a step by more than 1.5%, where
-    before the host's waits carried collectives it shortened a fifth of them, by up to 14%; under ideal
-    overlap (no contention) never, where ZeRO-3's exposure, the largest stage's, was added to smaller
-    stages too. What remains: a window's HBM load is its average, so compute-bound recomputation
-    dilutes how much a collective beside it slows."""
+    CUDA graphs, userbuffers): recomputing every layer never shortens a step, where before the host's
+    waits carried collectives it shortened a fifth of them, by up to 14%; under ideal overlap (no
+    contention) ZeRO-3's exposure, the largest stage's, was added to smaller stages too; and the
+    recomputed kernels added their time to a window but not their HBM bytes, so a collective beside
+    them slowed less (by up to 1.2%: Mixtral 8x7B under ZeRO-3 on 16 H200, copy-engine)."""
     rng = np.random.default_rng(31)
     jobs = 1500
 
@@ -101,9 +101,7 @@ def test_recomputation_never_makes_a_step_much_faster():
     none, full = (_steps(frame.assign(recompute=r)) for r in ("none", "full"))
     both = none.valid & full.valid
     assert both.sum() > 400
-    assert (full.step_time_s[both] >= 0.985 * none.step_time_s[both]).all()
-    ideal = both & (frame.overlap == "ideal")
-    assert (full.step_time_s[ideal] >= none.step_time_s[ideal] * (1 - 1e-12)).all()
+    assert (full.step_time_s[both] >= none.step_time_s[both] * (1 - 1e-12)).all()
 
 
 def test_a_lone_micro_batchs_all_to_alls_shorten_its_waits_for_the_host():

@@ -95,7 +95,8 @@ def either(mask: ArrayLike, a: Work, b: Work) -> Work:
 class Priced:
     """One entry of a layer's kernels, priced: ``forward`` calls of ``fwd_s`` each and ``backward``
     of ``bwd_s`` (a GEMM's input- and weight-gradient GEMMs together, ``wgrad_s`` of it the weight
-    gradient's), ``memory_calls`` of ``memory_s`` HBM time (roofline memory terms) and ``launches`` kernel launches;
+    gradient's), ``memory_calls`` of ``memory_s`` HBM time (roofline memory terms; ``fwd_memory_s`` a forward
+    call's, what recomputing it moves again) and ``launches`` kernel launches;
     a GEMM carries its tensor-parallel ``role``, its forward's and input gradient's times (``dgrad_s``),
     HBM times (roofline memory terms) and both times as userbuffers' overlap cuts them (``*_ub_s``)."""
 
@@ -107,6 +108,7 @@ class Priced:
     memory_calls: float
     memory_s: np.ndarray
     launches: float
+    fwd_memory_s: np.ndarray | float = 0.0
     attention: bool = False
     role: str = ""
     wgrad_s: np.ndarray | float = 0.0
@@ -175,7 +177,7 @@ def priced_kernels(
         fwd_ub, dgrad_ub = _userbuffers_s(gpu, role, (kernel, f), (backward[0], dgrad[0]), tp, units)
         moved = hbm_share(forward) + hbm_share(dgrad) + hbm_share(wgrad)
         entries.append(
-            Priced(kernel, count, count, f, dgrad[0] + wgrad[0], count, moved, 3 * count,
+            Priced(kernel, count, count, f, dgrad[0] + wgrad[0], count, moved, 3 * count, hbm_share(forward),
                    role=role, wgrad_s=wgrad[0], dgrad_s=dgrad[0], fwd_hbm_s=hbm, dgrad_hbm_s=dgrad[2],
                    fwd_ub_s=fwd_ub, dgrad_ub_s=dgrad_ub)
         )  # fmt: skip
@@ -186,15 +188,13 @@ def priced_kernels(
         b_time = sum(b[0] for b in back) if back else 2 * f
         b_mem = sum(hbm_share(b) for b in back) if back else 2 * m
         entries.append(
-            Priced(kernel, count, count, f, b_time, count, m + b_mem, count * (1 + max(len(back), 1)),
+            Priced(kernel, count, count, f, b_time, count, m + b_mem, count * (1 + max(len(back), 1)), m,
                    attention=True)
         )  # fmt: skip
     for kernel, forward, backward in lk.elementwise:
         priced = next(times)
-        f = priced[0]
-        entries.append(
-            Priced(kernel, forward, backward, f, f, forward + backward, hbm_share(priced), forward + backward)
-        )
+        f, m = priced[0], hbm_share(priced)
+        entries.append(Priced(kernel, forward, backward, f, f, forward + backward, m, forward + backward, m))
     return entries
 
 
@@ -213,34 +213,42 @@ def layer_work(
     :data:`ATTENTION_BACKWARD` times its forward, an elementwise pass's twice its forward. Full
     recomputation (``recompute`` 2) runs the forward again, selective (1) the attention core; outside
     full, each of ``modules`` (:attr:`~commodel.workloads.parallel.layout.Layout.recompute_modules`) runs its
-    kernels' forward again.
+    kernels' forward again. What runs again moves its HBM bytes again (``hbm_s``).
     """
-    fwd = bwd = weights = mem = launches = attn = 0.0
+    fwd = bwd = weights = mem = launches = attn = fwd_mem = attn_mem = 0.0
     parts = ("fwd", "dgrad", "fwd_hbm", "dgrad_hbm", "fwd_ub", "dgrad_ub")
     by_role = {(role, p): 0.0 for role in ("column", "row") for p in parts}
     for e in priced_kernels(gpu, lk, units, tp):
         fwd, bwd = fwd + e.forward * e.fwd_s, bwd + e.backward * e.bwd_s
         mem, launches = mem + e.memory_calls * e.memory_s, launches + e.launches
+        fwd_mem = fwd_mem + e.forward * e.fwd_memory_s
         if e.attention:
-            attn = attn + e.forward * e.fwd_s
+            attn, attn_mem = attn + e.forward * e.fwd_s, attn_mem + e.forward * e.fwd_memory_s
         if e.role:
             weights = weights + e.forward * e.wgrad_s
         if e.role in ("column", "row"):
             times = (e.fwd_s, e.dgrad_s, e.fwd_hbm_s, e.dgrad_hbm_s, e.fwd_ub_s, e.dgrad_ub_s)
             for key, value in zip(parts, times, strict=True):
                 by_role[e.role, key] = by_role[e.role, key] + e.forward * value
-    remade = 0.0
+    remade = remade_mem = 0.0
     for name, kernels in lk.remade.items():
         again = has_module(modules, name)
         if np.any(again):  # priced only where some layout recomputes the module
-            remade = remade + again * sum(count * timed(gpu, kernel, units)[0] for kernel, count in kernels)
-    recompute_s = np.where(recompute == 2, fwd, np.where(recompute == 1, attn, 0.0) + remade)
+            for kernel, count in kernels:
+                priced = timed(gpu, kernel, units)
+                remade, remade_mem = (
+                    remade + again * count * priced[0],
+                    remade_mem + again * count * hbm_share(priced),
+                )
+    full = recompute == 2
+    recompute_s = np.where(full, fwd, np.where(recompute == 1, attn, 0.0) + remade)
+    recompute_mem = np.where(full, fwd_mem, np.where(recompute == 1, attn_mem, 0.0) + remade_mem)
     return Work(
         fwd,
         bwd + recompute_s,
         weights,
         attn,
-        mem,
+        mem + recompute_mem,
         launches,
         reduce_fwd_s=by_role["row", "fwd"],
         gather_fwd_s=by_role["column", "fwd"],
