@@ -70,7 +70,7 @@ def measure(every: pd.DataFrame, label: str, repeats: int) -> None:
     price = evaluator("training")
     frame = every[price(every)["valid"].to_numpy()].reset_index(drop=True)
     assert price(frame)["valid"].all()
-    layout, columns = job_layouts(frame), price.columns(frame)
+    layout, (columns, _) = job_layouts(frame), price.columns(frame)
     net, where = model(MODEL), cluster(SYSTEM)
     public = best_of(lambda: price(frame), repeats)
     pricing = best_of(lambda: price_training(columns), repeats)

@@ -280,3 +280,32 @@ def test_a_bad_file_is_one_line_exit_2_and_writes_nothing(args, folder, tmp_path
 @pytest.mark.parametrize("args", SETTINGS, ids=lambda a: " ".join(a)[:90])
 def test_a_contradictory_setting_is_one_line_exit_2(args, capsys, monkeypatch):
     assert_one_line_exit_2(args, capsys, monkeypatch)
+
+
+def test_settings_that_contradict_each_other_refuse_only_their_rows(tmp_path, monkeypatch):
+    """A grid over two settings, each valid alone, whose combinations break a rule in some rows (an
+    episode of several turns without a turn's length; a fixed batch beside an SLO): those rows are
+    invalid with the rule as their problem, the others priced as they are alone. The whole table, or
+    the whole sweep, had been refused, naming neither the rows nor the file."""
+    import pandas as pd
+
+    from commodel.pricing.evaluator import evaluator
+
+    rollout = pd.DataFrame({"policy": "fixed", "max_turns": [1, 5, 5], "turn_tokens": [0, 0, 512]})
+    table = evaluator("rollout")(rollout)
+    assert table.valid.tolist() == [True, False, True]
+    assert "turn_tokens" in table.problem[1] and table.step_s.isna()[1]
+    alone = evaluator("rollout")(rollout.iloc[[0, 2]])
+    assert table.step_s[[0, 2]].tolist() == alone.step_s.tolist()
+    serving = pd.DataFrame({"model": "llama3-8b", "system": "dgx-h100", "batch": ["8", "max", "8"],
+                            "slo_tpot": [None, 0.05, 0.05]})  # fmt: skip
+    table = evaluator("serving")(serving)
+    assert table.valid.tolist() == [True, True, False] and "SLO" in table.problem[2]
+    spec = tmp_path / "turns.toml"
+    spec.write_text(
+        '[study]\nname="t"\nevaluate="rollout"\nmethod="grid"\n[fixed]\npolicy="fixed"\n'
+        '[variables]\nmax_turns={choice=[1, 5]}\nturn_tokens={choice=[0, 512]}\n[objectives]\nstep_s="min"\n'
+    )
+    monkeypatch.setattr("sys.argv", ["commodel", "sweep", str(spec), "-o", str(tmp_path / "out"), "--quiet"])
+    main()
+    assert len(pd.read_parquet(tmp_path / "out" / "results.parquet")) == 3

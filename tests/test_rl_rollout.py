@@ -185,7 +185,6 @@ def test_lending_costs_are_the_allocation_overhead():
         ({"minute_peak": 0.5}, "--minute-peak"),
         ({"algorithm": "dapoo"}, "did you mean 'dapo'"),
         ({"keep_share": 0.0}, "--keep-share"),
-        ({"max_turns": 10}, "an episode of several turns needs turn_tokens"),
         ({"env_step_s": -1.0}, "--env-step-s"),
     ],
 )
@@ -197,6 +196,17 @@ def test_bad_rollout_inputs_are_errors(change, message):
 
     with pytest.raises(CommodelError, match=message):
         rollout()(pd.DataFrame([{"policy": "fixed", **change}]))
+
+
+def test_an_episode_of_several_turns_without_a_turns_length_is_an_invalid_row():
+    """Each value holds alone; together they break a rule: the row is refused with it (a table of
+    such rows among others prices the others: tests/test_bad_input_files.py)."""
+    import pandas as pd
+
+    from commodel.pricing.rollout import rollout
+
+    row = rollout()(pd.DataFrame([{"policy": "fixed", "max_turns": 10}]))
+    assert not row.valid[0] and "an episode of several turns needs turn_tokens" in row.problem[0]
 
 
 def test_a_policy_that_does_not_fit_its_tp_is_an_invalid_row_not_a_crash():

@@ -20,7 +20,7 @@ import numpy as np
 from commodel.errors import pick
 from commodel.pricing.job import Job
 from commodel.pricing.job_checks import check_columns
-from commodel.pricing.table import Columns, columns_of, price_rows, with_outputs
+from commodel.pricing.table import Columns, columns_of, price_rows, take, with_outputs
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -66,24 +66,52 @@ class Evaluator:
         """The inputs a table must give."""
         return self.job.required()
 
-    def columns(self, frame: pd.DataFrame) -> Columns:
-        """A DataFrame of jobs as checked columns, every input it lacks at its default."""
+    def columns(self, frame: pd.DataFrame) -> tuple[Columns, np.ndarray]:
+        """A DataFrame of jobs as checked columns, every input it lacks at its default, and per row the
+        rule its settings break together ("" where none: :func:`check_columns`)."""
         columns = columns_of(frame, self.inputs, self.needs)
-        return check_columns(self.job, columns) if len(frame) else columns
+        return check_columns(self.job, columns) if len(frame) else (columns, np.full(0, "", dtype=object))
+
+    def priced(self, columns: Columns, refused: np.ndarray) -> Columns:
+        """:attr:`price` of the rows whose settings agree; a row whose settings break a rule together
+        is invalid, that rule its problem, its outputs blank."""
+        if not refused.any():
+            return self.price(columns)
+        rows = np.flatnonzero(refused == "")
+        out = self.price({name: take(columns, name, rows) for name in columns}) if len(rows) else {}
+        full = {}
+        for name in dict.fromkeys((*self.outputs, *self.resolved, *out)):
+            given = (
+                np.broadcast_to(np.asarray(columns[name]), len(refused)) if name in self.resolved else None
+            )
+            if name == "problem":
+                column = refused.copy()
+            elif name in self.flags:
+                column = np.zeros(len(refused), dtype=bool)
+            elif given is not None:
+                column = given.astype(object)
+            elif name in self.text:
+                column = np.full(len(refused), "", dtype=object)
+            else:
+                column = np.full(len(refused), np.nan)
+            if name in out:
+                column[rows] = out[name]
+            full[name] = column
+        return full
 
     def __call__(self, frame: pd.DataFrame) -> pd.DataFrame:
         """Price a DataFrame of jobs: ``frame`` with the output columns and ``valid``."""
-        return with_outputs(frame, self.price(self.columns(frame)), self.resolved)
+        return with_outputs(frame, self.priced(*self.columns(frame)), self.resolved)
 
     def repeated(self, frame: pd.DataFrame, names: list[str]) -> Callable[[], np.ndarray]:
         """A function that prices ``frame`` again on each call (Monte Carlo draws, each on its own
         hardware database: :func:`commodel.hardware.loader.using`) and returns designs x ``names``, NaN
         where a design is invalid. The table is completed and checked once: its inputs do not change
         between draws."""
-        columns = self.columns(frame)
+        columns, refused = self.columns(frame)
 
         def price() -> np.ndarray:
-            out = self.price(columns)
+            out = self.priced(columns, refused)
             values = np.column_stack([np.asarray(out.get(n, columns.get(n)), dtype=float) for n in names])
             return np.where(out["valid"].astype(bool)[:, None], values, np.nan)
 

@@ -133,13 +133,17 @@ def _numbers_read(
     return read
 
 
-def check_columns(schema: type[Job], columns: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def check_columns(
+    schema: type[Job], columns: Mapping[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Every distinct value of every input of a table of jobs, by the declaration's own rules: a sweep
     gets the CLI's bounds and messages. A number whose field states only bounds is checked against them
     at once; any other value in a job that varies that one field of the first row's required fields;
     the fields a cross-field rule reads (``together``), only by their distinct combinations. A broken value
-    is reported as the declaration words it. Returns the columns as checked: a number written as text
-    read as one (:func:`_numbers_read`)."""
+    is an error, worded as the declaration words it; values that each hold but break a cross-field
+    rule together (a grid over ``max_turns`` and ``turn_tokens``, over ``batch`` and an SLO) refuse
+    the rows that hold them. Returns the columns as checked (a number written as text read as one,
+    :func:`_numbers_read`) and, per row, the rule its settings break together ("" where none)."""
     distinct = {name: _distinct(columns[name], name) for name in schema.model_fields}
     columns = _numbers_read(schema, columns, distinct)
     base = {name: np.asarray(columns[name]).flat[0] for name in schema.required()}
@@ -153,9 +157,11 @@ def check_columns(schema: type[Job], columns: Mapping[str, np.ndarray]) -> dict[
         for value in values:
             if not missing(value):
                 make_job(schema, **{**base, name: value.item() if isinstance(value, np.generic) else value})
+    rows = len(np.asarray(next(iter(columns.values())))) if columns else 0
+    refused = np.full(rows, "", dtype=object)
     if schema.together:
-        _check_together(schema, columns, base, distinct)
-    return columns
+        _check_together(schema, columns, base, distinct, refused)
+    return columns, refused
 
 
 def _check_together(
@@ -163,8 +169,10 @@ def _check_together(
     columns: Mapping[str, np.ndarray],
     base: dict[str, Any],
     distinct: dict[str, np.ndarray],
+    refused: np.ndarray,
 ) -> None:
-    """The distinct combinations of the fields a cross-field rule reads, each as a whole job."""
+    """The distinct combinations of the fields a cross-field rule reads, each as a whole job: the rows
+    of a combination that breaks a rule get its message in ``refused``."""
     varying = [name for name in schema.together if len(distinct[name]) > 1]
     held = {name: distinct[name][0] for name in schema.together if name not in varying}
     if len(varying) > 1:
@@ -176,7 +184,37 @@ def _check_together(
         combinations = [{name: value} for name in varying for value in distinct[name]] or [{}]
     for values in combinations:
         together = {k: v.item() if isinstance(v, np.generic) else v for k, v in {**held, **values}.items()}
-        make_job(schema, **{**base, **{k: v for k, v in together.items() if not missing(v)}})
+        given = {k: v for k, v in together.items() if not missing(v)}
+        try:
+            make_job(schema, **{**base, **given})
+        except CommodelError as exc:
+            if any(_broken_alone(schema, base, name, value) for name, value in given.items()):
+                raise  # a value no job may hold, whatever it goes with
+            refused[_rows_holding(columns, values, len(refused))] = str(exc)
+
+
+def _broken_alone(schema: type[Job], base: dict[str, Any], name: str, value: Any) -> bool:
+    """Whether ``value`` breaks input ``name``'s own rules (:func:`field_problem`; a field with a
+    validator of its own, in a job of the first row's required fields and that value)."""
+    if not _own_validator(schema, name):
+        return bool(field_problem(schema, name, value))
+    try:
+        make_job(schema, **{**base, name: value})
+    except CommodelError:
+        return True
+    return False
+
+
+def _rows_holding(columns: Mapping[str, np.ndarray], values: Mapping[str, Any], rows: int) -> np.ndarray:
+    """The rows whose columns hold ``values`` (a missing value matches a missing cell)."""
+    match = np.ones(rows, dtype=bool)
+    for name, value in values.items():
+        column = np.broadcast_to(np.asarray(columns[name], dtype=object), rows)
+        if missing(value):
+            match &= np.array([missing(v) for v in column.tolist()], dtype=bool)
+        else:
+            match &= np.array([v == value for v in column.tolist()], dtype=bool)
+    return match
 
 
 def _same(value: Any, default: Any) -> bool:

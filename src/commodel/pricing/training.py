@@ -303,7 +303,9 @@ def job_layouts(jobs: Columns | object) -> Layout:
         name: np.broadcast_to(given[name], rows) if name in given else np.broadcast_to(np.asarray(d, dtype=object), rows)
         for name, d in TrainingJob.inputs().items()
     }  # fmt: skip
-    columns = check_columns(TrainingJob, columns)
+    columns, refused = check_columns(TrainingJob, columns)
+    if refused.any():
+        raise CommodelError(str(refused[refused != ""][0]))
     names = set(np.asarray(columns["model"]).tolist())
     if len(names) != 1:
         raise CommodelError(f"layouts of one model at a time, not {len(names)}")
