@@ -8,7 +8,9 @@ when a model changes, and keep any failing example it finds with ``@example``).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
+import numpy as np
 import pytest
 from hypothesis import settings
 
@@ -17,6 +19,13 @@ from commodel.comm.fabric import Fabric
 settings.register_profile("deterministic", derandomize=True, database=None, deadline=None)
 settings.register_profile("explore", derandomize=False, deadline=None)
 settings.load_profile("deterministic")
+
+
+def picker(seed: int, rows: int) -> Callable[..., np.ndarray]:
+    """A function drawing ``rows`` of the values it is given, uniformly from one seeded generator:
+    the columns of random jobs for property tests."""
+    rng = np.random.default_rng(seed)
+    return lambda *values: rng.choice(np.array(values, dtype=object), rows)
 
 
 def make_fabric(**overrides: object) -> Fabric:

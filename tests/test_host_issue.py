@@ -4,6 +4,7 @@ random jobs (graphs never slow a step; a larger micro-batch never lowers a host-
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import picker
 from typer.testing import CliRunner
 
 from commodel.cli import app
@@ -81,11 +82,7 @@ def test_recomputation_never_makes_a_step_faster():
     contention) ZeRO-3's exposure, the largest stage's, was added to smaller stages too; and the
     recomputed kernels added their time to a window but not their HBM bytes, so a collective beside
     them slowed less (by up to 1.2%: Mixtral 8x7B under ZeRO-3 on 16 H200, copy-engine)."""
-    rng = np.random.default_rng(31)
-    jobs = 1500
-
-    def pick(*values: object) -> np.ndarray:
-        return rng.choice(np.array(values, dtype=object), jobs)
+    pick = picker(31, 1500)
 
     frame = pd.DataFrame({
         "model": pick("llama3-8b", "llama3-70b", "mixtral-8x7b", "qwen3-30b-a3b", "gpt-oss-120b", "deepseek-v3"),
@@ -126,11 +123,7 @@ def test_ideal_overlap_is_the_floor_of_every_strategy():
     graphs): no strategy runs a step more than 0.05% faster than ideal overlap, which hides every
     collective behind compute (what remains: a pipeline's bubble priced from each strategy's own
     micro-batch). Host-bound steps with 1F1B expert overlap ran up to 0.12% faster than ideal."""
-    rng = np.random.default_rng(3)
-    jobs = 1000
-
-    def pick(*values: object) -> np.ndarray:
-        return rng.choice(np.array(values, dtype=object), jobs)
+    pick = picker(3, 1000)
 
     frame = pd.DataFrame({
         "model": pick("llama3-8b", "qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-120b"),

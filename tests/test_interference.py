@@ -5,7 +5,7 @@ import json
 
 import pandas as pd
 import pytest
-from conftest import run_cli
+from conftest import picker, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -61,14 +61,7 @@ def test_h200_never_runs_a_step_slower_than_h100():
     jobs (dense and MoE models, every overlap strategy, ZeRO 0-3) no step takes longer on it.
     Qwen3-30B-A3B under ZeRO-3 on 64 GPUs, occupancy-shaped, ran 5.4% slower on H200 bandwidth (and
     20 of 962 jobs up to 5%) while the interference model capped each side's own HBM load alone."""
-    import numpy as np
-
-    rng = np.random.default_rng(7)
-    jobs = 1200
-
-    def pick(*values: object) -> np.ndarray:
-        return rng.choice(np.array(values, dtype=object), jobs)
-
+    pick = picker(7, 1200)
     frame = pd.DataFrame({
         "model": pick("llama3-8b", "llama3-70b", "mixtral-8x7b", "qwen3-30b-a3b"),
         "gpus": pick(8, 16, 64, 256), "tp": pick(1, 2, 4, 8), "pp": pick(1, 2, 4),

@@ -4,6 +4,7 @@ import re
 
 import numpy as np
 import pytest
+from conftest import picker
 
 from commodel.compute.kernels import gemm
 from commodel.compute.power import POWER_CLOCK_EXPONENT, clock_share
@@ -129,11 +130,7 @@ def test_a_power_limit_never_makes_a_step_faster():
 
     from commodel.pricing.evaluator import evaluator
 
-    rng = np.random.default_rng(41)
-    jobs = 1500
-
-    def pick(*values: object) -> np.ndarray:
-        return rng.choice(np.array(values, dtype=object), jobs)
+    pick = picker(41, 1500)
 
     frame = pd.DataFrame({
         "model": pick("llama3-8b", "llama3-70b", "mixtral-8x7b", "qwen3-30b-a3b"),
