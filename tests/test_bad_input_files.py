@@ -284,11 +284,13 @@ def test_a_contradictory_setting_is_one_line_exit_2(args, capsys, monkeypatch):
 
 def test_settings_that_contradict_each_other_refuse_only_their_rows(tmp_path, monkeypatch):
     """A grid over two settings, each valid alone, whose combinations break a rule in some rows (an
-    episode of several turns without a turn's length; a fixed batch beside an SLO): those rows are
-    invalid with the rule as their problem, the others priced as they are alone. The whole table, or
-    the whole sweep, had been refused, naming neither the rows nor the file."""
+    episode of several turns without a turn's length; a fixed batch beside an SLO; a pipeline layout
+    on a pp its chunks do not divide into): those rows are invalid with the rule as their problem, the
+    others priced as they are alone. The whole table, or the whole sweep, had been refused, naming
+    neither the rows nor the file. A layout no job can read stays an error."""
     import pandas as pd
 
+    from commodel.errors import CommodelError
     from commodel.pricing.evaluator import evaluator
 
     rollout = pd.DataFrame({"policy": "fixed", "max_turns": [1, 5, 5], "turn_tokens": [0, 0, 512]})
@@ -301,6 +303,13 @@ def test_settings_that_contradict_each_other_refuse_only_their_rows(tmp_path, mo
                             "slo_tpot": [None, 0.05, 0.05]})  # fmt: skip
     table = evaluator("serving")(serving)
     assert table.valid.tolist() == [True, True, False] and "SLO" in table.problem[2]
+    layouts = pd.DataFrame({"model": "deepseek-v3", "system": "gb200-nvl72", "gpus": [256, 240], "ep": 32,
+                            "pp": [8, 3], "pipeline_layout": "Et|(tt|)*30L"})  # fmt: skip
+    table = evaluator("training")(layouts)
+    assert table.valid.tolist() == [True, False] and "do not divide into pp stages" in table.problem[1]
+    assert table.gpus.tolist()[0] == 256 and table.gpus.isna()[1]  # nothing resolved for a refused row
+    with pytest.raises(CommodelError, match="cannot read 'x'"):  # no pp or model reads it: an error
+        evaluator("training")(layouts.assign(pipeline_layout=["Et|(tt|)*30L", "Et|(tx|)*30L"]))
     spec = tmp_path / "turns.toml"
     spec.write_text(
         '[study]\nname="t"\nevaluate="rollout"\nmethod="grid"\n[fixed]\npolicy="fixed"\n'

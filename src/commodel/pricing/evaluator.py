@@ -81,18 +81,16 @@ class Evaluator:
         out = self.price({name: take(columns, name, rows) for name in columns}) if len(rows) else {}
         full = {}
         for name in dict.fromkeys((*self.outputs, *self.resolved, *out)):
-            given = (
-                np.broadcast_to(np.asarray(columns[name]), len(refused)) if name in self.resolved else None
-            )
+            numbers = name in out and np.asarray(out[name]).dtype.kind in "fiu"
             if name == "problem":
                 column = refused.copy()
             elif name in self.flags:
                 column = np.zeros(len(refused), dtype=bool)
-            elif given is not None:
-                column = given.astype(object)
+            elif name in self.resolved and not numbers:  # text as the row gave it, or nothing priced
+                column = np.broadcast_to(np.asarray(columns[name]), len(refused)).astype(object)
             elif name in self.text:
                 column = np.full(len(refused), "", dtype=object)
-            else:
+            else:  # a number: none for a refused row, a resolved count included
                 column = np.full(len(refused), np.nan)
             if name in out:
                 column[rows] = out[name]

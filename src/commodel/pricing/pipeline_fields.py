@@ -8,7 +8,17 @@ from typing import Any
 from commodel.errors import CommodelError
 from commodel.pricing.job import cli_option
 from commodel.workloads.model.catalog import known_model
-from commodel.workloads.parallel.pipeline_layout import stage_split
+from commodel.workloads.parallel.pipeline_layout import layout_chunks, stage_split
+
+
+def readable_layout(text: str) -> str:
+    """``text`` where a pipeline layout can be read (its codes and repetitions), whatever the model and
+    pp it goes with: a layout that cannot be read is a value no job may hold."""
+    try:
+        layout_chunks(text)
+    except CommodelError as exc:
+        raise ValueError(str(exc)) from None
+    return text
 
 
 def with_pipeline_layout(data: Any) -> Any:

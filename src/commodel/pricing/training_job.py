@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from commodel.choice_bits import module_names
 from commodel.comm.cross_vendor import TRANSPORTS
@@ -32,7 +32,7 @@ from commodel.pricing.job import (
     listed_once,
     make_job,
 )
-from commodel.pricing.pipeline_fields import with_pipeline_layout
+from commodel.pricing.pipeline_fields import readable_layout, with_pipeline_layout
 from commodel.workloads.layer.kernel_traffic import ELEMENTWISE
 from commodel.workloads.model.catalog import failure_models
 from commodel.workloads.model.recompute import RECOMPUTE_MODULES, module_bits
@@ -124,7 +124,7 @@ class TrainingJob(Job):
         description="Layers on the last pipeline stage, the rest split evenly (Megatron's "
         "--decoder-last-pipeline-num-layers; default: an even split).",
     )
-    pipeline_layout: str = Field(
+    pipeline_layout: Annotated[str, AfterValidator(readable_layout)] = Field(
         "",
         description="Megatron's --pipeline-model-parallel-layout: each chunk's layers, | between chunks, E "
         "the embedding, t a decoder layer, m a multi-token prediction module, L the loss, x*n and (...)*n "
