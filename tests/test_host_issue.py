@@ -120,9 +120,10 @@ def test_a_lone_micro_batchs_all_to_alls_shorten_its_waits_for_the_host():
 
 def test_ideal_overlap_is_the_floor_of_every_strategy():
     """Over 1,000 random MoE and dense jobs (five systems, expert overlap, userbuffers, ZeRO 0-3, CUDA
-    graphs): no strategy runs a step more than 0.05% faster than ideal overlap, which hides every
-    collective behind compute (what remains: a pipeline's bubble priced from each strategy's own
-    micro-batch). Host-bound steps with 1F1B expert overlap ran up to 0.12% faster than ideal."""
+    graphs): no strategy runs a step faster than ideal overlap, which hides every collective behind
+    compute. Host-bound steps with 1F1B expert overlap ran up to 0.12% faster than ideal, the
+    micro-batches that pair with none (the slowest stage's and, to 0.034%, the bubble's) exposing
+    their all-to-alls on top of waits for the host that they shorten."""
     pick = picker(3, 1000)
 
     frame = pd.DataFrame({
@@ -140,7 +141,7 @@ def test_ideal_overlap_is_the_floor_of_every_strategy():
         other = _steps(frame.assign(overlap=name))
         both = ideal.valid & other.valid
         assert both.sum() > 150
-        assert (other.step_time_s[both] >= ideal.step_time_s[both] * (1 - 5e-4)).all(), name
+        assert (other.step_time_s[both] >= ideal.step_time_s[both] * (1 - 1e-12)).all(), name
 
 
 def test_mlas_five_attention_modules_issue_three_modules_more_than_gqas_two():

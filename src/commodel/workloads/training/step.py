@@ -174,7 +174,10 @@ def _schedule(
         stages = (first * p["layer_s"] + per_mb(first), middle * p["layer_s"] + per_mb(middle), stage_b)
         span = one_f_one_b(*stages, p["layer_fwd_share"], x.pp, x.microbatches, x.vpp)
         bubble = np.where(one_f, span - x.microbatches * np.maximum(stage_a, stage_b), bubble)
-    bubble = bubble + idle * layers / x.pp * (chunk_extra + p["ep_unpaired_s"])
+    # The warm-up's and cool-down's micro-batches pair with none: their all-to-alls run whole, and their
+    # GPUs, busy that much longer, wait that much less for the host (as the slowest stage's, _breakdown).
+    unpaired = p["ep_unpaired_s"] - (p["host_exposed_s"] - p["host_lone_s"])
+    bubble = bubble + idle * layers / x.pp * (chunk_extra + unpaired)
     return (
         np.where(last_is_slowest, end_layers, lead_layers),
         np.where(last_is_slowest, end_extra, 0.0),
