@@ -20,7 +20,7 @@ import numpy as np
 from commodel.errors import pick
 from commodel.pricing.job import Job
 from commodel.pricing.job_checks import check_columns
-from commodel.pricing.table import Columns, columns_of, price_rows, take, with_outputs
+from commodel.pricing.table import Columns, blank_outputs, columns_of, price_rows, put, take, with_outputs
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -77,25 +77,17 @@ class Evaluator:
         is invalid, that rule its problem, its outputs blank."""
         if not refused.any():
             return self.price(columns)
-        rows = np.flatnonzero(refused == "")
-        out = self.price({name: take(columns, name, rows) for name in columns}) if len(rows) else {}
-        full = {}
-        for name in dict.fromkeys((*self.outputs, *self.resolved, *out)):
-            numbers = name in out and np.asarray(out[name]).dtype.kind in "fiu"
-            if name == "problem":
-                column = refused.copy()
-            elif name in self.flags:
-                column = np.zeros(len(refused), dtype=bool)
-            elif name in self.resolved and not numbers:  # text as the row gave it, or nothing priced
-                column = np.broadcast_to(np.asarray(columns[name]), len(refused)).astype(object)
-            elif name in self.text:
-                column = np.full(len(refused), "", dtype=object)
-            else:  # a number: none for a refused row, a resolved count included
-                column = np.full(len(refused), np.nan)
-            if name in out:
-                column[rows] = out[name]
-            full[name] = column
-        return full
+        rows, n = np.flatnonzero(refused == ""), len(refused)
+        priced = self.price({name: take(columns, name, rows) for name in columns}) if len(rows) else {}
+        out = blank_outputs(
+            n, tuple(dict.fromkeys((*self.outputs, *self.resolved, *priced))), self.flags, self.text
+        )
+        for name in self.resolved:  # a resolved count stays blank; text stays as the row gave it
+            if name not in priced or np.asarray(priced[name]).dtype.kind not in "fiu":
+                out[name] = np.broadcast_to(np.asarray(columns[name]), n).astype(object)
+        out["problem"] = refused.copy()
+        put(out, rows, priced)
+        return out
 
     def __call__(self, frame: pd.DataFrame) -> pd.DataFrame:
         """Price a DataFrame of jobs: ``frame`` with the output columns and ``valid``."""

@@ -222,7 +222,7 @@ def per_microbatch(
         "tp_exposed_s": tp_exposed,
         "cp_exposed_s": cp_exposed,
         "host_exposed_s": host_wait,
-        "host_lone_s": fwd_waits[1] + bwd_waits[1],
+        "host_lone_saved_s": host_wait - fwd_waits[1] - bwd_waits[1],
         "ep_exposed_s": paired,
         "ep_unpaired_s": unpaired - paired,
         "end_s": _last_stage_extra(m),

@@ -176,8 +176,7 @@ def _schedule(
         bubble = np.where(one_f, span - x.microbatches * np.maximum(stage_a, stage_b), bubble)
     # The warm-up's and cool-down's micro-batches pair with none: their all-to-alls run whole, and their
     # GPUs, busy that much longer, wait that much less for the host (as the slowest stage's, _breakdown).
-    unpaired = p["ep_unpaired_s"] - (p["host_exposed_s"] - p["host_lone_s"])
-    bubble = bubble + idle * layers / x.pp * (chunk_extra + unpaired)
+    bubble = bubble + idle * layers / x.pp * (chunk_extra + p["ep_unpaired_s"] - p["host_lone_saved_s"])
     return (
         np.where(last_is_slowest, end_layers, lead_layers),
         np.where(last_is_slowest, end_extra, 0.0),
@@ -261,13 +260,13 @@ def _breakdown(
     without pipelining the first forward and the last backward). Those expose their all-to-alls whole,
     leaving the GPU computing nothing: the collectives those micro-batches exposed (ZeRO-3's, the
     pipeline's sends) and the end-of-step reduction behind the last ones run on beside them, up to
-    their length, and the GPU, busy longer, waits less for the host (``host_lone_s``): the windows
+    their length, and the GPU, busy longer, waits less for the host (``host_lone_saved_s``): the windows
     were priced with a paired micro-batch's host waits as idle time, so what the all-to-alls add to
     it is their length less the waits they remove."""
     m, pp_exposed, dp_exposed = x.microbatches, p["pp_exposed_s"], p["dp_exposed_s"]
     lone = np.minimum(np.maximum(x.pp - 1, 1), m)
     unpaired = lone * slow_layers * p["ep_unpaired_s"]
-    host_carried = lone * slow_layers * (p["host_exposed_s"] - p["host_lone_s"])
+    host_carried = lone * slow_layers * p["host_lone_saved_s"]
     cover = unpaired - host_carried  # beyond the host waits the windows were priced with
     sends, zero3 = lone * pp_exposed, lone * slow_layers * p["z3_layer_s"]
     carried = np.minimum(sends + zero3, cover)
