@@ -38,17 +38,19 @@ WEIGHT_ONLY_BANDWIDTH_SHARE = 0.449
 #: half-precision GEMMs on A100/H100; one tile is one CTA, so tiles / SMs sets the number of waves.
 GEMM_TILE = (128, 256)
 
-#: Flash-attention query block per CTA (FlashAttention-2 uses 128 rows).
+#: Flash attention's block of queries per CTA and of keys per step of its loop (FlashAttention-2's 128
+#: at head dimension 128, the key block of its split-KV decode kernel too).
 ATTENTION_BLOCK = 128
 
 
 @dataclass(frozen=True)
 class Kernel:
     """Work of a batch of kernels: FLOPs, bytes moved to/from HBM, tiles, whether it uses tensor cores,
-    the exponentials it evaluates on the special-function units (softmax in attention), the share
-    of the achievable HBM bandwidth it reaches (1: a streaming copy's; less where a measurement says
-    the kernel falls short of one), and a ``label`` saying what it computes (``qkv``, ``expert fc1``;
-    :func:`named`)."""
+        the exponentials it evaluates on the special-function units (softmax in attention), the share
+        of the achievable HBM bandwidth it reaches (1: a streaming copy's; less where a measurement says
+        the kernel falls short of one), the keys one step of a split-KV kernel's loop reads (``kv_block``;
+    0: a kernel whose k loop is not cut into splits, :func:`commodel.compute.roofline.split_k`), and a ``label`` saying what it computes (``qkv``, ``expert fc1``;
+        :func:`named`)."""
 
     name: str
     flops: np.ndarray
@@ -60,6 +62,7 @@ class Kernel:
     shape: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
     exps: np.ndarray | float = 0.0
     bandwidth_share: np.ndarray | float = 1.0
+    kv_block: np.ndarray | float = 0.0
     label: str = ""
 
     @property
@@ -94,7 +97,7 @@ def stack(kernels: Sequence[Kernel], shape: tuple[int, ...] = ()) -> Kernel:
 
 
 #: The :class:`Kernel` fields :func:`stack` stacks (the rest are the group's own).
-_STACKED = ("flops", "bytes", "tiles", "k_depth", "exps", "bandwidth_share")
+_STACKED = ("flops", "bytes", "tiles", "k_depth", "exps", "bandwidth_share", "kv_block")
 
 
 def _dtype_bytes(dtype: str) -> float:
@@ -185,6 +188,7 @@ def decode_attention(
     cached_per_token: ArrayLike,
     kv_dtype: str = "bf16",
     compute: str | None = None,
+    head_groups: ArrayLike = 1.0,
 ) -> Kernel:
     """Attention of ``queries`` new tokens, each over its request's ``context`` cached tokens (the
     decode phase; TensorRT-LLM's XQA, vLLM's paged attention): ``queries x heads x context`` scores of
@@ -193,26 +197,30 @@ def decode_attention(
     its math in ``compute`` (default: the cache's dtype; a GPU without FP8 tensor cores dequantizes
     an FP8 cache as it loads it, vLLM's on Ampere, and computes in 16 bits).
     GQA: ``4 d`` FLOPs per score, ``2 kv_heads d`` cached; MLA, absorbed: ``2 (2 r + d_rope)`` and
-    ``r + d_rope`` (the latent serves as key and value). Tiles: one per (query, 256 keys), the context
-    split across SMs."""
-    q, h, c, f, w = _positive(
+    ``r + d_rope`` (the latent serves as key and value). Tiles: ``head_groups`` per query (one CTA per
+    KV head, its query group packed as rows, FlashAttention-2's decode; FlashMLA's 64 query heads per
+    CTA), each looping over the whole context in blocks of :data:`ATTENTION_BLOCK` keys; the roofline
+    cuts the context into the splits that make it fastest (split-KV, FlashDecoding:
+    :func:`commodel.compute.roofline.split_k`)."""
+    q, h, c, f, w, g = _positive(
         queries=queries,
         heads=heads,
         context=context,
         flops_per_score=flops_per_score,
         cached=cached_per_token,
+        head_groups=head_groups,
     )
     scores = q * h * c
-    tiles = q * np.ceil(c / 256)
     return Kernel(
         "decode-attention",
         f * scores,
         q * c * w * _dtype_bytes(kv_dtype),
-        tiles,
+        q * g,
         c,
         compute or kv_dtype,
         True,
         exps=scores,
+        kv_block=float(ATTENTION_BLOCK),
     )
 
 

@@ -53,6 +53,10 @@ SOFTMAX_EXPOSED = 0.5
 #: split-K kernels cut it when the output tiles leave SMs idle).
 SPLIT_K_MAX = 16
 
+#: Splits a split-KV (FlashDecoding) kernel may cut its keys into: FlashAttention's split heuristic
+#: tries up to 128; the model prices the powers of two and runs the fastest.
+KV_SPLITS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
+
 #: Elements of k one step of a tile's main loop consumes (CUTLASS's 128 x 256 x 64 half-precision
 #: tiles): a split-K slice is at least this deep, so a GEMM with k below twice it is not split.
 GEMM_K_BLOCK = 64
@@ -110,12 +114,25 @@ def achievable_flops(
     if not kernel.matmul:
         return np.full(np.shape(kernel.flops), peak * clock_share(gpu)) * units / total
     tiling = tiling or output_tiling(gpu, kernel, units)
-    tiles, depth = tiling.tiles * split, kernel.k_depth / np.asarray(split, dtype=float)
+    tiles, (depth, work) = tiling.tiles * split, _slice_depth(kernel, split)
     waves = np.ceil(tiles / units)
-    wave_eff = tiles * tiling.fill / (waves * total)
+    wave_eff = tiles * tiling.fill * work / (waves * total)
     sixteen_bit = peak_flops(gpu, "bf16" if "bf16" in gpu.peak_flops else "fp16")
     depth_eff = depth / (depth + GEMM_TILE_OVERHEAD_K * peak / sixteen_bit)
     return peak * clock_share(gpu) * gpu.efficiency(kernel.dtype) * wave_eff * depth_eff
+
+
+def _slice_depth(kernel: Kernel, split: ArrayLike) -> tuple[np.ndarray, np.ndarray | float]:
+    """A tile's k depth when the kernel's k loop is cut into ``split`` slices, and the share of it that
+    is work: ``k / s``, all of it, for a split-K GEMM; whole blocks of ``kv_block`` keys for a split-KV
+    kernel, ``ceil(k / (s B)) B`` deep, of which ``k / s`` are keys (the last block's padding, and a
+    slice past the context's end, run at full cost)."""
+    depth = kernel.k_depth / np.asarray(split, dtype=float)
+    if not np.any(kernel.kv_block):
+        return depth, 1.0
+    block = np.where(np.asarray(kernel.kv_block) > 0, kernel.kv_block, 1.0)
+    padded = np.where(np.asarray(kernel.kv_block) > 0, np.ceil(depth / block) * block, depth)
+    return padded, depth / padded
 
 
 @dataclass(frozen=True)
@@ -188,10 +205,21 @@ def kernel_time(gpu: GPU, kernel: Kernel, launch: bool = True, units: ArrayLike 
     """Roofline time of ``kernel`` on ``gpu`` using ``units`` SMs/CUs (default all).
 
     ``launch`` adds the GPU's kernel launch overhead. A GEMM whose output tiles leave SMs idle runs
-    at the split-K factor that makes it fastest (:func:`split_k`), as cuBLAS's heuristics pick one.
+    at the split-K factor that makes it fastest (:func:`split_k`), as cuBLAS's heuristics pick one;
+    a split-KV kernel at its fastest split of the keys.
     """
     tiling = output_tiling(gpu, kernel, units)
     split = split_k(gpu, kernel, units, tiling)
+    compute, memory, ceiling, traffic = _phases(gpu, kernel, units, split, tiling)
+    time = np.maximum(compute, memory) + (gpu.launch_overhead.value if launch else 0.0)
+    return KernelTime(time, compute, memory, kernel.flops / time, ceiling, split, traffic, tiling)
+
+
+def _phases(
+    gpu: GPU, kernel: Kernel, units: ArrayLike | None, split: ArrayLike, tiling: Tiling
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A kernel's compute and memory seconds at ``split`` slices of its k loop, with its FLOP/s
+    ceiling and the HBM bytes it moves (its partial sums included)."""
     ceiling = achievable_flops(gpu, kernel, units, split, tiling)
     compute = kernel.flops / ceiling
     if gpu.exp_rate is not None and np.any(kernel.exps):
@@ -199,9 +227,7 @@ def kernel_time(gpu: GPU, kernel: Kernel, launch: bool = True, units: ArrayLike 
         softmax = kernel.exps / (gpu.exp_rate.value * clock_share(gpu) * share / gpu.compute_units.value)
         compute = np.maximum(compute, softmax) + SOFTMAX_EXPOSED * np.minimum(compute, softmax)
     traffic = kernel.bytes + _partial_sum_bytes(kernel, split)
-    memory = traffic / _bandwidth(gpu, kernel)
-    time = np.maximum(compute, memory) + (gpu.launch_overhead.value if launch else 0.0)
-    return KernelTime(time, compute, memory, kernel.flops / time, ceiling, split, traffic, tiling)
+    return compute, traffic / _bandwidth(gpu, kernel), ceiling, traffic
 
 
 def hbm_bytes(
@@ -255,11 +281,16 @@ def _bandwidth(gpu: GPU, kernel: Kernel) -> float:
 
 
 def _partial_sum_bytes(kernel: Kernel, split: ArrayLike) -> np.ndarray | float:
-    """Bytes a split-K GEMM adds: its ``s`` FP32 partial outputs written and read back, ``8 s m n``."""
+    """Bytes a split kernel adds: its ``s`` FP32 partial outputs written and read back, ``8 s m n`` for
+    a split-K GEMM; for a split-KV kernel ``8 s q h d_v``, with ``q h d_v = F / (4 k)`` (its ``F``
+    FLOPs over ``k`` keys: PV takes half a score's FLOPs, ``2 d_v``)."""
+    s = np.asarray(split, dtype=float)
     if kernel.shape is None:
-        return 0.0
+        return np.where(
+            (np.asarray(kernel.kv_block) > 0) & (s > 1), 2 * s * kernel.flops / kernel.k_depth, 0.0
+        )
     m, n = kernel.shape[:2]
-    return np.where(np.asarray(split) > 1, 8 * np.asarray(split) * m * n, 0.0)
+    return np.where(s > 1, 8 * s * m * n, 0.0)
 
 
 def split_k(
@@ -272,7 +303,10 @@ def split_k(
     deep), one wave of ``t s`` tiles ``k / s`` deep: compute time
     ``a / s + c`` (wave efficiency ``t s / SMs``, depth efficiency ``k / (k + s K0 r)``), memory time
     ``b + 8 m n s / BW`` (the FP32 partial outputs, :func:`_partial_sum_bytes`). The best ``s`` is 1 or a
-    whole number next to where the two meet, ``d s^2 + (b - c) s - a = 0`` with ``d = 8 m n / BW``."""
+    whole number next to where the two meet, ``d s^2 + (b - c) s - a = 0`` with ``d = 8 m n / BW``.
+    A split-KV kernel runs at the fastest of :data:`KV_SPLITS` (:func:`_split_kv`)."""
+    if np.any(kernel.kv_block):
+        return _split_kv(gpu, kernel, units, tiling or output_tiling(gpu, kernel, units))
     if kernel.shape is None:
         return 1
     units = gpu.compute_units.value if units is None else np.asarray(units, dtype=float)
@@ -294,6 +328,20 @@ def split_k(
         time = np.maximum(a / s + c, b + np.where(s > 1, d * s, 0.0))
         best, fastest = np.where(time < fastest, s, best), np.minimum(time, fastest)
     return best
+
+
+def _split_kv(gpu: GPU, kernel: Kernel, units: ArrayLike | None, tiling: Tiling) -> np.ndarray:
+    """The split of a split-KV kernel's keys that makes it fastest, of :data:`KV_SPLITS` (1 for its
+    stacked kernels that are not split-KV): each candidate priced whole, waves of ``t s`` tiles of
+    whole key blocks, its partial outputs read back (:func:`_slice_depth`, :func:`_partial_sum_bytes`).
+    A fixed set of candidates keeps the time a minimum of times each non-decreasing in the context
+    and the queries, so it is non-decreasing too: more context never runs faster."""
+    splits = np.reshape(
+        KV_SPLITS, (-1,) + (1,) * np.ndim(kernel.flops * np.asarray(1.0 if units is None else units))
+    )
+    compute, memory, *_ = _phases(gpu, kernel, units, splits, tiling)
+    best = splits.ravel()[np.argmin(np.maximum(compute, memory), axis=0)]
+    return np.where(np.asarray(kernel.kv_block) > 0, best, 1.0)
 
 
 def gemm_summary(gpu: GPU, m: int, n: int, k: int, dtype: str, launch: bool = True) -> dict[str, object]:

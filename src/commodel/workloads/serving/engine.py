@@ -38,6 +38,10 @@ from commodel.workloads.serving.experts import expert_exchange, two_batch_overla
 #: ship), else BF16.
 KV_DTYPES = ("auto", "bf16", "fp8")
 
+#: Query heads one CTA of an MLA decode kernel packs as rows (FlashMLA's 64-row query block): a
+#: request's heads on a GPU take ``ceil(heads / 64)`` CTAs per split of its context.
+MLA_HEADS_PER_CTA = 64
+
 #: Host time per request in an iteration: the engine's own loop (scheduling, input preparation,
 #: sampling, stop checks and responses, in Python in TensorRT-LLM's PyTorch executor and vLLM),
 #: serialized with the GPU work it prepares. Calibrated: trt-gb200-qwen3-30b-a3b-128-2048.
@@ -138,10 +142,10 @@ def _decode_attention(
     heads = model.heads / engine.tp
     if model.mla is not None:
         r, rope = model.mla.kv_lora_rank, model.mla.qk_rope_head_dim
-        flops, cached = 2 * (2 * r + rope), r + rope
+        flops, cached, groups = 2 * (2 * r + rope), r + rope, np.ceil(heads / MLA_HEADS_PER_CTA)
     else:
-        flops = 4 * model.d_head
-        cached = 2 * np.maximum(model.n_kv_heads / engine.tp, 1.0) * model.d_head
+        groups = np.maximum(model.n_kv_heads / engine.tp, 1.0)
+        flops, cached = 4 * model.d_head, 2 * groups * model.d_head
     q, some = np.maximum(queries, 1.0), (queries > 0).astype(float)
     windowed = model.windowed_layers / model.layers
     bands = (("decode attention", 1 - windowed, context),
@@ -149,7 +153,7 @@ def _decode_attention(
     kv = engine.kv_dtype
     compute = kv if kv in engine.cluster.gpu.peak_flops else engine.recipe.other  # dequantized as loaded
     return [
-        (named(decode_attention(q, heads, keys, flops, cached, kv, compute), label), share * some)
+        (named(decode_attention(q, heads, keys, flops, cached, kv, compute, groups), label), share * some)
         for label, share, keys in bands
         if share
     ]
