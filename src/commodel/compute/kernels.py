@@ -46,11 +46,13 @@ ATTENTION_BLOCK = 128
 @dataclass(frozen=True)
 class Kernel:
     """Work of a batch of kernels: FLOPs, bytes moved to/from HBM, tiles, whether it uses tensor cores,
-        the exponentials it evaluates on the special-function units (softmax in attention), the share
-        of the achievable HBM bandwidth it reaches (1: a streaming copy's; less where a measurement says
-        the kernel falls short of one), the keys one step of a split-KV kernel's loop reads (``kv_block``;
-    0: a kernel whose k loop is not cut into splits, :func:`commodel.compute.roofline.split_k`), and a ``label`` saying what it computes (``qkv``, ``expert fc1``;
-        :func:`named`)."""
+    the exponentials it evaluates on the special-function units (softmax in attention), the share of
+    the achievable HBM bandwidth it reaches (1: a streaming copy's; less where a measurement says the
+    kernel falls short of one), the keys one step of a split-KV kernel's loop reads (``kv_block``; 0:
+    a kernel whose k loop is not cut into splits, :func:`commodel.compute.roofline.split_k`), the share
+    of its tiles' work that is its own (``fill``, for a kernel that is not a GEMM: its padded blocks
+    run at full cost), and a ``label`` saying what it computes (``qkv``, ``expert fc1``;
+    :func:`named`)."""
 
     name: str
     flops: np.ndarray
@@ -63,6 +65,7 @@ class Kernel:
     exps: np.ndarray | float = 0.0
     bandwidth_share: np.ndarray | float = 1.0
     kv_block: np.ndarray | float = 0.0
+    fill: np.ndarray | float = 1.0
     label: str = ""
 
     @property
@@ -97,7 +100,7 @@ def stack(kernels: Sequence[Kernel], shape: tuple[int, ...] = ()) -> Kernel:
 
 
 #: The :class:`Kernel` fields :func:`stack` stacks (the rest are the group's own).
-_STACKED = ("flops", "bytes", "tiles", "k_depth", "exps", "bandwidth_share", "kv_block")
+_STACKED = ("flops", "bytes", "tiles", "k_depth", "exps", "bandwidth_share", "kv_block", "fill")
 
 
 def _dtype_bytes(dtype: str) -> float:
@@ -166,18 +169,25 @@ def attention(
     sliding ``window`` of w keys, the key blocks its band touches, whole as the causal diagonal's:
     ``ceil((w - 1) / 128) + 1`` blocks of 128 keys per query block (two for gpt-oss's 128). ``kv_seq``
     defaults to ``seq``; context parallelism gives each rank s/cp queries against all s keys. Tiles:
-    one per (batch, head, 128-row query block)."""
+    one per (batch, head, 128-row query block), each looping over its key blocks of 128: ``128
+    ceil(s_kv / 128) x share`` keys deep (the band's, if shorter); a last query or key block that is
+    partly padding runs whole (``fill``, the scores' share of the tiles' query-key slots), and where
+    the tiles leave SMs idle the keys are split as decode's are (:func:`decode_attention`)."""
     b, h, s, d = _positive(batch=batch, heads=heads, seq=seq, head_dim=head_dim)
     s_kv = s if kv_seq is None else np.asarray(kv_seq, dtype=float)
     share = causal_share(s, s_kv) if causal else 1.0
-    keys = s_kv * share
+    keys, depth = s_kv * share, ATTENTION_BLOCK * np.ceil(s_kv / ATTENTION_BLOCK) * share
     if window is not None:
         band = ATTENTION_BLOCK * (np.ceil((np.asarray(window, dtype=float) - 1) / ATTENTION_BLOCK) + 1)
-        keys = np.minimum(keys, band)
+        keys, depth = np.minimum(keys, band), np.minimum(depth, band)
     scores = b * h * s * keys
     traffic = 2 * (s + s_kv) * b * h * d * _dtype_bytes(dtype)
-    tiles = b * h * np.ceil(s / ATTENTION_BLOCK)
-    return Kernel("attention", 4 * d * scores, traffic, tiles, keys, dtype, True, exps=scores)
+    rows = np.ceil(s / ATTENTION_BLOCK)
+    fill = s * keys / (rows * ATTENTION_BLOCK * depth)
+    return Kernel(
+        "attention", 4 * d * scores, traffic, b * h * rows, depth, dtype, True,
+        exps=scores, kv_block=float(ATTENTION_BLOCK), fill=fill,
+    )  # fmt: skip
 
 
 def decode_attention(
@@ -199,7 +209,8 @@ def decode_attention(
     GQA: ``4 d`` FLOPs per score, ``2 kv_heads d`` cached; MLA, absorbed: ``2 (2 r + d_rope)`` and
     ``r + d_rope`` (the latent serves as key and value). Tiles: ``head_groups`` per query (one CTA per
     KV head, its query group packed as rows, FlashAttention-2's decode; FlashMLA's 64 query heads per
-    CTA), each looping over the whole context in blocks of :data:`ATTENTION_BLOCK` keys; the roofline
+    CTA), each looping over the whole context in blocks of :data:`ATTENTION_BLOCK` keys (the last one
+    run whole, ``fill``); the roofline
     cuts the context into the splits that make it fastest (split-KV, FlashDecoding:
     :func:`commodel.compute.roofline.split_k`)."""
     q, h, c, f, w, g = _positive(
@@ -211,17 +222,11 @@ def decode_attention(
         head_groups=head_groups,
     )
     scores = q * h * c
+    depth = ATTENTION_BLOCK * np.ceil(c / ATTENTION_BLOCK)
     return Kernel(
-        "decode-attention",
-        f * scores,
-        q * c * w * _dtype_bytes(kv_dtype),
-        q * g,
-        c,
-        compute or kv_dtype,
-        True,
-        exps=scores,
-        kv_block=float(ATTENTION_BLOCK),
-    )
+        "decode-attention", f * scores, q * c * w * _dtype_bytes(kv_dtype), q * g, depth,
+        compute or kv_dtype, True, exps=scores, kv_block=float(ATTENTION_BLOCK), fill=c / depth,
+    )  # fmt: skip
 
 
 def unfused_attention(

@@ -18,7 +18,8 @@
 - achievable bandwidth = HBM bandwidth x memory_efficiency (the GPU's STREAM copy fraction), times
   the kernel's own share of it where a measurement says it falls short of a copy;
 - fused attention also evaluates one exponential per score on the special-function units, at
-  ``exp_rate``: its compute term is ``max(t_mma, t_exp) + SOFTMAX_EXPOSED x min(t_mma, t_exp)``, the
+  ``exp_rate`` times the same wave efficiency (an SM without a tile evaluates none; a padded block's
+  run too): its compute term is ``max(t_mma, t_exp) + SOFTMAX_EXPOSED x min(t_mma, t_exp)``, the
   two overlapping as FlashAttention-3/4 schedule them (one warp group's softmax under another's GEMM)
   but not perfectly. With d = 128 a forward score costs 512 FLOPs: on H100 (256 FLOPs of tensor peak
   per exponential) the softmax fits under the GEMM; on B200/GB200 (512) the two are co-bound; Blackwell
@@ -113,25 +114,37 @@ def achievable_flops(
     units = total if units is None else np.asarray(units, dtype=float)
     if not kernel.matmul:
         return np.full(np.shape(kernel.flops), peak * clock_share(gpu)) * units / total
-    tiling = tiling or output_tiling(gpu, kernel, units)
-    tiles, (depth, work) = tiling.tiles * split, _slice_depth(kernel, split)
-    waves = np.ceil(tiles / units)
-    wave_eff = tiles * tiling.fill * work / (waves * total)
+    wave_eff, depth = _wave_share(gpu, kernel, units, split, tiling)
     sixteen_bit = peak_flops(gpu, "bf16" if "bf16" in gpu.peak_flops else "fp16")
     depth_eff = depth / (depth + GEMM_TILE_OVERHEAD_K * peak / sixteen_bit)
     return peak * clock_share(gpu) * gpu.efficiency(kernel.dtype) * wave_eff * depth_eff
 
 
+def _wave_share(
+    gpu: GPU, kernel: Kernel, units: ArrayLike, split: ArrayLike, tiling: Tiling | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The share of the GPU's SMs a tensor-core kernel keeps at work on ``units`` of them, ``t fill w /
+    (ceil(t / U) SMs)`` for its ``t`` tiles at ``split`` slices, ``fill`` their output share and ``w``
+    their slices' (:func:`_slice_depth`), and a tile's k depth."""
+    tiling = tiling or output_tiling(gpu, kernel, units)
+    tiles, (depth, work) = tiling.tiles * split, _slice_depth(kernel, split)
+    waves = np.ceil(tiles / units)
+    return tiles * tiling.fill * work / (waves * gpu.compute_units.value), depth
+
+
 def _slice_depth(kernel: Kernel, split: ArrayLike) -> tuple[np.ndarray, np.ndarray | float]:
     """A tile's k depth when the kernel's k loop is cut into ``split`` slices, and the share of it that
-    is work: ``k / s``, all of it, for a split-K GEMM; whole blocks of ``kv_block`` keys for a split-KV
-    kernel, ``ceil(k / (s B)) B`` deep, of which ``k / s`` are keys (the last block's padding, and a
-    slice past the context's end, run at full cost)."""
-    depth = kernel.k_depth / np.asarray(split, dtype=float)
+    is work: ``k / s``, all of it, for a split-K GEMM; for a split-KV kernel (whose ``k`` already
+    counts whole key blocks, its padding in its ``fill``) each of ``s > 1`` slices is whole blocks
+    of ``kv_block`` keys, ``ceil(k / (s B)) B`` deep, of which ``k / s`` are keys (a slice's last
+    block, and a slice past the context's end, run at full cost)."""
+    s = np.asarray(split, dtype=float)
+    depth = kernel.k_depth / s
     if not np.any(kernel.kv_block):
         return depth, 1.0
-    block = np.where(np.asarray(kernel.kv_block) > 0, kernel.kv_block, 1.0)
-    padded = np.where(np.asarray(kernel.kv_block) > 0, np.ceil(depth / block) * block, depth)
+    sliced = (np.asarray(kernel.kv_block) > 0) & (s > 1)
+    block = np.where(sliced, kernel.kv_block, 1.0)
+    padded = np.where(sliced, np.ceil(depth / block) * block, depth)
     return padded, depth / padded
 
 
@@ -176,7 +189,7 @@ def output_tiling(gpu: GPU, kernel: Kernel, units: ArrayLike | None = None) -> T
     GEMM keeps its own tiles.
     """
     if kernel.shape is None:
-        return Tiling(kernel.tiles, *GEMM_TILE)
+        return Tiling(kernel.tiles, *GEMM_TILE, kernel.fill)
     m, n, _, b = (np.asarray(v, dtype=float) for v in kernel.shape)
     listed = gpu.gemm_tiles.value if gpu.gemm_tiles is not None else [GEMM_TILE]
     shortest = tuple(float(min(side)) for side in zip(*listed, strict=True))
@@ -223,8 +236,9 @@ def _phases(
     ceiling = achievable_flops(gpu, kernel, units, split, tiling)
     compute = kernel.flops / ceiling
     if gpu.exp_rate is not None and np.any(kernel.exps):
-        share = gpu.compute_units.value if units is None else np.asarray(units, dtype=float)
-        softmax = kernel.exps / (gpu.exp_rate.value * clock_share(gpu) * share / gpu.compute_units.value)
+        units = gpu.compute_units.value if units is None else np.asarray(units, dtype=float)
+        busy, _ = _wave_share(gpu, kernel, units, split, tiling)  # the tiles' SMs, padding included
+        softmax = kernel.exps / (gpu.exp_rate.value * clock_share(gpu) * busy)
         compute = np.maximum(compute, softmax) + SOFTMAX_EXPOSED * np.minimum(compute, softmax)
     traffic = kernel.bytes + _partial_sum_bytes(kernel, split)
     return compute, traffic / _bandwidth(gpu, kernel), ceiling, traffic
@@ -282,13 +296,13 @@ def _bandwidth(gpu: GPU, kernel: Kernel) -> float:
 
 def _partial_sum_bytes(kernel: Kernel, split: ArrayLike) -> np.ndarray | float:
     """Bytes a split kernel adds: its ``s`` FP32 partial outputs written and read back, ``8 s m n`` for
-    a split-K GEMM; for a split-KV kernel ``8 s q h d_v``, with ``q h d_v = F / (4 k)`` (its ``F``
-    FLOPs over ``k`` keys: PV takes half a score's FLOPs, ``2 d_v``)."""
+    a split-K GEMM; for a split-KV kernel ``8 s q h d_v``, with ``q h d_v = F / (4 k fill)`` (its ``F``
+    FLOPs over ``k fill`` keys: PV takes half a score's FLOPs, ``2 d_v``; padded query rows write
+    theirs too)."""
     s = np.asarray(split, dtype=float)
     if kernel.shape is None:
-        return np.where(
-            (np.asarray(kernel.kv_block) > 0) & (s > 1), 2 * s * kernel.flops / kernel.k_depth, 0.0
-        )
+        per_slice = 2 * kernel.flops / (kernel.k_depth * kernel.fill)
+        return np.where((np.asarray(kernel.kv_block) > 0) & (s > 1), s * per_slice, 0.0)
     m, n = kernel.shape[:2]
     return np.where(s > 1, 8 * s * m * n, 0.0)
 

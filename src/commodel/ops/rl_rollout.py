@@ -6,7 +6,8 @@ update and two forward passes, :data:`TRAIN_PASSES` training steps' worth of FLO
 weights reach every GPU that generates. Response lengths are long-tailed: lognormal with a median and
 a shape ``sigma``, cut at a maximum (:func:`response_lengths`, seeded).
 
-**Rollout** (:func:`simulate_rollout`, event-driven and deterministic): pools of generation slots,
+**Rollout** (:func:`simulate_rollout`, stepped, with each request's end at its exact time, and
+deterministic): pools of generation slots,
 each slot advancing one token per iteration of its pool, the iteration time a function of the pool's
 requests in flight per replica (the serving model's time per output token at that batch); slots are
 what the KV cache holds at the mean response (paged, allocated as tokens come). A request keeps its
@@ -89,7 +90,8 @@ def load_share(hour: np.ndarray, low: float, high: float) -> np.ndarray:
 
 
 #: Tokens the fastest pool advances per simulation step; requests end at their exact time within a
-#: step, queued ones start at the step's end (a resolution, not a model constant).
+#: step, and the ones queued or taken back into their slots are owed the time since (a resolution,
+#: not a model constant: the pools' batches are held for a step).
 QUANTUM_TOKENS = 128
 
 
@@ -118,11 +120,22 @@ class Rollout:
     timeline: list[tuple[float, dict[str, int]]]
 
 
-def _admit(queue: list[int], pools: list[Pool], where: np.ndarray, counts: np.ndarray, t: float) -> None:
+def _admit(
+    queue: list[int],
+    pools: list[Pool],
+    where: np.ndarray,
+    counts: np.ndarray,
+    t: float,
+    owed: np.ndarray,
+    freed: list[np.ndarray],
+) -> None:
     """Queued requests, in order, each to the ready pool with the fewest requests per replica (the
     first such pool on a tie), while slots are free. Pool ``p`` takes its ``j``-th request at
     ``counts_p / replicas_p + base_p + j / replicas_p`` requests per replica, so the requests go to
-    the pools in the order of those levels, ties to the first pool: one sort admits them all."""
+    the pools in the order of those levels, ties to the first pool: one sort admits them all. A
+    request taking a slot that ended within the last step (``freed``: each pool's end times, earliest
+    first) started there when it ended, as an engine refills a slot at its next iteration: it is owed
+    the decoding time since (``owed``, a negative wait); the slots it takes leave ``freed``."""
     free = [p.slots - int(c) if p.start <= t else 0 for p, c in zip(pools, counts, strict=True)]
     admitted = min(len(queue), sum(max(f, 0) for f in free))
     if not admitted:
@@ -136,19 +149,39 @@ def _admit(queue: list[int], pools: list[Pool], where: np.ndarray, counts: np.nd
             owners.append(np.full(len(steps), i))
     level, owner = np.concatenate(levels), np.concatenate(owners)
     chosen = owner[np.lexsort((owner, level))[:admitted]]
-    where[queue[:admitted]] = chosen
+    taken = np.array(queue[:admitted])
+    where[taken] = chosen
+    for i, ended in enumerate(freed):
+        into = taken[chosen == i][: len(ended)]
+        owed[into], freed[i] = ended[: len(into)] - t, ended[len(into) :]
     counts += np.bincount(chosen, minlength=len(pools))
     del queue[:admitted]
 
 
-def _steal(pools: list[Pool], where: np.ndarray, counts: np.ndarray, generated: np.ndarray) -> None:
+def _steal(
+    pools: list[Pool],
+    where: np.ndarray,
+    counts: np.ndarray,
+    generated: np.ndarray,
+    t: float,
+    owed: np.ndarray,
+    freed: np.ndarray,
+    rates: np.ndarray,
+) -> None:
     """With nothing queued, the first pool (the RL cluster) takes back the requests that have run
-    longest elsewhere into its free slots: the tail ends on its fast, lightly loaded replicas."""
+    longest elsewhere into its free slots (the first listed of those that ran as long): the tail ends
+    on its fast, lightly loaded replicas. A slot that ended within the last step (``freed``, its end
+    times, earliest first) took its request back when it ended: the request is owed the time its
+    faster pace there would have saved since, ``(t - end) (1 - r_old / r_RL)`` at the last step's
+    ``rates``."""
     free = pools[0].slots - counts[0]
     elsewhere = np.flatnonzero(where > 0)
     if free <= 0 or not elsewhere.size:
         return
-    moved = elsewhere[np.argsort(-generated[elsewhere])[:free]]
+    moved = elsewhere[np.argsort(-generated[elsewhere], kind="stable")[:free]]
+    early, ended = moved[: len(freed)], freed[: len(moved)]
+    saved = (t - ended) * np.maximum(1 - rates[where[early]] / rates[0], 0.0)
+    owed[early] = np.where(owed[early] > 0, owed[early], owed[early] - saved)  # not while on its environment
     counts -= np.bincount(where[moved], minlength=len(pools))
     where[moved] = 0
     counts[0] += moved.size
@@ -197,10 +230,12 @@ def simulate_rollout(
     counts = np.zeros(len(pools), dtype=int)
     queue, t = list(range(n)), 0.0
     timeline: list[tuple[float, dict[str, int]]] = []
+    freed: list[np.ndarray] = [np.empty(0)] * len(pools)  # when slots ended within the last step
+    rates = np.ones(len(pools))  # each pool's tokens per second in the last step
     while np.isnan(finish).any():
-        _admit(queue, pools, where, counts, t)
+        _admit(queue, pools, where, counts, t, wait, freed)
         if steal and not queue:
-            _steal(pools, where, counts, lengths - left - remaining)
+            _steal(pools, where, counts, lengths - left - remaining, t, wait, freed[0], rates)
         timeline.append((t, {pool.name: int(c) for pool, c in zip(pools, counts, strict=True)}))
         active = np.flatnonzero(where >= 0)
         decoding = np.bincount(where[active[wait[active] <= 0]], minlength=len(pools))
@@ -228,6 +263,7 @@ def simulate_rollout(
         going = active[~ending]
         remaining[going] -= rate[~ending] * busy[~ending]
         done = ends[~more]
+        freed = [np.sort(at[~more][where[done] == i]) for i in range(len(pools))]
         counts -= np.bincount(where[done], minlength=len(pools))
         where[done] = -1
         t += dt
