@@ -84,7 +84,7 @@ def stack(kernels: Sequence[Kernel], shape: tuple[int, ...] = ()) -> Kernel:
     arrays gain a leading axis, one entry per kernel, broadcast over ``shape`` too (the rows a
     caller's other arrays have): the roofline prices them in one call."""
     first = kernels[0]
-    values = {name: [getattr(k, name) for k in kernels] for name in _STACKED}
+    values = {name: [getattr(k, name) for k in kernels] for name in STACKED}
     sides = [] if first.shape is None else list(zip(*(k.shape for k in kernels), strict=True))  # m, n, k, b
     sizes = {np.shape(v) for vs in (*values.values(), *sides) for v in vs}
     common = np.broadcast_shapes(shape, *sizes)  # a few distinct shapes (one value, a column of rows)
@@ -100,7 +100,7 @@ def stack(kernels: Sequence[Kernel], shape: tuple[int, ...] = ()) -> Kernel:
 
 
 #: The :class:`Kernel` fields :func:`stack` stacks (the rest are the group's own).
-_STACKED = ("flops", "bytes", "tiles", "k_depth", "exps", "bandwidth_share", "kv_block", "fill")
+STACKED = ("flops", "bytes", "tiles", "k_depth", "exps", "bandwidth_share", "kv_block", "fill")
 
 
 def _dtype_bytes(dtype: str) -> float:

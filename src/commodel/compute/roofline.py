@@ -28,12 +28,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from commodel.compute.kernels import DTYPE_BYTES, GEMM_TILE, Kernel, gemm
+from commodel.compute.kernels import DTYPE_BYTES, GEMM_TILE, STACKED, Kernel, gemm
 from commodel.compute.power import clock_share
 from commodel.errors import CommodelError
 from commodel.hardware.schema import GPU
@@ -345,17 +346,29 @@ def split_k(
 
 
 def _split_kv(gpu: GPU, kernel: Kernel, units: ArrayLike | None, tiling: Tiling) -> np.ndarray:
-    """The split of a split-KV kernel's keys that makes it fastest, of :data:`KV_SPLITS` (1 for its
-    stacked kernels that are not split-KV): each candidate priced whole, waves of ``t s`` tiles of
-    whole key blocks, its partial outputs read back (:func:`_slice_depth`, :func:`_partial_sum_bytes`).
-    A fixed set of candidates keeps the time a minimum of times each non-decreasing in the context
-    and the queries, so it is non-decreasing too: more context never runs faster."""
-    splits = np.reshape(
-        KV_SPLITS, (-1,) + (1,) * np.ndim(kernel.flops * np.asarray(1.0 if units is None else units))
-    )
-    compute, memory, *_ = _phases(gpu, kernel, units, splits, tiling)
-    best = splits.ravel()[np.argmin(np.maximum(compute, memory), axis=0)]
-    return np.where(np.asarray(kernel.kv_block) > 0, best, 1.0)
+    """The split of a split-KV kernel's keys that makes it fastest, of :data:`KV_SPLITS`, where its
+    ``t`` tiles do not fill one wave of the ``U`` SMs (FlashAttention's heuristic splits only then, as
+    split-K does; 1 elsewhere, and for its stacked kernels that are not split-KV): each candidate
+    priced whole, waves of ``t s`` tiles of whole key blocks, its partial outputs read back
+    (:func:`_slice_depth`, :func:`_partial_sum_bytes`). The candidates do not depend on the context
+    and only shrink as the tiles grow, so the time, their minimum of times each non-decreasing in the
+    context and the queries, is non-decreasing too: more context never runs faster."""
+    u = gpu.compute_units.value if units is None else np.asarray(units, dtype=float)
+    shape = np.broadcast_shapes(np.shape(u), *(np.shape(getattr(kernel, f)) for f in STACKED))
+    under = np.broadcast_to((np.asarray(kernel.kv_block) > 0) & (tiling.tiles < u), shape)
+    best = np.ones(shape)
+    if not under.any():
+        return best
+
+    def rows(value: ArrayLike) -> np.ndarray:
+        return np.broadcast_to(value, shape)[under]
+
+    sub = dataclasses.replace(kernel, **{f: rows(getattr(kernel, f)) for f in STACKED})
+    subtiling = Tiling(rows(tiling.tiles), rows(tiling.rows), rows(tiling.cols), rows(tiling.fill))
+    splits = np.reshape(KV_SPLITS, (-1, 1))
+    compute, memory, *_ = _phases(gpu, sub, None if units is None else rows(u), splits, subtiling)
+    best[under] = splits.ravel()[np.argmin(np.maximum(compute, memory), axis=0)]
+    return best
 
 
 def gemm_summary(gpu: GPU, m: int, n: int, k: int, dtype: str, launch: bool = True) -> dict[str, object]:
