@@ -136,6 +136,8 @@ def _admit(
     request taking a slot that ended within the last step (``freed``: each pool's end times, earliest
     first) started there when it ended, as an engine refills a slot at its next iteration: it is owed
     the decoding time since (``owed``, a negative wait); the slots it takes leave ``freed``."""
+    if not queue:
+        return
     free = [p.slots - int(c) if p.start <= t else 0 for p, c in zip(pools, counts, strict=True)]
     admitted = min(len(queue), sum(max(f, 0) for f in free))
     if not admitted:
@@ -232,37 +234,40 @@ def simulate_rollout(
     timeline: list[tuple[float, dict[str, int]]] = []
     freed: list[np.ndarray] = [np.empty(0)] * len(pools)  # when slots ended within the last step
     rates = np.ones(len(pools))  # each pool's tokens per second in the last step
-    while np.isnan(finish).any():
+    replicas, base = np.array([p.replicas for p in pools]), np.array([p.base for p in pools])
+    unfinished = n
+    while unfinished:
         _admit(queue, pools, where, counts, t, wait, freed)
         if steal and not queue:
             _steal(pools, where, counts, lengths - left - remaining, t, wait, freed[0], rates)
         timeline.append((t, {pool.name: int(c) for pool, c in zip(pools, counts, strict=True)}))
         active = np.flatnonzero(where >= 0)
-        decoding = np.bincount(where[active[wait[active] <= 0]], minlength=len(pools))
-        batch = decoding / np.array([p.replicas for p in pools]) + [p.base for p in pools]
-        rates = np.array(
-            [1 / float(p.iteration(np.array([b]))[0]) for p, b in zip(pools, batch, strict=True)]
-        )
+        held, owner = wait[active], where[active]
+        decoding = np.bincount(owner[held <= 0], minlength=len(pools))
+        batch = decoding / replicas + base
+        rates = np.array([1 / float(p.iteration(batch[i : i + 1])[0]) for i, p in enumerate(pools)])
         dt = QUANTUM_TOKENS / rates[counts > 0].max()
-        if active.size and (wait[active] > 0).all():  # every request on its environment: to the first back
-            dt = float(wait[active].min())
+        if active.size and (held > 0).all():  # every request on its environment: to the first back
+            dt = float(held.min())
         if queue:
             dt = min([dt] + [p.start - t for p in pools if p.start > t])
-        rate = rates[where[active]]
-        busy = np.maximum(dt - wait[active], 0.0)  # the step's time each one decodes
-        wait[active] = np.maximum(wait[active] - dt, 0.0)
-        ending = remaining[active] <= rate * busy
+        rate = rates[owner]
+        busy = np.maximum(dt - held, 0.0)  # the step's time each one decodes
+        wait[active] = np.maximum(held - dt, 0.0)
+        tokens = remaining[active]
+        ending = tokens <= rate * busy
         ends = active[ending]
-        at = t + dt - busy[ending] + remaining[ends] / rate[ending]
+        at = t + dt - busy[ending] + tokens[ending] / rate[ending]
         more = left[ends] > 0
         finish[ends[~more]] = at[~more]
         nxt = ends[more]  # the next turn: the environment steps from the turn's end, then its prefill
         wait[nxt] = turns.env_s - (t + dt - at[more])
         turn = np.minimum(left[nxt], turns.tokens)
         left[nxt], remaining[nxt] = left[nxt] - turn, turn + 1.0
-        going = active[~ending]
-        remaining[going] -= rate[~ending] * busy[~ending]
+        going = ~ending
+        remaining[active[going]] = tokens[going] - rate[going] * busy[going]
         done = ends[~more]
+        unfinished -= done.size
         freed = [np.sort(at[~more][where[done] == i]) for i in range(len(pools))]
         counts -= np.bincount(where[done], minlength=len(pools))
         where[done] = -1
