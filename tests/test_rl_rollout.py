@@ -320,3 +320,17 @@ def test_the_rl_cluster_takes_a_request_back_when_its_slot_ends():
     slow = Pool("serving spare", 1, 1.0, lambda batch: np.full(np.shape(batch), 0.1))
     ends = simulate_rollout(np.array([1000.0, 2000.0]), [fast, slow], steal=True).finish
     np.testing.assert_allclose(ends, [10.0, 29.0], rtol=1e-12)
+
+
+def test_at_its_defaults_the_rollout_evaluator_borrows_serving_slots():
+    """The evaluator's defaults are the size of ROSE's 8B runs (4,096 rollouts a step, 16 in flight
+    per RL GPU): the RL cluster's 512 slots queue the rest, so ROSE borrows serving slots and ends
+    its rollout before the fixed baseline. (At 512 rollouts and the KV cache's slots every policy
+    ran the fixed one's rollout, 93.7 s, the serving cluster never used.)"""
+    import pandas as pd
+
+    from commodel.pricing.evaluator import evaluator
+
+    table = evaluator("rollout")(pd.DataFrame([{"policy": p} for p in ("fixed", "rose")])).set_index("policy")
+    assert table.loc["fixed", "serving_slots"] == 0 < table.loc["rose", "serving_slots"]
+    assert table.loc["rose", "rollout_s"] < 0.9 * table.loc["fixed", "rollout_s"]

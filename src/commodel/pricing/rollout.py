@@ -67,7 +67,12 @@ class RolloutJob(Job):
     rl_gpus: int = Field(32, ge=1, le=MAX_GPUS, description="GPUs of the RL cluster.")
     serve_gpus: int = Field(64, ge=1, le=MAX_GPUS, description="GPUs of the serving cluster.")
     tp: int = Field(1, ge=1, description="Tensor-parallel size of a replica.")
-    samples: int = Field(512, ge=1, le=200_000, description="Rollouts per RL step (prompts x group).")
+    samples: int = Field(
+        4096,
+        ge=1,
+        le=200_000,
+        description="Rollouts per RL step (prompts x group; ROSE's 8B runs: 256 x 16).",
+    )
     algorithm: Annotated[str, Choices("RL algorithm", ALGORITHMS)] = Field(
         "grpo",
         description="grpo (one batch per step) or dapo (dynamic sampling: rounds until the batch is full).",
@@ -112,7 +117,9 @@ class RolloutJob(Job):
     )
     link_GBps: float = Field(50.0, gt=0, description="Cross-cluster link for weights, GB/s.")
     concurrency: int = Field(
-        0, ge=0, description="Rollouts in flight per RL GPU at most (0: what the KV cache holds)."
+        16,
+        ge=0,
+        description="Rollouts in flight per RL GPU at most (ROSE's runs: 16; 0: what the KV cache holds).",
     )
     activation_s: float = Field(
         5.0,
