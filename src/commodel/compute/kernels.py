@@ -210,9 +210,8 @@ def decode_attention(
     ``r + d_rope`` (the latent serves as key and value). Tiles: ``head_groups`` per query (one CTA per
     KV head, its query group packed as rows, FlashAttention-2's decode; FlashMLA's 64 query heads per
     CTA), each looping over the whole context in blocks of :data:`ATTENTION_BLOCK` keys (the last one
-    run whole, ``fill``); the roofline
-    cuts the context into the splits that make it fastest (split-KV, FlashDecoding:
-    :func:`commodel.compute.roofline.split_k`)."""
+    run whole, ``fill``); the roofline cuts the context into the splits that make it fastest
+    (split-KV, FlashDecoding: :func:`commodel.compute.roofline.split_k`)."""
     q, h, c, f, w, g = _positive(
         queries=queries,
         heads=heads,

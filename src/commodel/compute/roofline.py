@@ -110,12 +110,18 @@ def achievable_flops(
     ``split``: a GEMM's k loop cut into that many slices, each its own tile of ``k / split`` depth.
     ``tiling``: the kernel's :func:`output_tiling` on those units, where the caller has it.
     """
-    peak = peak_flops(gpu, kernel.dtype, kernel.matmul)
     total = gpu.compute_units.value
     units = total if units is None else np.asarray(units, dtype=float)
     if not kernel.matmul:
+        peak = peak_flops(gpu, kernel.dtype, matmul=False)
         return np.full(np.shape(kernel.flops), peak * clock_share(gpu)) * units / total
-    wave_eff, depth = _wave_share(gpu, kernel, units, split, tiling)
+    return _tensor_rate(gpu, kernel, *_wave_share(gpu, kernel, units, split, tiling))
+
+
+def _tensor_rate(gpu: GPU, kernel: Kernel, wave_eff: ArrayLike, depth: ArrayLike) -> np.ndarray:
+    """FLOP/s of a tensor-core kernel keeping ``wave_eff`` of the SMs at work (:func:`_wave_share`)
+    on tiles ``depth`` deep: the GPU's best GEMM rate times ``wave_eff`` and the depth efficiency."""
+    peak = peak_flops(gpu, kernel.dtype)
     sixteen_bit = peak_flops(gpu, "bf16" if "bf16" in gpu.peak_flops else "fp16")
     depth_eff = depth / (depth + GEMM_TILE_OVERHEAD_K * peak / sixteen_bit)
     return peak * clock_share(gpu) * gpu.efficiency(kernel.dtype) * wave_eff * depth_eff
@@ -233,12 +239,17 @@ def _phases(
     gpu: GPU, kernel: Kernel, units: ArrayLike | None, split: ArrayLike, tiling: Tiling
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A kernel's compute and memory seconds at ``split`` slices of its k loop, with its FLOP/s
-    ceiling and the HBM bytes it moves (its partial sums included)."""
-    ceiling = achievable_flops(gpu, kernel, units, split, tiling)
+    ceiling and the HBM bytes it moves (its partial sums included). The exponentials run on the SMs
+    its tiles keep at work, padding included (the wave share its tensor rate has)."""
+    total = gpu.compute_units.value
+    units = total if units is None else np.asarray(units, dtype=float)
+    if kernel.matmul:
+        busy, depth = _wave_share(gpu, kernel, units, split, tiling)
+        ceiling = _tensor_rate(gpu, kernel, busy, depth)
+    else:
+        busy, ceiling = units / total, achievable_flops(gpu, kernel, units)
     compute = kernel.flops / ceiling
     if gpu.exp_rate is not None and np.any(kernel.exps):
-        units = gpu.compute_units.value if units is None else np.asarray(units, dtype=float)
-        busy, _ = _wave_share(gpu, kernel, units, split, tiling)  # the tiles' SMs, padding included
         softmax = kernel.exps / (gpu.exp_rate.value * clock_share(gpu) * busy)
         compute = np.maximum(compute, softmax) + SOFTMAX_EXPOSED * np.minimum(compute, softmax)
     traffic = kernel.bytes + _partial_sum_bytes(kernel, split)
