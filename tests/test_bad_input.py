@@ -290,3 +290,19 @@ def test_a_bad_overlay_in_the_environment_is_said_once(tmp_path, capsys, monkeyp
         main()
     err = capsys.readouterr().err
     assert err.count("900 W") == 1 and "field 'power_limit'" in err and "limit.toml" in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[*TRAIN, "--capacity-factor", "nan"], [*TRAIN, "--power-limit", "inf"], [*SERVE, "--prompt-cv", "nan"]],
+    ids=lambda a: " ".join(a[-2:]),
+)
+def test_a_number_that_is_not_finite_is_called_that_not_out_of_bounds(args, capsys, monkeypatch):
+    """NaN fails every bound a field has: the message says what is wrong with it, not which bound."""
+    monkeypatch.setattr("sys.argv", ["commodel", *args])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    err = capsys.readouterr().err
+    assert (
+        exit_info.value.code == 2 and err == f"error: {args[-2]}: must be a finite number, got {args[-1]}\n"
+    )

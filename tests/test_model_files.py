@@ -41,9 +41,11 @@ def test_every_listed_architecture_has_a_config_in_the_tests():
 def test_a_job_names_a_model_file_and_prices_as_the_shipped_model(tmp_path):
     own = tmp_path / "mine.toml"
     shutil.copy(SHIPPED / "llama3-8b.toml", own)
+    with_bom = tmp_path / "windows.toml"  # a byte-order mark, as some Windows editors save
+    with_bom.write_bytes(b"\xef\xbb\xbf" + own.read_bytes())
     job = {"system": "dgx-h100", "gpus": 8, "recompute": "full"}
     shipped = train(model="llama3-8b", **job)["step_time_s"]
-    for path in (own, HF / "llama3-8b.json"):
+    for path in (own, with_bom, HF / "llama3-8b.json"):
         assert train(model=str(path), **job)["step_time_s"] == pytest.approx(shipped)
 
 

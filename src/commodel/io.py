@@ -36,14 +36,15 @@ def regular_file(path: str | Path, what: str = "file", limit: int = READ_LIMIT) 
 
 
 def read_text(path: str | Path, what: str = "file", limit: int = READ_LIMIT) -> str:
-    """The UTF-8 text of the regular file ``path`` (see :func:`regular_file`); a file that is not
-    UTF-8 text is a :class:`CommodelError` naming it."""
+    """The UTF-8 text of the regular file ``path`` (see :func:`regular_file`), without the byte-order
+    mark some Windows editors put first; a file that is not UTF-8 text is a :class:`CommodelError`
+    naming it."""
     path = regular_file(path, what, limit)
     data = path.read_bytes()
     if b"\0" in data:
         raise CommodelError(f"{path}: a binary file, not a {what}")
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise CommodelError(f"{path}: not UTF-8 text (byte {exc.start}), not a {what}") from None
 

@@ -162,14 +162,21 @@ class Job(BaseModel):
     #: of them are checked as whole jobs (every other field is checked value by value).
     together: ClassVar[tuple[str, ...]] = ()
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _finite(cls, value: Any) -> Any:
+        """NaN and infinity refused before a field's bounds read them (NaN fails every bound, and
+        the bound's message would not say why)."""
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"must be a finite number, got {value}")
+        return value
+
     @field_validator("*")
     @classmethod
     def _known(cls, value: Any, info: Any) -> Any:
         choices = choices_of(cls, info.field_name)
         if choices is not None and isinstance(value, str):
             choices.check(value)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"must be a finite number, got {value}")
         if isinstance(value, int) and not isinstance(value, bool) and abs(value) > LARGEST_COUNT:
             raise ValueError(f"must be at most 2^53 ({LARGEST_COUNT:.3g}), got {value:.3g}")
         return value
