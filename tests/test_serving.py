@@ -15,7 +15,7 @@ from commodel.errors import CommodelError
 from commodel.hardware import cluster
 from commodel.pricing.run import serve
 from commodel.workloads.model.catalog import model
-from commodel.workloads.serving.continuous import steady_state
+from commodel.workloads.serving.continuous import iteration_kinds, steady_state
 from commodel.workloads.serving.engine import Engine
 from commodel.workloads.serving.memory import capacity, kv_bytes_per_token_layer, weight_bytes_per_gpu
 
@@ -251,11 +251,19 @@ def test_the_iteration_table_adds_up_to_the_steady_state(name, system, tp, pp, p
         hbm = cluster(system).gpu  # no kernel moves more than the HBM carries (split-K partials counted)
         assert all(row["gbps"] <= hbm.memory_bandwidth.value * hbm.memory_efficiency.value / 1e9 * (1 + 1e-9)
                    for row in it["kernels"])  # fmt: skip
-    mean = sum(it["share"] * it["time_ms"] for it in iterations)  # B / o requests finish in each
+    # The mean iteration, which sets the throughput, is over the law of how many prompts an iteration
+    # starts: each count at its share and time, those around the mean the kinds above.
+    starts = result["starts"]
+    assert sum(s["share"] for s in starts) == pytest.approx(1.0, abs=1e-4)
+    mean = sum(s["share"] * s["time_ms"] for s in starts)
     assert mean == pytest.approx(1e3 * result["iteration_s"], rel=1e-9)
     assert mean == pytest.approx(
         1e3 * result["batch_in_flight"] / (output * result["requests_per_s"]), rel=1e-9
     )
+    at_count = {s["chunks"]: s["time_ms"] for s in starts}
+    for it in iterations:
+        if it["prompts"] in at_count and it["chunk"] == it["prompt"]:
+            assert it["time_ms"] == pytest.approx(at_count[it["prompts"]], rel=1e-9)
     # a prompt rides an iteration with prompts: longer than one that only decodes (the law of how
     # many it starts, not these two whole counts, sets which; the slots' simulation checks it)
     decoding = [it["time_ms"] for it in iterations if it["prompts"] == 0]
@@ -552,7 +560,8 @@ def test_replicas_in_lockstep_wait_for_the_one_starting_the_most_prompts_as_a_si
     assert closed["iteration_s"][0] == pytest.approx(mean, rel=0.03)
     assert closed["tpot_s"][0] == pytest.approx(per_token, rel=0.03)
     assert closed["ttft_s"][0] == pytest.approx(first_token, rel=0.03)
-    assert sum(kind[1][0] for kind in closed["iterations"][:-1]) == pytest.approx(share, abs=0.02)
+    counts, shares, _ = closed["starts"]
+    assert 1 - shares[0][counts == 0].sum() == pytest.approx(share, abs=0.02)
 
 
 @pytest.mark.parametrize(("cv", "output"), [(0.0, 256), (1.0, 128)])
@@ -590,8 +599,36 @@ def test_a_requests_time_per_output_token_is_the_mean_of_the_iterations_it_decod
     runs = [simulated_lockstep(e, 1, slots, prompt, output, cv, room, 3000, seed) for seed in range(4)]
     mean, _, _, per_token = np.mean(runs, axis=0)
     assert closed["tpot_s"][0] == pytest.approx(per_token, rel=0.02)
-    assert closed["iteration_s"][0] == pytest.approx(mean, rel=0.02)
+    # the mean iteration is the same law's as the TPOT (Little's law): 2.1% short at 8 in flight with
+    # outputs of cv 1, where the TPOT is 1.9% short
+    assert closed["iteration_s"][0] == pytest.approx(mean, rel=0.03)
     assert closed["tpot_s"][0] < closed["iteration_s"][0] / 1.05
+
+
+def test_the_mean_iteration_weighs_each_count_of_prompts_an_iteration_starts_as_a_simulation_says():
+    """Llama 3 70B on four H200s in FP8, 256 requests of 128 + 128 tokens in flight: an iteration
+    starting 3 prompts takes 45.6 ms, one starting 2 takes 33.8 (the GEMMs' 128-row tiles fill a
+    third wave), so the mean iteration is not that at the mean count of 2. Over the law of how many
+    start it is within 1% of the slots' simulation, where the mean count alone put it 6.8% short (and
+    the throughput 7% high against a TPOT from the law); a request's time in flight, its first token
+    then its decode, is what the throughput says (Little's law)."""
+    from commodel.pricing.serving import ENGINE_SIZES, ENGINE_SOFTWARE, replica_engine
+    from commodel.pricing.serving_job import serving_job
+
+    job = serving_job(model="llama3-70b", system="hgx-h200", gpus=4, tp=4, dtype="fp8", prompt=128, output=128,
+                      batch="256")  # fmt: skip
+    c = cluster(job.system)
+    e = replica_engine(model(job.model), c, serving_precision(job.dtype, c.gpu),
+                       {n: getattr(job, n) for n in ENGINE_SOFTWARE}, {n: getattr(job, n) for n in ENGINE_SIZES}).repeated(1)  # fmt: skip
+    closed = steady_state(e, np.array([256.0]), 128, 128)
+    room = int((e.max_num_tokens[0] - 256 * 127 / 128) // 128)
+    runs = [simulated_lockstep(e, 1, 256, 128, 128, 0.0, room, 3000, seed) for seed in range(4)]
+    mean, _, first_token, per_token = np.mean(runs, axis=0)
+    assert closed["iteration_s"][0] == pytest.approx(mean, rel=0.01)
+    assert closed["tpot_s"][0] == pytest.approx(per_token, rel=0.01)
+    assert closed["ttft_s"][0] == pytest.approx(first_token, rel=0.02)
+    in_flight = closed["ttft_s"][0] + 127 * closed["tpot_s"][0]
+    assert 256 / closed["requests_per_s"][0] == pytest.approx(in_flight, rel=1e-9)
 
 
 def simulated_chunks(engine, slots, prompt, output, iterations, seed):
@@ -666,7 +703,7 @@ def test_a_long_prompts_chunks_fill_the_budget_the_decode_queries_leave_as_a_sim
     assert closed["iteration_s"][0] == pytest.approx(mean, rel=0.03)
     assert closed["ttft_s"][0] == pytest.approx(first_token, rel=0.07)
     assert closed["tpot_s"][0] == pytest.approx(per_token, rel=0.03)
-    for _, share, queries, chunks, chunk, _ in closed["iterations"]:
+    for _, share, queries, chunks, chunk, _ in iteration_kinds(e, np.array([float(slots)]), prompt, output):
         if share[0] > 0:
             assert queries[0] + chunks[0] * chunk[0] <= tokens
 
@@ -813,7 +850,8 @@ def test_an_overlapped_host_loop_hides_behind_the_gpu_and_never_slows_an_iterati
         job = dict(model=name, system="gb200-nvl72", gpus=tp, tp=tp, prompt=1000, output=1000, dtype="fp4")
         serial, overlapped = serve(**job), serve(**job, host_schedule="overlapped")
         assert overlapped["tpot_s"] <= serial["tpot_s"] and overlapped["host_share"] <= serial["host_share"]
-        assert serial["host_share"] > 0.1 and overlapped["host_share"] == 0.0  # all of it hidden here
+        # all of it hidden but in the iterations that start no prompt, whose GPU work is the shorter
+        assert serial["host_share"] > 0.1 and overlapped["host_share"] < 0.05
     engines = {
         h: engine("llama3-70b", "gb200-nvl72", "fp4", "fp8", host_schedule=h)
         for h in ("serial", "overlapped")

@@ -37,7 +37,7 @@ def _job_result(kind: str, run: Callable[..., dict], tables: tuple[Callable, Cal
     table, kernel_table = tables
     typer.echo(table(result) + band_lines(result))
     if kernels:
-        typer.echo("\n" + kernel_table(result["kernels"]))
+        typer.echo("\n" + kernel_table(result))
 
 
 def train(as_json: bool = False, uncertainty: bool = False, kernels: bool = False, **values: object) -> None:

@@ -29,7 +29,7 @@ from commodel.pricing.training import STEP_OUTPUTS, job_layout, price_training
 from commodel.pricing.training_job import TrainingJob, training_job
 from commodel.workloads.layer.kernel_rows import kernel_table
 from commodel.workloads.model.catalog import model
-from commodel.workloads.serving.continuous import iteration_table, steady_state
+from commodel.workloads.serving.continuous import iteration_table
 from commodel.workloads.serving.engine import kv_dtype_of
 from commodel.workloads.training.hetero import is_node_groups
 from commodel.workloads.training.step import BREAKDOWN
@@ -258,7 +258,7 @@ def train(
 SERVING_APART = ("batch_in_flight", "max_batch", "fits", "replicas", "problem", "valid")
 
 
-def _iteration_table(job: ServingJob, batch: int) -> list[dict[str, object]]:
+def _iteration_table(job: ServingJob, batch: int) -> dict[str, list[dict[str, object]]]:
     """:func:`~commodel.workloads.serving.continuous.iteration_table` of the job's replica at ``batch`` in flight."""
     if job.prefill_gpus or job.phase != "both":
         raise CommodelError(
@@ -269,8 +269,7 @@ def _iteration_table(job: ServingJob, batch: int) -> list[dict[str, object]]:
     sizes = {name: getattr(job, name) for name in ENGINE_SIZES}
     software = {name: getattr(job, name) for name in ENGINE_SOFTWARE}
     engine = replica_engine(model(job.model), where, recipe, software, sizes)
-    state = steady_state(engine, batch, job.prompt, job.output, job.prompt_cv, job.output_cv)
-    return iteration_table(engine, state, job.prompt)
+    return iteration_table(engine, batch, job.prompt, job.output, job.prompt_cv, job.output_cv)
 
 
 def _pool_was_cut(job: ServingJob) -> bool:
@@ -348,5 +347,5 @@ def serve(job: ServingJob | None = None, kernels: bool = False, **values: Any) -
         **outputs,
         "fits": bool(row.fits),
         "notes": notes,
-        **({"kernels": _iteration_table(job, in_flight)} if kernels else {}),
+        **(_iteration_table(job, in_flight) if kernels else {}),
     }

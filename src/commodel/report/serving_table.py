@@ -110,11 +110,12 @@ def _cost(result: dict) -> str:
     return "cost per token: give --price-per-gpu-hour"
 
 
-def iteration_text(iterations: list[dict]) -> str:
-    """Each kind of serving iteration (:func:`commodel.workloads.serving.continuous.iteration_table`): one
-    layer's kernels with their rooflines, then the sum that makes the iteration's time."""
+def iteration_text(result: dict) -> str:
+    """A serving result's iterations (:func:`commodel.workloads.serving.continuous.iteration_table`): each
+    kind's layer kernels with their rooflines, then the sum that makes its time; last, the mean
+    iteration over how many prompt chunks iterations start."""
     blocks = []
-    for it in iterations:
+    for it in result["kernels"]:
         chunked = it["chunk"] < it["prompt"]
         plural = "" if it["prompts"] == 1 else "s"
         prompts = (
@@ -133,7 +134,20 @@ def iteration_text(iterations: list[dict]) -> str:
             f"  iteration: {stage} + communication {it['comm_ms']:.4g} ms + host {it['host_ms']:.4g} ms "
             f"= {it['time_ms']:.4g} ms",
         ]))  # fmt: skip
-    return "\n\n".join(blocks)
+    return "\n\n".join([*blocks, _starts_line(result["starts"], result["iteration_s"])])
+
+
+def _starts_line(starts: list[dict], mean_s: float) -> str:
+    """The mean iteration as the counts of prompt chunks iterations start make it up: each count that
+    starts at least 1% of them, its share and time."""
+    shown = [s for s in starts if s["share"] >= 0.01]
+    rest = 1 - sum(s["share"] for s in shown)
+    counts = ", ".join(f"{s['chunks']}: {_share(s['share'])} at {s['time_ms']:.4g} ms" for s in shown)
+    others = f", other counts {_share(rest)}" if rest > 5e-4 else ""
+    return (
+        f"mean iteration {1e3 * mean_s:.4g} ms over the prompt chunks an iteration starts, as the slots end "
+        f"(count: share of iterations at its time; the kinds above are the counts around the mean): {counts}{others}"
+    )
 
 
 def _share(share: float) -> str:

@@ -178,12 +178,13 @@ def kernel_lines(rows: list[dict], calls: Callable[[dict], str], times: dict[str
     return lines
 
 
-def kernel_text(rows: list[dict]) -> str:
-    """One layer's kernels for one micro-batch (:func:`commodel.workloads.layer.kernel_rows.kernel_table`):
-    calls per layer, the forward call's work and roofline, and milliseconds per layer."""
+def kernel_text(result: dict) -> str:
+    """A training result's layer kernels for one micro-batch (its ``kernels``:
+    :func:`commodel.workloads.layer.kernel_rows.kernel_table`): calls per layer, the forward call's
+    work and roofline, and milliseconds per layer."""
     return "\n".join([
         "one layer, one micro-batch on one GPU (recomputation aside; calls: forward/backward per layer):",
-        *kernel_lines(rows, lambda r: f"{r['forward']:.3g}/{r['backward']:.3g}", {"fwd ms": "fwd_ms", "bwd ms": "bwd_ms"}),
+        *kernel_lines(result["kernels"], lambda r: f"{r['forward']:.3g}/{r['backward']:.3g}", {"fwd ms": "fwd_ms", "bwd ms": "bwd_ms"}),
     ])  # fmt: skip
 
 

@@ -7,13 +7,12 @@ request stays in flight ``L = o + k - 1`` iterations, its prompt in ``k`` chunks
 and then decode: ``k = 1`` where the prompt fits the token budget beside the other requests' decode
 queries, else the fewest chunks that do (TensorRT-LLM's chunked context, which trtllm-bench enables:
 :func:`chunks_beside_decode`). With ``B`` requests in flight, ``B / L`` finish and start per
-iteration, and on a share ``f = min(B k / L, 1)`` of iterations ``c = max(B k / L, 1)`` chunks of
-``p / k`` tokens on average run (replicas in lockstep: the share and the chunks of the replica
-starting the most, :func:`slowest_replica_starts`), priced as iterations of the two whole numbers of
-chunks around ``c``, mixed to it, beside the ``B - c`` slots that decode (``B`` in an iteration
+iteration, ``B k / L`` chunks of ``p / k`` tokens on average, their count ``c`` spread as the slots
+end (:func:`start_law`; replicas in lockstep: the count of the replica starting the most), each count
+priced as an iteration of ``c`` chunks beside the ``B - c`` slots that decode (``B`` in an iteration
 without prompts; ``B (o - 1) / L`` on average); a chunk carries its tokens' share of the prompt's causal attention (the chunks'
 attention against their prefixes adds up to the whole). ``output tokens/s = (B / L) o / t``, ``t``
-the mean iteration, with prompts or decode only. A request sees other iterations than the mean
+the mean iteration over that law. A request sees other iterations than the mean
 (:func:`request_iterations`): its first token comes at the end of the ``k`` iterations its chunks
 ride, which start more chunks than the mean (each chunk but the last fills the budget the queries
 leave, the last the rest); its time per output token is the mean of the iterations it decodes in,
@@ -140,11 +139,10 @@ def _slowest_of(
     law: tuple[np.ndarray, np.ndarray, np.ndarray], starts: ArrayLike, replicas: ArrayLike
 ) -> tuple[np.ndarray, np.ndarray]:
     """(The share of iterations with prompts, the prompts the slowest replica starts in one) from the
-    ``law`` of :func:`start_law`, ``starts`` per replica and iteration on average. One replica: ``f =
-    min(λ, 1)`` iterations of ``max(λ, 1)`` whole prompts, whose mean is exact however its starts
-    fall (an iteration's time is affine in its prompts). Replicas in lockstep: the slowest sets every
-    iteration's time, so how the starts spread counts: some replica starts prompts on ``1 - P(0)^R``
-    of the iterations, and the slowest starts ``E[max]`` in all."""
+    ``law`` of :func:`start_law`, ``starts`` per replica and iteration on average: the kinds a person
+    reads (:func:`iteration_kinds`). One replica: ``f = min(λ, 1)`` iterations of ``max(λ, 1)`` whole
+    prompts. Replicas in lockstep: the slowest sets every iteration's time, so some replica starts
+    prompts on ``1 - P(0)^R`` of the iterations, and the slowest starts ``E[max]`` in all."""
     c, slowest, _ = law
     lam = np.broadcast_arrays(np.asarray(starts, dtype=float), np.asarray(replicas))[0]
     lock = (np.broadcast_to(replicas, lam.shape) > 1) & (lam > 0)
@@ -154,27 +152,21 @@ def _slowest_of(
     return share, prompts
 
 
-def over_starts(
+def per_count(
     engine: Engine,
-    law: tuple[np.ndarray, np.ndarray, np.ndarray],
-    weightings: list[tuple[np.ndarray, ArrayLike]],
+    counts: np.ndarray,
+    pieces: list[ArrayLike],
     slots: np.ndarray,
     p: np.ndarray,
     context: np.ndarray,
     prompt_cv: ArrayLike,
     chunks: ArrayLike = 1.0,
-) -> list[np.ndarray]:
-    """Each weighting's mean iteration, in seconds, one per design: ``(weight, own)``, a weight over the
-    ``law``'s counts ``c`` of prompt chunks (:func:`start_law`; ``1 / chunks`` of a prompt each, a whole
-    prompt where it fits the budget; normalized here) and the share of the prompt one of them carries
-    (a request's own chunk, :func:`chunk_pieces`), each count with mass priced as an iteration of that
-    many chunks beside the ``slots - c`` that decode (one :func:`iteration_time` call for all
-    weightings)."""
-    c = law[0]
-    tiny = np.finfo(float).tiny
-    normed = [w / np.maximum(w.sum(axis=1, keepdims=True), tiny) for w, _ in weightings]
-    counts = c[np.any([np.any(w > 1e-6, axis=0) for w in normed], axis=0)]
-    rows, k = normed[0].shape[0], len(normed)
+) -> dict[str, np.ndarray]:
+    """Iterations of each of ``counts`` prompt chunks (``1 / chunks`` of a prompt each, a whole prompt
+    where it fits the budget), one of them carrying each of ``pieces`` (a share of the prompt:
+    :func:`chunk_pieces`), beside the ``slots - c`` slots that decode, priced by one
+    :func:`iteration_time` call: its outputs shaped ``(pieces, designs, counts)``."""
+    rows, k = np.broadcast(slots, p, context, chunks).size, len(pieces)
     at = np.tile(np.repeat(np.arange(rows), counts.size), k)
 
     def each(v: ArrayLike) -> np.ndarray:
@@ -185,12 +177,16 @@ def over_starts(
 
     unit = 1 / each(chunks)
     units = np.tile(counts.astype(float), rows * k)
-    own = np.concatenate([per_row(piece) for _, piece in weightings])
+    own = np.concatenate([per_row(piece) for piece in pieces])
     prompts = units * unit + np.where(units > 0, own - unit, 0.0)
     queries = np.maximum(each(slots) - units, np.where(units > 0, 0.0, 1.0))  # the slots running no chunk
-    times = iteration_time(engine.select(at), queries, prompts, each(p), each(context), each(prompt_cv))
-    times = times["time_s"].reshape(k, rows, counts.size)
-    return [np.sum(w[:, counts] * t, axis=1) for w, t in zip(normed, times, strict=True)]
+    timing = iteration_time(engine.select(at), queries, prompts, each(p), each(context), each(prompt_cv))
+    return {name: timing[name].reshape(k, rows, counts.size) for name in ("time_s", *SHARES.values())}
+
+
+def normalized(weight: np.ndarray) -> np.ndarray:
+    """``weight`` over each design's counts, summing to 1 (0 where it has none)."""
+    return weight / np.maximum(weight.sum(axis=1, keepdims=True), np.finfo(float).tiny)
 
 
 def request_iterations(
@@ -213,6 +209,23 @@ def synchronized_replicas(engine: Engine) -> np.ndarray:
     them). Every MoE layer's dispatch and combine wait for every rank of the group, so an iteration
     lasts as long as the slowest replica's; 1 where a replica holds its experts' group itself."""
     return np.maximum(engine.ep / engine.tp, 1.0)
+
+
+def in_flight(
+    engine: Engine, batch: np.ndarray, prompt: np.ndarray, output: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(Chunks a prompt takes, iterations a request stays in flight (its chunks, then ``o - 1``
+    decode), replicas in lockstep, the :func:`start_law` of chunks an iteration starts) for ``batch``
+    requests in flight."""
+    chunks = chunks_beside_decode(engine, batch, prompt)
+    life = output + chunks - 1
+    replicas = synchronized_replicas(engine)
+    return (
+        chunks,
+        life,
+        replicas,
+        start_law(batch, life / chunks, replicas, chunk_room(engine, batch, prompt, chunks)),
+    )
 
 
 def steady_state(
@@ -239,27 +252,62 @@ def steady_state(
     token, where the run reports 11.35 tokens/s per user, 88.1 ms; each replica alone would be 51 ms.)
     ``iteration_s`` is the mean iteration, ``tpot_s`` the mean of those a request decodes in
     (:func:`request_iterations`; with one output token, which no request decodes, the mean iteration).
-    ``iterations``: each kind (with prompts, with one more prompt, decode only) with its share, decode
-    queries, prompt chunks, the tokens of the one it is named by (a full chunk, or the last: the
-    whole prompt where it fits the budget) and its :func:`iteration_time`; ``prompt_chunks``, the
-    iterations a prompt takes (:func:`chunks_beside_decode`)."""
+    All three are means over one law of how many chunks an iteration starts (:func:`start_law`), each
+    count priced as its own iteration (:func:`per_count`): an iteration's time is not affine in its
+    chunks (a GEMM's tiles, attention's), so pricing the mean count alone put Llama 3 70B on four
+    H200s 7% fast at 256 in flight, where its tokens came 7% apart. ``starts``: the counts, their
+    shares of the iterations and their times, per design; ``prompt_chunks``, the iterations a prompt
+    takes (:func:`chunks_beside_decode`)."""
     b, p, o = (np.asarray(v, dtype=float) for v in (batch, prompt, output))
-    chunks = chunks_beside_decode(engine, b, p)
-    life = o + chunks - 1  # iterations a request stays in flight: its prompt's chunks, then decode
+    chunks, life, replicas, law = in_flight(engine, b, p, o)
     starts = b / life
-    # What an iteration carries of the prompts is chunks, k per request (one, a whole prompt, within
-    # the budget): each but the last fills the budget the decode queries leave, the last the rest.
-    replicas = synchronized_replicas(engine)
-    law = start_law(b, life / chunks, replicas, chunk_room(engine, b, p, chunks))
-    share, prompts = _slowest_of(law, starts * chunks, replicas)
     context = mean_context(p, o, output_cv)
     pieces = chunk_pieces(engine, b, p, chunks)
-    # Every slot not running a chunk decodes: B queries beside no chunk (their share 0 with one output
-    # token, where no slot decodes), B - c beside c.
+    # The iterations as they come (the slowest replica's count of chunks), as a request's chunks ride
+    # them and as it decodes in them: one law for the three, so that a request's time in flight, its
+    # first token and its decode, is what the throughput says (Little's law: B = requests/s x time).
+    riding, decoding = request_iterations(law, b, replicas)
+    weights = [normalized(w) for w in (law[1], riding, decoding)]
+    held = np.any([np.any(w > 1e-6, axis=0) for w in weights], axis=0)
+    counts = law[0][held]
+    timing = per_count(engine, counts, [piece for _, piece, _ in pieces], b, p, context, prompt_cv, chunks)
+    odds = [each_odds for *_, each_odds in pieces]
+
+    def over(weight: np.ndarray, name: str) -> np.ndarray:
+        """``name``'s mean over the iterations ``weight`` weighs, each piece at its odds."""
+        return sum(
+            share * np.sum(weight[:, held] * t, axis=1) for share, t in zip(odds, timing[name], strict=True)
+        )
+
+    mean, first, between = (over(w, "time_s") for w in weights)
+    by_count = sum(np.asarray(share)[..., None] * t for share, t in zip(odds, timing["time_s"], strict=True))
+    return {
+        "ttft_s": first * chunks,
+        "tpot_s": np.where(o > 1, between, mean),
+        "iteration_s": mean,
+        "output_tokens_per_s": starts * o / mean,
+        "requests_per_s": starts / mean,
+        **{share_of: over(weights[0], name) / mean for share_of, name in SHARES.items()},
+        "starts": (counts, weights[0][:, held], by_count),
+        "prompt_chunks": chunks,
+    }
+
+
+def iteration_kinds(engine: Engine, batch: ArrayLike, prompt: ArrayLike, output: ArrayLike,
+                    prompt_cv: ArrayLike = 0.0, output_cv: ArrayLike = 0.0) -> list[tuple]:  # fmt: skip
+    """Iterations for a person to read (:func:`iteration_table`): those starting the two whole numbers
+    of chunks around the mean count (the slowest replica's, :func:`slowest_replica_starts`), mixed to
+    it, and those that only decode, each ``(kind, share, decode queries, chunks, the named chunk's
+    tokens, its iteration_time)``. With starts spread as :func:`start_law` spreads them, the mean
+    iteration is that law's (:func:`steady_state`'s ``starts``), not this mixture's."""
+    b, p, o = (np.asarray(v, dtype=float) for v in (batch, prompt, output))
+    chunks, life, replicas, law = in_flight(engine, b, p, o)
+    share, prompts = _slowest_of(law, b / life * chunks, replicas)
+    context = mean_context(p, o, output_cv)
+    pieces = chunk_pieces(engine, b, p, chunks)
     decode = iteration_time(engine, np.maximum(b, 1.0), np.zeros_like(b), p, context)
-    # The chunks an iteration with prompts starts are a mean over iterations that start whole ones:
-    # the iterations of the two whole numbers around it, mixed to that mean (a fraction of a chunk
-    # would cut the GEMMs' tiles at a token count no iteration has), one of them a full chunk or a last.
+    # The two whole numbers of chunks around the mean (a fraction of a chunk would cut the GEMMs'
+    # tiles at a token count no iteration has), one of them a full chunk or a last.
     whole = np.floor(prompts)
     more = prompts - whole
     counts = [("with prompts", share * (1 - more), whole)]
@@ -273,27 +321,7 @@ def steady_state(
         for piece, own, odds in pieces
     ]  # fmt: skip
     kinds.append(("decode only", 1 - share, b, 0 * b, 0 * b, decode))
-
-    def mixed(name: str) -> np.ndarray:
-        return sum(weight * timing[name] for _, weight, *_, timing in kinds)
-
-    riding, decoding = request_iterations(law, b, replicas)
-    weightings = [(w, piece) for w in (riding, decoding) for _, piece, _ in pieces]
-    times = over_starts(engine, law, weightings, b, p, context, prompt_cv, chunks)
-    first, between = times[: len(pieces)], times[len(pieces) :]
-    mean = mixed("time_s")
-    return {
-        "ttft_s": sum(t * odds * chunks for t, (_, _, odds) in zip(first, pieces, strict=True)),
-        "tpot_s": np.where(
-            o > 1, sum(t * odds for t, (_, _, odds) in zip(between, pieces, strict=True)), mean
-        ),
-        "iteration_s": mean,
-        "output_tokens_per_s": starts * o / mean,
-        "requests_per_s": starts / mean,
-        **{share_of: mixed(name) / mean for share_of, name in SHARES.items()},
-        "iterations": tuple(kinds),
-        "prompt_chunks": chunks,
-    }
+    return kinds
 
 
 def chunk_room(engine: Engine, batch: np.ndarray, prompt: np.ndarray, chunks: np.ndarray) -> np.ndarray:
@@ -331,25 +359,38 @@ SHARES = {
 }
 
 
-def iteration_table(engine: Engine, state: dict[str, Any], prompt: ArrayLike) -> list[dict[str, object]]:
-    """The first design's steady-state iterations (:func:`steady_state`'s ``state`` of prompts of
-    ``prompt`` tokens), each kind that occurs (with prompts, and with one more prompt, a ``share`` f of
-    them in all; decode only, 1 - f): its decode ``queries`` and ``prompts``, one layer's kernels for one micro-batch
-    (:func:`~commodel.workloads.layer.kernel_rows.kernel_row`, ``calls`` per layer, ``ms`` per layer), the
-    last stage's ``logits``, and what :func:`iteration_time` adds up from them: ``stage_layers``,
-    ``pp``, ``comm_ms``, ``host_ms``, ``time_ms``."""
+def iteration_table(
+    engine: Engine,
+    batch: ArrayLike,
+    prompt: ArrayLike,
+    output: ArrayLike,
+    prompt_cv: ArrayLike = 0.0,
+    output_cv: ArrayLike = 0.0,
+) -> dict[str, list[dict[str, object]]]:
+    """The first design's steady-state iterations at ``batch`` in flight: ``kernels``, each kind of
+    :func:`iteration_kinds` that occurs, with its ``share``, decode ``queries`` and ``prompts``, one
+    layer's kernels for one micro-batch (:func:`~commodel.workloads.layer.kernel_rows.kernel_row`,
+    ``calls`` per layer, ``ms`` per layer), the last stage's ``logits``, and what
+    :func:`iteration_time` adds up from them: ``stage_layers``, ``pp``, ``comm_ms``, ``host_ms``,
+    ``time_ms``; and ``starts``, the law's counts of chunks an iteration starts with their shares and
+    times, whose mean is :func:`steady_state`'s mean iteration."""
     gpu, first = engine.cluster.gpu, first_design
-    out = []
-    for kind, share, queries, prompts, chunk, timing in state["iterations"]:
+    kinds = []
+    for kind, share, queries, prompts, chunk, timing in iteration_kinds(
+        engine, batch, prompt, output, prompt_cv, output_cv
+    ):
         if not first(share) > 0:
             continue
         (logits, logits_s), layer = timing["logits"], timing["layer"]
         priced = [(k, n, first(seconds)) for k, calls, seconds in layer if (n := first(calls)) > 0]
-        out.append({
+        kinds.append({
             "iteration": kind, "share": first(share), "queries": first(queries), "prompts": first(prompts),
             "prompt": first(prompt), "chunk": first(chunk), "pp": int(first(engine.pp)), "stage_layers": int(np.ceil(engine.model.layers / first(engine.pp))),
             "kernels": [{**kernel_row(gpu, k, t), "calls": calls, "ms": 1e3 * calls * t} for k, calls, t in priced],
             "logits": {**kernel_row(gpu, logits, logits_s), "calls": 1.0, "ms": 1e3 * first(logits_s)},
             **{f"{name}_ms": 1e3 * first(timing[f"{name}_s"]) for name in ("comm", "host", "time")},
         })  # fmt: skip
-    return out
+    counts, shares, times = steady_state(engine, batch, prompt, output, prompt_cv, output_cv)["starts"]
+    starts = [{"chunks": int(c), "share": float(w), "time_ms": 1e3 * float(t)}
+              for c, w, t in zip(counts, shares[0], times[0], strict=True) if w > 0]  # fmt: skip
+    return {"kernels": kinds, "starts": starts}
