@@ -384,6 +384,16 @@ BAD_TRAINING = [
     (lambda t: _edited(t, DEEPEP, "elapsed time per iteration (ms): 19640.9", "elapsed time per iteration (ms): 0"),
      "at iteration 10 is 0: not a positive number"),
     (lambda t: _edited(t, TITAN, "tps: 8,388", "tps: 0"), "tokens/s per GPU at iteration 20 is 0: not a positive"),
+    # a report that is no number is an error, not a report passed over (as nan, -5,000 and 'n/a' were)
+    (lambda t: _edited(t, TITAN, "tps: 8,388", "tps: nan"), "tokens/s per GPU at iteration 20 is nan: not a positive"),
+    (lambda t: _edited(t, TITAN, "tps: 8,388", "tps: -5,000"), "at iteration 20 is -5000: not a positive number"),
+    (lambda t: _edited(t, TITAN, "tps: 8,388", "tps: n/a"), "tokens/s per GPU at iteration 20 is 'n/a': not a number"),
+    (lambda t: _edited(t, DEEPEP, "elapsed time per iteration (ms): 19739.4", "elapsed time per iteration (ms): nan"),
+     "the elapsed time per iteration at iteration 15 is nan: not a positive number"),
+    (lambda t: _edited(t, DEEPEP, "(TFLOP/s/GPU): 244.5", "(TFLOP/s/GPU): n/a"),
+     "the throughput per GPU at iteration 15 is 'n/a': not a number"),
+    (lambda t: _edited(t, TITAN, "'data_parallel_shard_degree': -1", "'data_parallel_shard_degree': 3"),
+     "data_parallel_shard_degree = 3 where the device mesh's 'dp_shard' dimension is"),
     # a run faster than the GPUs' densest peak: steps 100x too short, tokens 100x too many
     (lambda t: _scaled(t, DEEPEP, r"elapsed time per iteration \(ms\): ([\d.]+)", 0.01), "not a run these GPUs can make"),
     (lambda t: _scaled(t, TITAN, r"tps: ([\d,]+)", 100), "not a run these GPUs can make"),

@@ -35,6 +35,7 @@ from commodel.calibrate.measured import (
     model_of,
     one_number,
     peak_memory,
+    reported,
     setting,
     steady_median,
     training,
@@ -46,11 +47,9 @@ _ARGS_START = re.compile(_PREFIX + r"-+ arguments -+\s*$", re.MULTILINE)
 _ARGS_END = re.compile(_PREFIX + r"-+ end of arguments -+\s*$", re.MULTILINE)
 _ARG = re.compile(_PREFIX + r"\s*(\w+) \.+ (.*?)\s*$")
 _MEMORY = re.compile(r"memory \(MB\).*?max allocated:\s*([0-9.]+)")
-_THROUGHPUT = re.compile(r"throughput per GPU \(TFLOP/s/GPU\):\s*([0-9.eE+-]+)")
+_THROUGHPUT = re.compile(r"throughput per GPU \(TFLOP/s/GPU\):\s*([^\s|]+)")
 _BATCH = re.compile(r"global batch size:\s*(\d+)")
-_ITERATION = re.compile(
-    r"iteration\s+(\d+)\s*/\s*\d+\s*\|.*?elapsed time per iteration \(ms\):\s*([0-9.eE+-]+)"
-)
+_ITERATION = re.compile(r"iteration\s+(\d+)\s*/\s*\d+\s*\|.*?elapsed time per iteration \(ms\):\s*([^\s|]+)")
 
 #: Megatron's FP8 recipes -> commodel's training precision.
 FP8_RECIPES = {"delayed": "fp8", "tensorwise": "fp8", "mxfp8": "mxfp8", "blockwise": "fp8-block"}
@@ -218,11 +217,13 @@ def _reports(path: Path, text: str, batch: int) -> tuple[list[tuple[int, float]]
         if size is not None and int(size[1]) != batch:
             ramped += 1
             continue
-        iteration, ms = int(report[1]), float(report[2])
+        iteration = int(report[1])
+        ms = reported(path, report[2], "elapsed time per iteration (ms)", iteration)
         kept.append((iteration, ms))
         rate = _THROUGHPUT.search(line)
-        if rate is not None and float(rate[1]) > 0 and ms > 0:  # else: refused as not positive
-            done.append((iteration, float(rate[1]) * ms))
+        tflops = None if rate is None else reported(path, rate[1], "throughput per GPU", iteration)
+        if tflops is not None and tflops > 0 and ms > 0:  # else: refused as not positive
+            done.append((iteration, tflops * ms))
     one_number(path, done, "throughput per GPU times elapsed time (its FLOPs)")
     if ramped and not kept:
         raise fail(

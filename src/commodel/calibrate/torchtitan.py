@@ -41,6 +41,7 @@ from commodel.calibrate.measured import (
     named_model,
     one_number,
     peak_memory,
+    reported,
     setting,
     steady_median,
     training,
@@ -50,7 +51,7 @@ from commodel.workloads.model.catalog import model as get_model
 _ARGS = re.compile(r"Running with args:\s*(\{.*?)\s*$", re.MULTILINE)
 _MESH = re.compile(r"Building \d+-D device mesh with \[([^\]]*)\], \[([\d, ]*)\]")
 _MEMORY = re.compile(r"step:.*?memory:\s*([0-9.]+)GiB")
-_STEP = re.compile(r"step:\s*(\d+)\s.*?[tw]ps:\s*([\d,]+(?:\.\d+)?)(?:\s+tflops:\s*([0-9.]+))?")
+_STEP = re.compile(r"step:\s*(\d+)\s.*?[tw]ps:\s*(\S+)(?:\s+tflops:\s*(\S+))?")
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 #: Where torchtitan's configuration keeps the parallel degrees: ``parallelism`` since 2025, before it
@@ -142,6 +143,11 @@ def job_settings(
         if mesh.get(name, 1) != sizes[degree]:
             raise fail(path, f"{degree}_degree = {sizes[degree]} where the device mesh's '{name}' dimension is "
                              f"{mesh.get(name, 1)}: the configuration and the mesh are of two runs")  # fmt: skip
+    stated = str(par.get("data_parallel_shard_degree"))  # -1 (or none): the GPUs the others leave
+    shard = -1 if stated in ("None", "-1") else setting(path, par, "data_parallel_shard_degree", int)
+    if shard >= 0 and mesh.get("dp_shard", 1) != shard:
+        raise fail(path, f"data_parallel_shard_degree = {shard} where the device mesh's 'dp_shard' dimension "
+                         f"is {mesh.get('dp_shard', 1)}: the configuration and the mesh are of two runs")  # fmt: skip
     gpus = math.prod(mesh.values())
     for name in ("pipeline_parallel", "expert_parallel", "data_parallel_replicate"):
         if sizes[name] > 1:
@@ -194,7 +200,14 @@ def parse_torchtitan(path: Path, text: str, system: str, model: str | None = Non
     cfg = config(path, text)
     spec = cfg.get("model", {})
     name = model_of(model, lambda: named_model(path, f"{spec.get('name', '')}-{spec.get('flavor', '')}"))
-    steps = [(int(m[1]), float(m[2].replace(",", "")), float(m[3] or "nan")) for m in _STEP.finditer(text)]
+    steps = [
+        (
+            int(m[1]),
+            reported(path, m[2], "tokens/s per GPU", m[1]),
+            reported(path, m[3] or "nan", "tflops", m[1]),
+        )
+        for m in _STEP.finditer(text)
+    ]
     reports = [(step, tps) for step, tps, _ in steps]
     per_token = [(step, tflops / tps) for step, tps, tflops in steps if tps > 0 and tflops > 0]
     one_number(path, per_token, "tflops over tps (its FLOPs per token)")
