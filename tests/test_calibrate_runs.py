@@ -484,6 +484,40 @@ def test_bad_serving_outputs_are_one_line_errors_and_write_nothing(
     assert len(captured.err.strip().splitlines()) == 1 and not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("n/a", "the last 'output throughput' (tok/s) is 'n/a': not a number"),
+        ("nan", "is nan: not a positive number"),
+    ],
+)
+def test_a_one_batch_output_whose_throughput_is_no_number_says_so(
+    tmp_path, monkeypatch, capsys, value, message
+):
+    """sglang.bench_one_batch_server's last 'output throughput' that is no number: an error naming it,
+    where 'nan' made the output unrecognized ('not a serving benchmark's output')."""
+    one_batch = LOGS / "sglang-one-batch-gptoss-h100-bs1.log"
+    log, out = (
+        _edited(tmp_path, one_batch, "output throughput: 318.53", f"output throughput: {value}"),
+        tmp_path / "o.toml",
+    )
+    args = [
+        "calibrate",
+        "serve",
+        log,
+        "--system",
+        "dgx-h100",
+        "--model",
+        "gpt-oss-120b",
+        "--tp",
+        "8",
+        "-o",
+        out,
+    ]
+    code, captured = run_cli(args, capsys, monkeypatch)
+    assert code == 2 and message in captured.err and not out.exists(), captured.err
+
+
 def test_a_client_log_priced_at_a_tp_it_does_not_fit_names_the_server_settings(tmp_path, monkeypatch, capsys):
     """A client's output cannot say the server's parallelism: without --tp the model prices gpt-oss-120b
     on one H200, where its weights do not fit, and the error says which settings to give (it was a

@@ -64,13 +64,13 @@ def about(path: Path) -> Iterator[None]:
         raise fail(path, str(exc)) from None
 
 
-def reported(path: Path, text: str, what: str, iteration: int | str) -> float:
-    """A number a log reports (``what`` at ``iteration``), thousands separators allowed: text that is no
+def reported(path: Path, text: str, what: str) -> float:
+    """A number a log reports (``what``, and where), thousands separators allowed: text that is no
     number is an error naming it, not a report passed over (whose iterations the median would lose)."""
     try:
         return float(text.replace(",", ""))
     except ValueError:
-        raise fail(path, f"the {what} at iteration {iteration} is '{text}': not a number") from None
+        raise fail(path, f"the {what} is '{text}': not a number") from None
 
 
 def steady_median(path: Path, iterations: list[int], values: list[float], what: str) -> tuple[float, str]:

@@ -218,10 +218,12 @@ def _reports(path: Path, text: str, batch: int) -> tuple[list[tuple[int, float]]
             ramped += 1
             continue
         iteration = int(report[1])
-        ms = reported(path, report[2], "elapsed time per iteration (ms)", iteration)
+        ms = reported(path, report[2], f"elapsed time per iteration (ms) at iteration {iteration}")
         kept.append((iteration, ms))
         rate = _THROUGHPUT.search(line)
-        tflops = None if rate is None else reported(path, rate[1], "throughput per GPU", iteration)
+        tflops = (
+            None if rate is None else reported(path, rate[1], f"throughput per GPU at iteration {iteration}")
+        )
         if tflops is not None and tflops > 0 and ms > 0:  # else: refused as not positive
             done.append((iteration, tflops * ms))
     one_number(path, done, "throughput per GPU times elapsed time (its FLOPs)")

@@ -34,13 +34,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from commodel.calibrate.measured import MeasuredRun, about, fail, model_of, named_model, setting
+from commodel.calibrate.measured import MeasuredRun, about, fail, model_of, named_model, reported, setting
 from commodel.pricing.serving_job import serving_job
 from commodel.units import readable_number
 
 _KEY = re.compile(r"^\s*([A-Za-z][\w .()/%-]*?)\s*:\s+(\S.*?)\s*$", re.MULTILINE)
 _NAMESPACE = re.compile(r"Namespace\((.*)\)\s*$", re.MULTILINE)
-_ONE_BATCH = re.compile(r"^output throughput:\s*([\d.]+)\s*tok", re.MULTILINE)
+_ONE_BATCH = re.compile(r"^output throughput:\s*(\S+)\s*tok", re.MULTILINE)
 
 #: trtllm-bench quantization names -> commodel's serving precision.
 QUANTIZATION = {"none": "bf16", "fp8": "fp8", "fp8_block_scales": "fp8", "nvfp4": "fp4", "w4a16_mxfp4": "fp4"}
@@ -188,7 +188,7 @@ def _one_batch(path: Path, text: str) -> tuple[dict[str, Any], float]:
         "prompt": _size(path, found, "input_len"), "output": _size(path, found, "output_len"),
         "batch": str(_size(path, found, "batch size")), "model": "",
     }  # fmt: skip
-    return settings, float(_ONE_BATCH.findall(text)[-1])
+    return settings, reported(path, _ONE_BATCH.findall(text)[-1], "last 'output throughput' (tok/s)")
 
 
 def _client(path: Path, text: str) -> tuple[dict[str, Any], float]:

@@ -203,8 +203,8 @@ def parse_torchtitan(path: Path, text: str, system: str, model: str | None = Non
     steps = [
         (
             int(m[1]),
-            reported(path, m[2], "tokens/s per GPU", m[1]),
-            reported(path, m[3] or "nan", "tflops", m[1]),
+            reported(path, m[2], f"tokens/s per GPU at iteration {m[1]}"),
+            reported(path, m[3] or "nan", f"tflops at iteration {m[1]}"),
         )
         for m in _STEP.finditer(text)
     ]
