@@ -137,16 +137,24 @@ def iteration_text(result: dict) -> str:
     return "\n\n".join([*blocks, _starts_line(result["starts"], result["iteration_s"])])
 
 
-def _starts_line(starts: list[dict], mean_s: float) -> str:
+def _starts_line(starts: list[dict], mean_s: float, most: int = 10) -> str:
     """The mean iteration as the counts of prompt chunks iterations start make it up: each count that
-    starts at least 1% of them, its share and time."""
-    shown = [s for s in starts if s["share"] >= 0.01]
-    rest = 1 - sum(s["share"] for s in shown)
-    counts = ", ".join(f"{s['chunks']}: {_share(s['share'])} at {s['time_ms']:.4g} ms" for s in shown)
+    starts at least 0.5% of them with its share and time, at most ``most`` entries (neighbouring
+    counts grouped, at their mean time, where there are more)."""
+    kept = [s for s in starts if s["share"] >= 0.005]
+    width = -(-len(kept) // most)
+    parts = []
+    for group in (kept[i : i + width] for i in range(0, len(kept), width)):
+        share = sum(s["share"] for s in group)
+        time = sum(s["share"] * s["time_ms"] for s in group) / share
+        label = "-".join(dict.fromkeys(str(s["chunks"]) for s in (group[0], group[-1])))
+        parts.append(f"{label}: {_share(share)} at {time:.4g} ms")
+    rest = 1 - sum(s["share"] for s in kept)
     others = f", other counts {_share(rest)}" if rest > 5e-4 else ""
     return (
         f"mean iteration {1e3 * mean_s:.4g} ms over the prompt chunks an iteration starts, as the slots end "
-        f"(count: share of iterations at its time; the kinds above are the counts around the mean): {counts}{others}"
+        f"(count: share of iterations at its time; the kinds above are the counts around the mean): "
+        f"{', '.join(parts)}{others}"
     )
 
 
