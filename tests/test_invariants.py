@@ -102,7 +102,10 @@ def test_every_valid_training_job_holds_the_physical_invariants():
 
 def test_every_serving_job_holds_the_physical_invariants():
     """Over 5,000 random deployments: power between idle and TDP; a deployment where not one request
-    fits does not fit."""
+    fits does not fit; and Little's law: the requests in flight are the requests per second times a
+    request's time in flight, its first token then its ``o - 1`` decode iterations (the throughput
+    and the per-request times had come from two laws of how many prompts an iteration starts, up to
+    16% apart)."""
     import pandas as pd
 
     from commodel.hardware.loader import default_db
@@ -124,6 +127,9 @@ def test_every_serving_job_holds_the_physical_invariants():
     assert ((valid.gpu_power_W >= idle - 1e-9) & (valid.gpu_power_W <= tdp + 1e-9)).all()
     nothing = valid[valid.max_batch == 0]
     assert (~nothing.fits).all() and nothing.output_tokens_per_s.isna().all() and nothing.ttft_s.isna().all()
+    served = valid[valid.fits]
+    in_flight = served.ttft_s + (served.output - 1) * served.tpot_s
+    assert np.allclose(served.requests_per_s * in_flight, served.batch_in_flight * served.replicas, rtol=1e-9)
 
 
 def test_every_collective_path_takes_longer_as_its_message_grows():
