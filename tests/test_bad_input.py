@@ -260,7 +260,7 @@ def test_a_fifo_as_the_output_is_refused_and_left_intact(tmp_path):
 
 
 def assert_one_line_exit_2(args, capsys, monkeypatch):
-    """``commodel ARGS`` exits 2 with one ``error`` line on stderr and no traceback."""
+    """``commodel ARGS`` exits 2 with one ``error`` line on stderr and no traceback: that line."""
     monkeypatch.setattr("sys.argv", ["commodel", *args])
     with pytest.raises(SystemExit) as exit_info:
         main()
@@ -268,6 +268,7 @@ def assert_one_line_exit_2(args, capsys, monkeypatch):
     assert exit_info.value.code == 2, (args, captured.out[-300:], captured.err[-300:])
     assert "Traceback" not in captured.err + captured.out
     assert captured.err.startswith("error") and captured.err.count("\n") == 1, captured.err
+    return captured.err
 
 
 @pytest.mark.parametrize("args", CASES, ids=lambda a: " ".join(a)[:80])
@@ -299,10 +300,5 @@ def test_a_bad_overlay_in_the_environment_is_said_once(tmp_path, capsys, monkeyp
 )
 def test_a_number_that_is_not_finite_is_called_that_not_out_of_bounds(args, capsys, monkeypatch):
     """NaN fails every bound a field has: the message says what is wrong with it, not which bound."""
-    monkeypatch.setattr("sys.argv", ["commodel", *args])
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    err = capsys.readouterr().err
-    assert (
-        exit_info.value.code == 2 and err == f"error: {args[-2]}: must be a finite number, got {args[-1]}\n"
-    )
+    err = assert_one_line_exit_2(args, capsys, monkeypatch)
+    assert err == f"error: {args[-2]}: must be a finite number, got {args[-1]}\n"

@@ -139,15 +139,13 @@ def job_settings(
     par, train = _parallelism(cfg), cfg.get("training", {})
     sizes = {k: setting(path, par, f"{k}_degree", int, 1) for k in ("tensor_parallel", "pipeline_parallel",
              "context_parallel", "expert_parallel", "data_parallel_replicate")}  # fmt: skip
-    for name, degree in MESH_DEGREES.items():
-        if mesh.get(name, 1) != sizes[degree]:
-            raise fail(path, f"{degree}_degree = {sizes[degree]} where the device mesh's '{name}' dimension is "
+    stated = {name: (degree, sizes[degree]) for name, degree in MESH_DEGREES.items()}
+    if str(par.get("data_parallel_shard_degree")) not in ("None", "-1"):  # -1: the GPUs the others leave
+        stated["dp_shard"] = ("data_parallel_shard", setting(path, par, "data_parallel_shard_degree", int))
+    for name, (degree, size) in stated.items():
+        if mesh.get(name, 1) != size:
+            raise fail(path, f"{degree}_degree = {size} where the device mesh's '{name}' dimension is "
                              f"{mesh.get(name, 1)}: the configuration and the mesh are of two runs")  # fmt: skip
-    stated = str(par.get("data_parallel_shard_degree"))  # -1 (or none): the GPUs the others leave
-    shard = -1 if stated in ("None", "-1") else setting(path, par, "data_parallel_shard_degree", int)
-    if shard >= 0 and mesh.get("dp_shard", 1) != shard:
-        raise fail(path, f"data_parallel_shard_degree = {shard} where the device mesh's 'dp_shard' dimension "
-                         f"is {mesh.get('dp_shard', 1)}: the configuration and the mesh are of two runs")  # fmt: skip
     gpus = math.prod(mesh.values())
     for name in ("pipeline_parallel", "expert_parallel", "data_parallel_replicate"):
         if sizes[name] > 1:
@@ -204,7 +202,7 @@ def parse_torchtitan(path: Path, text: str, system: str, model: str | None = Non
         (
             int(m[1]),
             reported(path, m[2], f"tokens/s per GPU at iteration {m[1]}"),
-            reported(path, m[3] or "nan", f"tflops at iteration {m[1]}"),
+            float("nan") if m[3] is None else reported(path, m[3], f"tflops at iteration {m[1]}"),
         )
         for m in _STEP.finditer(text)
     ]

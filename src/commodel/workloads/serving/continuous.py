@@ -30,7 +30,7 @@ the largest batch whose first-token and per-token times meet it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -211,31 +211,39 @@ def synchronized_replicas(engine: Engine) -> np.ndarray:
     return np.maximum(engine.ep / engine.tp, 1.0)
 
 
+class Flight(NamedTuple):
+    """``b`` requests of ``p`` + ``o`` tokens in flight (:func:`in_flight`): the ``chunks`` a prompt
+    takes, the ``life`` of a request (its chunks, then ``o - 1`` decode iterations), the ``replicas``
+    in lockstep, the :func:`start_law` of chunks an iteration starts, a decode step's mean ``context``
+    and a prompt's ``pieces`` (:func:`chunk_pieces`)."""
+
+    b: np.ndarray
+    p: np.ndarray
+    o: np.ndarray
+    chunks: np.ndarray
+    life: np.ndarray
+    replicas: np.ndarray
+    law: tuple[np.ndarray, np.ndarray, np.ndarray]
+    context: np.ndarray
+    pieces: list[tuple[str, np.ndarray, np.ndarray]]
+
+
 def in_flight(
-    engine: Engine, batch: np.ndarray, prompt: np.ndarray, output: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """(Chunks a prompt takes, iterations a request stays in flight (its chunks, then ``o - 1``
-    decode), replicas in lockstep, the :func:`start_law` of chunks an iteration starts) for ``batch``
-    requests in flight."""
-    chunks = chunks_beside_decode(engine, batch, prompt)
-    life = output + chunks - 1
+    engine: Engine, batch: ArrayLike, prompt: ArrayLike, output: ArrayLike, output_cv: ArrayLike = 0.0
+) -> Flight:
+    """``batch`` requests of ``prompt`` + ``output`` tokens in flight: what :func:`steady_state` and
+    :func:`iteration_kinds` both read of them."""
+    b, p, o = (np.asarray(v, dtype=float) for v in (batch, prompt, output))
+    chunks = chunks_beside_decode(engine, b, p)
+    life = o + chunks - 1
     replicas = synchronized_replicas(engine)
-    return (
-        chunks,
-        life,
-        replicas,
-        start_law(batch, life / chunks, replicas, chunk_room(engine, batch, prompt, chunks)),
-    )
+    law = start_law(b, life / chunks, replicas, chunk_room(engine, b, p, chunks))
+    context, pieces = mean_context(p, o, output_cv), chunk_pieces(engine, b, p, chunks)
+    return Flight(b, p, o, chunks, life, replicas, law, context, pieces)
 
 
-def steady_state(
-    engine: Engine,
-    batch: ArrayLike,
-    prompt: ArrayLike,
-    output: ArrayLike,
-    prompt_cv: ArrayLike = 0.0,
-    output_cv: ArrayLike = 0.0,
-) -> dict[str, Any]:
+def steady_state(engine: Engine, batch: ArrayLike, prompt: ArrayLike, output: ArrayLike, prompt_cv: ArrayLike = 0.0,
+                 output_cv: ArrayLike = 0.0) -> dict[str, Any]:  # fmt: skip
     """Continuous batching with ``batch`` requests in flight (module docstring): time to first token
     once scheduled, time per output token, the mean iteration, and output tokens and requests per second per replica;
     the time shares of communication, host and compute-bound kernels, and the mean HBM traffic of
@@ -258,11 +266,10 @@ def steady_state(
     H200s 7% fast at 256 in flight, where its tokens came 7% apart. ``starts``: the counts, their
     shares of the iterations and their times, per design; ``prompt_chunks``, the iterations a prompt
     takes (:func:`chunks_beside_decode`)."""
-    b, p, o = (np.asarray(v, dtype=float) for v in (batch, prompt, output))
-    chunks, life, replicas, law = in_flight(engine, b, p, o)
+    b, p, o, chunks, life, replicas, law, context, pieces = in_flight(
+        engine, batch, prompt, output, output_cv
+    )
     starts = b / life
-    context = mean_context(p, o, output_cv)
-    pieces = chunk_pieces(engine, b, p, chunks)
     # The iterations as they come (the slowest replica's count of chunks), as a request's chunks ride
     # them and as it decodes in them: one law for the three, so that a request's time in flight, its
     # first token and its decode, is what the throughput says (Little's law: B = requests/s x time).
@@ -300,11 +307,10 @@ def iteration_kinds(engine: Engine, batch: ArrayLike, prompt: ArrayLike, output:
     it, and those that only decode, each ``(kind, share, decode queries, chunks, the named chunk's
     tokens, its iteration_time)``. With starts spread as :func:`start_law` spreads them, the mean
     iteration is that law's (:func:`steady_state`'s ``starts``), not this mixture's."""
-    b, p, o = (np.asarray(v, dtype=float) for v in (batch, prompt, output))
-    chunks, life, replicas, law = in_flight(engine, b, p, o)
+    b, p, _, chunks, life, replicas, law, context, pieces = in_flight(
+        engine, batch, prompt, output, output_cv
+    )
     share, prompts = _slowest_of(law, b / life * chunks, replicas)
-    context = mean_context(p, o, output_cv)
-    pieces = chunk_pieces(engine, b, p, chunks)
     decode = iteration_time(engine, np.maximum(b, 1.0), np.zeros_like(b), p, context)
     # The two whole numbers of chunks around the mean (a fraction of a chunk would cut the GEMMs'
     # tiles at a token count no iteration has), one of them a full chunk or a last.
@@ -359,14 +365,8 @@ SHARES = {
 }
 
 
-def iteration_table(
-    engine: Engine,
-    batch: ArrayLike,
-    prompt: ArrayLike,
-    output: ArrayLike,
-    prompt_cv: ArrayLike = 0.0,
-    output_cv: ArrayLike = 0.0,
-) -> dict[str, list[dict[str, object]]]:
+def iteration_table(engine: Engine, batch: ArrayLike, prompt: ArrayLike, output: ArrayLike, prompt_cv: ArrayLike = 0.0,
+                    output_cv: ArrayLike = 0.0) -> dict[str, list[dict[str, object]]]:  # fmt: skip
     """The first design's steady-state iterations at ``batch`` in flight: ``kernels``, each kind of
     :func:`iteration_kinds` that occurs, with its ``share``, decode ``queries`` and ``prompts``, one
     layer's kernels for one micro-batch (:func:`~commodel.workloads.layer.kernel_rows.kernel_row`,
