@@ -742,6 +742,7 @@ def test_deepeps_kernels_dispatch_each_phase_and_beat_nccls_all_to_all_across_no
     from commodel.workloads.moe.dispatch import (
         COMBINE_BYTES,
         DISPATCH_BYTES,
+        count_wait_s,
         high_throughput_s,
         low_latency_s,
     )
@@ -762,7 +763,7 @@ def test_deepeps_kernels_dispatch_each_phase_and_beat_nccls_all_to_all_across_no
     tokens, fab = np.array([16384.0, 256.0]), shared_nics(engine.fabric)
     got = expert_exchange(engine, tokens, np.array([True, False]))
     both = (DISPATCH_BYTES, COMBINE_BYTES)
-    high = sum(high_throughput_s(net, c, fab, group(32, 1, 8), tokens[:1], b) for b in both)
+    high = sum(high_throughput_s(net, c, fab, group(32, 1, 8), tokens[:1], b) for b in both) + count_wait_s(c)
     low = sum(low_latency_s(net, c, fab, group(32, 1, 8), tokens[1:], b) for b in both)
     assert got == pytest.approx(np.concatenate([high, low]))
     fp4 = replica_engine(net, c, serving_precision("fp4", cluster("dgx-b200").gpu), software, sizes)
@@ -772,13 +773,35 @@ def test_deepeps_kernels_dispatch_each_phase_and_beat_nccls_all_to_all_across_no
         serve(**dense, dispatcher="deepep")
 
 
+def test_deepeps_normal_dispatch_waits_for_its_counts_on_the_host(tmp_path, monkeypatch):
+    """DeepEP's high-throughput dispatch has the host wait for the tokens each rank receives, once per
+    MoE layer; its low-latency kernels receive into buffers sized in advance and do not. The driving
+    input: the host's per-operator dispatch. A host twice as slow lengthens a prefill iteration of a
+    few tokens by the layers' extra waits and leaves decode as it was."""
+    from commodel.hardware.loader import OVERLAY_ENV
+
+    job = dict(model="qwen3-30b-a3b", system="gb200-nvl72", gpus=4, tp=4, ep=4, dispatcher="deepep",
+               prompt=4, output=64, batch="1")  # fmt: skip
+    before = serve(**job)
+    (tmp_path / "systems").mkdir()
+    (tmp_path / "systems" / "gb200-nvl72.toml").write_text(
+        '[initiation]\nop_dispatch = { value = "68.2 us", range = ["34.1 us", "136.4 us"], source = "test: a host '
+        'twice as slow" }\n'
+    )
+    monkeypatch.setenv(OVERLAY_ENV, str(tmp_path))
+    after = serve(**job)
+    waits = model("qwen3-30b-a3b").moe_layers * 2 * 34.1e-6  # two operators' issue more per MoE layer
+    assert after["ttft_s"] - before["ttft_s"] == pytest.approx(waits, rel=1e-6)
+    assert after["tpot_s"] == pytest.approx(before["tpot_s"], rel=1e-12)
+
+
 def test_two_batch_overlap_hides_the_exchange_behind_the_other_half_and_pays_for_the_split():
     """--ep-overlap two-batch (SGLang's two-batch overlap): each half of the batch dispatches and
     combines beside the other half's layer. Where the exchange is a large share (DeepSeek-V3 prefill
     at EP 32 over 4 H100 nodes: 39% of the iteration) the iteration gets shorter, never shorter than
-    the longer of its sides alone (one batch's compute, its exchange); decoding one request per GPU,
-    each half reads every expert it reaches again, and the split costs more than it hides. Without
-    DeepEP it is refused."""
+    the longer of its sides alone (one batch's compute, its exchange); decoding two requests per GPU,
+    each half reads every expert it reaches again, and the split costs more than it hides; one
+    request cannot be split, and SGLang runs it as one batch. Without DeepEP it is refused."""
     prefill = dict(model="deepseek-v3", system="dgx-h100", gpus=32, tp=32, ep=32, attention_dp=True,
                    dtype="fp8", prompt=4096, output=2, batch="4", phase="prefill", max_num_tokens=16384,
                    dispatcher="deepep")  # fmt: skip
@@ -791,7 +814,9 @@ def test_two_batch_overlap_hides_the_exchange_behind_the_other_half_and_pays_for
     assert shown.exit_code == 0 and "two-batch overlap of the expert exchange" in shown.stdout
     decode = dict(prefill, gpus=72, tp=72, ep=72, prompt=1999, batch="1", phase="decode")
     decode.pop("max_num_tokens")
-    assert serve(**decode, ep_overlap="two-batch")["tpot_s"] > serve(**decode)["tpot_s"]
+    assert serve(**decode, ep_overlap="two-batch")["tpot_s"] == serve(**decode)["tpot_s"]
+    pair = dict(decode, batch="2")
+    assert serve(**pair, ep_overlap="two-batch")["tpot_s"] > serve(**pair)["tpot_s"]
     with pytest.raises(CommodelError, match="two-batch overlap hides DeepEP's dispatch"):
         serve(**dict(prefill, dispatcher="alltoall"), ep_overlap="two-batch")
 

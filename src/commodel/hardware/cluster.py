@@ -61,6 +61,12 @@ class Cluster:
         return self.partition or self.full_domain
 
     @property
+    def op_issue_s(self) -> float:
+        """Host seconds to issue one operator: the framework's dispatch (``initiation.op_dispatch``, by
+        CPU) and the driver's launch (the GPU record's ``launch_overhead``)."""
+        return self.system.initiation.op_dispatch.value + self.gpu.launch_overhead.value
+
+    @property
     def host_link_Bps(self) -> float:
         """Achievable bytes/s of a GPU's link to its host (PCIe, at the link's measured efficiency)."""
         link = default_db().link(self.gpu.host_link)

@@ -151,6 +151,18 @@ def ep_sms_problem(clusters: list[Cluster], x: Layout) -> tuple[np.ndarray, str]
     return np.asarray(x.ep_sms) > sms, f"--ep-sms cannot exceed the GPU's {sms:.0f} SMs"
 
 
+def count_wait_s(c: Cluster) -> float:
+    """Seconds the GPU idles each time a dropless dispatcher has the CPU wait for the tokens each
+    expert or rank receives (DeepEP's normal dispatch: its ``notify_dispatch`` kernel exchanges the
+    counts, the host waits for them to size the receive buffers, Megatron-Core's ``fused_a2a.py``: "not
+    compatible with CUDA graph"; Megatron's all-to-all and grouped experts copy them to host lists):
+    the host sees the stream end (``initiation.host_sync``), copies the counts and issues the next
+    kernel, two operators' issue (:attr:`~commodel.hardware.cluster.Cluster.op_issue_s`), while the
+    launch queue it had filled has run dry. DeepEP's low-latency kernels have no such wait: they
+    receive into buffers sized for the most tokens a rank may get."""
+    return c.system.initiation.host_sync.value + 2 * c.op_issue_s
+
+
 def _high_throughput_terms(
     model: Transformer, c: Cluster, fab: Fabric, where: Group, tokens: ArrayLike, element_bytes: ArrayLike
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -247,7 +247,8 @@ def iteration_time(
             return moe * expert_exchange(engine, at, c > 0)
 
         if engine.ep_overlap == "two-batch":
-            priced, exposed = two_batch_overlap(engine, layer_of, exchange_of, tokens)
+            split = np.where(c > 0, tokens >= 2, g >= 2)  # each half holds a request's work
+            priced, exposed = two_batch_overlap(engine, layer_of, exchange_of, tokens, split)
         else:
             priced, exposed = layer_of(1.0), exchange_of(tokens)
         comm = comm + exposed

@@ -29,8 +29,8 @@ them into a host list for Transformer Engine's ``GroupedLinear`` (``TEGroupedMLP
 DeepEP's normal dispatch has the CPU wait for its received counts (``fused_a2a.py``: "not compatible
 with CUDA graph"). A capacity factor's padded experts have static shapes and no wait
 (:mod:`commodel.workloads.moe.token_drop`). The host cannot run ahead past it: the layer's forward
-takes ``max(G, H)`` plus the refill, the GPU idle while the host sees the stream end
-(``initiation.host_sync``), copies the counts and issues the next kernel (two operators' issue).
+takes ``max(G, H)`` plus the refill, the GPU idle while the host sees the stream end, copies the
+counts and issues the next kernel (:func:`commodel.workloads.moe.dispatch.count_wait_s`).
 
 **Recomputation** runs forward code again in the backward, so the host issues it again: full
 recomputation the layer's whole forward (a captured scope one replay more), a whole-module
@@ -56,6 +56,7 @@ from commodel.errors import unknown
 from commodel.hardware.cluster import Cluster
 from commodel.workloads.model.recompute import has_module
 from commodel.workloads.model.schema import Transformer
+from commodel.workloads.moe.dispatch import count_wait_s
 from commodel.workloads.moe.token_drop import dropless
 from commodel.workloads.parallel.layout import Layout
 
@@ -175,11 +176,6 @@ def scope_ops(
     }
 
 
-def _op_s(cluster: Cluster) -> float:
-    """Host seconds to issue one operator: the framework's dispatch and the driver's launch."""
-    return cluster.system.initiation.op_dispatch.value + cluster.gpu.launch_overhead.value
-
-
 def module_ops(cluster: Cluster, module: str) -> float:
     """A module's forward as operators' worth of host time on ``cluster``'s host: ``torch.nn.Linear``
     issues one operator; Transformer Engine's ``Linear`` one and its own Python (``te_module_ops``)."""
@@ -190,7 +186,7 @@ def module_ops(cluster: Cluster, module: str) -> float:
 
 def module_host_s(cluster: Cluster, module: str) -> float:
     """Host seconds of one module's forward (:func:`module_ops`) on ``cluster``'s host."""
-    return module_ops(cluster, module) * _op_s(cluster)
+    return module_ops(cluster, module) * cluster.op_issue_s
 
 
 def remade_scopes(model: Transformer, x: Layout) -> dict[str, np.ndarray]:
@@ -216,7 +212,7 @@ def host_issue_s(model: Transformer, cluster: Cluster, x: Layout, fp8: bool) -> 
     """Host seconds to issue one layer's forward and backward for one micro-batch, averaged over the
     layers: a captured scope at one graph replay per pass, nothing per layer under ``full_iteration``;
     the backward issues what recomputation runs again of the forward (:func:`remade_scopes`)."""
-    host, op = cluster.system.initiation, _op_s(cluster)
+    host, op = cluster.system.initiation, cluster.op_issue_s
     fwd = bwd = np.zeros(np.shape(x.cuda_graphs))
     again = remade_scopes(model, x)
     for name, (ops, share) in scope_ops(model, x, fp8, host.te_module_ops.value).items():
@@ -237,7 +233,7 @@ def host_wait_s(
     MoE layers (module docstring), in the backward too where recomputation runs the MoE layer again.
     The GPU is idle meanwhile: a collective on its own stream runs on undisturbed."""
     fwd, bwd = host_issue_s(model, cluster, x, fp8)
-    refill = dropless(x) * (cluster.system.initiation.host_sync.value + 2 * _op_s(cluster))
+    refill = dropless(x) * count_wait_s(cluster)
     again = remade_scopes(model, x)["moe"]
     return (
         np.maximum(fwd - gpu_fwd_s, 0.0) + scope_shares(model)["moe"] * refill,
