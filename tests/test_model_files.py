@@ -116,6 +116,11 @@ def test_a_config_chooses_its_dense_and_banded_layers_as_hugging_face_does(
             r"'layer_types' lists 1 layers; the model has 36",
         ),
         ("qwen3-8b", {"use_sliding_window": "yes"}, r"'use_sliding_window' must be true or false"),
+        (
+            "llama3-8b",
+            {"hidden_act": "swishy"},
+            r"'hidden_act': unknown activation 'swishy' \(did you mean 'swish'",
+        ),
     ],
 )
 def test_a_layer_choice_the_model_cannot_have_names_the_field(tmp_path, name, changes, message):

@@ -29,7 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from commodel.errors import CommodelError
+from commodel.errors import CommodelError, unknown
 from commodel.io import read_text, regular_file
 from commodel.records import read_toml, validate_record
 from commodel.workloads.model.schema import MAX_TOKENS, Transformer
@@ -115,6 +115,14 @@ WHOLE_FIELDS = (
 #: experts, heads or window is an error, never "no MoE" or "no window").
 MAY_BE_ZERO = ("n_shared_experts", "first_k_dense_replace", "n_group", "topk_group", "max_window_layers")
 
+#: Activation names ``hidden_act`` may hold (transformers' ``activations.ACT2CLS``): read to catch a
+#: misspelling only, since a gated MLP's FLOPs and bytes are the same whichever it applies.
+ACTIVATIONS = (
+    "gelu", "gelu_10", "gelu_accurate", "gelu_fast", "gelu_new", "gelu_python", "gelu_pytorch_tanh", "laplace",
+    "leaky_relu", "linear", "mish", "prelu", "quick_gelu", "relu", "relu2", "relu6", "sigmoid", "silu", "swish",
+    "tanh", "xielu",
+)  # fmt: skip
+
 #: Qwen's configuration classes' default ``max_window_layers`` (transformers' ``Qwen2Config``,
 #: ``Qwen3Config``, ``Qwen3MoeConfig``): with ``use_sliding_window``, the layers from it on are banded.
 QWEN_MAX_WINDOW_LAYERS = 28
@@ -138,6 +146,9 @@ def _check_types(config: dict[str, Any], where: str) -> None:
         isinstance(limit, bool) or not isinstance(limit, int | float) or not 0 < limit < 1e6
     ):
         raise CommodelError(f"{where}: 'swiglu_limit' must be a positive finite number, got {limit!r}")
+    act = config.get("hidden_act")
+    if act is not None and act not in ACTIVATIONS:
+        raise CommodelError(f"{where}: 'hidden_act': {unknown('activation', str(act), ACTIVATIONS)}")
     for name in ("rope_scaling",):
         if config.get(name) is not None and not isinstance(config[name], dict):
             raise CommodelError(f"{where}: '{name}' must be a JSON object, got {config[name]!r}")
