@@ -538,11 +538,12 @@ def test_replicas_in_lockstep_wait_for_the_one_starting_the_most_prompts_as_a_si
     """Attention data parallelism: 8 replicas of DeepSeek-R1's attention on 8 H200s wait for each other
     at every MoE layer. The closed form (each replica's endings Binomial(B, 1 / L), at most the
     prompts its token budget holds started per iteration, the rest waiting; the slowest's the largest
-    of 8) agrees with an event simulation of the slots within 3% on the mean iteration and on a
-    request's first-token iteration, and 2 points on the share of iterations with prompts, from 1/16
+    of 8) agrees with an event simulation of the slots within 3% on the mean iteration, within 1% on
+    a request's first-token iteration, and 2 points on the share of iterations with prompts, from 1/16
     of a start per replica and iteration (the TensorRT-LLM run, one prompt in its budget) to 1.9 with
     room for two; counting one prompt per such iteration whatever the budget, as the form did before,
-    put the busier cases with a roomy budget 35-51% fast."""
+    put the busier cases with a roomy budget 35-51% fast, and taking the other replicas' starts as
+    independent of the slowest's put the first token up to 2.0% early."""
     from commodel.pricing.serving import ENGINE_SIZES, ENGINE_SOFTWARE, replica_engine
     from commodel.pricing.serving_job import serving_job
 
@@ -559,7 +560,7 @@ def test_replicas_in_lockstep_wait_for_the_one_starting_the_most_prompts_as_a_si
     )
     assert closed["iteration_s"][0] == pytest.approx(mean, rel=0.03)
     assert closed["tpot_s"][0] == pytest.approx(per_token, rel=0.03)
-    assert closed["ttft_s"][0] == pytest.approx(first_token, rel=0.03)
+    assert closed["ttft_s"][0] == pytest.approx(first_token, rel=0.01)
     counts, shares, _ = closed["starts"]
     assert 1 - shares[0][counts == 0].sum() == pytest.approx(share, abs=0.02)
 
@@ -831,7 +832,8 @@ def test_a_decode_pool_holds_what_its_feed_and_its_token_time_make(job):
     """Little's law on the decode pool: the requests a replica holds are the rate it is fed times a
     request's stay there (its o - 1 tokens at the time per token its batch makes). DeepSeek-V3 in FP4
     on a GB200 rack, whose time per token grows almost as fast as its batch, was left 3 requests off
-    (105 held where its feed and token time make 102) by eight plain fixed-point steps."""
+    (105 held where its feed and token time make 102) by eight plain fixed-point steps. The scalar
+    API and the CLI report the mean to a tenth (they cut it to a whole number: 20.99 read 20)."""
     import pandas as pd
 
     from commodel.pricing.evaluator import evaluator
@@ -841,6 +843,7 @@ def test_a_decode_pool_holds_what_its_feed_and_its_token_time_make(job):
     little = r.requests_per_s / decode_replicas * (job["output"] - 1) * r.tpot_s
     assert 1 < r.batch_in_flight < r.max_batch
     assert r.batch_in_flight == pytest.approx(little, rel=1e-3)
+    assert serve(**job)["batch_in_flight"] == round(r.batch_in_flight, 1)  # a mean, not cut to a whole
 
 
 def test_one_phase_alone_is_the_pool_of_a_disaggregated_deployment():

@@ -281,6 +281,13 @@ def _pool_was_cut(job: ServingJob) -> bool:
     return int(_one_row(price_serving, job.model_copy(update={"kv_fraction": default})).max_batch) > 0
 
 
+def _count(mean: float) -> int | float:
+    """Requests in flight as a person reads them: a whole number where the batch is one (``--batch``,
+    the limits), else the mean to a tenth (a disaggregated decode pool holds its feed rate times a
+    request's time in it, Little's law: 20.99 is 21.0, not 20)."""
+    return int(mean) if float(mean).is_integer() else round(float(mean), 1)
+
+
 def serve(job: ServingJob | None = None, kernels: bool = False, **values: Any) -> dict[str, Any]:
     """Price one serving deployment (a :class:`ServingJob`, or its fields as keywords): latency,
     throughput, KV cache, power and cost, the batch in flight and the largest that fits, and
@@ -288,7 +295,7 @@ def serve(job: ServingJob | None = None, kernels: bool = False, **values: Any) -
     layer's kernels with their rooflines and what the iteration adds up."""
     job = job if job is not None else serving_job(**values)
     row = _one_row(price_serving, job)
-    in_flight, largest = int(row.batch_in_flight), int(row.max_batch)
+    in_flight, largest = _count(row.batch_in_flight), int(row.max_batch)
     gpu = cluster(job.system).gpu
     recipe = serving_precision(job.dtype, gpu)
     notes = []
@@ -304,7 +311,7 @@ def serve(job: ServingJob | None = None, kernels: bool = False, **values: Any) -
             else "its largest batch, with prompts to spare from the prefill pool"
         )
         notes.append(
-            f"the decode pool holds {in_flight} requests per replica: {pace} (at most {largest} fit)"
+            f"the decode pool holds {in_flight} requests per replica on average: {pace} (at most {largest} fit)"
         )
     elif job.slo_ttft is not None or job.slo_tpot is not None:
         notes.append(f"the SLO allows {in_flight} requests in flight per replica (at most {largest} fit)")

@@ -84,8 +84,10 @@ def start_law(
     max(room, ceil(λ))``, the rest in the next ones; so its starts follow the endings' law capped at
     ``n``, mixed with ``n`` itself in the proportion that keeps the mean at ``λ`` (the waiting
     endings; with room for one, each iteration starts one with probability ``λ``). The replica
-    starting the most starts at most ``c`` with probability ``F(c)^R``; the others then start ``E[N
-    | N <= c]`` each. A seeded event simulation of the slots checks the law (``tests/test_serving.py``)."""
+    starting the most, ``M``, starts at most ``c`` with probability ``F(c)^R``; the group's starts
+    ``S`` then hold ``E[S; M <= c] = R m(c) F(c)^(R - 1)`` (``m(c) = E[N; N <= c]``), whose difference
+    at ``c`` over ``P(M = c)`` is ``E[S | M = c]`` (``R λ`` over all iterations, as many as end). A
+    seeded event simulation of the slots checks the law (``tests/test_serving.py``)."""
     B, L = np.broadcast_arrays(
         np.maximum(np.round(np.asarray(slots, dtype=float)), 0.0), np.asarray(life, dtype=float)
     )
@@ -122,8 +124,10 @@ def _law(
     pmf = (1 - waiting) * capped + waiting * (c == n)
     cdf = np.minimum(np.cumsum(pmf, axis=1), 1.0)
     slowest = np.diff(cdf**R, axis=1, prepend=0.0)
-    others = np.cumsum(c * pmf, axis=1) / np.maximum(cdf, np.finfo(float).tiny)
-    return slowest, c + (R - 1) * others
+    # E[S; M = c], a difference of E[S; M <= c] (docstring of start_law)
+    joint = np.diff(R * np.cumsum(c * pmf, axis=1) * cdf ** (R - 1), axis=1, prepend=0.0)
+    held = np.divide(joint, slowest, out=np.broadcast_to(c, slowest.shape).astype(float), where=slowest > 0)
+    return slowest, held
 
 
 def slowest_replica_starts(
