@@ -284,7 +284,8 @@ def test_a_contradictory_setting_is_one_line_exit_2(args, capsys, monkeypatch):
 
 def test_settings_that_contradict_each_other_refuse_only_their_rows(tmp_path, monkeypatch):
     """A grid over two settings, each valid alone, whose combinations break a rule in some rows (an
-    episode of several turns without a turn's length; a fixed batch beside an SLO; a pipeline layout
+    episode of several turns without a turn's length; an RL or serving pool smaller than one replica;
+    a fixed batch beside an SLO; a pipeline layout
     on a pp its chunks do not divide into): those rows are invalid with the rule as their problem, the
     others priced as they are alone. The whole table, or the whole sweep, had been refused, naming
     neither the rows nor the file. A layout no job can read stays an error."""
@@ -299,6 +300,13 @@ def test_settings_that_contradict_each_other_refuse_only_their_rows(tmp_path, mo
     assert "turn_tokens" in table.problem[1] and table.step_s.isna()[1]
     alone = evaluator("rollout")(rollout.iloc[[0, 2]])
     assert table.step_s[[0, 2]].tolist() == alone.step_s.tolist()
+    pools = pd.DataFrame({"policy": "elastic", "tp": 2, "rl_gpus": [32, 32, 1], "serve_gpus": [16, 1, 16]})
+    table = evaluator("rollout")(pools)  # a pool of fewer GPUs than a replica had divided by zero
+    assert table.valid.tolist() == [True, False, False]
+    assert (
+        table.problem[1] == "serve_gpus (1) hold no replica of tp (2) GPUs"
+        and "rl_gpus (1)" in table.problem[2]
+    )
     serving = pd.DataFrame({"model": "llama3-8b", "system": "dgx-h100", "batch": ["8", "max", "8"],
                             "slo_tpot": [None, 0.05, 0.05]})  # fmt: skip
     table = evaluator("serving")(serving)

@@ -58,7 +58,7 @@ class RolloutJob(Job):
     """An RL post-training job beside a serving cluster, its rollouts run by one policy."""
 
     noun = "rollout"
-    together = ("load_low", "load_high", "max_turns", "turn_tokens")
+    together = ("load_low", "load_high", "max_turns", "turn_tokens", "rl_gpus", "serve_gpus", "tp")
     model: Annotated[str, MODEL] = Field("llama3-8b", description="The policy model.")
     system: Annotated[str, SYSTEM] = Field("dgx-h100", description="System (node) name of both clusters.")
     policy: Annotated[str, Choices("RL rollout policy", POLICIES)] = Field(
@@ -141,6 +141,9 @@ class RolloutJob(Job):
     def _loads(self) -> RolloutJob:
         if self.load_low > self.load_high:
             raise ValueError("rollout load shares need load_low <= load_high (shares of the SLO capacity)")
+        for pool in ("rl_gpus", "serve_gpus"):
+            if getattr(self, pool) < self.tp:
+                raise ValueError(f"{pool} ({getattr(self, pool)}) hold no replica of tp ({self.tp}) GPUs")
         if self.max_turns > 1 and not self.turn_tokens:
             raise ValueError(
                 "an episode of several turns needs turn_tokens, the most tokens one turn generates"
