@@ -42,6 +42,12 @@ from commodel.workloads.training.microbatch_context import MicroBatch
 from commodel.workloads.training.tensor_parallel import tensor_parallel_exposed
 
 
+def expert_passes(x: Layout) -> np.ndarray:
+    """Passes of a MoE layer that dispatch and combine: the forward, the backward, and the forward
+    again where recomputation runs the MoE layer (full, or ``--recompute-modules moe``)."""
+    return 2 + ((x.recompute == 2) | has_module(x.recompute_modules, "moe"))
+
+
 def _expert_comm(m: MicroBatch, ep_overlap: str, tp_comm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Seconds of expert all-to-alls a micro-batch exposes per layer where another micro-batch pairs
     with it, and where none does (pipeline warm-up and cool-down).
@@ -77,7 +83,7 @@ def _expert_comm(m: MicroBatch, ep_overlap: str, tp_comm: np.ndarray) -> tuple[n
     gathered = np.where(x.sequence_parallel & (x.expert_tp > 1), routed * size * x.expert_tp, 0.0)
     tp_gather, _ = collective("allgather", gathered, m.etp, fab)
     tp_scatter, _ = collective("reducescatter", gathered, m.etp, fab)
-    ep_passes = 2 + ((x.recompute == 2) | has_module(x.recompute_modules, "moe"))
+    ep_passes = expert_passes(x)
     ep_comm = moe_share * ep_passes * ((a2a + towards) + (tp_gather + tp_scatter))
     ideal = np.asarray(m.strategy, dtype=object) == "ideal"
     ep_exposed = np.where(
@@ -103,12 +109,12 @@ def _expert_comm(m: MicroBatch, ep_overlap: str, tp_comm: np.ndarray) -> tuple[n
     return paired, paired if ep_overlap == "shared-experts" else ep_exposed
 
 
-def _context_comm(m: MicroBatch) -> np.ndarray:
-    """Seconds context parallelism's ring attention exposes per layer: K and V exchanged in ``cp - 1``
-    steps forward, dK and dV backward, beside the attention they feed."""
+def _context_comm(m: MicroBatch) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds context parallelism's ring attention exposes per layer, forward and backward: K and V
+    exchanged in ``cp - 1`` steps forward, dK and dV backward, beside the attention they feed."""
     x, full = m.x, m.full
     if not np.any(x.cp > 1):
-        return np.zeros_like(full.total_s)
+        return np.zeros_like(full.total_s), np.zeros_like(full.total_s)
     kv = x.tokens * np.maximum(m.model.n_kv_heads / x.tp, 1) * sum(attention_dims(m.model)) * m.size
     ring, ring_bw = collective("sendrecv", kv, m.cp, m.fab)
     ring = np.where(x.cp > 1, ring, 0.0)
@@ -116,7 +122,7 @@ def _context_comm(m: MicroBatch) -> np.ndarray:
     attn_window = Window(full.attention_fwd_s, cp_part.attention_fwd_s, 0 * x.tokens, full.attention_fwd_s)
     kwargs = {"traffic_Bps": 2 * ring_bw, "calls": x.cp - 1}
     forward = m.exposed(attn_window, (x.cp - 1) * ring, **kwargs)
-    return forward + m.exposed(repeat(attn_window, ATTENTION_BACKWARD), 2 * (x.cp - 1) * ring, **kwargs)
+    return forward, m.exposed(repeat(attn_window, ATTENTION_BACKWARD), 2 * (x.cp - 1) * ring, **kwargs)
 
 
 def _last_stage_extra(m: MicroBatch) -> np.ndarray:
@@ -160,6 +166,20 @@ def _pipeline_comm(
     return m.exposed(mb_window, p2p_comm, traffic_Bps=2 * p2p_bw, calls=2 * x.vpp)
 
 
+def _host_waits(
+    m: MicroBatch, gpu_fwd: np.ndarray, gpu_time: np.ndarray, ep_fwd: np.ndarray, lone: np.ndarray
+) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """Seconds per layer the GPU waits for the host, forward and backward (:func:`host_wait_s`), of
+    a layer whose GPU works ``gpu_time`` in all, ``gpu_fwd`` of it in the forward; and what those waits
+    shrink by in a micro-batch no other pairs with, which runs its all-to-alls whole (``lone`` more,
+    ``ep_fwd`` of it forward): its GPU works that much longer, so the host runs further ahead (both
+    priced in one call)."""
+    gpu = [np.stack(np.broadcast_arrays(g, g + share * lone))
+           for g, share in ((gpu_fwd, ep_fwd), (gpu_time - gpu_fwd, 1 - ep_fwd))]  # fmt: skip
+    fwd, bwd = host_wait_s(m.model, m.cluster, m.x, m.recipe.cast_bytes > 0, *gpu)
+    return (fwd[0], bwd[0]), fwd[0] + bwd[0] - fwd[1] - bwd[1]
+
+
 def per_microbatch(
     model: Transformer,
     cluster: Cluster,
@@ -185,20 +205,20 @@ def per_microbatch(
     ideal = np.asarray(strategy, dtype=object) == "ideal"
     tp_exposed = np.where(ideal, np.maximum(tp_comm - full.total_s, 0.0), tp_comm)
     paired, unpaired = _expert_comm(m, ep_overlap, tp_comm)
-    cp_exposed = _context_comm(m)
+    cp_fwd, cp_bwd = _context_comm(m)
+    cp_exposed = cp_fwd + cp_bwd
     gpu_time = full.total_s + tp_exposed + paired + cp_exposed
-    fwd_share = np.divide(full.fwd_s, full.total_s, out=np.zeros_like(full.total_s), where=full.total_s > 0)
-    fp8 = recipe.cast_bytes > 0
-    # A micro-batch no other pairs with runs its all-to-alls whole: its GPU works that much longer per
-    # layer, the host runs further ahead and the GPU waits for it less (both priced in one call).
-    gpu = [np.stack(np.broadcast_arrays(share * gpu_time, share * (gpu_time + unpaired - paired)))
-           for share in (fwd_share, 1 - fwd_share)]  # fmt: skip
-    fwd_waits, bwd_waits = host_wait_s(model, cluster, x, fp8, *gpu)
-    waits = (fwd_waits[0], bwd_waits[0])
-    host_wait = waits[0] + waits[1]
+    # Each pass carries its own collectives: one of the 2 + again passes of tensor parallelism's
+    # (the backward's regathers aside) and of the expert all-to-alls', the ring's forward steps.
+    ep_fwd = 1 / expert_passes(x)
+    comm_fwd = tp_exposed / (2 + again) + ep_fwd * paired + cp_fwd
     comm = tp_exposed + paired + cp_exposed  # the layer's own collectives, no compute beside them
-    idle = (waits[0] + fwd_share * comm, waits[1] + (1 - fwd_share) * comm)
+    waits, saved = _host_waits(m, full.fwd_s + comm_fwd, gpu_time, ep_fwd, unpaired - paired)
+    host_wait = waits[0] + waits[1]
+    idle = (waits[0] + comm_fwd, waits[1] + comm - comm_fwd)
     layer_time = gpu_time + host_wait
+    forward = full.fwd_s + comm_fwd + waits[0]
+    fwd_share = np.divide(forward, layer_time, out=np.zeros_like(layer_time), where=layer_time > 0)
     first, middle, last = stage_split(model, x)
     stage_layers = np.maximum(np.maximum(first, middle), last + x.mtp_layers)  # the largest stage's
     memory = memory_parts(model, x, attention_impl, recipe)
@@ -207,10 +227,7 @@ def per_microbatch(
     z3_exposed, dp_exposed, optimizer = data_parallel(m, stage_layers, dense, experts, root, idle)
     # Offloading this layer's activations to CPU memory (what --recompute auto may choose instead).
     offload = offload_exposed(
-        memory["layer_activations"],
-        fwd_share * layer_time,
-        (1 - fwd_share) * layer_time,
-        cluster.host_offload_Bps,
+        memory["layer_activations"], forward, layer_time - forward, cluster.host_offload_Bps
     )
     return {
         "layer_s": layer_time,
@@ -222,7 +239,7 @@ def per_microbatch(
         "tp_exposed_s": tp_exposed,
         "cp_exposed_s": cp_exposed,
         "host_exposed_s": host_wait,
-        "host_lone_saved_s": host_wait - fwd_waits[1] - bwd_waits[1],
+        "host_lone_saved_s": saved,
         "ep_exposed_s": paired,
         "ep_unpaired_s": unpaired - paired,
         "end_s": _last_stage_extra(m),
