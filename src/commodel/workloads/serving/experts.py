@@ -103,6 +103,8 @@ def two_batch_overlap(
     each = exposed(
         "sm-partition", window, exchange, traffic_Bps=traffic, memory=memory_of(gpu), calls=2 * moe_share
     )
+    if np.all(split):
+        return [(k, 2 * calls, t) for k, calls, t in half], 2 * each
     halves = [(k, np.where(split, 2 * calls, 0.0), t) for k, calls, t in half]
     whole = [(k, np.where(split, 0.0, calls), t) for k, calls, t in layer_of(1.0, None)]
     return halves + whole, np.where(split, 2 * each, exchange_of(tokens))
