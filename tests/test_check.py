@@ -86,6 +86,17 @@ def test_bounds_compare_as_the_file_states_them(tmp_path):
         ({"mfu": "3"}, {}, r"mfu: a bound is .*\(exactly 3: \[3, 3\]\)"),
         ({"mfu": "[0, 1]"}, {"evaluate": "trainin"}, "did you mean 'training'"),
         ({"mfu": "[0, 1]"}, {"modle": "x"}, "modle"),
+        # a design's own key misspelt is named as one, not answered with the evaluator's inputs
+        (
+            {"mfu": "[0, 1]"},
+            {"evaluator": "serving"},
+            r"'evaluator' is no training input, nor a design's key \(did you mean 'evaluate'\?\)$",
+        ),
+        (
+            {"mfu": "[0, 1]"},
+            {"expert_lod": 2},
+            r"unknown training input 'expert_lod' \(did you mean 'expert_load'\?\)",
+        ),
         # a value out of its field's range: the design and the input as the file names them
         (
             {"mfu": "[0, 1]"},

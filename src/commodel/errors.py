@@ -13,10 +13,16 @@ class CommodelError(ValueError):
     """Bad input: a name, a file, a size or a layout that commodel cannot use."""
 
 
+def closest(name: str, choices: Iterable[str]) -> str | None:
+    """The one of ``choices`` closest to ``name``, or None if none is close."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    return close[0] if close else None
+
+
 def suggest(name: str, choices: Iterable[str]) -> str:
     """Return ``" (did you mean 'x'?)"`` for the closest of ``choices``, or ``""`` if none is close."""
-    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+    close = closest(name, choices)
+    return f" (did you mean '{close}'?)" if close else ""
 
 
 def unknown(kind: str, name: str, choices: Iterable[str]) -> CommodelError:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from pydantic import ConfigDict, Field, PositiveFloat, ValidationError, field_validator, model_validator
 
-from commodel.errors import CommodelError, unknown
+from commodel.errors import CommodelError, closest, unknown
 from commodel.pricing.evaluator import BUILTIN, evaluator
 from commodel.pricing.job import job_error
 from commodel.pricing.table import is_unfit
@@ -79,6 +79,10 @@ def _expected(value: Any) -> Expected:
         "a bound is [low, high], { value = V, rel = R } or { value = V, abs = A }, true/false or a name"
         + exactly
     )
+
+
+#: A design's own keys besides its inputs.
+FILE_KEYS = ("evaluate", "expect")
 
 
 class Design(Strict):
@@ -217,10 +221,13 @@ def run_checks(checks: CheckFile) -> list[Outcome]:
         ev = evaluator(kind)
         for name in names:
             for field in checks.designs[name].inputs:
-                if field not in ev.inputs:
+                if field in ev.inputs:
+                    continue
+                if (key := closest(field, [*ev.inputs, *FILE_KEYS])) in FILE_KEYS:  # a design's key, misspelt
                     raise CommodelError(
-                        f"design '{name}': {unknown(f'{kind} input', field, list(ev.inputs))}"
+                        f"design '{name}': '{field}' is no {kind} input, nor a design's key (did you mean '{key}'?)"
                     )
+                raise CommodelError(f"design '{name}': {unknown(f'{kind} input', field, list(ev.inputs))}")
             _check_inputs(name, checks.designs[name], ev.job)
         frame = pd.DataFrame([checks.designs[n].inputs for n in names])
         for name, (_, row) in zip(names, ev(frame).iterrows(), strict=True):
