@@ -224,6 +224,12 @@ FILE_CASES = [
       for extra in (["--gpus", "0"], ["--nodes", "0"], ["--gpus-per-process", "0"], ["--gpus", "-8"])],
     *[["calibrate", "nccl-tests", "{good.log}", "--system", "dgx-h100", "-o", out]
       for out in ("{empty-hardware-folder}", "{a-file}/x.toml", "", "{out}/", "{fifo.toml}")],
+    # one run given twice would weigh twice in the fit and predict itself under --check
+    ["calibrate", "nccl-tests", "{good.log}", "{good.log}", "--system", "dgx-h100", "-o", "{out}/c.toml"],
+    *[["calibrate", kind, "tests/data/logs/" + log, "./tests/data/logs/" + log, "--system", system, "-o",
+       "{out}/c.toml", "--check"]
+      for kind, log, system in (("train", "torchtitan-llama3-8b-eager.log", "grand-teton-h100"),
+                                ("serve", "trtllm-bench-qwen3-30b-gb200-128-2048.log", "gb200-nvl72"))],
 ]  # fmt: skip
 
 

@@ -53,7 +53,7 @@ def calibrate_nccl_tests(
     output = output_file(output, "overlay (-o)")  # checked before the fit, which may take a while
     if op is not None:
         op = pick("collective", op, {name: name for name in SIGNATURES})
-    parsed = [read(path, op) for path in logs]
+    parsed = [read(path, op) for path in _once_each(logs)]
     fit = calibrate(parsed, system, gpus, nodes, launch, gpus_per_process, algo)
     typer.echo(f"Rows ({len(fit.rows)}), signed error of the model's time before and after the fit (%):")
     typer.echo(plain_table(fit.rows.assign(time_us=fit.rows.time_s * 1e6).drop(columns="time_s")))
@@ -78,6 +78,18 @@ def calibrate_nccl_tests(
         typer.echo(f"{why}: the defaults are kept and no overlay is written")
         return
     _write_overlay(overlay, output, system, "collective")
+
+
+def _once_each(logs: list[Path]) -> list[Path]:
+    """The logs, each file once: a run given twice would weigh twice in the fit, and ``--check`` would
+    predict it from itself."""
+    seen: dict[Path, Path] = {}
+    for path in logs:
+        if (same := path.resolve()) in seen:
+            first = "" if seen[same] == path else f" (first as {seen[same]})"
+            raise CommodelError(f"{path}: given twice{first}; each log is one run, counted once")
+        seen[same] = path
+    return logs
 
 
 def _write_overlay(overlay: dict, output: Path, system: str, command: str) -> None:
@@ -117,7 +129,8 @@ def calibrate_train(
     system's records the runs depend on, each kept inside its stated range; at most one moves per log.
     Never a worse median error than the defaults; with no gain, no overlay."""
     out = output_file(output, "overlay (-o)")  # checked before the fit, which may take a while
-    _calibrate_runs([read_training(path, system, model) for path in logs], out, system, "train", check, limit)
+    runs = [read_training(path, system, model) for path in _once_each(logs)]
+    _calibrate_runs(runs, out, system, "train", check, limit)
 
 
 @calibrate_app.command("serve")
@@ -162,7 +175,7 @@ def calibrate_serve(
         "dispatcher": dispatcher,
     }
     server = {k: v for k, v in given.items() if v is not None}
-    runs = [read_serving(path, system, model, server) for path in logs]
+    runs = [read_serving(path, system, model, server) for path in _once_each(logs)]
     _calibrate_runs(runs, out, system, "serve", check, limit)
 
 
