@@ -130,3 +130,23 @@ def test_each_pipeline_stage_exposes_zero3s_collectives_for_its_own_layers():
            "cuda_graphs": "attn", "overlap": "ideal", "zero": 3}  # fmt: skip
     none, full = (train(**job, recompute=r)["step_time_s"] for r in ("none", "full"))
     assert full >= none
+
+
+def test_a_parameter_no_rank_shares_is_never_gathered():
+    """ZeRO-3 gathers a parameter from the ranks that share it: one held whole by one rank of its
+    data-parallel group has nothing to gather, and no gathered copy or waiting gradient beside it
+    (Mixtral's experts at ep 8 on 8 GPUs, each expert on one rank; every parameter at dp 1). Both had
+    been counted: at dp 1 ZeRO-3 held 2 layers and the root twice for nothing."""
+    alone = dict(model="llama3-8b", system="dgx-h100", gpus=8, tp=8, global_batch=8)
+    memory = {z: train(**alone, zero=z)["memory_per_gpu_bytes"] for z in (0, 3)}
+    assert memory[3] == memory[0]
+    net = model("mixtral-8x7b")
+    experts = dict(model="mixtral-8x7b", system="dgx-b200", gpus=8, ep=8, global_batch=64)
+    x = layouts(**experts, zero=3)
+    dense, _ = layer_parameters(net, x)
+    stage = memory_per_gpu(net, x)
+    whole = memory_per_gpu(net, layouts(**experts, zero=2))
+    root = 2 * net.vocab * net.hidden  # untied embedding and output tables, dense: shared by 8
+    gathered = FSDP_LAYERS_IN_FLIGHT * float(dense) * 2 + root * 2  # BF16, the dense layers' and the root's
+    saved = (float(whole["weights"]) - float(stage["weights"])) + gathered
+    assert saved == pytest.approx((float(dense) * net.layers + root) * 2 * 7 / 8)  # the dense shards' 7/8

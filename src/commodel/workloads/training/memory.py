@@ -161,15 +161,18 @@ def unsharded_state(
     gradients wait unsharded for the root's reduce-scatter at the backward's end: PyTorch FSDP2's
     ``fully_shard`` does not reshard the root module after its forward (its ``reshard_after_forward``
     is set to False for the root, whose parameters the backward would gather again at once), and the
-    output layer's gradient comes first in the backward.
-    Nothing below ZeRO-3."""
+    output layer's gradient comes first in the backward. A parameter whose data-parallel group is
+    one rank (experts at ``expert_dp`` 1, dense ones at ``dp x cp`` 1) is never sharded, so never
+    gathered. Nothing below ZeRO-3."""
     dense, experts = layer_parameters(model, x)
     first, middle, last = stage_split(model, x)
     layers = np.maximum(np.maximum(first, middle), last) * np.where(x.dualpipe, 2, 1)
     held = np.where(x.reshard_after_forward, np.minimum(FSDP_LAYERS_IN_FLIGHT, layers), layers)
     zero3 = np.asarray(x.zero) == 3
-    per_layer = np.where(zero3, dense + experts, 0.0)
-    root = np.where(zero3, root, 0.0)
+    # A parameter held by one rank of its data-parallel group is whole already: nothing to gather.
+    split_dense, split_experts = x.dp * x.cp > 1, x.expert_dp > 1
+    per_layer = np.where(zero3, dense * split_dense + experts * split_experts, 0.0)
+    root = np.where(zero3 & split_dense, root, 0.0)
     weights = per_layer * held * gathered_bytes(x, recipe) + root * WEIGHT_BYTES
     return weights, (per_layer * FSDP_LAYERS_IN_FLIGHT + root) * gradient_bytes(x)
 
