@@ -323,6 +323,15 @@ def test_check_prints_each_log_predicted_from_the_others(tmp_path, monkeypatch, 
     assert code == 2 and "two or more logs" in captured.err
 
 
+#: Labels of the numbers a log reports each iteration (Megatron-LM's, torchtitan's).
+ELAPSED, TPS, PER_GPU = "elapsed time per iteration (ms): ", "tps: ", "(TFLOP/s/GPU): "
+
+
+def _number(source, label, old, new):
+    """A case: ``source`` with the number after ``label`` edited from ``old`` to ``new``."""
+    return lambda t: _edited(t, source, label + old, label + new)
+
+
 def _edited(tmp_path, source, old, new, name="bad.log", *more):
     """``source`` with ``old`` replaced by ``new`` (and each further (old, new) pair of ``more``)."""
     path = tmp_path / name
@@ -377,20 +386,20 @@ BAD_TRAINING = [
     (lambda t: _edited(t, TITAN, "tps: 8,388  tflops: 444.57", "tps: 9,388  tflops: 444.57"),
      "the report at 20 gives 0.894x the tflops over tps (its FLOPs per token) of the others"),
     # a time edited, its report's rate not: the FLOPs per iteration are no longer one number
-    (lambda t: _edited(t, DEEPEP, "elapsed time per iteration (ms): 19739.4", "elapsed time per iteration (ms): 9739.4"),
+    (_number(DEEPEP, ELAPSED, "19739.4", "9739.4"),
      "the report at 15 gives 0.493x the throughput per GPU times elapsed time (its FLOPs) of the others"),
-    (lambda t: _edited(t, DEEPEP, "elapsed time per iteration (ms): 19739.4", "elapsed time per iteration (ms): -19739.4"),
+    (_number(DEEPEP, ELAPSED, "19739.4", "-19739.4"),
      "the elapsed time per iteration at iteration 15 is -19739.4: not a positive number"),
-    (lambda t: _edited(t, DEEPEP, "elapsed time per iteration (ms): 19640.9", "elapsed time per iteration (ms): 0"),
+    (_number(DEEPEP, ELAPSED, "19640.9", "0"),
      "at iteration 10 is 0: not a positive number"),
-    (lambda t: _edited(t, TITAN, "tps: 8,388", "tps: 0"), "tokens/s per GPU at iteration 20 is 0: not a positive"),
+    (_number(TITAN, TPS, "8,388", "0"), "tokens/s per GPU at iteration 20 is 0: not a positive"),
     # a report that is no number is an error, not a report passed over (as nan, -5,000 and 'n/a' were)
-    (lambda t: _edited(t, TITAN, "tps: 8,388", "tps: nan"), "tokens/s per GPU at iteration 20 is nan: not a positive"),
-    (lambda t: _edited(t, TITAN, "tps: 8,388", "tps: -5,000"), "at iteration 20 is -5000: not a positive number"),
-    (lambda t: _edited(t, TITAN, "tps: 8,388", "tps: n/a"), "tokens/s per GPU at iteration 20 is 'n/a': not a number"),
-    (lambda t: _edited(t, DEEPEP, "elapsed time per iteration (ms): 19739.4", "elapsed time per iteration (ms): nan"),
+    (_number(TITAN, TPS, "8,388", "nan"), "tokens/s per GPU at iteration 20 is nan: not a positive"),
+    (_number(TITAN, TPS, "8,388", "-5,000"), "at iteration 20 is -5000: not a positive number"),
+    (_number(TITAN, TPS, "8,388", "n/a"), "tokens/s per GPU at iteration 20 is 'n/a': not a number"),
+    (_number(DEEPEP, ELAPSED, "19739.4", "nan"),
      "the elapsed time per iteration at iteration 15 is nan: not a positive number"),
-    (lambda t: _edited(t, DEEPEP, "(TFLOP/s/GPU): 244.5", "(TFLOP/s/GPU): n/a"),
+    (_number(DEEPEP, PER_GPU, "244.5", "n/a"),
      "the throughput per GPU at iteration 15 is 'n/a': not a number"),
     (lambda t: _edited(t, TITAN, "'data_parallel_shard_degree': -1", "'data_parallel_shard_degree': 3"),
      "data_parallel_shard_degree = 3 where the device mesh's 'dp_shard' dimension is"),
